@@ -1,0 +1,46 @@
+"""lazyvic: PyTorch-style tensors that record a lazy graph and run it as cached, fused, compiled plans."""
+
+from lazyvic import errors
+from lazyvic.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from lazyvic.dtypes import DType, bool_, float32, float64, int32, int64
+from lazyvic.runtime import metrics
+from lazyvic.tensor import (
+    Tensor,
+    arange,
+    broadcast_shapes,
+    cat,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    initial_seed,
+    manual_seed,
+    matmul,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    randperm,
+    stack,
+    sync,
+    tensor,
+    tril,
+    triu,
+    where,
+    zeros,
+    zeros_like,
+)
+
+bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+
+from lazyvic import functional, nn, optim  # noqa: E402
+
+__version__ = "0.1.0"

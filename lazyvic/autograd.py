@@ -1,0 +1,114 @@
+"""Reverse-mode autograd over the lazy graph.
+
+Every differentiable op records a context ``(opdef, input tensors, input
+nodes, attrs, output node)`` on its output. ``backward`` walks these contexts in
+reverse topological order and calls each op's VJP from the op table; the VJPs
+are themselves lazy ops, so backward computes nothing: the next sync runs the
+forward, the backward and the optimizer update as one plan.
+
+VJPs see the *values* their op saw (the saved nodes), so an in-place update of
+an input after the forward (an optimizer step) does not change the gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from lazyvic.errors import AutogradError
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(mode: bool) -> None:
+    _state.enabled = bool(mode)
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Context manager (and decorator) under which ops record no autograd context."""
+    prev = is_grad_enabled()
+    set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        set_grad_enabled(prev)
+
+
+@contextlib.contextmanager
+def enable_grad():
+    prev = is_grad_enabled()
+    set_grad_enabled(True)
+    try:
+        yield
+    finally:
+        set_grad_enabled(prev)
+
+
+def backward(root, grad=None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
+
+    Raises:
+        AutogradError: if ``root`` does not require grad, or is not a scalar and
+            no ``grad`` of its shape is given.
+    """
+    from lazyvic.tensor import Tensor
+
+    if not root.requires_grad:
+        raise AutogradError("backward: tensor does not require grad and has no grad_fn")
+    if grad is None:
+        if root.numel() != 1:
+            raise AutogradError(
+                f"backward: grad can be implicitly created only for scalar outputs, got shape {root.shape}"
+            )
+        grad = root.ones_like()
+    elif not isinstance(grad, Tensor):
+        grad = Tensor(grad, dtype=root.dtype)
+    if grad.shape != root.shape:
+        raise AutogradError(f"backward: grad shape {grad.shape} does not match tensor shape {root.shape}")
+
+    # Topological order of the tensors with a context (iterative DFS).
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if id(t) in seen and not expanded:
+            continue
+        if expanded:
+            order.append(t)
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        if t._ctx is not None:
+            for i in t._ctx[1]:
+                if i.requires_grad and id(i) not in seen:
+                    stack.append((i, False))
+
+    grads = {id(root): grad}
+    with no_grad():
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            ctx = t._ctx
+            if ctx is None:
+                t.grad = g if t.grad is None else t.grad + g
+                continue
+            opdef, inputs, nodes, attrs, out_node = ctx
+            saved = [Tensor._wrap(n) for n in nodes]
+            cotangents = opdef.vjp(g, saved, Tensor._wrap(out_node), attrs)
+            for inp, gi in zip(inputs, cotangents):
+                if gi is None or not inp.requires_grad:
+                    continue
+                if gi.shape != inp.shape:
+                    raise AutogradError(
+                        f"internal: VJP of {opdef.name} gave shape {gi.shape} for input of shape {inp.shape}"
+                    )
+                prev = grads.get(id(inp))
+                grads[id(inp)] = gi if prev is None else prev + gi
+            if not retain_graph:
+                t._ctx = None

@@ -1,0 +1,47 @@
+"""Typed exceptions raised by lazyvic.
+
+Every error names the op (or file) that caused it and what was expected, so a
+user never has to read a Numba traceback to find a bad shape.
+"""
+
+
+class LazyvicError(Exception):
+    """Base class of every lazyvic error."""
+
+
+class ShapeError(LazyvicError, ValueError):
+    """Shapes do not fit the op (names the op and every shape involved)."""
+
+
+class DTypeError(LazyvicError, TypeError):
+    """A dtype is not supported, or not accepted by the op."""
+
+
+class IndexError_(LazyvicError, IndexError):
+    """An index or axis is out of range (exported as ``lazyvic.errors.IndexError``)."""
+
+
+class UnsupportedOpError(LazyvicError, NotImplementedError):
+    """An op (or an ONNX node) has no implementation in lazyvic."""
+
+
+class AutogradError(LazyvicError, RuntimeError):
+    """Autograd was asked for something it cannot do (e.g. backward() on a non-scalar)."""
+
+
+class CheckpointError(LazyvicError, ValueError):
+    """A checkpoint or state_dict does not match what was expected."""
+
+
+# PyTorch users catch IndexError; keep a public name that reads naturally.
+IndexError = IndexError_  # noqa: A001
+
+__all__ = [
+    "LazyvicError",
+    "ShapeError",
+    "DTypeError",
+    "IndexError",
+    "UnsupportedOpError",
+    "AutogradError",
+    "CheckpointError",
+]

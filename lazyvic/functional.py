@@ -1,0 +1,162 @@
+"""Composite ops built from primitives; fusion recovers their speed.
+
+Formulas follow PyTorch's documentation for the function of the same name.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.tensor import Tensor, _norm_axis, where
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: ``x * Phi(x)`` (exact, with erf) or the tanh approximation (Hendrycks & Gimpel 2016)."""
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * 0.5 * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
+
+
+def silu(x: Tensor) -> Tensor:
+    return x * x.sigmoid()
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return where(x > 0, x, x * negative_slope)
+
+
+def softmax(x: Tensor, dim: int) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable)."""
+    m = x.amax(dim, keepdim=True).detach()
+    e = (x - m).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def log_softmax(x: Tensor, dim: int) -> Tensor:
+    """``x - logsumexp(x)`` along ``dim``."""
+    m = x.amax(dim, keepdim=True).detach()
+    shifted = x - m
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def one_hot(target: Tensor, num_classes: int, dtype=dt.float32) -> Tensor:
+    """(N, ...) int64 class indices -> (N, ..., num_classes) one-hot (an elementwise compare)."""
+    from lazyvic.tensor import arange
+
+    classes = arange(num_classes)
+    return (target.unsqueeze(-1) == classes).to(dtype)
+
+
+def nll_loss(logp: Tensor, target: Tensor, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
+    """Negative log likelihood of (N, C) log-probabilities at (N,) int64 targets."""
+    if logp.ndim != 2 or target.shape != logp.shape[:1]:
+        raise ShapeError(f"nll_loss: expected input (N, C) and target (N,), got {logp.shape} and {target.shape}")
+    if target.dtype.category != 1:
+        raise DTypeError(f"nll_loss: target must be an integer tensor, got {target.dtype.name}")
+    # The one-hot compare is elementwise, so picking the target fuses into the row kernel.
+    picked = (logp * one_hot(target, logp.shape[1], logp.dtype)).sum(1)
+    valid = (target != ignore_index).to(logp.dtype)
+    losses = -picked * valid
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.sum() / valid.sum()
+    raise ValueError(f"nll_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", ignore_index: int = -100,
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of (N, C) logits against (N,) int64 class indices.
+
+    ``mean`` divides by the number of targets that are not ``ignore_index`` (PyTorch's rule).
+    Raises ShapeError for mismatched shapes, DTypeError for non-integer targets.
+    """
+    if input.ndim > 2:  # (N, C, d1, ...) -> (N*d1*..., C)
+        c = input.shape[1]
+        perm = (0,) + tuple(range(2, input.ndim)) + (1,)
+        input = input.permute(*perm).reshape(-1, c)
+        target = target.reshape(-1)
+    if input.ndim != 2:
+        raise ShapeError(f"cross_entropy: expected logits (N, C), got {input.shape}")
+    logp = log_softmax(input, 1)
+    if label_smoothing:
+        nll = nll_loss(logp, target, "none", ignore_index)
+        smooth = -logp.mean(1) * (target != ignore_index).to(logp.dtype)
+        losses = (1 - label_smoothing) * nll + label_smoothing * smooth
+        if reduction == "none":
+            return losses
+        if reduction == "sum":
+            return losses.sum()
+        return losses.sum() / (target != ignore_index).to(logp.dtype).sum()
+    return nll_loss(logp, target, reduction, ignore_index)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    if input.shape != target.shape:
+        raise ShapeError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ")
+    d = input - target
+    sq = d * d
+    if reduction == "mean":
+        return sq.mean()
+    if reduction == "sum":
+        return sq.sum()
+    if reduction == "none":
+        return sq
+    raise ValueError(f"mse_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias``; x (..., in), weight (out, in), bias (out,)."""
+    if x.shape[-1] != weight.shape[-1]:
+        raise ShapeError(f"linear: input shape {x.shape} does not fit weight shape {weight.shape}")
+    y = x @ weight.T
+    return y + bias if bias is not None else y
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    if not training or p == 0:
+        return x
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    from lazyvic.tensor import rand
+
+    keep = rand(*x.shape, dtype=x.dtype) >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    n = len(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else 1
+    axes = tuple(range(x.ndim - n, x.ndim))
+    mean = x.mean(axes, keepdim=True)
+    xc = x - mean
+    var = (xc * xc).mean(axes, keepdim=True)
+    y = xc * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+__all__ = [
+    "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "softmax", "log_softmax", "one_hot",
+    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "layer_norm", "_norm_axis",
+]

@@ -1,0 +1,259 @@
+"""nn.Module and nn.Parameter, with PyTorch's registration and state_dict rules."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterator
+
+import numpy as np
+
+from lazyvic import autograd
+from lazyvic.errors import CheckpointError
+from lazyvic.tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A tensor that a Module registers as a parameter (``requires_grad=True`` by default)."""
+
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        if data is None:
+            data = np.zeros((0,), dtype=np.float32)
+        node = data._node if isinstance(data, Tensor) else Tensor(data)._node
+        super().__init__(requires_grad=requires_grad, _node=node)
+        if node.op != "buffer":
+            from lazyvic.tensor import _live_pending
+
+            _live_pending[self._id] = self
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    """Base class of every layer and model.
+
+    Assigning a Parameter, a Module or (with ``register_buffer``) a Tensor as an
+    attribute registers it; ``named_parameters`` and ``state_dict`` list them with
+    dotted names in registration order, as PyTorch does.
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        for d in (self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        self._buffers[name] = tensor
+        if not persistent:
+            self.__dict__.setdefault("_non_persistent", set()).add(name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._parameters[name] = param
+
+    def add_module(self, name: str, module: "Module") -> None:
+        self._modules[name] = module
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ------------------------------------------------------------ traversal
+    def named_modules(self, prefix: str = "", memo=None) -> Iterator:
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self):
+        return (m for _, m in self.named_modules())
+
+    def children(self):
+        return (m for m in self._modules.values() if m is not None)
+
+    def named_children(self):
+        return ((n, m) for n, m in self._modules.items() if m is not None)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator:
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for name, p in m._parameters.items():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mp}.{name}" if mp else name), p
+
+    def parameters(self, recurse: bool = True):
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix: str = ""):
+        for mp, m in self.named_modules(prefix):
+            for name, b in m._buffers.items():
+                if b is not None:
+                    yield (f"{mp}.{name}" if mp else name), b
+
+    def buffers(self):
+        return (b for _, b in self.named_buffers())
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ---------------------------------------------------------------- modes
+    def train(self, mode: bool = True):
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = p.grad.zeros_like()
+
+    def to(self, *args, **kwargs):
+        dtype = kwargs.get("dtype", args[0] if args and not isinstance(args[0], str) else None)
+        device = kwargs.get("device", args[0] if args and isinstance(args[0], str) else None)
+        if device is not None and str(device) != "cpu":
+            Tensor.to(Tensor(0.0), device)  # raises the device error
+        if dtype is not None:
+            with autograd.no_grad():
+                for p in self.parameters():
+                    if p.dtype.is_floating_point:
+                        p._node = p.to(dtype)._node
+        return self
+
+    def float(self):
+        from lazyvic import float32
+
+        return self.to(float32)
+
+    def double(self):
+        from lazyvic import float64
+
+        return self.to(float64)
+
+    def cpu(self):
+        return self
+
+    # ----------------------------------------------------------- state_dict
+    def state_dict(self, prefix: str = "") -> "OrderedDict[str, Tensor]":
+        """Parameters and persistent buffers by dotted name (detached, same values)."""
+        out = OrderedDict()
+        for mp, m in self.named_modules(prefix.rstrip(".")):
+            skip = m.__dict__.get("_non_persistent", set())
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[f"{mp}.{name}" if mp else name] = p.detach()
+            for name, b in m._buffers.items():
+                if b is not None and name not in skip:
+                    out[f"{mp}.{name}" if mp else name] = b.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy values from ``state_dict`` (tensors or NumPy arrays) into parameters and buffers.
+
+        Everything is validated before anything is assigned. Raises CheckpointError
+        listing every missing key, unexpected key (when ``strict``) and shape or dtype
+        mismatch with both shapes. Returns ``(missing_keys, unexpected_keys)``.
+        """
+        own = self.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        problems = []
+        for k, target in own.items():
+            if k not in state_dict:
+                continue
+            v = state_dict[k]
+            shape = tuple(getattr(v, "shape", ()))
+            if shape != target.shape:
+                problems.append(f"size mismatch for {k}: checkpoint shape {shape}, model shape {target.shape}")
+        if problems or (strict and (missing or unexpected)):
+            lines = []
+            if strict and missing:
+                lines.append("missing keys: " + ", ".join(f"{k} {own[k].shape}" for k in missing))
+            if strict and unexpected:
+                lines.append("unexpected keys: " + ", ".join(
+                    f"{k} {tuple(getattr(state_dict[k], 'shape', ()))}" for k in unexpected))
+            lines.extend(problems)
+            raise CheckpointError(
+                f"load_state_dict for {type(self).__name__}: nothing was loaded:\n  " + "\n  ".join(lines)
+            )
+        targets = {}
+        for mp, m in self.named_modules():
+            for name in list(m._parameters) + list(m._buffers):
+                targets[f"{mp}.{name}" if mp else name] = (m, name)
+        with autograd.no_grad():
+            for k, v in state_dict.items():
+                if k not in targets:
+                    continue
+                m, name = targets[k]
+                cur = m._parameters.get(name) if name in m._parameters else m._buffers.get(name)
+                value = v if isinstance(v, Tensor) else Tensor(np.asarray(v))
+                if value.dtype is not cur.dtype:
+                    value = value.to(cur.dtype)
+                cur._node = value._node
+                if cur._node.op != "buffer":
+                    from lazyvic.tensor import _live_pending
+
+                    _live_pending[cur._id] = cur
+        return missing, unexpected
+
+    # ----------------------------------------------------------------- repr
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}({self.extra_repr()}" + ("" if self._modules else ")")]
+        if self._modules:
+            for name, m in self._modules.items():
+                sub = repr(m).replace("\n", "\n  ")
+                lines.append(f"  ({name}): {sub}")
+            lines.append(")")
+        return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""Elementwise primitives.
+
+All inputs of an elementwise primitive have the same shape and dtype (the
+front end inserts broadcasts and casts). ``expr`` returns a scalar expression
+in the kernel language of ``lowering/kernel_lib.py``: float32 transcendentals
+use its vectorizable approximations (``exp_f32`` ...), float64 ones call libm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops import OpDef, register
+
+ALIAS = {"bool": "b1", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
+
+
+def const(dtype: dt.DType, value) -> str:
+    """A typed literal in the kernel language (a bare literal would widen float32 to float64)."""
+    if dtype.category == 2:
+        value = float(value)
+    elif dtype.category == 1:
+        value = int(value)
+    else:
+        value = bool(value)
+    return f"{ALIAS[dtype.name]}({value!r})"
+
+
+def _same(opname):
+    def infer(shapes, dtypes, attrs):
+        s0, d0 = shapes[0], dtypes[0]
+        for s, d in zip(shapes[1:], dtypes[1:]):
+            if s != s0:
+                raise ShapeError(f"{opname}: inputs must have equal shapes, got {shapes}")
+            if d is not d0:
+                raise DTypeError(f"{opname}: inputs must have equal dtypes, got {[x.name for x in dtypes]}")
+        return s0, d0
+
+    return infer
+
+
+def _float_only(opname):
+    base = _same(opname)
+
+    def infer(shapes, dtypes, attrs):
+        s, d = base(shapes, dtypes, attrs)
+        if not d.is_floating_point:
+            raise DTypeError(f"{opname}: expected a floating-point input, got {d.name}")
+        return s, d
+
+    return infer
+
+
+def _compare(opname):
+    base = _same(opname)
+
+    def infer(shapes, dtypes, attrs):
+        s, _ = base(shapes, dtypes, attrs)
+        return s, dt.bool_
+
+    return infer
+
+
+def _fn(name_f32: str, name_f64: str):
+    """Expression for a unary transcendental: approximation for f32, libm for f64."""
+
+    def expr(a, din, dout):
+        return f"{name_f32 if dout is dt.float32 else name_f64}({a[0]})"
+
+    return expr
+
+
+def unary(name, reference, expr, vjp, float_only=True):
+    infer = _float_only(name) if float_only else _same(name)
+    return register(OpDef(name, "elementwise", 1, infer, lambda x, attrs: reference(x[0]), expr, vjp))
+
+
+def binary(name, reference, expr, vjp, infer=None):
+    return register(
+        OpDef(name, "elementwise", 2, infer or _same(name), lambda x, attrs: reference(x[0], x[1]), expr, vjp)
+    )
+
+
+def _erf_ref(x):
+    # np has no erf; math.erf is exact to double precision.
+    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
+
+
+# --- unary -----------------------------------------------------------------
+unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), float_only=False)
+unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,))
+unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],))
+unary("sqrt", np.sqrt, lambda a, di, do: f"math.sqrt({a[0]})", lambda g, x, out, at: (g * 0.5 / out,))
+unary("tanh", np.tanh, _fn("tanh_f32", "math.tanh"), lambda g, x, out, at: (g * (1.0 - out * out),))
+unary(
+    "sigmoid",
+    lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
+    _fn("sigmoid_f32", "sigmoid_f64"),
+    lambda g, x, out, at: (g * out * (1.0 - out),),
+)
+unary(
+    "erf",
+    _erf_ref,
+    _fn("erf_f32", "math.erf"),
+    lambda g, x, out, at: (g * (2.0 / math.sqrt(math.pi)) * (-(x[0] * x[0])).exp(),),
+)
+unary(
+    "relu",
+    lambda x: np.maximum(x, 0).astype(x.dtype),
+    lambda a, di, do: f"max({a[0]}, {const(do, 0)})",
+    lambda g, x, out, at: (g * (x[0] > 0).to(g.dtype),),
+    float_only=False,
+)
+unary(
+    "abs",
+    np.abs,
+    lambda a, di, do: f"abs({a[0]})",
+    lambda g, x, out, at: (g * ((x[0] > 0).to(g.dtype) - (x[0] < 0).to(g.dtype)),),
+    float_only=False,
+)
+
+
+def _not_infer(shapes, dtypes, attrs):
+    if dtypes[0] is not dt.bool_:
+        raise DTypeError(f"logical_not: expected a bool input, got {dtypes[0].name}")
+    return shapes[0], dt.bool_
+
+
+register(OpDef("logical_not", "elementwise", 1, _not_infer, lambda x, at: np.logical_not(x[0]),
+               lambda a, di, do: f"not {a[0]}", None, differentiable=False))
+
+
+def _cast_infer(shapes, dtypes, attrs):
+    return shapes[0], attrs["dtype"]
+
+
+def _cast_vjp(g, x, out, attrs):
+    return (g.to(x[0].dtype),) if x[0].dtype.is_floating_point else (None,)
+
+
+register(OpDef("cast", "elementwise", 1, _cast_infer, lambda x, at: x[0].astype(at["dtype"].np),
+               lambda a, di, do: f"{ALIAS[do.name]}({a[0]})", _cast_vjp))
+
+# --- binary ----------------------------------------------------------------
+binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g))
+binary("sub", np.subtract, lambda a, di, do: f"{a[0]} - {a[1]}", lambda g, x, out, at: (g, -g))
+binary("mul", np.multiply, lambda a, di, do: f"{a[0]} * {a[1]}", lambda g, x, out, at: (g * x[1], g * x[0]))
+
+
+def _div_infer(shapes, dtypes, attrs):
+    s, d = _same("div")(shapes, dtypes, attrs)
+    if not d.is_floating_point:
+        raise DTypeError(f"div: expected floating-point inputs (true division), got {d.name}")
+    return s, d
+
+
+binary("div", np.divide, lambda a, di, do: f"{a[0]} / {a[1]}",
+       lambda g, x, out, at: (g / x[1], -g * out / x[1]), infer=_div_infer)
+binary(
+    "pow",
+    lambda a, b: np.power(a, b),
+    lambda a, di, do: f"{a[0]} ** {a[1]}",
+    lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
+    infer=_float_only("pow"),
+)
+
+
+def _minmax_vjp(first_wins):
+    def vjp(g, x, out, at):
+        a, b = x
+        win = (a > b) if first_wins else (a < b)
+        tie = (a == b).to(g.dtype) * 0.5
+        wa = win.to(g.dtype) + tie
+        return g * wa, g * (1.0 - wa)
+
+    return vjp
+
+
+binary("maximum", np.maximum, lambda a, di, do: f"max({a[0]}, {a[1]})", _minmax_vjp(True))
+binary("minimum", np.minimum, lambda a, di, do: f"min({a[0]}, {a[1]})", _minmax_vjp(False))
+
+for _name, _np, _sym in (
+    ("eq", np.equal, "=="),
+    ("ne", np.not_equal, "!="),
+    ("lt", np.less, "<"),
+    ("le", np.less_equal, "<="),
+    ("gt", np.greater, ">"),
+    ("ge", np.greater_equal, ">="),
+):
+    register(
+        OpDef(_name, "elementwise", 2, _compare(_name), (lambda f: lambda x, at: f(x[0], x[1]))(_np),
+              (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym), None, differentiable=False)
+    )
+
+
+# --- ternary ---------------------------------------------------------------
+def _where_infer(shapes, dtypes, attrs):
+    if not (shapes[0] == shapes[1] == shapes[2]):
+        raise ShapeError(f"where: inputs must have equal shapes, got {shapes}")
+    if dtypes[0] is not dt.bool_:
+        raise DTypeError(f"where: condition must be bool, got {dtypes[0].name}")
+    if dtypes[1] is not dtypes[2]:
+        raise DTypeError(f"where: branches must have equal dtypes, got {dtypes[1].name} and {dtypes[2].name}")
+    return shapes[1], dtypes[1]
+
+
+def _where_vjp(g, x, out, at):
+    zero = g.zeros_like()
+    return None, x[0].where(g, zero), x[0].where(zero, g)
+
+
+register(OpDef("where", "elementwise", 3, _where_infer, lambda x, at: np.where(x[0], x[1], x[2]),
+               lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}", _where_vjp))

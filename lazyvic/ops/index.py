@@ -1,0 +1,77 @@
+"""Indexing primitives along one dimension (PyTorch semantics).
+
+    gather(x, index; dim)            out[..i..] = x[..index[..i..]..]   (index int64, shape of out)
+    scatter_add(base, index, src; dim)   base with src added at index positions
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError, IndexError as LIndexError, ShapeError
+from lazyvic.ops import OpDef, register
+
+
+def _check_index(opname, x_shape, idx_shape, idx_dtype, dim):
+    if idx_dtype is not dt.int64 and idx_dtype is not dt.int32:
+        raise DTypeError(f"{opname}: index must be int64 or int32, got {idx_dtype.name}")
+    if len(idx_shape) != len(x_shape):
+        raise ShapeError(f"{opname}: index shape {idx_shape} must have the rank of input shape {x_shape}")
+    if not 0 <= dim < len(x_shape):
+        raise LIndexError(f"{opname}: dim {dim} out of range for shape {x_shape}")
+    for i, (n, m) in enumerate(zip(x_shape, idx_shape)):
+        if i != dim and m > n:
+            raise ShapeError(f"{opname}: index shape {idx_shape} larger than input shape {x_shape} at dim {i}")
+
+
+def _gather_infer(shapes, dtypes, at):
+    _check_index("gather", shapes[0], shapes[1], dtypes[1], at["dim"])
+    return shapes[1], dtypes[0]
+
+
+def _bounds(opname, idx, n):
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = idx[(idx < 0) | (idx >= n)].ravel()[0]
+        raise LIndexError(f"{opname}: index {int(bad)} out of range for dimension of size {n}")
+
+
+def _gather_ref(x, at):
+    src, idx = x
+    dim = at["dim"]
+    _bounds("gather", idx, src.shape[dim])
+    src = src[tuple(slice(0, m) if i != dim else slice(None) for i, m in enumerate(idx.shape))]
+    return np.take_along_axis(src, idx.astype(np.int64), axis=dim)
+
+
+def _gather_vjp(g, x, out, at):
+    base = x[0].zeros_like()
+    return base._scatter_add(x[1], g, at["dim"]), None
+
+
+def _scatter_infer(shapes, dtypes, at):
+    _check_index("scatter_add", shapes[0], shapes[1], dtypes[1], at["dim"])
+    if shapes[1] != shapes[2]:
+        raise ShapeError(f"scatter_add: index shape {shapes[1]} and src shape {shapes[2]} must be equal")
+    if dtypes[0] is not dtypes[2]:
+        raise DTypeError(f"scatter_add: base {dtypes[0].name} and src {dtypes[2].name} must have equal dtypes")
+    return shapes[0], dtypes[0]
+
+
+def _scatter_ref(x, at):
+    base, idx, src = x
+    dim = at["dim"]
+    _bounds("scatter_add", idx, base.shape[dim])
+    out = base.copy()
+    grids = np.indices(idx.shape, sparse=True)
+    where = tuple(idx.astype(np.int64) if i == dim else grids[i] for i in range(idx.ndim))
+    np.add.at(out, where, src)
+    return out
+
+
+def _scatter_vjp(g, x, out, at):
+    return g, None, g._gather(x[1], at["dim"])
+
+
+register(OpDef("gather", "index", 2, _gather_infer, _gather_ref, vjp=_gather_vjp))
+register(OpDef("scatter_add", "index", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp))

@@ -1,0 +1,29 @@
+"""Batched matrix product: (..., M, K) @ (..., K, N) -> (..., M, N), equal batch dims.
+
+The front end handles 1-D operands and broadcasts batch dimensions before
+recording the op. Lowered to a BLAS call (NumPy's matmul on OpenBLAS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops import OpDef, register
+
+
+def _infer(shapes, dtypes, at):
+    a, b = shapes
+    if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]:
+        raise ShapeError(f"matmul: shapes {a} and {b} do not fit (expected (..., M, K) @ (..., K, N))")
+    if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
+        raise DTypeError(f"matmul: expected equal floating-point dtypes, got {dtypes[0].name} and {dtypes[1].name}")
+    return a[:-1] + (b[-1],), dtypes[0]
+
+
+def _vjp(g, x, out, at):
+    a, b = x
+    return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
+
+
+register(OpDef("matmul", "matmul", 2, _infer, lambda x, at: np.matmul(x[0], x[1]), vjp=_vjp))

@@ -1,0 +1,110 @@
+"""Movement primitives: views of their input, lowered to index math.
+
+    reshape(shape)                  same number of elements, row-major order
+    permute(perm)                   axes reordered
+    expand(shape)                   size-1 axes repeated (same rank)
+    slice(starts, stops, steps)     per-axis ranges, steps > 0, already normalized
+    pad(pads)                       ((before, after), ...) zeros added per axis
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyvic.errors import ShapeError
+from lazyvic.ops import OpDef, register
+
+
+def _numel(shape):
+    return math.prod(shape)
+
+
+def _reshape_infer(shapes, dtypes, at):
+    if _numel(shapes[0]) != _numel(at["shape"]):
+        raise ShapeError(f"reshape: cannot reshape {shapes[0]} ({_numel(shapes[0])} elements) to {at['shape']}")
+    return tuple(at["shape"]), dtypes[0]
+
+
+def _permute_infer(shapes, dtypes, at):
+    perm = at["perm"]
+    if sorted(perm) != list(range(len(shapes[0]))):
+        raise ShapeError(f"permute: {perm} is not a permutation of the axes of shape {shapes[0]}")
+    return tuple(shapes[0][p] for p in perm), dtypes[0]
+
+
+def _expand_infer(shapes, dtypes, at):
+    src, dst = shapes[0], tuple(at["shape"])
+    if src == ():  # a scalar broadcast to any shape
+        return dst, dtypes[0]
+    if len(src) != len(dst) or any(s != d and s != 1 for s, d in zip(src, dst)):
+        raise ShapeError(f"expand: cannot expand shape {src} to {dst}")
+    return dst, dtypes[0]
+
+
+def slice_len(start, stop, step):
+    return max(0, -(-(stop - start) // step))
+
+
+def _slice_infer(shapes, dtypes, at):
+    shape = shapes[0]
+    out = []
+    for n, a, b, s in zip(shape, at["starts"], at["stops"], at["steps"]):
+        if s <= 0 or not (0 <= a <= n and 0 <= b <= n):
+            raise ShapeError(f"slice: range {a}:{b}:{s} invalid for axis of size {n} in shape {shape}")
+        out.append(slice_len(a, b, s))
+    return tuple(out), dtypes[0]
+
+
+def _pad_infer(shapes, dtypes, at):
+    pads = at["pads"]
+    if len(pads) != len(shapes[0]) or any(b < 0 or a < 0 for b, a in pads):
+        raise ShapeError(f"pad: pads {pads} invalid for shape {shapes[0]}")
+    return tuple(n + b + a for n, (b, a) in zip(shapes[0], pads)), dtypes[0]
+
+
+def _slice_ref(x, at):
+    return x[0][tuple(slice(a, b, s) for a, b, s in zip(at["starts"], at["stops"], at["steps"]))]
+
+
+def _permute_vjp(g, x, out, at):
+    return (g.permute(*np.argsort(at["perm"]).tolist()),)
+
+
+def _expand_vjp(g, x, out, at):
+    if x[0].shape == ():
+        return (g._reduce("sum", tuple(range(g.ndim))).reshape() if g.ndim else g,)
+    axes = tuple(i for i, (s, d) in enumerate(zip(x[0].shape, at["shape"])) if s != d)
+    return (g._reduce("sum", axes) if axes else g,)
+
+
+def _slice_vjp(g, x, out, at):
+    shape = x[0].shape
+    for axis, (n, a, b, s) in enumerate(zip(shape, at["starts"], at["stops"], at["steps"])):
+        if s > 1:
+            # Place element k at position k*s: add a trailing axis of size s
+            # (zeros after the element), merge it in, then trim to b - a.
+            m = g.shape[axis]
+            g = g.unsqueeze(axis + 1)._pad(tuple((0, s - 1) if i == axis + 1 else (0, 0) for i in range(g.ndim + 1)))
+            g = g.reshape(g.shape[:axis] + (m * s,) + g.shape[axis + 2 :])
+            starts = tuple(0 for _ in g.shape)
+            stops = tuple(b - a if i == axis else d for i, d in enumerate(g.shape))
+            g = g._slice(starts, stops, tuple(1 for _ in g.shape))
+    pads = tuple((a, n - a - g.shape[i]) for i, (n, a) in enumerate(zip(shape, at["starts"])))
+    return (g._pad(pads),)
+
+
+def _pad_vjp(g, x, out, at):
+    starts = tuple(b for b, _ in at["pads"])
+    stops = tuple(b + n for (b, _), n in zip(at["pads"], x[0].shape))
+    return (g._slice(starts, stops, tuple(1 for _ in starts)),)
+
+
+register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, at: x[0].reshape(at["shape"]),
+               vjp=lambda g, x, out, at: (g.reshape(x[0].shape),)))
+register(OpDef("permute", "movement", 1, _permute_infer, lambda x, at: x[0].transpose(at["perm"]), vjp=_permute_vjp))
+register(OpDef("expand", "movement", 1, _expand_infer, lambda x, at: np.broadcast_to(x[0], at["shape"]),
+               vjp=_expand_vjp))
+register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref, vjp=_slice_vjp))
+register(OpDef("pad", "movement", 1, _pad_infer, lambda x, at: np.pad(x[0], at["pads"]), vjp=_pad_vjp))

@@ -1,0 +1,105 @@
+"""Reduction primitives.
+
+``axes`` is a sorted tuple of axes; the output keeps them with size 1 (the
+front end reshapes when ``keepdim=False``). Code generation reads ``reduce_init``
+(``dtype -> [(accumulator suffix, initial literal)]``) and ``reduce_combine``
+(``(accumulators, value, flat_r_index) -> statements``); the result is the
+first accumulator, or the one named by the op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError, IndexError as LIndexError
+from lazyvic.ops import OpDef, register
+from lazyvic.ops.elementwise import const
+
+
+def _reduce_infer(opname):
+    def infer(shapes, dtypes, attrs):
+        shape = shapes[0]
+        axes = attrs["axes"]
+        for a in axes:
+            if not 0 <= a < len(shape):
+                raise LIndexError(f"{opname}: axis {a} out of range for shape {shape}")
+        if opname in ("max", "min", "argmax") and any(shape[a] == 0 for a in axes):
+            raise LIndexError(f"{opname}: cannot reduce over an empty axis of shape {shape}")
+        out = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        d = dtypes[0]
+        if opname == "argmax":
+            return out, dt.int64
+        if d is dt.bool_:
+            raise DTypeError(f"{opname}: bool input; cast it first (e.g. .long())")
+        return out, d
+
+    return infer
+
+
+def _lowest(d: dt.DType):
+    return -np.inf if d.is_floating_point else int(np.iinfo(d.np).min)
+
+
+def _highest(d: dt.DType):
+    return np.inf if d.is_floating_point else int(np.iinfo(d.np).max)
+
+
+def _lit(d, v):
+    if isinstance(v, float) and np.isinf(v):
+        return f"{'f32' if d is dt.float32 else 'f64'}({'-' if v < 0 else ''}np.inf)"
+    return const(d, v)
+
+
+def _sum_vjp(g, x, out, attrs):
+    return (g.expand(x[0].shape),)
+
+
+def _extreme_vjp(g, x, out, attrs):
+    # Ties share the gradient equally (PyTorch's amax/amin rule).
+    mask = (x[0] == out.expand(x[0].shape)).to(g.dtype)
+    count = mask._reduce("sum", attrs["axes"])
+    return ((g / count).expand(x[0].shape) * mask,)
+
+
+register(
+    OpDef("sum", "reduce", 1, _reduce_infer("sum"),
+          lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
+          vjp=_sum_vjp,
+          reduce_init=lambda d: [("", const(d, 0))],
+          reduce_combine=lambda acc, v, r: [f"{acc[0]} = {acc[0]} + {v}"])
+)
+register(
+    OpDef("max", "reduce", 1, _reduce_infer("max"),
+          lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
+          vjp=_extreme_vjp,
+          reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
+          reduce_combine=lambda acc, v, r: [f"{acc[0]} = max({acc[0]}, {v})"])
+)
+register(
+    OpDef("min", "reduce", 1, _reduce_infer("min"),
+          lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
+          vjp=_extreme_vjp,
+          reduce_init=lambda d: [("", _lit(d, _highest(d)))],
+          reduce_combine=lambda acc, v, r: [f"{acc[0]} = min({acc[0]}, {v})"])
+)
+
+
+def _argmax_ref(x, at):
+    (axis,) = at["axes"]
+    return np.argmax(x[0], axis=axis, keepdims=True).astype(np.int64)
+
+
+def _argmax_init(d):
+    return [("_i", "i64(0)"), ("_v", _lit(d, _lowest(d)))]
+
+
+def _argmax_combine(acc, v, r):
+    # Strict '>' keeps the first maximum, as NumPy and PyTorch do.
+    return [f"if {v} > {acc[1]}:", f"    {acc[1]} = {v}", f"    {acc[0]} = {r}"]
+
+
+register(
+    OpDef("argmax", "reduce", 1, _reduce_infer("argmax"), _argmax_ref, differentiable=False,
+          reduce_init=_argmax_init, reduce_combine=_argmax_combine)
+)

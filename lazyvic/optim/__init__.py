@@ -1,0 +1,128 @@
+"""Optimizers (PyTorch's update rules). Updates are lazy ops: they fuse into the step's plan.
+
+Hyperparameters (learning rate, betas, bias corrections) enter traces as scalar
+inputs, so a learning-rate schedule does not recompile.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyvic import autograd
+from lazyvic.tensor import Tensor
+
+
+class Optimizer:
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.defaults = defaults
+        self.param_groups = []
+        for g in groups:
+            g = dict(g)
+            g["params"] = list(g["params"])
+            for k, v in defaults.items():
+                g.setdefault(k, v)
+            self.param_groups.append(g)
+        self.state: dict = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.grad = None if set_to_none or p.grad is None else p.grad.zeros_like()
+
+    def _state(self, p) -> dict:
+        return self.state.setdefault(id(p), {})
+
+    @staticmethod
+    def _zeros(p: Tensor) -> Tensor:
+        # Realized zeros keep the step's trace identical from the first step on.
+        return Tensor(np.zeros(p.shape, dtype=p.dtype.np))
+
+    def step(self):
+        with autograd.no_grad():
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        self._update(p, p.grad, g)
+
+    def _update(self, p, grad, group):
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """SGD with momentum, dampening, Nesterov and (L2) weight decay, as torch.optim.SGD."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"SGD: invalid lr={lr}, momentum={momentum} or weight_decay={weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+
+    def _update(self, p, grad, group):
+        if group["maximize"]:
+            grad = -grad
+        if group["weight_decay"]:
+            grad = grad + p * group["weight_decay"]
+        mom = group["momentum"]
+        if mom:
+            st = self._state(p)
+            buf = st.get("momentum_buffer")
+            buf = grad if buf is None else buf * mom + grad * (1 - group["dampening"])
+            st["momentum_buffer"] = buf
+            grad = grad + buf * mom if group["nesterov"] else buf
+        p._assign(p - grad * group["lr"])
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba 2015) with PyTorch's bias correction; L2 weight decay."""
+
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False):
+        if amsgrad:
+            raise NotImplementedError("Adam: amsgrad is not supported")
+        if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"Adam: invalid lr={lr}, eps={eps} or betas={betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def _update(self, p, grad, group):
+        st = self._state(p)
+        if not st:
+            st["step"] = 0
+            st["exp_avg"] = self._zeros(p)
+            st["exp_avg_sq"] = self._zeros(p)
+        st["step"] += 1
+        t = st["step"]
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if wd:
+            if self.decoupled:
+                p._assign(p * (1 - lr * wd))
+            else:
+                grad = grad + p * wd
+        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
+        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        step_size = lr / (1 - b1**t)
+        inv_sqrt_bc2 = 1.0 / math.sqrt(1 - b2**t)
+        p._assign(p - m * step_size / (v.sqrt() * inv_sqrt_bc2 + eps))
+
+
+class AdamW(Adam):
+    """AdamW (Loshchilov & Hutter 2019): decoupled weight decay, default 0.01."""
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, amsgrad: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]

@@ -1,0 +1,42 @@
+"""Settings read from the environment (and settable at run time).
+
+    LAZYVIC_COMPILE        hot (default): interpret a plan the first time its key is seen,
+                           compile when it recurs; always: compile at once; never: interpret.
+    LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
+                           (default: $XDG_CACHE_HOME/lazyvic or ~/.cache/lazyvic).
+    LAZYVIC_DEBUG          0-4: 1 cache misses and compile times, 2 fusion groups,
+                           3 generated kernel source, 4 per-step run times.
+    LAZYVIC_DETERMINISTIC  1: flag kept in the plan key (reductions are already run in a
+                           fixed order per plan, independent of the thread count).
+    LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Config:
+    def __init__(self):
+        self.compile = os.environ.get("LAZYVIC_COMPILE", "hot").lower()
+        if self.compile not in ("hot", "always", "never"):
+            raise ValueError(f"LAZYVIC_COMPILE must be hot, always or never, got {self.compile!r}")
+        self.debug = _int("LAZYVIC_DEBUG", 0)
+        self.deterministic = os.environ.get("LAZYVIC_DETERMINISTIC", "0") not in ("", "0")
+        self.max_pending = _int("LAZYVIC_MAX_PENDING", 50000)
+        cache = os.environ.get("LAZYVIC_CACHE_DIR")
+        if not cache:
+            base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            cache = str(Path(base) / "lazyvic")
+        self.cache_dir = Path(cache)
+
+
+config = Config()

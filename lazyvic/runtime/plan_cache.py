@@ -1,0 +1,90 @@
+"""The plan cache: trace key -> compiled plan, and ``run`` (the runtime's entry point).
+
+In ``hot`` mode (default) a key seen for the first time runs on the NumPy
+interpreter; when it recurs its plan is compiled and every later run uses it.
+A plan that fails to compile is run by the interpreter and counted as a
+fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from lazyvic.runtime import metrics
+from lazyvic.runtime.config import config
+from lazyvic.runtime.interpreter import interpret
+
+
+class PlanEntry:
+    __slots__ = ("seen", "plan", "failed", "hits")
+
+    def __init__(self):
+        self.seen = 0
+        self.plan = None
+        self.failed = None
+        self.hits = 0
+
+
+class PlanCache(dict):
+    """dict of trace key -> PlanEntry, with counters kept in ``lazyvic.metrics``."""
+
+    def clear_plans(self) -> None:
+        self.clear()
+
+
+plan_cache = PlanCache()
+
+
+def _compile(trace):
+    from lazyvic.lowering import compile_trace
+
+    t0 = time.perf_counter()
+    plan = compile_trace(trace)
+    dt = time.perf_counter() - t0
+    metrics.add("compile_seconds", dt)
+    metrics.add("plans_compiled")
+    if config.debug >= 1:
+        print(f"[lazyvic] compiled plan {plan.name}: {len(plan.steps)} steps in {dt:.3f}s", file=sys.stderr)
+    return plan
+
+
+def run(trace, inputs: list, scalars: list) -> list:
+    """Execute ``trace`` with the given input arrays and scalar values; returns output arrays."""
+    metrics.add("traces")
+    metrics.add("ops_traced", len(trace.entries))
+    key = trace.key
+    entry = plan_cache.get(key)
+    if entry is None:
+        entry = plan_cache[key] = PlanEntry()
+        metrics.add("cache_misses")
+        if config.debug >= 1:
+            print(f"[lazyvic] plan-cache miss: trace of {len(trace.entries)} ops", file=sys.stderr)
+    else:
+        metrics.add("cache_hits")
+        entry.hits += 1
+    entry.seen += 1
+    mode = config.compile
+    if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
+        try:
+            entry.plan = _compile(trace)
+        except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
+            entry.failed = f"{type(e).__name__}: {e}"
+            if config.debug >= 1 or "pytest" in sys.modules:
+                print(f"[lazyvic] plan compilation failed, interpreting: {entry.failed}", file=sys.stderr)
+    if entry.plan is not None:
+        t0 = time.perf_counter()
+        out = entry.plan.run(inputs, scalars)
+        metrics.add("execute_seconds", time.perf_counter() - t0)
+        metrics.add("compiled_runs")
+        return out
+    if entry.failed is not None:
+        metrics.add("fallbacks")
+        metrics.fallback_ops["<whole trace: " + entry.failed.split(":")[0] + ">"] += 1
+    t0 = time.perf_counter()
+    out = interpret(trace, inputs, scalars)
+    dt = time.perf_counter() - t0
+    metrics.add("interpret_seconds", dt)
+    metrics.add("execute_seconds", dt)
+    metrics.add("interpreted_runs")
+    return out

@@ -1,0 +1,86 @@
+"""The cut: pending graph reachable from a set of roots -> canonical Trace.
+
+Canonical form: nodes in topological (post-order DFS) order from the roots in
+the order given; realized leaves become numbered input slots described by shape
+and dtype, Python scalars become scalar slots described by dtype. Values never
+enter the key, so new data and new scalar values reuse a cached plan.
+
+Each entry of ``Trace.entries`` is ``(op, attrs, inputs, shape, dtype_name)``
+where ``inputs`` are positions of earlier entries; for ``buffer`` and ``scalar``
+entries ``attrs`` is ``(slot,)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lazyvic.trace.node import Node, reset_pending_count
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A canonical trace. ``key`` is hashable and identifies the plan."""
+
+    entries: tuple
+    outputs: tuple  # entry positions of the outputs, in root order
+    n_inputs: int
+    n_scalars: int
+    key: tuple = field(repr=False)
+    dtypes: tuple = field(repr=False, default=())  # DType of each entry, for the lowering
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[Node]]:
+    """Build the trace that computes every pending node in ``roots``.
+
+    Returns ``(trace, input_arrays, scalar_values, output_nodes)``; outputs are
+    the pending roots without duplicates, in the order given.
+    """
+    pos: dict[Node, int] = {}
+    entries: list = []
+    dtypes: list = []
+    inputs: list = []
+    scalars: list = []
+    outputs: list[int] = []
+    out_nodes: list[Node] = []
+    for root in roots:
+        if root in pos:
+            if root.op != "buffer" and root.op != "scalar" and pos[root] not in outputs:
+                outputs.append(pos[root])
+                out_nodes.append(root)
+            continue
+        if root.op == "buffer" or root.op == "scalar":
+            continue
+        # Iterative post-order DFS: graphs from long training scripts are deep.
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in pos:
+                continue
+            if expanded or not node.inputs:
+                op = node.op
+                if op == "buffer":
+                    entry = ("buffer", (len(inputs),), (), node.shape, node.dtype.name)
+                    inputs.append(node.data)
+                elif op == "scalar":
+                    entry = ("scalar", (len(scalars),), (), (), node.dtype.name)
+                    scalars.append(node.value)
+                else:
+                    entry = (op, node.attrs, tuple(pos[i] for i in node.inputs), node.shape, node.dtype.name)
+                pos[node] = len(entries)
+                entries.append(entry)
+                dtypes.append(node.dtype)
+            else:
+                stack.append((node, True))
+                for i in reversed(node.inputs):
+                    if i not in pos:
+                        stack.append((i, False))
+        outputs.append(pos[root])
+        out_nodes.append(root)
+    reset_pending_count()
+    entries_t = tuple(entries)
+    outputs_t = tuple(outputs)
+    trace = Trace(entries_t, outputs_t, len(inputs), len(scalars), (entries_t, outputs_t, flags), tuple(dtypes))
+    return trace, inputs, scalars, out_nodes

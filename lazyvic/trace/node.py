@@ -1,0 +1,73 @@
+"""Node: one vertex of the pending (lazy) graph.
+
+A node is either pending (``op`` with ``inputs``) or realized (``op ==
+"buffer"`` with ``data``, a C-contiguous NumPy array), or a Python scalar
+(``op == "scalar"`` with ``value``). When a cut realizes a pending node it is
+turned into a buffer in place and drops its inputs, so the graph behind it is
+freed and every later op that refers to the node sees the data.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+_counter = itertools.count()
+_pending = [0]  # number of pending nodes created since the last cut (the size limit reads it)
+
+
+def live_nodes_count() -> int:
+    return _pending[0]
+
+
+class Node:
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "__weakref__")
+
+    def __init__(self, op: str, inputs: tuple, attrs: tuple, shape: tuple, dtype):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs  # sorted tuple of (name, value) pairs: hashable, part of the plan key
+        self.shape = shape
+        self.dtype = dtype
+        self.data = None
+        self.value = None
+        self.id = next(_counter)
+        if op != "buffer" and op != "scalar":
+            _pending[0] += 1
+
+    @classmethod
+    def buffer(cls, array: np.ndarray, dtype) -> "Node":
+        n = cls("buffer", (), (), tuple(array.shape), dtype)
+        n.data = array
+        return n
+
+    @classmethod
+    def scalar(cls, value, dtype) -> "Node":
+        n = cls("scalar", (), (), (), dtype)
+        n.value = value
+        return n
+
+    @property
+    def pending(self) -> bool:
+        return self.op != "buffer" and self.op != "scalar"
+
+    def realize(self, array: np.ndarray) -> None:
+        """Turn this pending node into a buffer holding ``array`` (drops the graph behind it)."""
+        self.op = "buffer"
+        self.inputs = ()
+        self.attrs = ()
+        self.data = array
+
+    def attr(self, name):
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+def reset_pending_count() -> None:
+    _pending[0] = 0

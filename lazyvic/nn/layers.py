@@ -57,7 +57,9 @@ class Sequential(Module):
 
     def __getitem__(self, i):
         mods = list(self._modules.values())
-        return Sequential(*mods[i]) if isinstance(i, slice) else mods[i]
+        if isinstance(i, slice):  # keeps the names, as PyTorch (state_dict keys stay the same)
+            return Sequential(OrderedDict(list(self._modules.items())[i]))
+        return mods[i]
 
     def __len__(self):
         return len(self._modules)

@@ -46,14 +46,30 @@ class Module:
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name, value):
-        if "_parameters" not in self.__dict__:
+        d = self.__dict__
+        if "_parameters" not in d:
             raise AttributeError("cannot assign before Module.__init__() call")
-        for d in (self._parameters, self._buffers, self._modules):
+        params, buffers, modules = d["_parameters"], d["_buffers"], d["_modules"]
+        # PyTorch's rules. A Parameter or Module registers and replaces a plain attribute of
+        # that name (else the instance attribute would shadow it); a registered name keeps
+        # its kind, so a value of the wrong type raises instead of silently unregistering.
+        if isinstance(value, (Parameter, Module)):
             d.pop(name, None)
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
+            for store in (params, buffers, modules):
+                store.pop(name, None)
+            (params if isinstance(value, Parameter) else modules)[name] = value
+        elif name in params or name in modules:
+            kind = "parameter" if name in params else "child module"
+            if value is not None:
+                expected = "lazyvic.nn.Parameter" if name in params else "lazyvic.nn.Module"
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as {kind} {name!r} ({expected} or None expected)"
+                )
+            (params if name in params else modules)[name] = None
+        elif name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (Tensor or None expected)")
+            buffers[name] = value
         else:
             object.__setattr__(self, name, value)
 
@@ -200,8 +216,9 @@ class Module:
         """Copy values from ``state_dict`` (tensors or NumPy arrays) into parameters and buffers.
 
         Everything is validated before anything is assigned. Raises CheckpointError
-        listing every missing key, unexpected key (when ``strict``) and shape or dtype
-        mismatch with both shapes. Returns ``(missing_keys, unexpected_keys)``.
+        listing every missing key, unexpected key (when ``strict``) and shape mismatch
+        with both shapes. Values are cast to the dtype of the parameter or buffer they
+        replace. Returns ``(missing_keys, unexpected_keys)``.
         """
         own = self.state_dict()
         missing = [k for k in own if k not in state_dict]
@@ -231,7 +248,7 @@ class Module:
                 targets[f"{mp}.{name}" if mp else name] = (m, name)
         with autograd.no_grad():
             for k, v in state_dict.items():
-                if k not in targets:
+                if k not in own:  # unexpected (strict=False), incl. None parameters and non-persistent buffers
                     continue
                 m, name = targets[k]
                 cur = m._parameters.get(name) if name in m._parameters else m._buffers.get(name)

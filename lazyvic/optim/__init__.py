@@ -75,7 +75,8 @@ class SGD(Optimizer):
         if mom:
             st = self._state(p)
             buf = st.get("momentum_buffer")
-            buf = grad if buf is None else buf * mom + grad * (1 - group["dampening"])
+            # A new handle, as PyTorch clones: an in-place change of p.grad must not reach the buffer.
+            buf = grad.detach() if buf is None else buf * mom + grad * (1 - group["dampening"])
             st["momentum_buffer"] = buf
             grad = grad + buf * mom if group["nesterov"] else buf
         p._assign(p - grad * group["lr"])

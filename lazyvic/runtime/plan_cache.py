@@ -13,6 +13,7 @@ import time
 
 from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
+from lazyvic.runtime.executor import execute
 from lazyvic.runtime.interpreter import interpret
 
 
@@ -40,10 +41,12 @@ def _compile(trace):
     from lazyvic.lowering import compile_trace
 
     t0 = time.perf_counter()
-    plan = compile_trace(trace)
+    plan = compile_trace(trace, config.cache_dir, config.debug)
     dt = time.perf_counter() - t0
     metrics.add("compile_seconds", dt)
     metrics.add("plans_compiled")
+    metrics.add("kernels_compiled", plan.stats.get("kernels_compiled", 0))
+    metrics.add("kernels_loaded", plan.stats.get("kernels_loaded", 0))
     if config.debug >= 1:
         print(f"[lazyvic] compiled plan {plan.name}: {len(plan.steps)} steps in {dt:.3f}s", file=sys.stderr)
     return plan
@@ -73,10 +76,15 @@ def run(trace, inputs: list, scalars: list) -> list:
             if config.debug >= 1 or "pytest" in sys.modules:
                 print(f"[lazyvic] plan compilation failed, interpreting: {entry.failed}", file=sys.stderr)
     if entry.plan is not None:
+        plan = entry.plan
         t0 = time.perf_counter()
-        out = entry.plan.run(inputs, scalars)
+        out = execute(plan, inputs, scalars, config.debug)
         metrics.add("execute_seconds", time.perf_counter() - t0)
         metrics.add("compiled_runs")
+        if plan.fallbacks:
+            metrics.add("fallbacks", len(plan.fallbacks))
+            for op in plan.fallbacks:
+                metrics.fallback_ops[op] += 1
         return out
     if entry.failed is not None:
         metrics.add("fallbacks")

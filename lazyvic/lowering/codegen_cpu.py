@@ -1,0 +1,444 @@
+"""CPU code generation: one FusionGroup -> Python source of a Numba kernel.
+
+A kernel loops over its space ``(shape, axes)``: the kept dimensions are the
+outer loops (the first one a ``prange`` when the kernel is large enough), the
+reduced dimensions the inner loops. Each reduction stage is one pass over the
+reduced dimensions into an accumulator; values that depend only on the outer
+indices are computed once per row, before the pass that first needs them. The
+root is then written by a last pass (full-shape root) or once per row
+(reduced-shape root).
+
+Indices are affine forms over the loop variables (:class:`Lin`); movement ops
+transform them (permute, expand, slice, pad) or, for reshape, decompose the
+flat offset back into dimensions when the strides allow it — otherwise the
+planner materializes the reshaped value (:class:`NeedsMaterialize`). Adjacent
+loops that every index walks contiguously are merged, so a contiguous
+elementwise kernel is a single flat loop that LLVM vectorizes.
+
+Buffers are passed flat (1-D, C-contiguous); scalars as typed NumPy scalars.
+One statement per op, each cast to its dtype (a bare literal would widen
+float32 arithmetic to float64).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from lazyvic import dtypes as dt
+from lazyvic import ops as optable
+from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
+from lazyvic.ops.elementwise import ALIAS, const
+
+PARALLEL_MIN_ELEMENTS = 1 << 15
+FASTMATH = "{'reassoc', 'contract', 'nsz', 'arcp'}"
+
+
+class Lin:
+    """``sum(coef * var) + const`` over loop variables (ints are dimension numbers)."""
+
+    __slots__ = ("terms", "const")
+
+    def __init__(self, terms=None, const=0):
+        self.terms = {v: c for v, c in (terms or {}).items() if c}
+        self.const = const
+
+    def __add__(self, other):
+        if isinstance(other, int):
+            return Lin(self.terms, self.const + other)
+        t = dict(self.terms)
+        for v, c in other.terms.items():
+            t[v] = t.get(v, 0) + c
+        return Lin(t, self.const + other.const)
+
+    def scale(self, k: int) -> "Lin":
+        return Lin({v: c * k for v, c in self.terms.items()}, self.const * k)
+
+    def key(self):
+        return (tuple(sorted(self.terms.items())), self.const)
+
+    def bounds(self, sizes) -> tuple:
+        lo = hi = self.const
+        for v, c in self.terms.items():
+            span = c * (sizes[v] - 1)
+            if span < 0:
+                lo += span
+            else:
+                hi += span
+        return lo, hi
+
+
+def contiguous_strides(shape) -> list:
+    strides, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        strides[d] = acc
+        acc *= shape[d]
+    return strides
+
+
+def flat(idx, shape) -> Lin:
+    out = Lin()
+    for lin, s in zip(idx, contiguous_strides(shape)):
+        out = out + lin.scale(s)
+    return out
+
+
+def unflatten(f: Lin, shape, sizes):
+    """Split a flat offset into per-dimension indices of ``shape``, or None if it would carry."""
+    strides = contiguous_strides(shape)
+    dims = [Lin() for _ in shape]
+    maxes = [0] * len(shape)
+    c = f.const
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        if n == 0:
+            return None
+        digit = (c // s) % n if d else c // s
+        dims[d] = dims[d] + digit
+        maxes[d] += digit
+    for v, coef in f.terms.items():
+        if coef < 0:
+            return None
+        placed = False
+        for d, s in enumerate(strides):
+            if shape[d] == 1:
+                continue
+            if coef % s == 0 and (d == 0 or coef < strides[d - 1]):
+                dims[d] = dims[d] + Lin({v: coef // s})
+                maxes[d] += coef // s * (sizes[v] - 1)
+                placed = True
+                break
+        if not placed:
+            return None
+    if any(mx >= n for mx, n in zip(maxes[1:], shape[1:])):
+        return None
+    return dims
+
+
+class KernelSource:
+    """The generated source of one kernel and what it needs to run."""
+
+    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types):
+        self.name = name
+        self.source = source
+        self.sha = sha
+        self.buffers = buffers  # entry positions, argument order (after the output)
+        self.scalars = scalars  # scalar slots, argument order
+        self.parallel = parallel
+        self.arg_types = arg_types  # (dtype name, is_array) per argument
+
+
+class _Emitter:
+    def __init__(self, entries, materialized, group: FusionGroup, scalar_slot):
+        self.e = entries
+        self.m = materialized
+        self.g = group
+        self.scalar_slot = scalar_slot
+        self.stage_set = set(group.stages)
+        shape, axes = group.space_shape, group.space_axes
+        self.shape, self.axes = shape, axes
+        self.sizes = {d: n for d, n in enumerate(shape) if n != 1}
+        self.outer = [d for d in range(len(shape)) if d not in axes and n_ne1(shape[d])]
+        self.inner = [d for d in axes if n_ne1(shape[d])]
+        self.lins: list = []
+        self.bufs: dict = {}
+        self.scals: dict = {}
+        self.tmp = 0
+        self.row_lines: list = []
+        self.loop_lines = None
+        self.pending_row: list = []
+        self.row_memo: dict = {}
+        self.loop_memo: dict = {}
+        self.stage_result: dict = {}
+        self.ops_used: list = []
+
+    # -- helpers ------------------------------------------------------------
+    def full_index(self):
+        return [Lin({d: 1}) if n != 1 else Lin() for d, n in enumerate(self.shape)]
+
+    def reduced_index(self):
+        return [Lin() if d in self.axes or n == 1 else Lin({d: 1}) for d, n in enumerate(self.shape)]
+
+    def lin_token(self, lin: Lin) -> str:
+        self.lins.append(lin)
+        return f"\x00{len(self.lins) - 1}\x00"
+
+    def depends_on_inner(self, lins) -> bool:
+        inner = set(self.inner)
+        return any(v in inner for lin in lins for v in lin.terms)
+
+    def new_tmp(self) -> str:
+        self.tmp += 1
+        return f"t{self.tmp - 1}"
+
+    def statement(self, expr: str, dtype: dt.DType, inner: bool) -> str:
+        name = self.new_tmp()
+        line = f"{name} = {ALIAS[dtype.name]}({expr})"
+        if inner and self.loop_lines is not None:
+            self.loop_lines.append(line)
+        elif self.loop_lines is not None:
+            self.pending_row.append(line)
+        else:
+            self.row_lines.append(line)
+        return name
+
+    def buffer_name(self, i: int) -> str:
+        if i not in self.bufs:
+            self.bufs[i] = f"in{len(self.bufs)}"
+        return self.bufs[i]
+
+    # -- expressions ---------------------------------------------------------
+    def emit(self, i: int, idx: list, conds: tuple, root: bool = False):
+        """Name of a variable holding node i at index ``idx``; returns (name, depends_on_inner)."""
+        key = (i, tuple(l.key() for l in idx), tuple((c[0].key(), c[1], c[2]) for c in conds))
+        hit = self.loop_memo.get(key) or self.row_memo.get(key)
+        if hit is not None:
+            return hit
+        op, attrs, inputs, shape, dtype = self.e[i]
+        opdef = optable.OPS[op]
+        if op == "scalar":
+            slot = attrs[0]
+            if slot not in self.scals:
+                self.scals[slot] = f"s{len(self.scals)}"
+            return self.scals[slot], False
+        if i in self.stage_set and not root:
+            want = self.reduced_index_for(shape)
+            if [l.key() for l in idx] != [l.key() for l in want]:
+                raise NeedsMaterialize(i, "reduction read at another index than its row")
+            return self.stage_result[i], False
+        if (i in self.m and not root) or op == "buffer":
+            f = flat(idx, shape)
+            inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
+            load = f"{self.buffer_name(i)}[{self.lin_token(f)}]"
+            if conds:
+                load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
+            res = (self.statement(load, dtype, inner), inner)
+        elif opdef.kind == "elementwise":
+            args = [self.emit(j, idx, conds) for j in inputs]
+            in_dtypes = [self.e[j][4] for j in inputs]
+            inner = any(a[1] for a in args)
+            self.ops_used.append(op)
+            res = (self.statement(opdef.expr([a[0] for a in args], in_dtypes, dtype), dtype, inner), inner)
+        elif opdef.kind == "movement":
+            res = self.emit_movement(i, op, attrs, inputs[0], shape, idx, conds)
+        else:
+            raise NeedsMaterialize(i, f"{op} cannot be inlined")
+        (self.loop_memo if res[1] and self.loop_lines is not None else self.row_memo)[key] = res
+        return res
+
+    def reduced_index_for(self, shape):
+        return [Lin() if (d in self.axes or n == 1) else Lin({d: 1}) for d, n in enumerate(shape)]
+
+    def cond_expr(self, conds) -> str:
+        parts = []
+        for lin, lo, hi in conds:
+            tok = self.lin_token(lin)
+            parts.append(f"({lo} <= {tok} < {hi})")
+        return " and ".join(parts)
+
+    def emit_movement(self, i, op, attrs, src, shape, idx, conds):
+        in_shape = self.e[src][3]
+        in_m = src in self.m or self.e[src][0] == "buffer"
+        if op == "reshape":
+            f = flat(idx, shape)
+            if in_m and self.e[src][0] != "scalar":
+                in_idx = unflatten(f, in_shape, self.sizes_all()) or None
+                if in_idx is None:
+                    # Loading a buffer needs only the flat offset.
+                    return self.load_flat(src, f, conds)
+            else:
+                in_idx = unflatten(f, in_shape, self.sizes_all())
+                if in_idx is None:
+                    raise NeedsMaterialize(src, "reshape of a strided view")
+            return self.emit(src, in_idx, conds)
+        if op == "permute":
+            in_idx = [None] * len(in_shape)
+            for k, p in enumerate(attrs["perm"]):
+                in_idx[p] = idx[k]
+            return self.emit(src, in_idx, conds)
+        if op == "expand":
+            if not in_shape:
+                return self.emit(src, [], conds)
+            in_idx = [Lin() if (n == 1 and s != 1) else lin for lin, n, s in zip(idx, in_shape, shape)]
+            dropped = [lin for lin, n, s in zip(idx, in_shape, shape) if n == 1 and s != 1]
+            outer_dropped = any(v in self.outer for lin in dropped for v in lin.terms)
+            if outer_dropped and not in_m and self._cost(src) >= 3:
+                raise NeedsMaterialize(src, "broadcast of a costly value would recompute it")
+            return self.emit(src, in_idx, conds)
+        if op == "slice":
+            in_idx = [lin.scale(st) + a for lin, a, st in zip(idx, attrs["starts"], attrs["steps"])]
+            return self.emit(src, in_idx, conds)
+        if op == "pad":
+            in_idx = [lin + (-b) for lin, (b, a) in zip(idx, attrs["pads"])]
+            sizes = self.sizes_all()
+            new = []
+            for lin, n, (b, a) in zip(in_idx, in_shape, attrs["pads"]):
+                lo, hi = lin.bounds(sizes)
+                if lo < 0 or hi >= n:
+                    new.append((lin, 0, n))
+            all_conds = conds + tuple(new)
+            val, inner = self.emit(src, in_idx, all_conds)
+            if not new:
+                return val, inner
+            dtype = self.e[i][4]
+            inner = inner or self.depends_on_inner([c[0] for c in new])
+            expr = f"{val} if {self.cond_expr(tuple(new))} else {const(dtype, 0)}"
+            return self.statement(expr, dtype, inner), inner
+        raise NeedsMaterialize(i, f"unknown movement op {op}")
+
+    def load_flat(self, src, f, conds):
+        dtype = self.e[src][4]
+        inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
+        load = f"{self.buffer_name(src)}[{self.lin_token(f)}]"
+        if conds:
+            load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
+        return self.statement(load, dtype, inner), inner
+
+    def sizes_all(self):
+        return {d: n for d, n in enumerate(self.shape)}
+
+    def _cost(self, i, limit=3):
+        total, stack, seen = 0, [i], set()
+        while stack and total < limit:
+            j = stack.pop()
+            if j in seen or j in self.m or self.e[j][0] in ("buffer", "scalar"):
+                continue
+            seen.add(j)
+            if optable.OPS[self.e[j][0]].kind != "movement":
+                total += 1
+            stack.extend(self.e[j][2])
+        return total
+
+    # -- structure -------------------------------------------------------------
+    def open_loop(self):
+        self.loop_lines = []
+        self.pending_row = []
+        self.loop_memo = {}
+
+    def close_loop(self):
+        body = self.loop_lines
+        self.row_lines.extend(self.pending_row)
+        self.row_lines.append(("LOOP", body))
+        self.loop_lines = None
+        self.pending_row = []
+        self.loop_memo = {}
+
+    def build(self):
+        g = self.g
+        root = g.root
+        r_op, r_attrs, r_inputs, r_shape, r_dtype = self.e[root]
+        for s in g.stages:
+            sop, sattrs, sinputs, sshape, sdtype = self.e[s]
+            opdef = optable.OPS[sop]
+            acc = f"a{len(self.stage_result)}"
+            inits = opdef.reduce_init(self.e[sinputs[0]][4])
+            names = [acc + suffix for suffix, _ in inits]
+            for name, (_, lit) in zip(names, inits):
+                self.row_lines.append(f"{name} = {lit}")
+            self.open_loop()
+            v, _ = self.emit(sinputs[0], self.full_index(), ())
+            r_flat = flat([Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes],
+                          [self.shape[d] for d in self.axes])
+            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat)))
+            self.close_loop()
+            self.stage_result[s] = names[0]
+            self.ops_used.append(sop)
+        full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
+        if root in self.stage_set:
+            value, idx_shape = self.stage_result[root], r_shape
+            store = flat(self.reduced_index_for(r_shape), r_shape)
+            self.row_lines.append(f"out[{self.lin_token(store)}] = {value}")
+        elif full_root and self.axes:
+            self.open_loop()
+            idx = self.full_index()
+            v, _ = self.emit(root, idx, (), root=True)
+            self.loop_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
+            self.close_loop()
+        else:
+            idx = self.full_index() if full_root else self.reduced_index_for(r_shape)
+            v, _ = self.emit(root, idx, (), root=True)
+            self.row_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
+
+    # -- loop merging and rendering --------------------------------------------
+    def merge_loops(self):
+        """Merge adjacent loops (same class) that every index walks contiguously."""
+        sizes = {d: n for d, n in enumerate(self.shape)}
+        groups = []
+        for cls in (self.outer, self.inner):
+            merged = list(cls)
+            i = 0
+            while i + 1 < len(merged):
+                a, b = merged[i], merged[i + 1]
+                if all(lin.terms.get(a, 0) == lin.terms.get(b, 0) * sizes[b] for lin in self.lins):
+                    # coef_a * i_a + coef_b * i_b == coef_b * (i_a * size_b + i_b): keep b, drop a.
+                    for lin in self.lins:
+                        lin.terms.pop(a, None)
+                    sizes[b] = sizes[a] * sizes[b]
+                    merged.pop(i)
+                else:
+                    i += 1
+            groups.append(merged)
+        self.outer, self.inner = groups
+        self.loop_sizes = sizes
+
+    def render_lin(self, lin: Lin) -> str:
+        parts = []
+        for v, c in sorted(lin.terms.items()):
+            parts.append(f"i{v}" if c == 1 else f"i{v} * {c}")
+        if lin.const or not parts:
+            parts.append(str(lin.const))
+        return " + ".join(parts)
+
+
+def n_ne1(n: int) -> bool:
+    return n != 1
+
+
+def generate(entries, materialized, group: FusionGroup) -> KernelSource:
+    """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
+    em = _Emitter(entries, materialized, group, None)
+    em.build()
+    em.merge_loops()
+    numel = math.prod(group.space_shape)
+    parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
+
+    def render(lines, depth):
+        out = []
+        for line in lines:
+            if isinstance(line, tuple):
+                ind = "    " * depth
+                d = depth
+                for v in em.inner:
+                    out.append(f"{'    ' * d}for i{v} in range({em.loop_sizes[v]}):")
+                    d += 1
+                if not em.inner:
+                    out.append(f"{ind}if True:")
+                    d += 1
+                out.extend(render(line[1], d))
+            else:
+                out.append("    " * depth + line)
+        return out
+
+    body = []
+    depth = 1
+    for k, v in enumerate(em.outer):
+        rng = "prange" if (k == 0 and parallel) else "range"
+        body.append(f"{'    ' * depth}for i{v} in {rng}({em.loop_sizes[v]}):")
+        depth += 1
+    body.extend(render(em.row_lines, depth))
+    text = "\n".join(body)
+    for n, lin in enumerate(em.lins):
+        text = text.replace(f"\x00{n}\x00", em.render_lin(lin))
+
+    buffers = list(em.bufs)
+    scalar_slots = list(em.scals)
+    args = ["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
+    decorator = (f"@njit(parallel={parallel}, fastmath={FASTMATH}, cache=True, nogil=True, "
+                 f"error_model='numpy', boundscheck=False)")
+    signature = f"def KERNEL_NAME({', '.join(args)}):"
+    source = "\n".join([decorator, signature, text, ""])
+    sha = hashlib.sha1(source.encode()).hexdigest()
+    ops = [o for o in dict.fromkeys(em.ops_used)][:4]
+    name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:8]
+    source = source.replace("KERNEL_NAME", name)
+    arg_types = [(entries[group.root][4].name, True)] + [(entries[b][4].name, True) for b in buffers]
+    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types)

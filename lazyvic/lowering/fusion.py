@@ -1,0 +1,205 @@
+"""Fusion: which nodes get a buffer, and which kernel computes each of the others.
+
+A node is *materialized* (written to a buffer) when it is a trace input or
+output, a library op (matmul, gather/scatter, random) or an operand of one, a
+reduction that no kernel can absorb, or an elementwise value that several
+kernels need and that is too costly to recompute. Every other node is inlined
+into the kernels that read it: elementwise chains become one loop body and
+movement ops become index math.
+
+A kernel (:class:`FusionGroup`) has an iteration *space* ``(shape, axes)``: it
+loops over ``shape`` and reduces over ``axes`` (empty for pure elementwise
+kernels). Reductions over the same space whose results are only used inside one
+kernel become *stages* of it: softmax, log-softmax, layer norm and
+cross-entropy rows are each one kernel that loops over the row several times,
+and a reduced-shape consumer (``mean = sum * 1/n``) is fused behind its reduction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lazyvic import ops as optable
+
+LIBRARY_KINDS = ("matmul", "index", "random")
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """One kernel: ``root`` is the node it writes; ``stages`` the reductions it computes inside."""
+
+    root: int
+    space_shape: tuple
+    space_axes: tuple
+    stages: tuple
+    members: tuple  # every node computed inside (for debug output and the visualizer)
+
+
+class NeedsMaterialize(Exception):
+    """Raised by code generation: node ``node`` must get a buffer; the planner retries."""
+
+    def __init__(self, node: int, why: str):
+        super().__init__(f"node {node}: {why}")
+        self.node = node
+        self.why = why
+
+
+def kind(entry) -> str:
+    return optable.OPS[entry[0]].kind
+
+
+def movement_base(entries, i) -> int:
+    """The first non-movement node under a chain of movement ops."""
+    while kind(entries[i]) == "movement":
+        i = entries[i][2][0]
+    return i
+
+
+def initial_materialized(entries, outputs, forced) -> set:
+    m = set(outputs) | set(forced)
+    for i, e in enumerate(entries):
+        k = kind(e)
+        if k in ("source", "reduce") or k in LIBRARY_KINDS:
+            m.add(i)
+        if k in LIBRARY_KINDS:
+            for j in e[2]:
+                m.add(movement_base(entries, j))
+    return m
+
+
+def library_operand_chains(entries, m) -> set:
+    """Movement nodes read by library ops through NumPy views (not part of any kernel)."""
+    chain = set()
+    for e in entries:
+        if kind(e) in LIBRARY_KINDS:
+            for j in e[2]:
+                while j not in m and kind(entries[j]) == "movement":
+                    chain.add(j)
+                    j = entries[j][2][0]
+    return chain
+
+
+def _roots(entries, m, chain):
+    return [i for i in sorted(m) if kind(entries[i]) not in ("source",) + LIBRARY_KINDS and i not in chain]
+
+
+def reach(entries, m, roots, stages_of) -> dict:
+    """node -> set of kernel roots that inline it (DFS from each root, stopping at buffers)."""
+    r: dict = {}
+    for k in roots:
+        stack = list(entries[k][2]) + [j for s in stages_of.get(k, ()) for j in entries[s][2]]
+        for s in stages_of.get(k, ()):
+            r.setdefault(s, set()).add(k)
+        seen = set()
+        while stack:
+            i = stack.pop()
+            if i in seen or i in m:
+                continue
+            seen.add(i)
+            r.setdefault(i, set()).add(k)
+            stack.extend(entries[i][2])
+    return r
+
+
+def _cost(entries, m, i, limit=8) -> int:
+    """Number of non-movement ops inlined under node i (stops at buffers), capped."""
+    total, stack, seen = 0, [i], set()
+    while stack and total < limit:
+        j = stack.pop()
+        if j in seen or j in m:
+            continue
+        seen.add(j)
+        if kind(entries[j]) != "movement":
+            total += 1
+        stack.extend(entries[j][2])
+    return total
+
+
+def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
+    """Decide buffers and kernels. Returns (groups in execution order, materialized set, chain set)."""
+    m = initial_materialized(entries, outputs, forced)
+    chain = library_operand_chains(entries, m)
+    consumers: dict = {}
+    for i, e in enumerate(entries):
+        for j in e[2]:
+            consumers.setdefault(j, []).append(i)
+
+    space = {}
+    for k in _roots(entries, m, chain):
+        e = entries[k]
+        space[k] = (entries[e[2][0]][3], tuple(e[1]["axes"])) if kind(e) == "reduce" else (e[3], ())
+    stages_of: dict = {}
+    stage_owner: dict = {}
+
+    # Absorb reductions into the one kernel that uses them (consumers first).
+    fixed = set(outputs) | set(forced)
+    changed = True
+    while changed:
+        changed = False
+        roots = _roots(entries, m, chain)
+        r = reach(entries, m, roots, stages_of)
+        for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
+            users = set()
+            for c in consumers.get(red, ()):
+                users |= {c} if c in m else r.get(c, {None})
+            if len(users) != 1:
+                continue
+            (k,) = users
+            if k is None or k == red or k not in space or kind(entries[k]) in LIBRARY_KINDS or k in chain:
+                continue
+            e = entries[red]
+            rspace = (entries[e[2][0]][3], tuple(e[1]["axes"]))
+            kshape, kaxes = space[k]
+            if kaxes:
+                if (kshape, kaxes) != rspace:
+                    continue
+            else:
+                full, reduced = rspace[0], e[3]
+                if kshape != full and kshape != reduced:
+                    continue
+                if kind(entries[k]) == "reduce":
+                    continue
+            space[k] = rspace
+            m.discard(red)
+            inner = stages_of.pop(red, ())
+            for s in inner:
+                stage_owner[s] = k
+            stages_of[k] = tuple(sorted(set(stages_of.get(k, ())) | set(inner) | {red}))
+            stage_owner[red] = k
+            space.pop(red, None)
+            changed = True
+            break
+
+    # Values needed by several kernels: materialize unless cheap to recompute.
+    while True:
+        roots = _roots(entries, m, chain)
+        r = reach(entries, m, roots, stages_of)
+        multi = [i for i, ks in r.items() if len(ks) > 1 and i not in stage_owner and _cost(entries, m, i) > 1]
+        if not multi:
+            break
+        pick = max(multi)
+        m.add(pick)
+        space[pick] = (entries[pick][3], ())
+        # A stage needed elsewhere cannot stay a stage: undo is rare, so just materialize it.
+    for s, owner in list(stage_owner.items()):
+        users = r.get(s, set())
+        if len(users) > 1:
+            raise NeedsMaterialize(s, "reduction used by several kernels")
+
+    groups = []
+    roots = _roots(entries, m, chain)
+    r = reach(entries, m, roots, stages_of)
+    members: dict = {}
+    for i, ks in r.items():
+        for k in ks:
+            members.setdefault(k, []).append(i)
+    for k in sorted(set(roots) | {i for i in m if kind(entries[i]) in LIBRARY_KINDS}):
+        if kind(entries[k]) in LIBRARY_KINDS:
+            groups.append(FusionGroup(k, entries[k][3], (), (), ()))
+            continue
+        shape, axes = space.get(k, (entries[k][3], ()))
+        stages = tuple(sorted(stages_of.get(k, ())))
+        if kind(entries[k]) == "reduce":
+            stages = tuple(sorted(set(stages) | {k}))
+        groups.append(FusionGroup(k, shape, axes, stages, tuple(sorted(set(members.get(k, ())) | {k}))))
+    return groups, m, chain

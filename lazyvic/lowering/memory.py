@@ -1,0 +1,77 @@
+"""Memory plan: liveness over the step sequence; intermediates share pooled storage.
+
+Each intermediate buffer lives from the step that writes it to the last step
+that reads it. Buffers whose lifetimes do not overlap share a slot of the pool
+(best fit by size); the pool is allocated once per plan and reused by every run,
+so a cached plan allocates nothing but its outputs in steady state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    slot_of: dict  # entry position -> pool slot
+    slot_bytes: tuple  # size of each pool slot
+    input_bytes: int
+    output_bytes: int
+    temporary_bytes: int  # sum of the pool slots
+    unshared_bytes: int  # what the temporaries would take without sharing
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.input_bytes + self.output_bytes + self.temporary_bytes
+
+    def as_dict(self) -> dict:
+        return {
+            "inputs": self.input_bytes,
+            "outputs": self.output_bytes,
+            "temporaries": self.temporary_bytes,
+            "temporaries_unshared": self.unshared_bytes,
+            "peak": self.peak_bytes,
+        }
+
+
+def nbytes(entry) -> int:
+    shape, dtype = entry[3], entry[4]
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def plan_memory(entries, steps_io: list, temporaries: set, outputs: set, inputs: set) -> MemoryPlan:
+    """``steps_io``: per step, (positions written, positions read)."""
+    first, last = {}, {}
+    for s, (writes, reads) in enumerate(steps_io):
+        for p in writes:
+            first.setdefault(p, s)
+            last.setdefault(p, s)
+        for p in reads:
+            last[p] = s
+    order = sorted(temporaries, key=lambda p: (first.get(p, 0), p))
+    slot_of, slot_bytes, free_at = {}, [], []
+    for p in order:
+        size = (nbytes(entries[p]) + ALIGN - 1) // ALIGN * ALIGN
+        start = first.get(p, 0)
+        best = None
+        for k, (cap, busy_until) in enumerate(zip(slot_bytes, free_at)):
+            if busy_until < start and cap >= size and (best is None or cap < slot_bytes[best]):
+                best = k
+        if best is None:
+            best = len(slot_bytes)
+            slot_bytes.append(size)
+            free_at.append(-1)
+        slot_of[p] = best
+        free_at[best] = last.get(p, start)
+    return MemoryPlan(
+        slot_of=slot_of,
+        slot_bytes=tuple(slot_bytes),
+        input_bytes=sum(nbytes(entries[p]) for p in inputs),
+        output_bytes=sum(nbytes(entries[p]) for p in outputs),
+        temporary_bytes=sum(slot_bytes),
+        unshared_bytes=sum(nbytes(entries[p]) for p in temporaries),
+    )

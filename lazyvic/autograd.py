@@ -83,7 +83,7 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        if t._ctx is not None:
+        if t._ctx is not None and t._ctx[1] is not None:
             for i in t._ctx[1]:
                 if i.requires_grad and id(i) not in seen:
                     stack.append((i, False))
@@ -99,6 +99,11 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                 t.grad = g if t.grad is None else t.grad + g
                 continue
             opdef, inputs, nodes, attrs, out_node = ctx
+            if inputs is None:
+                raise AutogradError(
+                    f"backward: trying to backward through the graph a second time (the saved values of "
+                    f"{opdef.name} were freed by the first backward); use backward(retain_graph=True)"
+                )
             saved = [Tensor._wrap(n) for n in nodes]
             cotangents = opdef.vjp(g, saved, Tensor._wrap(out_node), attrs)
             for inp, gi in zip(inputs, cotangents):
@@ -111,4 +116,6 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                 prev = grads.get(id(inp))
                 grads[id(inp)] = gi if prev is None else prev + gi
             if not retain_graph:
-                t._ctx = None
+                # Free the saved values but keep the op: the tensor stays a non-leaf with its
+                # grad_fn (as in PyTorch), and a second backward through it is an error.
+                t._ctx = (opdef, None, None, None, None)

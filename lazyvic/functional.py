@@ -43,6 +43,7 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
 
 def softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable)."""
+    dim = _norm_axis(dim, x.ndim, "softmax")
     m = x.amax(dim, keepdim=True).detach()
     e = (x - m).exp()
     return e / e.sum(dim, keepdim=True)
@@ -50,6 +51,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``x - logsumexp(x)`` along ``dim``."""
+    dim = _norm_axis(dim, x.ndim, "log_softmax")
     m = x.amax(dim, keepdim=True).detach()
     shifted = x - m
     return shifted - shifted.exp().sum(dim, keepdim=True).log()
@@ -89,6 +91,10 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", ignore
     ``mean`` divides by the number of targets that are not ``ignore_index`` (PyTorch's rule).
     Raises ShapeError for mismatched shapes, DTypeError for non-integer targets.
     """
+    expected = input.shape[:1] + input.shape[2:]
+    if input.ndim < 2 or target.shape != expected:
+        raise ShapeError(f"cross_entropy: expected logits (N, C, ...) and target {expected}, "
+                         f"got {input.shape} and {target.shape}")
     if input.ndim > 2:  # (N, C, d1, ...) -> (N*d1*..., C)
         c = input.shape[1]
         perm = (0,) + tuple(range(2, input.ndim)) + (1,)

@@ -365,7 +365,20 @@ class Tensor:
                 return self + 0
             if exponent == 0.5 and self.dtype.is_floating_point:
                 return self.sqrt()
+            if self.dtype.category == 1 and isinstance(exponent, numbers.Integral) and exponent >= 0:
+                return self._integer_power(int(exponent))
         return self._float()._binary("pow", exponent)
+
+    def _integer_power(self, exponent: int) -> "Tensor":
+        # PyTorch keeps int ** int integral; square-and-multiply is exact.
+        result, base = None, self
+        while exponent:
+            if exponent & 1:
+                result = base if result is None else result * base
+            exponent >>= 1
+            if exponent:
+                base = base * base
+        return result if result is not None else full_like(self, 1)
 
     def __rpow__(self, base):
         return self._float()._binary("pow", base, True)
@@ -658,7 +671,7 @@ class Tensor:
         return self.reshape(other.shape)
 
     def permute(self, *dims) -> "Tensor":
-        dims = _shape_arg(dims) if dims and not isinstance(dims[0], (tuple, list)) else tuple(dims[0])
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
         perm = tuple(_norm_axis(d, self.ndim, "permute") for d in dims)
         if len(perm) != self.ndim:
             raise ShapeError(f"permute: got {len(perm)} dims for a tensor of shape {self.shape}")
@@ -777,11 +790,15 @@ class Tensor:
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         """``out[i][j] = self[index[i][j]][j]`` for dim 0 (PyTorch semantics); index int64."""
         index = _as_tensor(index, dt.int64)
-        return self._gather(index, _norm_axis(dim, self.ndim, "gather"))
+        d = _norm_axis(dim, self.ndim, "gather")
+        _check_index_bounds("gather", index, self.shape, d)
+        return self._gather(index, d)
 
     def scatter_add(self, dim: int, index: "Tensor", src: "Tensor") -> "Tensor":
         index = _as_tensor(index, dt.int64)
-        return self._scatter_add(index, _as_tensor(src, self.dtype), _norm_axis(dim, self.ndim, "scatter_add"))
+        d = _norm_axis(dim, self.ndim, "scatter_add")
+        _check_index_bounds("scatter_add", index, self.shape, d)
+        return self._scatter_add(index, _as_tensor(src, self.dtype), d)
 
     def index_select(self, dim: int, index) -> "Tensor":
         """Rows (along ``dim``) picked by a 1-D int64 ``index``."""
@@ -789,6 +806,7 @@ class Tensor:
         if index.ndim != 1:
             raise ShapeError(f"index_select: index must be 1-D, got shape {index.shape}")
         d = _norm_axis(dim, self.ndim, "index_select")
+        _check_index_bounds("index_select", index, self.shape, d)
         shape = self.shape[:d] + (index.shape[0],) + self.shape[d + 1 :]
         view = (1,) * d + (index.shape[0],) + (1,) * (self.ndim - d - 1)
         return self._gather(index.reshape(*view).expand(*shape), d)
@@ -824,6 +842,20 @@ class Tensor:
 
 
 # ============================================================ module functions
+def _check_index_bounds(opname: str, index: Tensor, shape: tuple, dim: int) -> None:
+    """Raise at the op for a realized index out of range (a pending index is checked when it runs)."""
+    data = index._node.data if index._node.op == "buffer" else None
+    if data is None or not data.size or data.dtype.kind not in "iu":
+        return
+    n = shape[dim]
+    bad = data[(data < 0) | (data >= n)]
+    if bad.size:
+        raise LIndexError(
+            f"{opname}: index {int(bad.ravel()[0])} is out of range for dimension {dim} "
+            f"with size {n} (input shape {shape}, index shape {index.shape})"
+        )
+
+
 def _to_array(data, dtype) -> tuple:
     if isinstance(data, Tensor):
         arr = data.numpy()
@@ -900,6 +932,7 @@ def matmul(a, b) -> Tensor:
     if not isinstance(a, Tensor):
         a = _as_tensor(a, b.dtype)
     b = _as_tensor(b, a.dtype)
+    shape_a, shape_b = a.shape, b.shape
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")
     a, b = _promote_pair(a._float(), b._float(), "matmul")
@@ -909,8 +942,13 @@ def matmul(a, b) -> Tensor:
     if b.ndim == 1:
         b, squeeze_b = b.reshape(b.shape[0], 1), True
     if a.shape[-1] != b.shape[-2]:
-        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})")
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], "matmul")
+        raise ShapeError(f"matmul: shapes {shape_a} and {shape_b} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})")
+    try:
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], "matmul")
+    except ShapeError:
+        raise ShapeError(
+            f"matmul: batch dimensions of shapes {shape_a} and {shape_b} cannot be broadcast together"
+        ) from None
     a = a._broadcast_to(batch + a.shape[-2:])
     b = b._broadcast_to(batch + b.shape[-2:])
     out = _apply("matmul", (a, b))
@@ -957,6 +995,21 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
+def _wrap_negative_index(idx: Tensor, shape: tuple, axis: int) -> Tensor:
+    """Python's negative indices for an index tensor (index_select and gather take only 0..n-1)."""
+    if idx.dtype.category != 1 or axis >= len(shape):
+        return idx  # the index op names the problem
+    n = shape[axis]
+    data = idx._node.data if idx._node.op == "buffer" else None
+    if data is None:
+        return where(idx < 0, idx + n, idx)
+    bad = data[(data < -n) | (data >= n)]
+    if bad.size:
+        raise LIndexError(f"__getitem__: index {int(bad.ravel()[0])} is out of bounds for dimension {axis} "
+                          f"with size {n} (indexed shape {shape})")
+    return Tensor(np.where(data < 0, data + n, data), dtype=idx.dtype) if (data < 0).any() else idx
+
+
 def _getitem(x: Tensor, index) -> Tensor:
     if not isinstance(index, tuple):
         index = (index,)
@@ -970,12 +1023,15 @@ def _getitem(x: Tensor, index) -> Tensor:
         if idx.dtype is dt.bool_:
             raise UnsupportedOpError("__getitem__: boolean masks give data-dependent shapes; use where() instead")
         rest = x[index[:k] + (slice(None),) * (x.ndim - k)] if k else x
+        # Integer indices before the tensor drop their axes.
+        axis = k - sum(1 for ix in index[:k] if not isinstance(ix, slice))
+        idx = _wrap_negative_index(idx, rest.shape, axis)
         if idx.ndim != 1:
-            flat = rest.index_select(k, idx.reshape(-1))
-            return flat.reshape(*flat.shape[:k], *idx.shape, *flat.shape[k + 1 :])
-        out = rest.index_select(k, idx)
+            flat = rest.index_select(axis, idx.reshape(-1))
+            return flat.reshape(*flat.shape[:axis], *idx.shape, *flat.shape[axis + 1 :])
+        out = rest.index_select(axis, idx)
         tail = index[k + 1 :]
-        return out[(slice(None),) * (k + 1) + tail] if tail else out
+        return out[(slice(None),) * (axis + 1) + tail] if tail else out
     n_real = sum(1 for ix in index if ix is not None and ix is not Ellipsis)
     if n_real > x.ndim:
         raise LIndexError(f"__getitem__: too many indices ({n_real}) for tensor of shape {x.shape}")
@@ -1199,7 +1255,13 @@ def sync(*tensors: Tensor) -> None:
         _live_pending.clear()
         return
     trace, inputs, scalars, out_nodes = cut(roots, _trace_flags())
-    arrays = run(trace, inputs, scalars)
+    try:
+        arrays = run(trace, inputs, scalars)
+    except Exception:
+        # The failing tensors stay pending (a sync on one of them raises again), but they are
+        # no longer swept into every later sync, so one bad op does not poison the session.
+        _live_pending.clear()
+        raise
     for node, array in zip(out_nodes, arrays):
         node.realize(array)
     _live_pending.clear()

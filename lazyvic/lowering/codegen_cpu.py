@@ -31,7 +31,12 @@ from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
 from lazyvic.ops.elementwise import ALIAS, const
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
-FASTMATH = "{'reassoc', 'contract', 'nsz', 'arcp'}"
+# Elementwise kernels use strict IEEE arithmetic, so they round exactly as the NumPy
+# interpreter does (no FMA contraction): a seeded computation gives the same bits
+# whether its plan ran interpreted or compiled. Kernels with reductions allow
+# reassociation, which the vectorizer needs; the order is fixed per compiled kernel,
+# so their results are still the same on every run and for every thread count.
+FASTMATH_REDUCE = "{'reassoc', 'nsz'}"
 
 
 class Lin:
@@ -354,7 +359,13 @@ class _Emitter:
             self.loop_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
             self.close_loop()
         else:
-            idx = self.full_index() if full_root else self.reduced_index_for(r_shape)
+            if full_root:
+                idx = self.full_index()
+            elif len(r_shape) == len(self.shape):
+                idx = self.reduced_index_for(r_shape)
+            else:  # reduced shape with the reduced axes squeezed away
+                kept = [d for d in range(len(self.shape)) if d not in self.axes]
+                idx = [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in kept]
             v, _ = self.emit(root, idx, (), root=True)
             self.row_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
 
@@ -432,7 +443,8 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     buffers = list(em.bufs)
     scalar_slots = list(em.scals)
     args = ["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
-    decorator = (f"@njit(parallel={parallel}, fastmath={FASTMATH}, cache=True, nogil=True, "
+    fastmath = FASTMATH_REDUCE if group.stages else "False"
+    decorator = (f"@njit(parallel={parallel}, fastmath={fastmath}, cache=True, nogil=True, "
                  f"error_model='numpy', boundscheck=False)")
     signature = f"def KERNEL_NAME({', '.join(args)}):"
     source = "\n".join([decorator, signature, text, ""])

@@ -155,7 +155,8 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
                     continue
             else:
                 full, reduced = rspace[0], e[3]
-                if kshape != full and kshape != reduced:
+                squeezed = tuple(n for d, n in enumerate(full) if d not in rspace[1])
+                if kshape != full and kshape != reduced and kshape != squeezed:
                     continue
                 if kind(entries[k]) == "reduce":
                     continue

@@ -65,6 +65,18 @@ def _compare(opname):
     return infer
 
 
+def _no_bool(opname, base):
+    """PyTorch rejects ``-`` on bool tensors (NumPy would fail only when the trace runs)."""
+
+    def infer(shapes, dtypes, attrs):
+        s, d = base(shapes, dtypes, attrs)
+        if d is dt.bool_:
+            raise DTypeError(f"{opname}: the - operator is not supported on bool tensors; use ~ or logical_not")
+        return s, d
+
+    return infer
+
+
 def _fn(name_f32: str, name_f64: str):
     """Expression for a unary transcendental: approximation for f32, libm for f64."""
 
@@ -74,8 +86,8 @@ def _fn(name_f32: str, name_f64: str):
     return expr
 
 
-def unary(name, reference, expr, vjp, float_only=True):
-    infer = _float_only(name) if float_only else _same(name)
+def unary(name, reference, expr, vjp, float_only=True, infer=None):
+    infer = infer or (_float_only(name) if float_only else _same(name))
     return register(OpDef(name, "elementwise", 1, infer, lambda x, attrs: reference(x[0]), expr, vjp))
 
 
@@ -91,7 +103,7 @@ def _erf_ref(x):
 
 
 # --- unary -----------------------------------------------------------------
-unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), float_only=False)
+unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), infer=_no_bool("neg", _same("neg")))
 unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,))
 unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],))
 unary("sqrt", np.sqrt, lambda a, di, do: f"math.sqrt({a[0]})", lambda g, x, out, at: (g * 0.5 / out,))
@@ -147,7 +159,8 @@ register(OpDef("cast", "elementwise", 1, _cast_infer, lambda x, at: x[0].astype(
 
 # --- binary ----------------------------------------------------------------
 binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g))
-binary("sub", np.subtract, lambda a, di, do: f"{a[0]} - {a[1]}", lambda g, x, out, at: (g, -g))
+binary("sub", np.subtract, lambda a, di, do: f"{a[0]} - {a[1]}", lambda g, x, out, at: (g, -g),
+       infer=_no_bool("sub", _same("sub")))
 binary("mul", np.multiply, lambda a, di, do: f"{a[0]} * {a[1]}", lambda g, x, out, at: (g * x[1], g * x[0]))
 
 

@@ -75,6 +75,10 @@ class SGD(Optimizer):
         if mom:
             st = self._state(p)
             buf = st.get("momentum_buffer")
+            if buf is None and group["dampening"] == 0:
+                # PyTorch starts with buf = grad; 0 * momentum + grad is the same value, and it
+                # keeps the first step's trace identical to every later step's (one plan).
+                buf = self._zeros(p)
             # A new handle, as PyTorch clones: an in-place change of p.grad must not reach the buffer.
             buf = grad.detach() if buf is None else buf * mom + grad * (1 - group["dampening"])
             st["momentum_buffer"] = buf

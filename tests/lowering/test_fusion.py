@@ -1,0 +1,154 @@
+"""Fusion decisions and tricky lowering paths, each checked against NumPy."""
+
+import math
+
+import numpy as np
+import pytest
+
+import lazyvic as lv
+from lazyvic.lowering.plan import KernelStep, MatmulStep
+from lazyvic.runtime.config import config
+from lazyvic.runtime.plan_cache import plan_cache
+
+
+@pytest.fixture(autouse=True)
+def always_compile():
+    prev = config.compile
+    config.compile = "always"
+    lv.metrics.reset()
+    yield
+    config.compile = prev
+
+
+def _last_plan(n_before):
+    plans = [e.plan for e in list(plan_cache.values())[n_before:] if e.plan is not None]
+    assert plans, "no plan was compiled"
+    return plans[-1]
+
+
+def _compiled(fn, *arrays):
+    n = len(plan_cache)
+    outs = fn(*[lv.tensor(a) for a in arrays])
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    lv.sync(*outs)
+    assert lv.metrics.snapshot()["fallbacks"] == 0
+    return [o.numpy() for o in outs], _last_plan(n)
+
+
+def _kernels(plan):
+    return [s for s in plan.steps if isinstance(s, KernelStep)]
+
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((6, 10)).astype(np.float32)
+
+
+def test_elementwise_chain_is_one_kernel():
+    (y,), plan = _compiled(lambda x: ((x * 2.0 + 1.0).tanh() * x).sigmoid(), X)
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-(np.tanh(X * 2 + 1) * X))), rtol=1e-6, atol=1e-6)
+    assert len(plan.steps) == 1
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "logsumexp"])
+def test_row_patterns_are_one_kernel(name):
+    def f(x):
+        if name == "layer_norm":
+            return lv.functional.layer_norm(x, (10,))
+        if name == "logsumexp":
+            return x.logsumexp(1)
+        return getattr(x, name)(1)
+
+    (y,), plan = _compiled(f, X)
+    m = X.max(1, keepdims=True)
+    lse = np.log(np.exp(X - m).sum(1, keepdims=True)) + m
+    ref = {"softmax": np.exp(X - lse), "log_softmax": X - lse, "logsumexp": lse[:, 0],
+           "layer_norm": (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-5)}[name]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert len(_kernels(plan)) == 1, [k.name for k in _kernels(plan)]
+
+
+def test_cross_entropy_forward_is_one_row_kernel_plus_mean():
+    t = rng.integers(0, 10, 6)
+    (loss,), plan = _compiled(lambda x, t: lv.functional.cross_entropy(x, t), X, t)
+    m = X.max(1, keepdims=True)
+    logp = X - (np.log(np.exp(X - m).sum(1, keepdims=True)) + m)
+    np.testing.assert_allclose(loss, -logp[np.arange(6), t].mean(), rtol=1e-5)
+    assert len(_kernels(plan)) <= 3
+
+
+def test_matmul_with_fused_epilogue():
+    w = rng.standard_normal((4, 10)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    (y,), plan = _compiled(lambda x, w, b: (x @ w.T + b).relu(), X, w, b)
+    np.testing.assert_allclose(y, np.maximum(X @ w.T + b, 0), rtol=1e-5, atol=1e-6)
+    kinds = [type(s).__name__ for s in plan.steps]
+    assert kinds == ["MatmulStep", "KernelStep"]
+
+
+def test_batched_broadcast_matmul():
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    (y,), plan = _compiled(lambda a, b: a @ b, a, b)
+    np.testing.assert_allclose(y, a @ b, rtol=1e-5, atol=1e-5)
+    assert any(isinstance(s, MatmulStep) for s in plan.steps)
+
+
+def test_reshape_of_transposed_value_materializes():
+    (y,), _ = _compiled(lambda x: (x.T * 2.0).reshape(5, 12) + 1.0, X)
+    np.testing.assert_allclose(y, (X.T * 2).reshape(5, 12) + 1, rtol=1e-6)
+
+
+def test_reductions_over_middle_and_all_axes():
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    (s1, s2, s3, am), _ = _compiled(lambda a: (a.sum(1), a.amax((0, 2)), a.mean(), a.argmax(2)), a)
+    np.testing.assert_allclose(s1, a.sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s2, a.max((0, 2)))
+    np.testing.assert_allclose(s3, a.mean(), rtol=1e-5)
+    np.testing.assert_array_equal(am, a.argmax(2))
+
+
+def test_cat_slice_pad_paths():
+    (y,), _ = _compiled(lambda x: lv.cat([x[:, 1::3].exp(), x[2:5, 1:4] - 1.0], dim=0), X)
+    np.testing.assert_allclose(y, np.concatenate([np.exp(X[:, 1::3]), X[2:5, 1:4] - 1]), rtol=1e-6)
+
+
+def test_int_and_bool_dtypes():
+    a = rng.integers(-5, 5, (4, 6)).astype(np.int64)
+    (s, m, b), _ = _compiled(lambda a: ((a * 3 - 1).sum(1), a.amax(0), (a > 0) & (a < 3)), a)
+    np.testing.assert_array_equal(s, (a * 3 - 1).sum(1))
+    np.testing.assert_array_equal(m, a.max(0))
+    np.testing.assert_array_equal(b, (a > 0) & (a < 3))
+    assert s.dtype == np.int64 and b.dtype == np.bool_
+
+
+def test_zero_size_and_scalar_outputs():
+    e = np.zeros((0, 3), np.float32)
+    (z, s), _ = _compiled(lambda e: (e * 2.0, e.sum(0)), e)
+    assert z.shape == (0, 3)
+    np.testing.assert_array_equal(s, np.zeros(3, np.float32))
+
+
+def test_large_parallel_kernel():
+    big = rng.standard_normal((256, 300)).astype(np.float32)
+    (y,), plan = _compiled(lambda x: (x * 0.5).tanh() + x.sum(1, keepdim=True), big)
+    np.testing.assert_allclose(y, np.tanh(big * 0.5) + big.sum(1, keepdims=True), rtol=1e-5, atol=1e-4)
+    assert any("prange" in k.source for k in _kernels(plan))
+
+
+def test_memory_plan_shares_temporaries():
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+
+    def f(x):
+        for _ in range(4):
+            x = (x @ x).tanh() * 0.5
+        return x
+
+    (y,), plan = _compiled(f, a)
+    ref = a
+    for _ in range(4):
+        ref = np.tanh(ref @ ref) * 0.5
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+    mem = plan.memory
+    assert mem.temporary_bytes < mem.unshared_bytes
+    assert mem.peak_bytes == mem.input_bytes + mem.output_bytes + mem.temporary_bytes
+    assert math.prod(a.shape) * 4 == mem.input_bytes

@@ -1,0 +1,64 @@
+"""Maximum errors of the vectorizable float32 approximations against float64 libm."""
+
+import math
+
+import numpy as np
+import pytest
+from numba import njit
+
+from lazyvic.lowering import kernel_lib as kl
+
+
+def _vectorized(fn):
+    @njit(error_model="numpy")
+    def run(out, x):
+        for i in range(x.size):
+            out[i] = fn(x[i])
+
+    def call(x):
+        out = np.empty_like(x)
+        run(out, x)
+        return out
+
+    return call
+
+
+GRID = np.linspace(-30, 30, 400_001).astype(np.float32)
+
+
+def _rel(got, ref):
+    m = np.isfinite(ref) & (np.abs(ref) > 1e-30)
+    return np.max(np.abs(got[m] - ref[m]) / np.abs(ref[m]))
+
+
+def test_exp():
+    x = np.linspace(-87, 88, 400_001).astype(np.float32)
+    assert _rel(_vectorized(kl.exp_f32)(x), np.exp(x.astype(np.float64))) < 2.5e-7
+    special = np.array([np.inf, -np.inf, np.nan, 100, -100], np.float32)
+    got = _vectorized(kl.exp_f32)(special)
+    assert got[0] == np.inf and got[1] == 0 and np.isnan(got[2]) and got[3] == np.inf and got[4] == 0
+
+
+def test_log():
+    x = np.concatenate([np.logspace(-44, 38, 400_001), [1.0, 1 + 1e-6, 1 - 1e-6]]).astype(np.float32)
+    assert _rel(_vectorized(kl.log_f32)(x), np.log(x.astype(np.float64))) < 2.5e-7
+    got = _vectorized(kl.log_f32)(np.array([0, -1, np.inf, np.nan], np.float32))
+    assert got[0] == -np.inf and np.isnan(got[1]) and got[2] == np.inf and np.isnan(got[3])
+
+
+def test_tanh_sigmoid():
+    ref = np.tanh(GRID.astype(np.float64))
+    assert np.max(np.abs(_vectorized(kl.tanh_f32)(GRID) - ref)) < 4e-7
+    small = np.linspace(-0.1, 0.1, 10_001).astype(np.float32)
+    assert _rel(_vectorized(kl.tanh_f32)(small), np.tanh(small.astype(np.float64))) < 3e-7
+    assert _rel(_vectorized(kl.sigmoid_f32)(GRID), 1 / (1 + np.exp(-GRID.astype(np.float64)))) < 4e-7
+
+
+@pytest.mark.parametrize("lo,hi", [(-6, 6), (-0.3, 0.3)])
+def test_erf(lo, hi):
+    x = np.linspace(lo, hi, 100_001).astype(np.float32)
+    ref = np.array([math.erf(v) for v in x.astype(np.float64)])
+    assert np.max(np.abs(_vectorized(kl.erf_f32)(x) - ref)) < 4e-7
+    tiny = np.linspace(-1e-3, 1e-3, 1001).astype(np.float32)
+    tref = np.array([math.erf(v) for v in tiny.astype(np.float64)])
+    assert _rel(_vectorized(kl.erf_f32)(tiny), tref) < 3e-7

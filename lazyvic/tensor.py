@@ -76,7 +76,8 @@ def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
     shape, dtype = opdef.infer(tuple(n.shape for n in nodes), tuple(n.dtype for n in nodes), attrs)
     node = Node(opname, nodes, tuple(sorted(attrs.items())), shape, dtype)
     out = Tensor._from_node(node)
-    if opdef.differentiable and autograd.is_grad_enabled():
+    # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
+    if opdef.differentiable and dtype.is_floating_point and autograd.is_grad_enabled():
         for t in inputs:
             if t.requires_grad:
                 out.requires_grad = True
@@ -511,11 +512,13 @@ class Tensor:
         """Clamp to [min, max]; either bound may be None (``clip`` is an alias)."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        # where(), not maximum/minimum: a value on a bound keeps its whole gradient, as in PyTorch
+        # (maximum would split it with the bound).
         out = self
         if min is not None:
-            out = out.maximum(min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = out.minimum(max)
+            out = where(out > max, max, out)
         return out
 
     clip = clamp
@@ -1245,7 +1248,7 @@ def _max_pending() -> int:
 
 def sync(*tensors: Tensor) -> None:
     """Sync point ("mark step"): realize ``tensors`` and every other live pending tensor in one trace."""
-    from lazyvic.runtime import run
+    from lazyvic.runtime import buffers, run
     from lazyvic.trace.cut import cut
 
     roots = [t._node for t in tensors if t._node.pending]
@@ -1264,6 +1267,7 @@ def sync(*tensors: Tensor) -> None:
         raise
     for node, array in zip(out_nodes, arrays):
         node.realize(array)
+        buffers.track(node, array)
     _live_pending.clear()
 
 

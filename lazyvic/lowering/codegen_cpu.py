@@ -28,6 +28,7 @@ import math
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
+from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS, const
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
@@ -448,9 +449,10 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
                  f"error_model='numpy', boundscheck=False)")
     signature = f"def KERNEL_NAME({', '.join(args)}):"
     source = "\n".join([decorator, signature, text, ""])
-    sha = hashlib.sha1(source.encode()).hexdigest()
+    # The library version is part of the identity: a new kernel_lib never reuses old files.
+    sha = hashlib.sha1((LIB_HASH + source).encode()).hexdigest()
     ops = [o for o in dict.fromkeys(em.ops_used)][:4]
-    name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:8]
+    name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
     arg_types = [(entries[group.root][4].name, True)] + [(entries[b][4].name, True) for b in buffers]
     return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types)

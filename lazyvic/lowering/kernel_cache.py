@@ -33,7 +33,7 @@ from lazyvic.lowering.kernel_lib import b1, f32, f64, i32, i64, exp_f32, log_f32
 
 """
 
-_LIB_HASH = hashlib.sha1(Path(kernel_lib.__file__).read_bytes()).hexdigest()[:16]
+LIB_HASH = hashlib.sha1(Path(kernel_lib.__file__).read_bytes()).hexdigest()[:16]
 _loaded: dict = {}
 
 _NB = {
@@ -72,7 +72,7 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
     fn = _loaded.get(key)
     if fn is not None:
         return fn
-    text = _HEADER.format(lib=_LIB_HASH) + ks.source
+    text = _HEADER.format(lib=LIB_HASH) + ks.source
     path = kernel_dir(cache_dir) / f"{ks.name}.py"
     if not path.exists():
         _write_atomic(path, text)

@@ -222,8 +222,9 @@ def _where_infer(shapes, dtypes, attrs):
 
 
 def _where_vjp(g, x, out, at):
+    # Tensor.where(condition, other) is PyTorch's "self where condition else other".
     zero = g.zeros_like()
-    return None, x[0].where(g, zero), x[0].where(zero, g)
+    return None, g.where(x[0], zero), zero.where(x[0], g)
 
 
 register(OpDef("where", "elementwise", 3, _where_infer, lambda x, at: np.where(x[0], x[1], x[2]),

@@ -7,17 +7,7 @@ import time
 
 import numpy as np
 
-
-ALIGN = 64  # OpenBLAS runs ~800x slower into a 16-byte aligned output (measured here)
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(n + ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start : start + n].view(dtype).reshape(shape)
+from lazyvic.runtime.buffers import aligned_empty, take
 
 
 def _prepare(plan) -> None:
@@ -42,7 +32,7 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     outs = []
     for kind, pos, dtype in plan.outputs:
         if kind == "buffer" and pos not in env:
-            env[pos] = aligned_empty(entries[pos][3], dtype.np)
+            env[pos] = take(entries[pos][3], dtype.np)
     if debug >= 4:
         for step in plan.steps:
             t0 = time.perf_counter()

@@ -95,6 +95,8 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", ignore
     if input.ndim < 2 or target.shape != expected:
         raise ShapeError(f"cross_entropy: expected logits (N, C, ...) and target {expected}, "
                          f"got {input.shape} and {target.shape}")
+    if target.dtype.category != 1:
+        raise DTypeError(f"cross_entropy: target must be an integer tensor of class indices, got {target.dtype.name}")
     if input.ndim > 2:  # (N, C, d1, ...) -> (N*d1*..., C)
         c = input.shape[1]
         perm = (0,) + tuple(range(2, input.ndim)) + (1,)

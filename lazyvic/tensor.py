@@ -21,10 +21,39 @@ from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.errors import DTypeError, IndexError as LIndexError, ShapeError, UnsupportedOpError
+from lazyvic.runtime.config import config
 from lazyvic.trace.node import Node, live_nodes_count
 
 # Tensors whose node is pending, by creation id (weak: a dropped tensor is not computed).
-_live_pending: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
+class _LiveTensors:
+    """Weak references to the tensors made pending since the last cut, in creation order.
+
+    A list of ``weakref.ref`` costs a fraction of a WeakValueDictionary per op; a tensor
+    updated in place is added again and counted once at the cut.
+    """
+
+    __slots__ = ("refs",)
+
+    def __init__(self):
+        self.refs: list = []
+
+    def add(self, t) -> None:
+        self.refs.append(weakref.ref(t))
+
+    def pending(self) -> list:
+        out, seen = [], set()
+        for r in self.refs:
+            t = r()
+            if t is not None and t._node.pending and id(t) not in seen:
+                seen.add(id(t))
+                out.append(t)
+        return out
+
+    def clear(self) -> None:
+        self.refs = []
+
+
+_live_pending = _LiveTensors()
 _tensor_counter = [0]
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
@@ -120,9 +149,9 @@ class Tensor:
         t._ctx = None
         _tensor_counter[0] += 1
         t._id = _tensor_counter[0]
-        if node.op != "buffer":
-            _live_pending[t._id] = t
-            if live_nodes_count() > _max_pending():
+        if node.op != "buffer" and node.op != "scalar":
+            _live_pending.refs.append(weakref.ref(t))
+            if live_nodes_count() > config.max_pending:
                 sync()
         return t
 
@@ -274,7 +303,7 @@ class Tensor:
         if value.requires_grad and autograd.is_grad_enabled():
             self._ctx, self.requires_grad = value._ctx, True
         if self._node.op != "buffer":
-            _live_pending[self._id] = self
+            _live_pending.add(self)
         return self
 
     def copy_(self, src) -> "Tensor":
@@ -1240,19 +1269,13 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 
 # ---------------------------------------------------------------- sync
-def _max_pending() -> int:
-    from lazyvic.runtime.config import config
-
-    return config.max_pending
-
-
 def sync(*tensors: Tensor) -> None:
     """Sync point ("mark step"): realize ``tensors`` and every other live pending tensor in one trace."""
     from lazyvic.runtime import buffers, run
     from lazyvic.trace.cut import cut
 
     roots = [t._node for t in tensors if t._node.pending]
-    live = [t for _, t in sorted(_live_pending.items()) if t._node.pending]
+    live = _live_pending.pending()
     roots.extend(t._node for t in live)
     if not roots:
         _live_pending.clear()
@@ -1272,6 +1295,4 @@ def sync(*tensors: Tensor) -> None:
 
 
 def _trace_flags() -> tuple:
-    from lazyvic.runtime.config import config
-
     return ("cpu", "deterministic" if config.deterministic else "default")

@@ -26,9 +26,8 @@ class KernelStep:
     def reads(self):
         return self.buffers
 
-    def __call__(self, env, svals):
-        self.fn(env[self.out].reshape(-1), *[env[b].reshape(-1) for b in self.buffers],
-                *[svals[s] for s in self.scalars])
+    def __call__(self, env, flat, svals):
+        self.fn(flat[self.out], *[flat[b] for b in self.buffers], *[svals[s] for s in self.scalars])
 
 
 def _view(env, chain):
@@ -49,7 +48,7 @@ class MatmulStep:
     def reads(self):
         return (self.a[0], self.b[0])
 
-    def __call__(self, env, svals):
+    def __call__(self, env, flat, svals):
         np.matmul(_view(env, self.a), _view(env, self.b), out=env[self.out])
 
 
@@ -66,7 +65,7 @@ class ReferenceStep:
     def reads(self):
         return tuple(c[0] for c in self.args if c[0] != "scalar")
 
-    def __call__(self, env, svals):
+    def __call__(self, env, flat, svals):
         vals = [svals[c[1]] if c[0] == "scalar" else _view(env, c) for c in self.args]
         with np.errstate(all="ignore"):
             out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
@@ -87,8 +86,9 @@ class Plan:
     groups: list = field(default_factory=list, repr=False)
     fallbacks: tuple = ()
     stats: dict = field(default_factory=dict)
-    pool: list = field(default=None, repr=False)
-    views: dict = field(default=None, repr=False)
+    pool: list = field(default=None, repr=False)  # runtime state: set by the executor
+    env_template: list = field(default=None, repr=False)
+    flat_template: list = field(default=None, repr=False)
 
     @property
     def kernels(self) -> list:

@@ -25,7 +25,7 @@ class Parameter(Tensor):
         if node.op != "buffer":
             from lazyvic.tensor import _live_pending
 
-            _live_pending[self._id] = self
+            _live_pending.add(self)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
@@ -259,7 +259,7 @@ class Module:
                 if cur._node.op != "buffer":
                     from lazyvic.tensor import _live_pending
 
-                    _live_pending[cur._id] = cur
+                    _live_pending.add(cur)
         return missing, unexpected
 
     # ----------------------------------------------------------------- repr

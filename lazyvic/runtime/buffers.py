@@ -24,7 +24,7 @@ _released: list = []  # allocations whose node died, not yet checked
 
 
 def _aligned_view(raw: np.ndarray, n: int, shape, dtype) -> np.ndarray:
-    start = (-raw.ctypes.data) % ALIGN
+    start = (-raw.__array_interface__["data"][0]) % ALIGN
     return raw[start : start + n].view(dtype).reshape(shape)
 
 
@@ -39,9 +39,11 @@ def aligned_empty(shape, dtype) -> np.ndarray:
 
 
 def take(shape, dtype) -> np.ndarray:
-    """An output array of ``shape``/``dtype``, from the pool when one of that size is free."""
+    """A 64-byte aligned output array of ``shape``/``dtype``, pooled when it is large."""
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = dtype.itemsize
+    for s in shape:
+        n *= s
     if n >= MIN_BYTES:
         if _released:
             _sweep()

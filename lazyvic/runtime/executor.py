@@ -1,4 +1,9 @@
-"""The executor: binds a plan's inputs, runs its steps, hands back the outputs."""
+"""The executor: binds a plan's inputs, runs its steps, hands back the outputs.
+
+The environment is a list indexed by entry position, holding each buffer both
+shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays). The
+plan's pooled temporaries are allocated and viewed once, on its first run.
+"""
 
 from __future__ import annotations
 
@@ -11,36 +16,43 @@ from lazyvic.runtime.buffers import aligned_empty, take
 
 
 def _prepare(plan) -> None:
-    """Allocate the plan's pool once and precompute the view of every intermediate."""
     mem = plan.memory
     plan.pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
-    plan.views = {}
+    n = len(plan.entries)
+    env, flat = [None] * n, [None] * n
     for pos, slot in mem.slot_of.items():
-        op, attrs, inputs, shape, dtype = plan.entries[pos]
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        plan.views[pos] = plan.pool[slot][:n].view(dtype.np).reshape(shape)
+        shape, dtype = plan.entries[pos][3], plan.entries[pos][4]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        env[pos] = plan.pool[slot][:nbytes].view(dtype.np).reshape(shape)
+        flat[pos] = env[pos].reshape(-1)
+    plan.env_template, plan.flat_template = env, flat
 
 
 def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     if plan.pool is None:
         _prepare(plan)
-    env = dict(plan.views)
+    env = plan.env_template[:]
+    flat = plan.flat_template[:]
     for pos, slot in plan.input_pos:
-        env[pos] = inputs[slot]
+        a = inputs[slot]
+        env[pos] = a
+        flat[pos] = a.reshape(-1)
     svals = [t(v) for t, v in zip(plan.scalar_dtypes, scalars)]
     entries = plan.entries
-    outs = []
     for kind, pos, dtype in plan.outputs:
-        if kind == "buffer" and pos not in env:
-            env[pos] = take(entries[pos][3], dtype.np)
+        if kind == "buffer" and env[pos] is None:
+            a = take(entries[pos][3], dtype.np)
+            env[pos] = a
+            flat[pos] = a.reshape(-1)
     if debug >= 4:
         for step in plan.steps:
             t0 = time.perf_counter()
-            step(env, svals)
+            step(env, flat, svals)
             print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
     else:
         for step in plan.steps:
-            step(env, svals)
+            step(env, flat, svals)
+    outs = []
     for kind, pos, dtype in plan.outputs:
         if kind == "scalar":
             outs.append(np.array(svals[pos], dtype=dtype.np))

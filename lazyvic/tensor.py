@@ -54,7 +54,6 @@ class _LiveTensors:
 
 
 _live_pending = _LiveTensors()
-_tensor_counter = [0]
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
@@ -101,18 +100,30 @@ def broadcast_shapes(a: tuple, b: tuple, opname: str = "broadcast") -> tuple:
 def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
     """Record one primitive: infer shape and dtype now, compute nothing."""
     opdef = optable.OPS[opname]
-    nodes = tuple(t._node for t in inputs)
-    shape, dtype = opdef.infer(tuple(n.shape for n in nodes), tuple(n.dtype for n in nodes), attrs)
-    node = Node(opname, nodes, tuple(sorted(attrs.items())), shape, dtype)
+    nodes = tuple([t._node for t in inputs])
+    shape, dtype = opdef.infer(tuple([n.shape for n in nodes]), tuple([n.dtype for n in nodes]), attrs)
+    node = Node(opname, nodes, tuple(sorted(attrs.items())) if attrs else (), shape, dtype)
     out = Tensor._from_node(node)
     # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
-    if opdef.differentiable and dtype.is_floating_point and autograd.is_grad_enabled():
-        for t in inputs:
-            if t.requires_grad:
+    for t in inputs:
+        if t.requires_grad:
+            if opdef.differentiable and dtype.category == 2 and autograd.is_grad_enabled():
                 out.requires_grad = True
                 out._ctx = (opdef, inputs, nodes, attrs, node)
-                break
+            break
     return out
+
+
+# Binary primitives whose result has the operands' dtype and shape (no rule to run).
+_SAME_DTYPE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
+
+
+def _scalar_operand(value, dtype: dt.DType) -> "Tensor":
+    """A Python scalar operand: a scalar input slot that elementwise ops broadcast.
+
+    An internal node (the user never holds it): no live tracking, no autograd.
+    """
+    return Tensor._wrap(Node.scalar(value, dtype))
 
 
 class Tensor:
@@ -124,7 +135,7 @@ class Tensor:
     ``int64`` (default for Python ints) and ``bool``.
     """
 
-    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "_id", "__weakref__")
+    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "__weakref__")
     __hash__ = object.__hash__
     __array_priority__ = 1000  # NumPy defers to our reflected operators
 
@@ -135,8 +146,6 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._ctx = None
-        _tensor_counter[0] += 1
-        self._id = _tensor_counter[0]
         if requires_grad and not _node.dtype.is_floating_point:
             raise DTypeError(f"only floating-point tensors can require grad, got {_node.dtype.name}")
 
@@ -147,8 +156,6 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t._ctx = None
-        _tensor_counter[0] += 1
-        t._id = _tensor_counter[0]
         if node.op != "buffer" and node.op != "scalar":
             _live_pending.refs.append(weakref.ref(t))
             if live_nodes_count() > config.max_pending:
@@ -163,7 +170,6 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t._ctx = None
-        t._id = 0
         return t
 
     # ------------------------------------------------------------ properties
@@ -344,6 +350,15 @@ class Tensor:
 
     # ------------------------------------------------------------ elementwise
     def _binary(self, opname: str, other, reverse: bool = False) -> "Tensor":
+        if other.__class__ is float or other.__class__ is int:
+            # Fast path for the most common case, a Python number operand (a scalar input).
+            d = dt.scalar_dtype_for(self.dtype, other)
+            a = self if self.dtype is d else self.to(d)
+            b = _scalar_operand(other, d)
+            if opname in _SAME_DTYPE_BINARY and not a.requires_grad:
+                nodes = (b._node, a._node) if reverse else (a._node, b._node)
+                return Tensor._from_node(Node(opname, nodes, (), a._node.shape, d))
+            return _apply(opname, (b, a) if reverse else (a, b))
         a, b = _promote_pair(self, other, opname)
         if reverse:
             a, b = b, a

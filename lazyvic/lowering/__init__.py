@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
+
+import numpy as np
 
 from lazyvic import ops as optable
 from lazyvic.lowering import codegen_cpu, kernel_cache
@@ -15,16 +18,29 @@ MAX_REPLANS = 200
 
 
 def _chain(entries, j, chain_nodes):
+    """Operand of a library step: its base (buffer position or scalar slot) and movement ops."""
     ops = []
     while j in chain_nodes:
         op, attrs, inputs, shape, dtype = entries[j]
         ops.append((optable.OPS[op].reference, attrs))
         j = inputs[0]
-    return (j, list(reversed(ops)))
+    if entries[j][0] == "scalar":
+        return ("scalar", entries[j][1][0], list(reversed(ops)), entries[j][4].np)
+    return ("buffer", j, list(reversed(ops)), entries[j][4].np)
 
 
 def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
     """Lower a canonical trace to an executable :class:`Plan`."""
+    # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(trace.entries) + 1000))
+    try:
+        return _compile(trace, cache_dir, debug)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _compile(trace, cache_dir, debug: int) -> Plan:
     if cache_dir is None:
         from pathlib import Path
 
@@ -60,19 +76,16 @@ def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
         if g.root in sources:
             ks = sources[g.root]
             fn = kernel_cache.load(ks, cache_dir, [scalar_dtypes[s].name for s in ks.scalars], stats)
-            steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers), tuple(ks.scalars), ks.source))
+            steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
+                                    tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                                    tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.source))
             if debug >= 2:
                 print(f"[lazyvic] kernel {ks.name}: space {g.space_shape} reduce {g.space_axes} "
                       f"stages {len(g.stages)} ops {len(g.members)}", file=sys.stderr)
             if debug >= 3:
                 print(ks.source, file=sys.stderr)
             continue
-        args = []
-        for j in inputs:
-            if entries[j][0] == "scalar":
-                args.append(("scalar", entries[j][1][0]))
-            else:
-                args.append(_chain(entries, j, chain_nodes))
+        args = [_chain(entries, j, chain_nodes) for j in inputs]
         if kind == "matmul":
             steps.append(MatmulStep(f"matmul{shape}", g.root, args[0], args[1]))
         else:
@@ -91,13 +104,5 @@ def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
     temporaries = {g.root for g in groups} - out_set
     steps_io = [((s.out,), s.reads()) for s in steps]
     memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos})
-    name = f"plan_{abs(hash(trace.key)) % (1 << 40):010x}"
-    return Plan(name, entries, steps, input_pos, [scalar_dtypes[k].np.type for k in sorted(scalar_dtypes)]
-                if scalar_dtypes and sorted(scalar_dtypes) == list(range(len(scalar_dtypes))) else
-                _scalar_types(scalar_dtypes, trace.n_scalars), out_specs, memory, groups, tuple(fallbacks), stats)
-
-
-def _scalar_types(scalar_dtypes: dict, n: int) -> list:
-    import numpy as np
-
-    return [scalar_dtypes[k].np.type if k in scalar_dtypes else np.float64 for k in range(n)]
+    name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
+    return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)

@@ -15,7 +15,9 @@ planner materializes the reshaped value (:class:`NeedsMaterialize`). Adjacent
 loops that every index walks contiguously are merged, so a contiguous
 elementwise kernel is a single flat loop that LLVM vectorizes.
 
-Buffers are passed flat (1-D, C-contiguous); scalars as typed NumPy scalars.
+Buffers are passed flat (1-D, C-contiguous); scalars as typed NumPy scalars, or,
+for kernels with many of them (a long chain of ``x * 1.0001``), packed into one
+1-D array per dtype that the kernel unpacks once.
 One statement per op, each cast to its dtype (a bare literal would widen
 float32 arithmetic to float64).
 """
@@ -32,6 +34,7 @@ from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS, const
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
+PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
 # Elementwise kernels use strict IEEE arithmetic, so they round exactly as the NumPy
 # interpreter does (no FMA contraction): a seeded computation gives the same bits
 # whether its plan ran interpreted or compiled. Kernels with reductions allow
@@ -123,12 +126,13 @@ def unflatten(f: Lin, shape, sizes):
 class KernelSource:
     """The generated source of one kernel and what it needs to run."""
 
-    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types):
+    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=()):
         self.name = name
         self.source = source
         self.sha = sha
         self.buffers = buffers  # entry positions, argument order (after the output)
-        self.scalars = scalars  # scalar slots, argument order
+        self.scalars = scalars  # scalar slots passed one by one, argument order
+        self.packed = packed  # ((dtype name, scalar slots), ...): arrays after the buffers
         self.parallel = parallel
         self.arg_types = arg_types  # (dtype name, is_array) per argument
 
@@ -443,7 +447,20 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
 
     buffers = list(em.bufs)
     scalar_slots = list(em.scals)
-    args = ["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
+    packed = ()
+    if len(scalar_slots) > PACK_SCALARS:
+        slot_dtype = {e[1][0]: e[4].name for e in entries if e[0] == "scalar"}
+        by_dtype: dict = {}
+        for slot in scalar_slots:
+            by_dtype.setdefault(slot_dtype[slot], []).append(slot)
+        packed = tuple((d, tuple(slots)) for d, slots in sorted(by_dtype.items()))
+        unpack = []
+        for d, slots in packed:
+            unpack += [f"    {em.scals[slot]} = sp_{ALIAS[d]}[{k}]" for k, slot in enumerate(slots)]
+        text = "\n".join(unpack + [text])
+        scalar_slots = []
+    args = (["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
+            + [f"sp_{ALIAS[d]}" for d, _ in packed])
     fastmath = FASTMATH_REDUCE if group.stages else "False"
     decorator = (f"@njit(parallel={parallel}, fastmath={fastmath}, cache=True, nogil=True, "
                  f"error_model='numpy', boundscheck=False)")
@@ -455,4 +472,4 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
     arg_types = [(entries[group.root][4].name, True)] + [(entries[b][4].name, True) for b in buffers]
-    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types)
+    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)

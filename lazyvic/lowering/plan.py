@@ -20,19 +20,22 @@ class KernelStep:
     fn: object
     out: int
     buffers: tuple
-    scalars: tuple  # scalar slots
+    scalars: tuple  # (slot, NumPy scalar type) passed one by one
+    packed: tuple = ()  # (NumPy dtype, slots): passed as one array each
     source: str = field(repr=False, default="")
 
     def reads(self):
         return self.buffers
 
-    def __call__(self, env, flat, svals):
-        self.fn(flat[self.out], *[flat[b] for b in self.buffers], *[svals[s] for s in self.scalars])
+    def __call__(self, env, flat, scalars):
+        self.fn(flat[self.out], *[flat[b] for b in self.buffers], *[t(scalars[s]) for s, t in self.scalars],
+                *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed])
 
 
-def _view(env, chain):
-    base, ops = chain
-    a = env[base]
+def _view(env, scalars, chain):
+    """An operand: a buffer (or a scalar input) with its movement ops applied as NumPy views."""
+    kind, base, ops, dtype = chain
+    a = env[base] if kind == "buffer" else np.asarray(scalars[base], dtype=dtype)
     for ref, attrs in ops:
         a = ref([a], attrs)
     return a
@@ -42,14 +45,14 @@ def _view(env, chain):
 class MatmulStep:
     name: str
     out: int
-    a: tuple  # (base position, [(reference, attrs) movement ops applied in order])
+    a: tuple  # ("buffer" | "scalar", position | slot, [(reference, attrs) movement ops], dtype)
     b: tuple
 
     def reads(self):
-        return (self.a[0], self.b[0])
+        return tuple(c[1] for c in (self.a, self.b) if c[0] == "buffer")
 
-    def __call__(self, env, flat, svals):
-        np.matmul(_view(env, self.a), _view(env, self.b), out=env[self.out])
+    def __call__(self, env, flat, scalars):
+        np.matmul(_view(env, scalars, self.a), _view(env, scalars, self.b), out=env[self.out])
 
 
 @dataclass
@@ -57,16 +60,16 @@ class ReferenceStep:
     name: str
     op: str
     out: int
-    args: tuple  # operand chains (or ("scalar", slot))
+    args: tuple  # operand chains, as MatmulStep's
     reference: object
     attrs: dict
     dtype: object
 
     def reads(self):
-        return tuple(c[0] for c in self.args if c[0] != "scalar")
+        return tuple(c[1] for c in self.args if c[0] == "buffer")
 
-    def __call__(self, env, flat, svals):
-        vals = [svals[c[1]] if c[0] == "scalar" else _view(env, c) for c in self.args]
+    def __call__(self, env, flat, scalars):
+        vals = [_view(env, scalars, c) for c in self.args]
         with np.errstate(all="ignore"):
             out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
         np.copyto(env[self.out], out)
@@ -80,7 +83,6 @@ class Plan:
     entries: list = field(repr=False)
     steps: list = field(repr=False)
     input_pos: list = field(repr=False)  # (entry position, input slot)
-    scalar_dtypes: list = field(repr=False)  # numpy scalar type per scalar slot
     outputs: list = field(repr=False)  # per trace output: ("buffer", pos) | ("scalar", slot)
     memory: object = None
     groups: list = field(default_factory=list, repr=False)

@@ -1,7 +1,8 @@
 """Elementwise primitives.
 
-All inputs of an elementwise primitive have the same shape and dtype (the
-front end inserts broadcasts and casts). ``expr`` returns a scalar expression
+All inputs of an elementwise primitive have the same dtype and the same shape,
+except that a 0-d input (a Python scalar operand, which never needs a gradient)
+broadcasts to the others; the front end inserts every other broadcast and cast. ``expr`` returns a scalar expression
 in the kernel language of ``lowering/kernel_lib.py``: float32 transcendentals
 use its vectorizable approximations (``exp_f32`` ...), float64 ones call libm.
 """
@@ -32,10 +33,15 @@ def const(dtype: dt.DType, value) -> str:
 
 def _same(opname):
     def infer(shapes, dtypes, attrs):
+        # Equal shapes; a 0-d input (a Python scalar operand) broadcasts to the others.
         s0, d0 = shapes[0], dtypes[0]
-        for s, d in zip(shapes[1:], dtypes[1:]):
+        for s in shapes[1:]:
             if s != s0:
-                raise ShapeError(f"{opname}: inputs must have equal shapes, got {shapes}")
+                if s0 == ():
+                    s0 = s
+                elif s != ():
+                    raise ShapeError(f"{opname}: inputs must have equal shapes, got {shapes}")
+        for d in dtypes[1:]:
             if d is not d0:
                 raise DTypeError(f"{opname}: inputs must have equal dtypes, got {[x.name for x in dtypes]}")
         return s0, d0
@@ -212,13 +218,14 @@ for _name, _np, _sym in (
 
 # --- ternary ---------------------------------------------------------------
 def _where_infer(shapes, dtypes, attrs):
-    if not (shapes[0] == shapes[1] == shapes[2]):
+    full = [s for s in shapes if s != ()]
+    if any(s != full[0] for s in full):
         raise ShapeError(f"where: inputs must have equal shapes, got {shapes}")
     if dtypes[0] is not dt.bool_:
         raise DTypeError(f"where: condition must be bool, got {dtypes[0].name}")
     if dtypes[1] is not dtypes[2]:
         raise DTypeError(f"where: branches must have equal dtypes, got {dtypes[1].name} and {dtypes[2].name}")
-    return shapes[1], dtypes[1]
+    return (full[0] if full else ()), dtypes[1]
 
 
 def _where_vjp(g, x, out, at):

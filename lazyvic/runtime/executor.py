@@ -37,7 +37,6 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
         a = inputs[slot]
         env[pos] = a
         flat[pos] = a.reshape(-1)
-    svals = [t(v) for t, v in zip(plan.scalar_dtypes, scalars)]
     entries = plan.entries
     for kind, pos, dtype in plan.outputs:
         if kind == "buffer" and env[pos] is None:
@@ -47,15 +46,15 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     if debug >= 4:
         for step in plan.steps:
             t0 = time.perf_counter()
-            step(env, flat, svals)
+            step(env, flat, scalars)
             print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
     else:
         for step in plan.steps:
-            step(env, flat, svals)
+            step(env, flat, scalars)
     outs = []
     for kind, pos, dtype in plan.outputs:
         if kind == "scalar":
-            outs.append(np.array(svals[pos], dtype=dtype.np))
+            outs.append(np.array(scalars[pos], dtype=dtype.np))
         elif entries[pos][0] == "buffer":
             outs.append(np.array(env[pos], copy=True))  # an output folded onto an input
         else:

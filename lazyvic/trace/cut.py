@@ -45,6 +45,7 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     scalars: list = []
     outputs: list[int] = []
     out_nodes: list[Node] = []
+    append_entry, append_dtype = entries.append, dtypes.append
     for root in roots:
         if root in pos:
             if root.op != "buffer" and root.op != "scalar" and pos[root] not in outputs:
@@ -54,29 +55,30 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
         if root.op == "buffer" or root.op == "scalar":
             continue
         # Iterative post-order DFS: graphs from long training scripts are deep.
-        stack = [(root, False)]
+        stack = [root]
         while stack:
-            node, expanded = stack.pop()
+            node = stack[-1]
             if node in pos:
+                stack.pop()
                 continue
-            if expanded or not node.inputs:
-                op = node.op
-                if op == "buffer":
-                    entry = ("buffer", (len(inputs),), (), node.shape, node.dtype.name)
-                    inputs.append(node.data)
-                elif op == "scalar":
-                    entry = ("scalar", (len(scalars),), (), (), node.dtype.name)
-                    scalars.append(node.value)
-                else:
-                    entry = (op, node.attrs, tuple(pos[i] for i in node.inputs), node.shape, node.dtype.name)
-                pos[node] = len(entries)
-                entries.append(entry)
-                dtypes.append(node.dtype)
+            ins = node.inputs
+            missing = [i for i in ins if i not in pos]
+            if missing:
+                stack.extend(reversed(missing))
+                continue
+            stack.pop()
+            op = node.op
+            if op == "buffer":
+                entry = ("buffer", (len(inputs),), (), node.shape, node.dtype.name)
+                inputs.append(node.data)
+            elif op == "scalar":
+                entry = ("scalar", (len(scalars),), (), (), node.dtype.name)
+                scalars.append(node.value)
             else:
-                stack.append((node, True))
-                for i in reversed(node.inputs):
-                    if i not in pos:
-                        stack.append((i, False))
+                entry = (op, node.attrs, tuple([pos[i] for i in ins]), node.shape, node.dtype.name)
+            pos[node] = len(entries)
+            append_entry(entry)
+            append_dtype(node.dtype)
         outputs.append(pos[root])
         out_nodes.append(root)
     reset_pending_count()

@@ -34,6 +34,7 @@ from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS, const
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
+PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
 # Elementwise kernels use strict IEEE arithmetic, so they round exactly as the NumPy
 # interpreter does (no FMA contraction): a seeded computation gives the same bits
@@ -150,6 +151,7 @@ class _Emitter:
         self.outer = [d for d in range(len(shape)) if d not in axes and n_ne1(shape[d])]
         self.inner = [d for d in axes if n_ne1(shape[d])]
         self.lins: list = []
+        self.lin_buf: list = []
         self.bufs: dict = {}
         self.scals: dict = {}
         self.tmp = 0
@@ -168,8 +170,10 @@ class _Emitter:
     def reduced_index(self):
         return [Lin() if d in self.axes or n == 1 else Lin({d: 1}) for d, n in enumerate(self.shape)]
 
-    def lin_token(self, lin: Lin) -> str:
+    def lin_token(self, lin: Lin, buf: str | None = None) -> str:
+        """A placeholder for an index, rendered after loop merging; ``buf`` names the array it indexes."""
         self.lins.append(lin)
+        self.lin_buf.append(buf)
         return f"\x00{len(self.lins) - 1}\x00"
 
     def depends_on_inner(self, lins) -> bool:
@@ -218,7 +222,7 @@ class _Emitter:
         if (i in self.m and not root) or op == "buffer":
             f = flat(idx, shape)
             inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
-            load = f"{self.buffer_name(i)}[{self.lin_token(f)}]"
+            load = f"{self.buffer_name(i)}[{self.lin_token(f, self.buffer_name(i))}]"
             if conds:
                 load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
             res = (self.statement(load, dtype, inner), inner)
@@ -298,7 +302,7 @@ class _Emitter:
     def load_flat(self, src, f, conds):
         dtype = self.e[src][4]
         inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
-        load = f"{self.buffer_name(src)}[{self.lin_token(f)}]"
+        load = f"{self.buffer_name(src)}[{self.lin_token(f, self.buffer_name(src))}]"
         if conds:
             load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
         return self.statement(load, dtype, inner), inner
@@ -348,7 +352,7 @@ class _Emitter:
             v, _ = self.emit(sinputs[0], self.full_index(), ())
             r_flat = flat([Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes],
                           [self.shape[d] for d in self.axes])
-            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat)))
+            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), self.e[sinputs[0]][4]))
             self.close_loop()
             self.stage_result[s] = names[0]
             self.ops_used.append(sop)
@@ -356,12 +360,12 @@ class _Emitter:
         if root in self.stage_set:
             value, idx_shape = self.stage_result[root], r_shape
             store = flat(self.reduced_index_for(r_shape), r_shape)
-            self.row_lines.append(f"out[{self.lin_token(store)}] = {value}")
+            self.row_lines.append(f"out[{self.lin_token(store, 'out')}] = {value}")
         elif full_root and self.axes:
             self.open_loop()
             idx = self.full_index()
             v, _ = self.emit(root, idx, (), root=True)
-            self.loop_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
+            self.loop_lines.append(f"out[{self.lin_token(flat(idx, r_shape), 'out')}] = {v}")
             self.close_loop()
         else:
             if full_root:
@@ -372,7 +376,7 @@ class _Emitter:
                 kept = [d for d in range(len(self.shape)) if d not in self.axes]
                 idx = [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in kept]
             v, _ = self.emit(root, idx, (), root=True)
-            self.row_lines.append(f"out[{self.lin_token(flat(idx, r_shape))}] = {v}")
+            self.row_lines.append(f"out[{self.lin_token(flat(idx, r_shape), 'out')}] = {v}")
 
     # -- loop merging and rendering --------------------------------------------
     def merge_loops(self):
@@ -396,10 +400,12 @@ class _Emitter:
         self.outer, self.inner = groups
         self.loop_sizes = sizes
 
-    def render_lin(self, lin: Lin) -> str:
+    def render_lin(self, lin: Lin, local: int | None = None) -> str:
+        """``local``: the chunked outer variable, written as ``ii`` (the array view starts at the chunk)."""
         parts = []
         for v, c in sorted(lin.terms.items()):
-            parts.append(f"i{v}" if c == 1 else f"i{v} * {c}")
+            name = "ii" if v == local else f"i{v}"
+            parts.append(name if c == 1 else f"{name} * {c}")
         if lin.const or not parts:
             parts.append(str(lin.const))
         return " + ".join(parts)
@@ -434,16 +440,31 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
                 out.append("    " * depth + line)
         return out
 
+    # A parallel kernel's serial body runs outer rows [lo, hi). Arrays whose index moves
+    # by a fixed stride with the outer variable are passed as views starting at row lo and
+    # indexed from ii = 0: an index that LLVM cannot prove non-negative keeps NumPy's
+    # negative-index wraparound in the loop and blocks vectorization.
+    rebased: dict = {}
+    if parallel:
+        v0 = em.outer[0]
+        coefs: dict = {}
+        for lin, buf in zip(em.lins, em.lin_buf):
+            if buf is not None:
+                coefs.setdefault(buf, set()).add((lin.terms.get(v0, 0), lin.const >= 0))
+        rebased = {b: next(iter(c))[0] for b, c in coefs.items() if len(c) == 1 and next(iter(c))[1]}
     body = []
     depth = 1
     for k, v in enumerate(em.outer):
-        rng = "prange" if (k == 0 and parallel) else "range"
-        body.append(f"{'    ' * depth}for i{v} in {rng}({em.loop_sizes[v]}):")
+        if k == 0 and parallel:
+            body.append("    for ii in range(hi - lo):")
+            body.append(f"        i{v} = lo + ii")
+        else:
+            body.append(f"{'    ' * depth}for i{v} in range({em.loop_sizes[v]}):")
         depth += 1
     body.extend(render(em.row_lines, depth))
     text = "\n".join(body)
-    for n, lin in enumerate(em.lins):
-        text = text.replace(f"\x00{n}\x00", em.render_lin(lin))
+    for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
+        text = text.replace(f"\x00{n}\x00", em.render_lin(lin, em.outer[0] if buf in rebased else None))
 
     buffers = list(em.bufs)
     scalar_slots = list(em.scals)
@@ -462,10 +483,32 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     args = (["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
             + [f"sp_{ALIAS[d]}" for d, _ in packed])
     fastmath = FASTMATH_REDUCE if group.stages else "False"
-    decorator = (f"@njit(parallel={parallel}, fastmath={fastmath}, cache=True, nogil=True, "
-                 f"error_model='numpy', boundscheck=False)")
-    signature = f"def KERNEL_NAME({', '.join(args)}):"
-    source = "\n".join([decorator, signature, text, ""])
+    options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
+    if parallel:
+        # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly
+        # (a softmax ran 4x slower than the same loops serial): the parallel kernel only
+        # splits the outer loop into chunks and calls the serial body on each.
+        n_outer = em.loop_sizes[em.outer[0]]
+        per_row = max(1, numel // max(n_outer, 1))
+        chunk = max(1, min(n_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
+        n_chunks = -(-n_outer // chunk)
+        chunk_args = [f"{a}[lo * {rebased[a]}:]" if rebased.get(a) else a for a in args]
+        source = "\n".join([
+            f"@njit(fastmath={fastmath}, {options})",
+            f"def KERNEL_NAME_rows({', '.join(args + ['lo', 'hi'])}):",
+            text,
+            "",
+            "",
+            f"@njit(parallel=True, {options})",
+            f"def KERNEL_NAME({', '.join(args)}):",
+            f"    for c in prange({n_chunks}):",
+            f"        lo = c * {chunk}",
+            f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
+            "",
+        ])
+    else:
+        source = "\n".join([f"@njit(fastmath={fastmath}, {options})", f"def KERNEL_NAME({', '.join(args)}):",
+                             text, ""])
     # The library version is part of the identity: a new kernel_lib never reuses old files.
     sha = hashlib.sha1((LIB_HASH + source).encode()).hexdigest()
     ops = [o for o in dict.fromkeys(em.ops_used)][:4]

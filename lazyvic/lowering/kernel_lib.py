@@ -27,6 +27,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 f32 = np.float32
@@ -60,6 +61,32 @@ def f32_to_bits(typingctx, x):
     return types.int32(types.float32), codegen
 
 
+def _binary_float_intrinsic(llvm_name: str, doc: str):
+    @intrinsic
+    def fn(typingctx, a, b):
+        if a != b or not isinstance(a, types.Float):
+            return None
+
+        def codegen(context, builder, signature, args):
+            ty = args[0].type
+            suffix = "f32" if ty == ir.FloatType() else "f64"
+            decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty]),
+                                                  f"{llvm_name}.{suffix}")
+            return builder.call(decl, args)
+
+        return a(a, b), codegen
+
+    fn.__doc__ = doc
+    return fn
+
+
+# Python's max() on floats compiles to a compare-and-branch that LLVM does not vectorize
+# as a reduction (a row max ran 8x slower than a row sum here); these intrinsics do.
+fmax = _binary_float_intrinsic("llvm.maximum", "Maximum that propagates NaN (torch.maximum), vectorizable.")
+fmin = _binary_float_intrinsic("llvm.minimum", "Minimum that propagates NaN (torch.minimum), vectorizable.")
+_maxnum = _binary_float_intrinsic("llvm.maxnum", "IEEE maxNum: the non-NaN operand.")
+_minnum = _binary_float_intrinsic("llvm.minnum", "IEEE minNum: the non-NaN operand.")
+
 _LOG2E = f32(1.44269504088896341)
 _LN2_HI = f32(0.693359375)
 _LN2_LO = f32(-2.12194440e-4)
@@ -81,7 +108,7 @@ _NAN = f32(np.nan)
 
 @njit(inline="always", fastmath={"contract"})
 def exp_f32(x):
-    xc = min(max(x, _EXP_LO), _EXP_HI)
+    xc = _minnum(_maxnum(x, _EXP_LO), _EXP_HI)
     # Round to nearest through a truncating int conversion (vectorizes; floorf is a libm call).
     t = xc * _LOG2E
     ni = i32(t + _HALF) if t >= _ZERO else i32(t - _HALF)
@@ -176,7 +203,7 @@ _B8, _B6, _B4, _B2, _B0 = _EB
 
 @njit(inline="always", fastmath={"contract"})
 def erf_f32(x):
-    xc = min(max(x, -_ERF_CLAMP), _ERF_CLAMP)
+    xc = _minnum(_maxnum(x, -_ERF_CLAMP), _ERF_CLAMP)
     z = xc * xc
     p = ((((((_A13 * z + _A11) * z + _A9) * z + _A7) * z + _A5) * z + _A3) * z + _A1) * xc
     q = (((_B8 * z + _B6) * z + _B4) * z + _B2) * z + _B0

@@ -31,6 +31,15 @@ def const(dtype: dt.DType, value) -> str:
     return f"{ALIAS[dtype.name]}({value!r})"
 
 
+def _max(dtype) -> str:
+    """The kernel language's max: NaN-propagating and vectorizable for floats."""
+    return "fmax" if dtype.is_floating_point else "max"
+
+
+def _min(dtype) -> str:
+    return "fmin" if dtype.is_floating_point else "min"
+
+
 def _same(opname):
     def infer(shapes, dtypes, attrs):
         # Equal shapes; a 0-d input (a Python scalar operand) broadcasts to the others.
@@ -129,7 +138,7 @@ unary(
 unary(
     "relu",
     lambda x: np.maximum(x, 0).astype(x.dtype),
-    lambda a, di, do: f"max({a[0]}, {const(do, 0)})",
+    lambda a, di, do: f"{_max(do)}({a[0]}, {const(do, 0)})",
     lambda g, x, out, at: (g * (x[0] > 0).to(g.dtype),),
     float_only=False,
 )
@@ -199,8 +208,8 @@ def _minmax_vjp(first_wins):
     return vjp
 
 
-binary("maximum", np.maximum, lambda a, di, do: f"max({a[0]}, {a[1]})", _minmax_vjp(True))
-binary("minimum", np.minimum, lambda a, di, do: f"min({a[0]}, {a[1]})", _minmax_vjp(False))
+binary("maximum", np.maximum, lambda a, di, do: f"{_max(do)}({a[0]}, {a[1]})", _minmax_vjp(True))
+binary("minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False))
 
 for _name, _np, _sym in (
     ("eq", np.equal, "=="),

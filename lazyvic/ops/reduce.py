@@ -3,7 +3,7 @@
 ``axes`` is a sorted tuple of axes; the output keeps them with size 1 (the
 front end reshapes when ``keepdim=False``). Code generation reads ``reduce_init``
 (``dtype -> [(accumulator suffix, initial literal)]``) and ``reduce_combine``
-(``(accumulators, value, flat_r_index) -> statements``); the result is the
+(``(accumulators, value, flat_r_index, dtype) -> statements``); the result is the
 first accumulator, or the one named by the op.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, IndexError as LIndexError
 from lazyvic.ops import OpDef, register
-from lazyvic.ops.elementwise import const
+from lazyvic.ops.elementwise import _max, _min, const
 
 
 def _reduce_infer(opname):
@@ -67,21 +67,21 @@ register(
           lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
           vjp=_sum_vjp,
           reduce_init=lambda d: [("", const(d, 0))],
-          reduce_combine=lambda acc, v, r: [f"{acc[0]} = {acc[0]} + {v}"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} + {v}"])
 )
 register(
     OpDef("max", "reduce", 1, _reduce_infer("max"),
           lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
-          reduce_combine=lambda acc, v, r: [f"{acc[0]} = max({acc[0]}, {v})"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_max(d)}({acc[0]}, {v})"])
 )
 register(
     OpDef("min", "reduce", 1, _reduce_infer("min"),
           lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _highest(d)))],
-          reduce_combine=lambda acc, v, r: [f"{acc[0]} = min({acc[0]}, {v})"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_min(d)}({acc[0]}, {v})"])
 )
 
 
@@ -94,7 +94,7 @@ def _argmax_init(d):
     return [("_i", "i64(0)"), ("_v", _lit(d, _lowest(d)))]
 
 
-def _argmax_combine(acc, v, r):
+def _argmax_combine(acc, v, r, d):
     # Strict '>' keeps the first maximum, as NumPy and PyTorch do.
     return [f"if {v} > {acc[1]}:", f"    {acc[1]} = {v}", f"    {acc[0]} = {r}"]
 

@@ -38,10 +38,14 @@ def _reduce_infer(opname):
 
 
 def _lowest(d: dt.DType):
+    if d is dt.bool_:
+        return False
     return -np.inf if d.is_floating_point else int(np.iinfo(d.np).min)
 
 
 def _highest(d: dt.DType):
+    if d is dt.bool_:
+        return True
     return np.inf if d.is_floating_point else int(np.iinfo(d.np).max)
 
 

@@ -75,7 +75,7 @@ def run(trace, inputs: list, scalars: list) -> list:
             entry.failed = f"{type(e).__name__}: {e}"
             if config.debug >= 1 or "pytest" in sys.modules:
                 print(f"[lazyvic] plan compilation failed, interpreting: {entry.failed}", file=sys.stderr)
-    if entry.plan is not None:
+    if entry.plan is not None and mode != "never":
         plan = entry.plan
         t0 = time.perf_counter()
         out = execute(plan, inputs, scalars, config.debug)

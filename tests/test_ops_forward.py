@@ -1,0 +1,1318 @@
+"""Forward values and dtypes of every primitive and of the public Tensor API, against NumPy.
+
+Each test runs twice through the ``mode`` fixture: on the NumPy interpreter
+(``never``) and through the compiler (``always``; a trace the compiler cannot
+handle yet falls back to the interpreter, which is reported, never silent).
+Related checks share one trace (one ``lazyvic.sync()``) to keep the number of
+distinct compiled kernels small.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _oracle import (
+    assert_tensor,
+    cross_entropy,
+    erf,
+    gelu,
+    layer_norm,
+    log_softmax,
+    pending_ops,
+    philox_words,
+    softmax,
+)
+
+import lazyvic as lv
+import lazyvic.functional as F
+from lazyvic.ops import OPS
+from lazyvic.runtime.config import config
+
+
+@pytest.fixture(params=["never", "always"])
+def mode(request):
+    """Run the test on the interpreter (never) and through the compiler (always)."""
+    prev = config.compile
+    config.compile = request.param
+    yield request.param
+    config.compile = prev
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _f32(*shape, seed=0, low=-2.0, high=2.0):
+    return _rng(seed).uniform(low, high, size=shape).astype(np.float32)
+
+
+def _i64(*shape, seed=0, low=-5, high=6):
+    return _rng(seed).integers(low, high, size=shape).astype(np.int64)
+
+
+# ================================================================ primitives
+# One case per primitive of the op table: a public-API expression whose pending
+# graph contains that primitive, and its value computed independently with NumPy.
+PRIMITIVE_CASES = {}
+
+
+def _case(name):
+    def register(build):
+        PRIMITIVE_CASES[name] = build
+        return build
+
+    return register
+
+
+def _gather_loops(src, idx, dim):
+    out = np.empty(idx.shape, dtype=src.dtype)
+    for pos in np.ndindex(idx.shape):
+        where = list(pos)
+        where[dim] = idx[pos]
+        out[pos] = src[tuple(where)]
+    return out
+
+
+def _scatter_add_loops(base, idx, src, dim):
+    out = base.copy()
+    for pos in np.ndindex(idx.shape):
+        where = list(pos)
+        where[dim] = idx[pos]
+        out[tuple(where)] += src[pos]
+    return out
+
+
+@_case("buffer")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a), a
+
+
+@_case("scalar")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a) * 2.5, a * np.float32(2.5)
+
+
+@_case("rand")
+def _():
+    lv.manual_seed(1234)
+    words = philox_words(1234, 6)
+    return lv.rand(2, 3), ((words >> 8).astype(np.float32) * np.float32(2.0**-24)).reshape(2, 3)
+
+
+@_case("randn")
+def _():
+    # Box-Muller over pairs of 32-bit words, as documented in lazyvic/ops/source.py.
+    lv.manual_seed(99)
+    w = philox_words(99, 6).astype(np.float64)
+    u1 = (w[0::2] + 1.0) / 4294967297.0
+    u2 = w[1::2] / 4294967296.0
+    r = np.sqrt(-2.0 * np.log(u1))
+    z = np.stack([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)], axis=1).reshape(-1)
+    return lv.randn(2, 3, dtype=lv.float64), z.reshape(2, 3)
+
+
+@_case("neg")
+def _():
+    a = _f32(2, 3)
+    return -lv.tensor(a), -a
+
+
+@_case("exp")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).exp(), np.exp(a.astype(np.float64)).astype(np.float32)
+
+
+@_case("log")
+def _():
+    a = _f32(2, 3, low=0.1, high=5.0)
+    return lv.tensor(a).log(), np.log(a.astype(np.float64)).astype(np.float32)
+
+
+@_case("sqrt")
+def _():
+    a = _f32(2, 3, low=0.0, high=5.0)
+    return lv.tensor(a).sqrt(), np.sqrt(a.astype(np.float64)).astype(np.float32)
+
+
+@_case("tanh")
+def _():
+    a = _f32(2, 3, low=-4, high=4)
+    return lv.tensor(a).tanh(), np.tanh(a.astype(np.float64)).astype(np.float32)
+
+
+@_case("sigmoid")
+def _():
+    a = _f32(2, 3, low=-6, high=6)
+    return lv.tensor(a).sigmoid(), (1 / (1 + np.exp(-a.astype(np.float64)))).astype(np.float32)
+
+
+@_case("erf")
+def _():
+    a = _f32(2, 3, low=-3, high=3)
+    return lv.tensor(a).erf(), erf(a).astype(np.float32)
+
+
+@_case("relu")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).relu(), np.where(a > 0, a, np.float32(0))
+
+
+@_case("abs")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).abs(), np.abs(a)
+
+
+@_case("logical_not")
+def _():
+    a = _f32(2, 3)
+    return ~(lv.tensor(a) > 0), ~(a > 0)
+
+
+@_case("cast")
+def _():
+    a = np.array([[-2.7, -0.5, 0.0], [0.5, 1.9, 3.2]], dtype=np.float32)
+    return lv.tensor(a).to(lv.int32), np.trunc(a).astype(np.int32)
+
+
+@_case("add")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.tensor(a) + lv.tensor(b), a + b
+
+
+@_case("sub")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.tensor(a) - lv.tensor(b), a - b
+
+
+@_case("mul")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.tensor(a) * lv.tensor(b), a * b
+
+
+@_case("div")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2, low=0.5, high=3)
+    return lv.tensor(a) / lv.tensor(b), a / b
+
+
+@_case("pow")
+def _():
+    a, b = _f32(2, 3, seed=1, low=0.1, high=3), _f32(2, 3, seed=2)
+    return lv.tensor(a) ** lv.tensor(b), (a.astype(np.float64) ** b).astype(np.float32)
+
+
+@_case("maximum")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.tensor(a).maximum(lv.tensor(b)), np.maximum(a, b)
+
+
+@_case("minimum")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.tensor(a).minimum(lv.tensor(b)), np.minimum(a, b)
+
+
+def _cmp_case(name, fn):
+    @_case(name)
+    def _():
+        a, b = _i64(2, 3, seed=1, low=0, high=3), _i64(2, 3, seed=2, low=0, high=3)
+        return fn(lv.tensor(a), lv.tensor(b)), fn(a, b)
+
+
+_cmp_case("eq", lambda a, b: a == b)
+_cmp_case("ne", lambda a, b: a != b)
+_cmp_case("lt", lambda a, b: a < b)
+_cmp_case("le", lambda a, b: a <= b)
+_cmp_case("gt", lambda a, b: a > b)
+_cmp_case("ge", lambda a, b: a >= b)
+
+
+@_case("where")
+def _():
+    c, a, b = _f32(2, 3) > 0, _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    return lv.where(lv.tensor(c), lv.tensor(a), lv.tensor(b)), np.where(c, a, b)
+
+
+@_case("sum")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).sum(1), a.astype(np.float64).sum(1).astype(np.float32)
+
+
+@_case("max")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).amax(0), a.max(0)
+
+
+@_case("min")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).amin(1), a.min(1)
+
+
+@_case("argmax")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).argmax(1), a.argmax(1).astype(np.int64)
+
+
+@_case("reshape")
+def _():
+    a = _f32(2, 3)
+    return lv.tensor(a).reshape(3, 2), a.reshape(3, 2)
+
+
+@_case("permute")
+def _():
+    a = _f32(2, 3, 4)
+    return lv.tensor(a).permute(2, 0, 1), a.transpose(2, 0, 1)
+
+
+@_case("expand")
+def _():
+    a = _f32(3, 1)
+    return lv.tensor(a).expand(3, 4), np.broadcast_to(a, (3, 4))
+
+
+@_case("slice")
+def _():
+    a = _f32(2, 5)
+    return lv.tensor(a)[:, 1:4], a[:, 1:4]
+
+
+@_case("pad")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(2, 2, seed=2)
+    return lv.cat([lv.tensor(a), lv.tensor(b)], 1), np.concatenate([a, b], 1)
+
+
+@_case("matmul")
+def _():
+    a, b = _f32(2, 3, seed=1), _f32(3, 4, seed=2)
+    return lv.tensor(a) @ lv.tensor(b), (a.astype(np.float64) @ b).astype(np.float32)
+
+
+@_case("gather")
+def _():
+    a = _f32(2, 3)
+    idx = np.array([[2, 0, 0, 1], [1, 1, 2, 0]])
+    return lv.tensor(a).gather(1, lv.tensor(idx)), _gather_loops(a, idx, 1)
+
+
+@_case("scatter_add")
+def _():
+    base, src = _f32(3, 4, seed=1), _f32(2, 4, seed=2)
+    idx = np.array([[0, 2, 2, 1], [0, 0, 2, 1]])
+    got = lv.tensor(base).scatter_add(0, lv.tensor(idx), lv.tensor(src))
+    return got, _scatter_add_loops(base, idx, src, 0)
+
+
+@pytest.mark.parametrize("opname", sorted(OPS))
+def test_primitive_forward(opname, mode):
+    """Every primitive in the op table has a forward case, and it matches NumPy."""
+    assert opname in PRIMITIVE_CASES, f"op {opname!r} has no forward test case in PRIMITIVE_CASES"
+    t, expected = PRIMITIVE_CASES[opname]()
+    assert opname in pending_ops(t), f"the case for {opname!r} does not record it: {pending_ops(t)}"
+    assert_tensor(t, expected)
+
+
+# ============================================================== creation
+def test_tensor_from_python_data_dtypes(mode):
+    cases = [
+        ([[1, 2], [3, 4]], np.int64),
+        ([1.5, -2.0], np.float32),
+        ([1, 2.5], np.float32),
+        ([True, False], np.bool_),
+        (3, np.int64),
+        (2.5, np.float32),
+        (True, np.bool_),
+    ]
+    for data, np_dtype in cases:
+        assert_tensor(lv.tensor(data), np.array(data, dtype=np_dtype))
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+def test_tensor_and_from_numpy_keep_numpy_dtype(np_dtype, mode):
+    a = (_f32(2, 3) * 3).astype(np_dtype)
+    assert_tensor(lv.tensor(a), a)
+    assert_tensor(lv.from_numpy(a), a)
+    # a non-contiguous array is read in its logical order
+    assert_tensor(lv.from_numpy(a.T), a.T)
+
+
+def test_tensor_copies_its_data():
+    a = np.arange(6.0).reshape(2, 3)
+    t = lv.tensor(a)
+    a[0, 0] = 100.0
+    assert t.numpy()[0, 0] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [lv.float32, lv.float64, lv.int32, lv.int64, lv.bool])
+def test_tensor_dtype_argument(dtype):
+    data = [[0, 1, 2], [3, 0, 5]]
+    assert_tensor(lv.tensor(data, dtype=dtype), np.array(data).astype(dtype.np), dtype)
+
+
+def test_dtype_aliases():
+    assert lv.float is lv.float32 and lv.double is lv.float64
+    assert lv.long is lv.int64 and lv.int is lv.int32 and lv.bool is lv.bool_
+    assert lv.tensor([1], dtype="float64").dtype == lv.float64
+    assert lv.tensor([1], dtype=np.int32).dtype == lv.int32
+    assert lv.tensor([1], dtype=float).dtype == lv.float32
+    assert lv.tensor([1], dtype=int).dtype == lv.int64
+
+
+def test_zeros_ones_full(mode):
+    outs = [
+        (lv.zeros(2, 3), np.zeros((2, 3), np.float32)),
+        (lv.zeros((2, 3), dtype=lv.int32), np.zeros((2, 3), np.int32)),
+        (lv.ones([3]), np.ones(3, np.float32)),
+        (lv.ones(2, 2, dtype=lv.float64), np.ones((2, 2))),
+        (lv.ones(2, dtype=lv.bool), np.ones(2, bool)),
+        (lv.full((2, 3), 7), np.full((2, 3), 7, np.int64)),
+        (lv.full((2,), 2.5), np.full(2, 2.5, np.float32)),
+        (lv.full((2,), True), np.full(2, True)),
+        (lv.full((3,), -1.25, dtype=lv.float64), np.full(3, -1.25)),
+        (lv.full((), 4.0), np.array(4.0, np.float32)),
+        (lv.empty(2, 2).shape == (2, 2), None),
+    ]
+    assert outs.pop()[0]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_like_constructors(mode):
+    x = lv.tensor(_i64(2, 3))
+    y = lv.tensor(_f32(3, 2).astype(np.float64))
+    outs = [
+        (lv.zeros_like(x), np.zeros((2, 3), np.int64)),
+        (lv.ones_like(x, dtype=lv.float64), np.ones((2, 3))),
+        (lv.full_like(x, 7), np.full((2, 3), 7, np.int64)),
+        (lv.full_like(y, 0.5), np.full((3, 2), 0.5)),
+        (x.zeros_like(), np.zeros((2, 3), np.int64)),
+        (y.ones_like(), np.ones((3, 2))),
+        (y.new_zeros(4), np.zeros(4)),
+        (y.new_ones(1, 2), np.ones((1, 2))),
+        (y.new_full((2,), 3.0), np.full(2, 3.0)),
+        (x.new_tensor([1.0, 2.0]), np.array([1, 2], np.int64)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+    for like, shape, dtype in (
+        (lv.rand_like(y), (3, 2), lv.float64),
+        (lv.randn_like(y), (3, 2), lv.float64),
+        (lv.rand_like(x, dtype=lv.float32), (2, 3), lv.float32),
+    ):
+        assert like.dtype == dtype and like.shape == shape
+        assert np.isfinite(like.numpy()).all()
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, expected",
+    [
+        ((5,), {}, np.arange(5, dtype=np.int64)),
+        ((2, 9, 3), {}, np.arange(2, 9, 3, dtype=np.int64)),
+        ((5, 0, -2), {}, np.array([5, 3, 1], dtype=np.int64)),
+        ((0, 1, 0.25), {}, np.array([0, 0.25, 0.5, 0.75], dtype=np.float32)),
+        ((1.5,), {}, np.array([0, 1], dtype=np.float32)),
+        ((4,), {"dtype": lv.float64}, np.arange(4, dtype=np.float64)),
+        ((3, 0), {}, np.zeros(0, dtype=np.int64)),
+    ],
+)
+def test_arange(args, kwargs, expected):
+    assert_tensor(lv.arange(*args, **kwargs), expected)
+
+
+def test_eye_tril_triu(mode):
+    a = _f32(3, 4)
+    outs = [
+        (lv.eye(3), np.eye(3, dtype=np.float32)),
+        (lv.eye(2, 3, dtype=lv.int64), np.eye(2, 3, dtype=np.int64)),
+        (lv.tril(lv.tensor(a)), np.tril(a)),
+        (lv.tril(lv.tensor(a), -1), np.tril(a, -1)),
+        (lv.triu(lv.tensor(a), 1), np.triu(a, 1)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_rand_randn_shapes_ranges_and_moments(mode):
+    lv.manual_seed(7)
+    u, u64 = lv.rand(4000), lv.rand(2, 5, dtype=lv.float64)
+    z, z64 = lv.randn(4000), lv.randn((3, 2), dtype=lv.float64)
+    lv.sync()
+    assert (u.dtype, u64.dtype, z.dtype, z64.dtype) == (lv.float32, lv.float64, lv.float32, lv.float64)
+    assert u64.shape == (2, 5) and z64.shape == (3, 2)
+    un = u.numpy()
+    assert un.min() >= 0.0 and un.max() < 1.0
+    assert abs(un.mean() - 0.5) < 0.03 and abs(un.var() - 1 / 12) < 0.01
+    zn = z.numpy()
+    assert np.isfinite(zn).all()
+    assert abs(zn.mean()) < 0.1 and abs(zn.std() - 1.0) < 0.06
+    # successive draws continue the stream: no repeats
+    assert not np.array_equal(u.numpy()[:10], lv.rand(10).numpy())
+
+
+def test_randint_and_randperm():
+    lv.manual_seed(3)
+    r = lv.randint(3, 7, (200,))
+    assert r.dtype == lv.int64 and r.shape == (200,)
+    rn = r.numpy()
+    assert rn.min() >= 3 and rn.max() < 7 and set(rn.tolist()) == {3, 4, 5, 6}
+    assert lv.randint(5, size=(3,)).numpy().max() < 5
+    p = lv.randperm(10)
+    assert p.dtype == lv.int64
+    assert sorted(p.tolist()) == list(range(10))
+
+
+# ============================================================== elementwise
+_UNARY = {
+    "exp": (lambda t: t.exp(), np.exp, (-2, 2)),
+    "log": (lambda t: t.log(), np.log, (0.2, 5)),
+    "sqrt": (lambda t: t.sqrt(), np.sqrt, (0.0, 5)),
+    "rsqrt": (lambda t: t.rsqrt(), lambda a: 1 / np.sqrt(a), (0.2, 5)),
+    "tanh": (lambda t: t.tanh(), np.tanh, (-3, 3)),
+    "sigmoid": (lambda t: t.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), (-5, 5)),
+    "erf": (lambda t: t.erf(), erf, (-3, 3)),
+    "reciprocal": (lambda t: t.reciprocal(), lambda a: 1 / a, (0.5, 4)),
+    "F.sigmoid": (F.sigmoid, lambda a: 1 / (1 + np.exp(-a)), (-5, 5)),
+    "F.tanh": (F.tanh, np.tanh, (-3, 3)),
+    "F.silu": (F.silu, lambda a: a / (1 + np.exp(-a)), (-4, 4)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_transcendental_unary(dtype, mode):
+    """Floating unaries keep float32/float64; integer inputs compute in float32 (PyTorch)."""
+    out_dtype = np.float32 if dtype != "float64" else np.float64
+    outs = []
+    for name, (fn, ref, (low, high)) in _UNARY.items():
+        a = _rng(len(name)).uniform(low, high, size=(2, 3))
+        if dtype == "int64":
+            a = np.maximum(np.round(a), 1 if low > 0 else -3).astype(np.int64)
+        else:
+            a = a.astype(dtype)
+        outs.append((name, fn(lv.tensor(a)), ref(a.astype(np.float64)).astype(out_dtype)))
+    lv.sync()
+    for name, t, expected in outs:
+        try:
+            assert_tensor(t, expected)
+        except AssertionError as e:
+            raise AssertionError(f"{name} on {dtype}: {e}") from None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_sign_preserving_unary(dtype, mode):
+    """neg, abs, relu, sign, square, clone, unary +, keep the input dtype."""
+    a = (_f32(3, 4) * 3).astype(dtype)
+    a[0, 0] = 0
+    x = lv.tensor(a)
+    outs = [
+        (-x, -a),
+        (x.neg(), -a),
+        (+x, a),
+        (abs(x), np.abs(a)),
+        (x.abs(), np.abs(a)),
+        (x.relu(), np.maximum(a, 0).astype(dtype)),
+        (F.relu(x), np.maximum(a, 0).astype(dtype)),
+        (x.sign(), np.sign(a).astype(dtype)),
+        (x.square(), a * a),
+        (x.clone(), a),
+        (x.contiguous(), a),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+# (lhs, rhs, dtype of + - * and of maximum/minimum). A spec is (dtype, shape) or a Python scalar.
+PROMOTION_CASES = [
+    (("float32", (2, 3)), ("float32", (3,)), "float32"),
+    (("float32", (2, 1)), ("float64", (1, 3)), "float64"),
+    (("int64", (2, 3)), ("float32", (2, 3)), "float32"),
+    (("int32", (3,)), ("int64", (2, 3)), "int64"),
+    (("int32", (2, 1, 3)), ("int32", (4, 1)), "int32"),
+    (("int32", (2, 3)), 2, "int32"),
+    (("int64", (2, 3)), 3, "int64"),
+    (("int64", (2, 3)), 1.5, "float32"),
+    (("int32", (3,)), 2.5, "float32"),
+    (("float64", (2, 3)), 2, "float64"),
+    (("float32", (2, 3)), 2.5, "float32"),
+    (("bool", (2, 3)), 1, "int64"),
+    (("bool", (2, 3)), 1.5, "float32"),
+    (("bool", (2, 3)), ("int32", (3,)), "int32"),
+    (("bool", (3,)), ("float64", (2, 3)), "float64"),
+    (("float32", ()), ("int64", (2, 3)), "float32"),
+]
+
+
+def _operand(spec, seed):
+    if not isinstance(spec, tuple):
+        return spec, spec
+    dtype, shape = spec
+    a = _rng(seed).integers(1, 5, size=shape)
+    if dtype == "bool":
+        a = a > 2
+    elif dtype.startswith("float"):
+        a = (a + _rng(seed + 7).uniform(-0.4, 0.4, size=shape)).astype(dtype)
+    else:
+        a = a.astype(dtype)
+    return lv.tensor(a), np.asarray(a)
+
+
+def _np_promoted(value, dtype):
+    return np.asarray(value).astype(dtype) if isinstance(value, np.ndarray) else np.array(value, dtype=dtype)
+
+
+def _case_id(value):
+    return str(value).replace(" ", "")
+
+
+@pytest.mark.parametrize("mode", ["never"], indirect=True)
+@pytest.mark.parametrize("lhs, rhs, arith", PROMOTION_CASES, ids=_case_id)
+@pytest.mark.parametrize("swap", [False, True], ids=["tensor_op_other", "other_op_tensor"])
+def test_binary_operators_broadcast_and_promote(lhs, rhs, arith, swap, mode):
+    """+ - * / maximum minimum and comparisons with NumPy broadcasting and PyTorch promotion."""
+    _check_binary_operators(lhs, rhs, arith, swap)
+
+
+# A few of the promotion cases again through the compiler (each case compiles several kernels).
+@pytest.mark.parametrize(
+    "lhs, rhs, arith, swap",
+    [
+        (("float32", (2, 3)), ("float32", (3,)), "float32", False),
+        (("int32", (3,)), ("int64", (2, 3)), "int64", True),
+        (("int64", (2, 3)), 1.5, "float32", True),
+        (("bool", (3,)), ("float64", (2, 3)), "float64", False),
+    ],
+    ids=_case_id,
+)
+def test_binary_operators_compiled(lhs, rhs, arith, swap, mode):
+    _check_binary_operators(lhs, rhs, arith, swap)
+
+
+def _check_binary_operators(lhs, rhs, arith, swap):
+    x, xn = _operand(lhs, 1)
+    y, yn = _operand(rhs, 2)
+    if swap:
+        x, xn, y, yn = y, yn, x, xn
+    div = arith if arith.startswith("float") else "float32"
+    a, b = _np_promoted(xn, arith), _np_promoted(yn, arith)
+    ad, bd = _np_promoted(xn, div), _np_promoted(yn, div)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a False divisor gives inf / nan, as in PyTorch
+        quotient = ad / bd
+    outs = [
+        ("+", x + y, a + b, arith),
+        ("-", x - y, a - b, arith),
+        ("*", x * y, a * b, arith),
+        ("/", x / y, quotient, div),
+        ("==", x == y, a == b, "bool"),
+        ("!=", x != y, a != b, "bool"),
+        ("<", x < y, a < b, "bool"),
+        ("<=", x <= y, a <= b, "bool"),
+        (">", x > y, a > b, "bool"),
+        (">=", x >= y, a >= b, "bool"),
+    ]
+    if isinstance(x, lv.Tensor):
+        outs += [
+            ("maximum", x.maximum(y), np.maximum(a, b), arith),
+            ("minimum", x.minimum(y), np.minimum(a, b), arith),
+            ("add()", x.add(y), a + b, arith),
+            ("sub()", x.sub(y), a - b, arith),
+            ("mul()", x.mul(y), a * b, arith),
+            ("div()", x.div(y), quotient, div),
+            ("lt()", x.lt(y), a < b, "bool"),
+            ("ge()", x.ge(y), a >= b, "bool"),
+            ("eq()", x.eq(y), a == b, "bool"),
+            ("ne()", x.ne(y), a != b, "bool"),
+            ("le()", x.le(y), a <= b, "bool"),
+            ("gt()", x.gt(y), a > b, "bool"),
+        ]
+    lv.sync()
+    for name, t, expected, dtype in outs:
+        try:
+            assert_tensor(t, np.asarray(expected).astype(dtype), rtol=1e-6)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from None
+
+
+def test_add_sub_alpha(mode):
+    a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
+    x, y = lv.tensor(a), lv.tensor(b)
+    s, d = x.add(y, alpha=2), x.sub(y, alpha=0.5)
+    lv.sync()
+    assert_tensor(s, a + 2 * b, rtol=1e-6)
+    assert_tensor(d, a - 0.5 * b, rtol=1e-6)
+
+
+def test_bool_logical_operators(mode):
+    a, b = _f32(2, 3, seed=1) > 0, _f32(2, 3, seed=2) > 0
+    x, y = lv.tensor(a), lv.tensor(b)
+    outs = [(x & y, a & b), (x | y, a | b), (~x, ~a), (x + y, a | b), (x * y, a & b), (x & True, a)]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_pow_forms(mode):
+    a = _f32(2, 3, low=0.2, high=3)
+    e = _f32(2, 3, seed=5, low=-2, high=2)
+    ints = np.array([[1, -2, 3], [0, 4, -5]], dtype=np.int64)
+    x, ex, xi = lv.tensor(a), lv.tensor(e), lv.tensor(ints)
+    a64 = a.astype(np.float64)
+    outs = [
+        (x**2, a * a, "float32"),
+        (x**3, a64**3, "float32"),
+        (x**0.5, np.sqrt(a64), "float32"),
+        (x**-1.5, a64**-1.5, "float32"),
+        (x**1, a, "float32"),
+        (x**0, np.ones_like(a), "float32"),
+        (x**ex, a64**e, "float32"),
+        (x.pow(2.5), a64**2.5, "float32"),
+        (2.0**x, 2.0**a64, "float32"),
+        (xi**2, ints * ints, "int64"),
+        (xi**3, ints**3, "int64"),
+        (xi**0, np.ones_like(ints), "int64"),
+        (xi**0.5, np.abs(ints) ** 0.5 * np.where(ints < 0, np.nan, 1), "float32"),
+        (2.0**xi, 2.0**ints, "float32"),
+        (lv.tensor(a, dtype=lv.float64) ** 3, a64**3, "float64"),
+    ]
+    lv.sync()
+    for t, expected, dtype in outs:
+        assert_tensor(t, np.asarray(expected).astype(dtype))
+
+
+@pytest.mark.xfail(
+    reason="integer tensor ** integer tensor (and int ** int tensor) computes in float32; "
+    "PyTorch keeps int64 (the pow primitive is floating-point only)",
+    strict=True,
+)
+def test_pow_integer_tensor_exponent_stays_integer():
+    xi = lv.tensor([1, 2, 3])
+    assert_tensor(xi ** lv.tensor([2, 3, 1]), np.array([1, 8, 3], dtype=np.int64))
+    assert_tensor(2**xi, np.array([2, 4, 8], dtype=np.int64))
+
+
+def test_maximum_minimum_clamp(mode):
+    a = _f32(3, 4)
+    b = _f32(4, seed=3)
+    ints = _i64(3, 4)
+    x, y, xi = lv.tensor(a), lv.tensor(b), lv.tensor(ints)
+    outs = [
+        (x.maximum(y), np.maximum(a, b)),
+        (x.minimum(y), np.minimum(a, b)),
+        (x.max(y), np.maximum(a, b)),
+        (x.min(y), np.minimum(a, b)),
+        (x.clamp(-0.5, 0.5), np.clip(a, -0.5, 0.5)),
+        (x.clamp(min=0.25), np.maximum(a, np.float32(0.25))),
+        (x.clamp(max=-0.25), np.minimum(a, np.float32(-0.25))),
+        (x.clip(-1, 1), np.clip(a, -1, 1)),
+        (xi.clamp(-2, 3), np.clip(ints, -2, 3)),
+        (xi.clamp(min=0.5), np.maximum(ints, 0.5).astype(np.float32)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_where_forms(mode):
+    c = _f32(2, 3) > 0
+    a, b = _f32(2, 3, seed=1), _f32(3, seed=2)
+    ints = _i64(2, 3)
+    cond, x, y, xi = lv.tensor(c), lv.tensor(a), lv.tensor(b), lv.tensor(ints)
+    outs = [
+        (lv.where(cond, x, y), np.where(c, a, b)),
+        (lv.where(cond, x, 0.0), np.where(c, a, np.float32(0))),
+        (lv.where(cond, 1.5, y), np.where(c, np.float32(1.5), b)),
+        (lv.where(cond, 1.0, 0.0), np.where(c, 1, 0).astype(np.float32)),
+        (lv.where(cond, 1, 0), np.where(c, 1, 0).astype(np.int64)),
+        (lv.where(cond, xi, 0.5), np.where(c, ints, 0.5).astype(np.float32)),
+        (lv.where(xi, x, y), np.where(ints != 0, a, b)),
+        (lv.where(cond[0], x, y), np.where(c[0], a, b)),
+        (x.where(cond, y), np.where(c, a, b)),
+        (x.masked_fill(cond, -1.0), np.where(c, np.float32(-1), a)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_erf_and_gelu_against_math(mode):
+    a = np.linspace(-4, 4, 17)
+    x32, x64 = lv.tensor(a, dtype=lv.float32), lv.tensor(a, dtype=lv.float64)
+    outs = [
+        (x32.erf(), erf(a.astype(np.float32)).astype(np.float32)),
+        (x64.erf(), erf(a)),
+        (F.gelu(x64), gelu(a)),
+        (F.gelu(x64, approximate="tanh"), gelu(a, "tanh")),
+        (F.gelu(x32), gelu(a.astype(np.float32).astype(np.float64)).astype(np.float32)),
+        (lv.nn.GELU()(x64), gelu(a)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+# ================================================================ casts
+@pytest.mark.parametrize("src", ["float32", "float64", "int32", "int64", "bool"])
+def test_casts(src, mode):
+    a = np.array([[-2.75, -1.0, -0.5, 0.0], [0.5, 1.0, 2.5, 7.9]])
+    a = (a > 0) if src == "bool" else a.astype(src)
+    x = lv.tensor(a)
+    outs = [
+        (x.float(), a.astype(np.float32)),
+        (x.double(), a.astype(np.float64)),
+        (x.long(), a.astype(np.int64)),
+        (x.int(), a.astype(np.int32)),
+        (x.bool(), a != 0),
+        (x.to(lv.float64), a.astype(np.float64)),
+        (x.to("int64"), a.astype(np.int64)),
+        (x.to(dtype=lv.int32), a.astype(np.int32)),
+        (x.to(np.float32), a.astype(np.float32)),
+        (x.type(lv.float32), a.astype(np.float32)),
+        (x.to("cpu"), a),
+        (x.cpu(), a),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+# ============================================================== reductions
+@pytest.mark.parametrize(
+    "dim, keepdim, mode",
+    [(dim, keepdim, "never") for dim in (None, 0, 1, -1, (0, 2), (-1, -3)) for keepdim in (False, True)]
+    + [(None, False, "always"), (-1, False, "always"), ((0, 2), True, "always")],
+    indirect=["mode"],
+)
+def test_sum_mean_amax_amin(dim, keepdim, mode):
+    a = _f32(2, 3, 4)
+    x = lv.tensor(a)
+    axis = dim if dim is None or isinstance(dim, int) else tuple(dim)
+    a64 = a.astype(np.float64)
+    outs = [
+        (x.sum(dim, keepdim), a64.sum(axis=axis, keepdims=keepdim).astype(np.float32)),
+        (x.mean(dim, keepdim), a64.mean(axis=axis, keepdims=keepdim).astype(np.float32)),
+        (x.amax(dim, keepdim), a.max(axis=axis, keepdims=keepdim)),
+        (x.amin(dim, keepdim), a.min(axis=axis, keepdims=keepdim)),
+    ]
+    if dim is None and not keepdim:
+        outs += [
+            (x.sum(), a64.sum().astype(np.float32)),
+            (x.max(), a.max()),
+            (x.min(), a.min()),
+            (x.mean(), a64.mean().astype(np.float32)),
+        ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, np.asarray(expected))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_sum_of_integers_and_bools_is_int64(dtype, mode):
+    a = _i64(3, 4)
+    a = (a > 0) if dtype == "bool" else a.astype(dtype)
+    x = lv.tensor(a)
+    outs = [
+        (x.sum(), np.array(a.astype(np.int64).sum())),
+        (x.sum(0), a.astype(np.int64).sum(0)),
+        (x.sum(1, keepdim=True), a.astype(np.int64).sum(1, keepdims=True)),
+        (x.sum(dtype=lv.float64), np.array(a.astype(np.float64).sum())),
+    ]
+    if dtype != "bool":
+        outs += [(x.amax(1), a.max(1)), (x.amin(0), a.min(0))]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_max_min_with_dim_return_values_and_indices(mode):
+    a = np.array([[1.0, 5.0, 5.0, -2.0], [3.0, -1.0, 3.0, 0.0], [-4.0, -4.0, -5.0, -5.0]], dtype=np.float32)
+    x = lv.tensor(a)
+    mx, mn = x.max(1), x.min(0, keepdim=True)
+    vals, idx = mx
+    outs = [
+        (mx.values, a.max(1)),
+        (mx.indices, np.array([1, 0, 0])),  # first of ties, as NumPy and PyTorch
+        (vals, a.max(1)),
+        (idx, np.array([1, 0, 0])),
+        (mn.values, a.min(0, keepdims=True)),
+        (mn.indices, np.array([[2, 2, 2, 2]])),
+        (x.argmax(1), np.array([1, 0, 0])),
+        (x.argmax(0), np.array([1, 0, 0, 1])),
+        (x.argmax(), np.array(1)),
+        (x.argmax(1, keepdim=True), np.array([[1], [0], [0]])),
+        (x.argmin(1), a.argmin(1)),
+        (x.argmin(), np.array(a.argmin())),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(
+            t,
+            np.asarray(expected).astype(t.dtype.np) if t.dtype == lv.float32 else np.asarray(expected).astype(np.int64),
+        )
+
+
+def test_argmax_int_and_bool_inputs(mode):
+    ints = np.array([[3, 7, 7], [-1, -1, -2]])
+    x = lv.tensor(ints)
+    outs = [(x.argmax(1), np.array([1, 0])), ((x > 5).argmax(1), np.array([1, 0])), ((x > 5).argmax(), np.array(1))]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected.astype(np.int64))
+
+
+def test_var_std_logsumexp(mode):
+    a = _f32(3, 5).astype(np.float64)
+    x = lv.tensor(a)
+    m = a.max(1, keepdims=True)
+    outs = [
+        (x.var(), np.array(a.var(ddof=1))),
+        (x.var(1), a.var(1, ddof=1)),
+        (x.var(0, keepdim=True, correction=0), a.var(0, ddof=0, keepdims=True)),
+        (x.std(1), a.std(1, ddof=1)),
+        (x.std(unbiased=False), np.array(a.std())),
+        (x.logsumexp(1), (np.log(np.exp(a - m).sum(1, keepdims=True)) + m)[:, 0]),
+        (x.logsumexp(1, keepdim=True), np.log(np.exp(a - m).sum(1, keepdims=True)) + m),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected, rtol=1e-10)
+
+
+def test_reductions_over_empty_axes():
+    x = lv.zeros(0, 3)
+    assert_tensor(x.sum(0), np.zeros(3, np.float32))
+    assert_tensor(x.sum(), np.array(0.0, np.float32))
+    assert x.mean(0).shape == (3,) and np.isnan(x.mean(0).numpy()).all()
+
+
+# ================================================================ movement
+def test_reshape_view_family(mode):
+    a = _f32(2, 3, 4)
+    x = lv.tensor(a)
+    outs = [
+        (x.reshape(6, 4), a.reshape(6, 4)),
+        (x.reshape((4, -1)), a.reshape(4, -1)),
+        (x.reshape([-1]), a.reshape(-1)),
+        (x.view(2, 12), a.reshape(2, 12)),
+        (x.view(-1, 3, 2), a.reshape(-1, 3, 2)),
+        (x.reshape(24, 1, 1), a.reshape(24, 1, 1)),
+        (x.view_as(lv.zeros(4, 6)), a.reshape(4, 6)),
+        (x.reshape_as(lv.zeros(3, 8)), a.reshape(3, 8)),
+        (x.flatten(), a.reshape(-1)),
+        (x.flatten(1), a.reshape(2, 12)),
+        (x.flatten(0, 1), a.reshape(6, 4)),
+        (x.flatten(-2, -1), a.reshape(2, 12)),
+        (x.unflatten(2, (2, 2)), a.reshape(2, 3, 2, 2)),
+        (x[0, 0, 0].flatten(), a[0, 0, 0].reshape(1)),
+        (lv.nn.Flatten()(x), a.reshape(2, 12)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_permute_transpose_T(mode):
+    a = _f32(2, 3, 4)
+    m = _f32(3, 5, seed=1)
+    x, y = lv.tensor(a), lv.tensor(m)
+    outs = [
+        (x.permute(2, 0, 1), a.transpose(2, 0, 1)),
+        (x.permute((1, 2, 0)), a.transpose(1, 2, 0)),
+        (x.permute(-1, -3, -2), a.transpose(2, 0, 1)),
+        (x.permute(0, 1, 2), a),
+        (x.transpose(0, 2), a.swapaxes(0, 2)),
+        (x.transpose(-1, -2), a.swapaxes(-1, -2)),
+        (x.T, a.transpose(2, 1, 0)),
+        (x.mT, a.swapaxes(-1, -2)),
+        (y.T, m.T),
+        (y.t(), m.T),
+        (y.T.T, m),
+        (x.permute(2, 0, 1).reshape(4, 6), a.transpose(2, 0, 1).reshape(4, 6)),
+        (lv.tensor(np.arange(3)).T, np.arange(3)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_expand_squeeze_unsqueeze(mode):
+    a = _f32(3, 1)
+    s = _f32(1, 3, 1, 2)
+    x, y = lv.tensor(a), lv.tensor(s)
+    outs = [
+        (x.expand(3, 4), np.broadcast_to(a, (3, 4))),
+        (x.expand(2, 3, 4), np.broadcast_to(a, (2, 3, 4))),
+        (x.expand(-1, 5), np.broadcast_to(a, (3, 5))),
+        (x.expand((2, -1, 2)), np.broadcast_to(a, (2, 3, 2))),
+        (x.expand_as(lv.zeros(2, 3, 4)), np.broadcast_to(a, (2, 3, 4))),
+        (x.broadcast_to((3, 2)), np.broadcast_to(a, (3, 2))),
+        (lv.tensor(np.float32(2.5)).expand(2, 2), np.full((2, 2), 2.5, np.float32)),
+        (x.expand(3, 4) * 2, np.broadcast_to(a, (3, 4)) * 2),
+        (y.squeeze(), s.squeeze()),
+        (y.squeeze(0), s.squeeze(0)),
+        (y.squeeze(2), s.squeeze(2)),
+        (y.squeeze(-2), s.squeeze(-2)),
+        (y.squeeze(1), s),  # not size 1: unchanged, as PyTorch
+        (y.squeeze((0, 2)), s.squeeze((0, 2))),
+        (x.unsqueeze(0), a[None]),
+        (x.unsqueeze(1), a[:, None]),
+        (x.unsqueeze(-1), a[..., None]),
+        (x.unsqueeze(2), a[:, :, None]),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, np.ascontiguousarray(expected))
+
+
+_GETITEM_CASES = [
+    1,
+    -1,
+    (0, 2),
+    (1, -1, 3),
+    slice(None),
+    slice(1, 3),
+    slice(None, None, 2),
+    slice(1, None, 3),
+    slice(-3, -1),
+    slice(5, 100),
+    slice(3, 1),
+    (slice(None), 0),
+    (slice(None), slice(1, 4, 2)),
+    (slice(None), slice(None), slice(None, None, 3)),
+    (Ellipsis, 1),
+    (Ellipsis, slice(0, 5, 4)),
+    (0, Ellipsis),
+    (None,),
+    (None, 1, None),
+    (slice(None), None, slice(0, 2)),
+    (Ellipsis, None),
+    (1, Ellipsis, None, 2),
+    (),
+    np.int64(2),
+]
+
+
+@pytest.mark.parametrize("index", _GETITEM_CASES, ids=lambda ix: repr(ix).replace(" ", ""))
+def test_getitem_basic(index):
+    a = _f32(4, 3, 5)
+    x = lv.tensor(a)
+    assert_tensor(x[index], np.array(a[index]))
+
+
+def test_getitem_basic_compiled(mode):
+    a = _f32(4, 3, 5)
+    x = lv.tensor(a)
+    outs = [
+        (x[ix], np.array(a[ix]))
+        for ix in (1, (slice(None), slice(1, 4, 2)), (Ellipsis, slice(0, 5, 4)), (None, 1, None))
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_getitem_with_integer_tensor(mode):
+    a = _f32(4, 3, 5)
+    ints = np.arange(20).reshape(4, 5)
+    x, xi = lv.tensor(a), lv.tensor(ints)
+    i = np.array([2, 0, 2, 3])
+    j = np.array([[1, 0], [2, 2]])
+    outs = [
+        (x[lv.tensor(i)], a[i]),
+        (x[list(i)], a[i]),
+        (x[i], a[i]),
+        (x[:, lv.tensor([2, 0])], a[:, [2, 0]]),
+        (x[:, :, lv.tensor([4, 4, 0])], a[:, :, [4, 4, 0]]),
+        (x[lv.tensor(j)], a[j]),
+        (x[lv.tensor(i), 1], a[i, 1]),
+        (x[lv.tensor(i), :, 1:3], a[i, :, 1:3]),
+        (xi[lv.tensor(i)], ints[i]),
+        (xi[:, lv.tensor(np.array([0, 4], dtype=np.int32))], ints[:, [0, 4]]),
+        (x[lv.tensor([-1, 0])], a[[-1, 0]]),
+        (x[1, lv.tensor([2, 0])], a[1, [2, 0]]),
+        # PyTorch applies integer indices first (NumPy would move the advanced axis to the front)
+        (x[1, :, lv.tensor([4, 1])], a[1][:, [4, 1]]),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_iteration_and_narrow_split_chunk(mode):
+    a = _f32(5, 3)
+    x = lv.tensor(a)
+    rows = list(x)
+    parts = x.split(2)
+    sized = x.split([1, 4])
+    cols = x.split(1, dim=1)
+    chunks = x.chunk(3)
+    outs = [(r, a[k]) for k, r in enumerate(rows)]
+    outs += [(x.narrow(0, 1, 3), a[1:4]), (x.narrow(1, -2, 2), a[:, 1:3])]
+    outs += [(p, a[k * 2 : (k + 1) * 2]) for k, p in enumerate(parts)]
+    outs += [(sized[0], a[:1]), (sized[1], a[1:])]
+    outs += [(c, a[:, k : k + 1]) for k, c in enumerate(cols)]
+    outs += [(c, a[k * 2 : (k + 1) * 2]) for k, c in enumerate(chunks)]
+    assert len(parts) == 3 and len(cols) == 3 and len(chunks) == 3
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_cat_and_stack(mode):
+    a, b, c = _f32(2, 3, seed=1), _f32(2, 1, seed=2), _f32(2, 3, seed=3)
+    ints = _i64(1, 3)
+    x, y, z, xi = lv.tensor(a), lv.tensor(b), lv.tensor(c), lv.tensor(ints)
+    bo = lv.tensor(a > 0)
+    outs = [
+        (lv.cat([x, y], 1), np.concatenate([a, b], 1)),
+        (lv.cat([x, z], 0), np.concatenate([a, c], 0)),
+        (lv.cat([x, z, x], -2), np.concatenate([a, c, a], -2)),
+        (lv.cat((x, y, x), dim=-1), np.concatenate([a, b, a], -1)),
+        (lv.cat([x]), a),
+        (lv.cat([x, xi], 0), np.concatenate([a, ints.astype(np.float32)], 0)),
+        (lv.cat([xi, xi], 0), np.concatenate([ints, ints], 0)),
+        (lv.cat([bo, bo[:1]], 0), np.concatenate([a > 0, a[:1] > 0], 0)),
+        (lv.stack([x, z]), np.stack([a, c])),
+        (lv.stack([x, z], 1), np.stack([a, c], 1)),
+        (lv.stack([x, z, x], -1), np.stack([a, c, a], -1)),
+        (lv.stack((x,), 2), np.stack([a], 2)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+# ============================================================ index ops
+def test_gather_index_select_scatter_add(mode):
+    a = _f32(3, 4)
+    idx0 = np.array([[2, 0, 1, 1], [0, 0, 2, 1]])
+    idx1 = np.array([[3, 3], [0, 1], [2, 0]])
+    sel = np.array([3, 0, 0])
+    src = _f32(2, 4, seed=5)
+    base = _f32(3, 4, seed=6)
+    x = lv.tensor(a)
+    outs = [
+        (x.gather(0, lv.tensor(idx0)), _gather_loops(a, idx0, 0)),
+        (x.gather(1, lv.tensor(idx1)), _gather_loops(a, idx1, 1)),
+        (x.gather(-1, lv.tensor(idx1)), _gather_loops(a, idx1, 1)),
+        (x.gather(1, lv.tensor(idx1[:2, :1])), _gather_loops(a, idx1[:2, :1], 1)),
+        (x.gather(1, lv.tensor(idx1.astype(np.int32))), _gather_loops(a, idx1, 1)),
+        (x.index_select(1, lv.tensor(sel)), a[:, sel]),
+        (x.index_select(0, lv.tensor([2, 2])), a[[2, 2]]),
+        (x.index_select(-1, [1]), a[:, [1]]),
+        (lv.tensor(base).scatter_add(0, lv.tensor(idx0), lv.tensor(src)), _scatter_add_loops(base, idx0, src, 0)),
+        (
+            lv.tensor(base).scatter_add(1, lv.tensor(idx0[:, :2]), lv.tensor(src[:, :2])),
+            _scatter_add_loops(base, idx0[:, :2], src[:, :2], 1),
+        ),
+        (
+            lv.tensor(np.zeros(5, np.int64)).scatter_add(0, lv.tensor([1, 1, 4]), lv.tensor([1, 2, 3])),
+            np.array([0, 3, 0, 0, 3]),
+        ),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+def test_scatter_add_into_constant_base(mode):
+    """zeros(...).scatter_add(...) is how gather's VJP starts; the base is a broadcast scalar."""
+    outs = [
+        (
+            lv.zeros(5, dtype=lv.int64).scatter_add(0, lv.tensor([1, 1, 4]), lv.tensor([1, 2, 3])),
+            np.array([0, 3, 0, 0, 3]),
+        ),
+        (
+            lv.full((2, 3), 1.0).scatter_add(1, lv.tensor([[0], [2]]), lv.tensor([[1.0], [2.0]])),
+            np.array([[2, 1, 1], [1, 1, 3]], dtype=np.float32),
+        ),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected)
+
+
+# ================================================================ matmul
+MATMUL_SHAPES = [
+    ((3,), (3,)),
+    ((2, 3), (3,)),
+    ((3,), (3, 4)),
+    ((2, 3), (3, 4)),
+    ((2, 2, 3), (3, 4)),
+    ((2, 3), (4, 3, 5)),
+    ((4, 1, 2, 3), (5, 3, 2)),
+    ((3,), (2, 3, 4)),
+    ((2, 2, 3), (3,)),
+    ((1, 2, 3), (2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_shapes(dtype, mode):
+    outs = []
+    for k, (sa, sb) in enumerate(MATMUL_SHAPES):
+        a = _f32(*sa, seed=k).astype(dtype)
+        b = _f32(*sb, seed=k + 50).astype(dtype)
+        x, y = lv.tensor(a), lv.tensor(b)
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(dtype)
+        outs += [(x @ y, want), (x.matmul(y), want), (lv.matmul(x, y), want)]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected, rtol=1e-5 if dtype == "float32" else 1e-12)
+
+
+def test_matmul_mixed_and_reflected(mode):
+    a = _f32(2, 3)
+    b = _f32(3, 2, seed=1).astype(np.float64)
+    x = lv.tensor(a)
+    outs = [
+        (x @ lv.tensor(b), a.astype(np.float64) @ b),
+        (x @ b.tolist(), (a @ b.astype(np.float32))),
+        (lv.tensor(b.T) @ x.T, b.T @ a.T.astype(np.float64)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected, rtol=1e-6)
+
+
+@pytest.mark.xfail(
+    reason="int64 @ int64 gives float32 (the matmul primitive is floating-point only); PyTorch keeps int64", strict=True
+)
+def test_matmul_integer_stays_integer():
+    a = np.array([[1, 2], [3, 4]])
+    assert_tensor(lv.tensor(a) @ lv.tensor(a), a @ a)
+
+
+# ============================================================ functional
+@pytest.mark.parametrize(
+    "dim, mode", [(0, "never"), (1, "never"), (-1, "never"), (0, "always"), (-1, "always")], indirect=["mode"]
+)
+def test_softmax_log_softmax(dim, mode):
+    a = (_f32(2, 3, 4) * 4).astype(np.float64)
+    x32, x64 = lv.tensor(a, dtype=lv.float32), lv.tensor(a)
+    outs = [
+        (F.softmax(x64, dim), softmax(a, dim)),
+        (F.log_softmax(x64, dim), log_softmax(a, dim)),
+        (x64.softmax(dim), softmax(a, dim)),
+        (x64.log_softmax(dim), log_softmax(a, dim)),
+        (F.softmax(x32, dim), softmax(a.astype(np.float32).astype(np.float64), dim).astype(np.float32)),
+        (F.log_softmax(x32, dim), log_softmax(a.astype(np.float32).astype(np.float64), dim).astype(np.float32)),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected, rtol=1e-5 if t.dtype == lv.float32 else 1e-10, atol=1e-6)
+
+
+def test_softmax_is_stable_for_large_logits():
+    a = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0]])
+    assert_tensor(F.softmax(lv.tensor(a), 1), softmax(a, 1))
+    assert_tensor(F.log_softmax(lv.tensor(a), -1), log_softmax(a, -1))
+
+
+@pytest.mark.parametrize(
+    "reduction, mode",
+    [("mean", "never"), ("sum", "never"), ("none", "never"), ("mean", "always")],
+    indirect=["mode"],
+)
+def test_cross_entropy(reduction, mode):
+    logits = (_f32(5, 4) * 3).astype(np.float64)
+    target = np.array([0, 3, -100, 1, 3])
+    y = lv.tensor(target)
+    outs = [
+        (F.cross_entropy(lv.tensor(logits), y, reduction=reduction), cross_entropy(logits, target, reduction)),
+        (
+            F.cross_entropy(lv.tensor(logits), lv.tensor(np.where(target < 0, 2, target)), reduction=reduction),
+            cross_entropy(logits, np.where(target < 0, 2, target), reduction),
+        ),
+        (
+            F.cross_entropy(
+                lv.tensor(logits), lv.tensor(np.where(target < 0, 1, target)), reduction=reduction, ignore_index=3
+            ),
+            cross_entropy(logits, np.where(target < 0, 1, target), reduction, ignore_index=3),
+        ),
+        (
+            F.cross_entropy(lv.tensor(logits), y, reduction=reduction, label_smoothing=0.1),
+            cross_entropy(logits, target, reduction, label_smoothing=0.1),
+        ),
+        (
+            F.cross_entropy(lv.tensor(logits, dtype=lv.float32), y, reduction=reduction),
+            cross_entropy(logits.astype(np.float32), target, reduction).astype(np.float32),
+        ),
+    ]
+    if reduction == "mean":
+        outs.append((lv.nn.CrossEntropyLoss()(lv.tensor(logits), y), cross_entropy(logits, target)))
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, np.asarray(expected), rtol=1e-5 if t.dtype == lv.float32 else 1e-10)
+
+
+def test_cross_entropy_spatial_and_nll(mode):
+    logits = (_f32(2, 3, 4) * 2).astype(np.float64)  # (N, C, d)
+    target = np.array([[0, 2, 1, 1], [2, 2, 0, 1]])
+    flat_logits = logits.transpose(0, 2, 1).reshape(-1, 3)
+    logp = log_softmax(flat_logits, 1)
+    outs = [
+        (F.cross_entropy(lv.tensor(logits), lv.tensor(target)), cross_entropy(flat_logits, target.reshape(-1))),
+        (
+            F.nll_loss(lv.tensor(logp), lv.tensor(target.reshape(-1)), reduction="sum"),
+            -logp[np.arange(8), target.reshape(-1)].sum(),
+        ),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, np.asarray(expected), rtol=1e-10)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss(reduction, mode):
+    a, b = _f32(3, 4, seed=1), _f32(3, 4, seed=2)
+    d = (a.astype(np.float64) - b) ** 2
+    want = {"mean": d.mean(), "sum": d.sum(), "none": d}[reduction]
+    got = F.mse_loss(lv.tensor(a), lv.tensor(b), reduction=reduction)
+    assert_tensor(got, np.asarray(want).astype(np.float32))
+    if reduction == "mean":
+        assert_tensor(lv.nn.MSELoss()(lv.tensor(a), lv.tensor(b)), np.asarray(want).astype(np.float32))
+
+
+def test_layer_norm_linear_and_friends(mode):
+    a = _f32(2, 3, 4).astype(np.float64)
+    w, bias = _f32(4, seed=1).astype(np.float64), _f32(4, seed=2).astype(np.float64)
+    w2 = _f32(3, 4, seed=3).astype(np.float64)
+    x = lv.tensor(a)
+    outs = [
+        (F.layer_norm(x, (4,)), layer_norm(a, 1)),
+        (F.layer_norm(x, (4,), lv.tensor(w), lv.tensor(bias)), layer_norm(a, 1, w, bias)),
+        (F.layer_norm(x, (3, 4), eps=1e-3), layer_norm(a, 2, eps=1e-3)),
+        (F.linear(x, lv.tensor(w2)), a @ w2.T),
+        (F.linear(x, lv.tensor(w2), lv.tensor(bias[:3])), a @ w2.T + bias[:3]),
+        (F.leaky_relu(x, 0.1), np.where(a > 0, a, 0.1 * a)),
+        (F.one_hot(lv.tensor([0, 2, 1]), 3), np.eye(3, dtype=np.float32)[[0, 2, 1]]),
+        (F.dropout(x, 0.5, training=False), a),
+    ]
+    lv.sync()
+    for t, expected in outs:
+        assert_tensor(t, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_keeps_or_scales(mode):
+    lv.manual_seed(0)
+    a = _f32(50, 20, low=1, high=2)
+    out = F.dropout(lv.tensor(a), p=0.25).numpy()
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], a[kept] / 0.75, rtol=1e-6)
+    assert 0.65 < kept.mean() < 0.85

@@ -20,9 +20,11 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
-from lazyvic.errors import DTypeError, IndexError as LIndexError, ShapeError, UnsupportedOpError
+from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import IndexError as LIndexError
 from lazyvic.runtime.config import config
 from lazyvic.trace.node import Node, live_nodes_count
+
 
 # Tensors whose node is pending, by creation id (weak: a dropped tensor is not computed).
 class _LiveTensors:

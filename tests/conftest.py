@@ -6,3 +6,17 @@ from pathlib import Path
 _root = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LAZYVIC_CACHE_DIR", str(_root / ".cache" / "lazyvic"))
 os.environ.setdefault("NUMBA_CACHE_DIR", str(_root / ".cache" / "numba"))
+
+
+import pytest  # noqa: E402
+
+from lazyvic.runtime.config import config  # noqa: E402
+
+
+@pytest.fixture(params=["never", "always"])
+def mode(request):
+    """Run the test on the interpreter (never) and through the compiler (always)."""
+    prev = config.compile
+    config.compile = request.param
+    yield request.param
+    config.compile = prev

@@ -16,16 +16,6 @@ import lazyvic as lv
 import lazyvic.functional as F
 from lazyvic import errors
 from lazyvic.runtime import metrics
-from lazyvic.runtime.config import config
-
-
-@pytest.fixture(params=["never", "always"])
-def mode(request):
-    """Run the test on the interpreter (never) and through the compiler (always)."""
-    prev = config.compile
-    config.compile = request.param
-    yield request.param
-    config.compile = prev
 
 
 @contextlib.contextmanager

@@ -26,16 +26,6 @@ from _oracle import (
 import lazyvic as lv
 import lazyvic.functional as F
 from lazyvic.ops import OPS
-from lazyvic.runtime.config import config
-
-
-@pytest.fixture(params=["never", "always"])
-def mode(request):
-    """Run the test on the interpreter (never) and through the compiler (always)."""
-    prev = config.compile
-    config.compile = request.param
-    yield request.param
-    config.compile = prev
 
 
 def _rng(seed=0):

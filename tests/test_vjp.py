@@ -16,16 +16,6 @@ import lazyvic.functional as F
 from lazyvic.errors import AutogradError
 from lazyvic.ops import OPS
 from lazyvic.runtime import metrics
-from lazyvic.runtime.config import config
-
-
-@pytest.fixture(params=["never", "always"])
-def mode(request):
-    """Run the test on the interpreter (never) and through the compiler (always)."""
-    prev = config.compile
-    config.compile = request.param
-    yield request.param
-    config.compile = prev
 
 
 def _r(*shape, seed=0, low=-1.0, high=1.0):

@@ -11,7 +11,7 @@ from lazyvic import ops as optable
 from lazyvic.lowering import codegen_cpu, kernel_cache
 from lazyvic.lowering.fusion import LIBRARY_KINDS, NeedsMaterialize, plan_groups
 from lazyvic.lowering.memory import plan_memory
-from lazyvic.lowering.passes import simplify
+from lazyvic.lowering.passes import simplify, transpose_matmuls
 from lazyvic.lowering.plan import KernelStep, MatmulStep, Plan, ReferenceStep
 
 MAX_REPLANS = 200
@@ -49,7 +49,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
         (op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
         for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)
     ]
-    entries, outputs = simplify(entries, list(trace.outputs))
+    entries, outputs = simplify(*transpose_matmuls(entries, list(trace.outputs)))
     forced: set = set()
     for _ in range(MAX_REPLANS):
         try:
@@ -65,7 +65,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
         raise RuntimeError("lowering: fusion did not converge")
 
     scalar_dtypes = {}
-    for op, attrs, inputs, shape, dtype in entries:
+    for op, attrs, _, _, dtype in entries:
         if op == "scalar":
             scalar_dtypes[attrs[0]] = dtype
     stats: dict = {}

@@ -161,6 +161,9 @@ class _Emitter:
         self.row_memo: dict = {}
         self.loop_memo: dict = {}
         self.stage_result: dict = {}
+        self.row_cache = None
+        self.row_cache_stored = False
+        self.row_cache_pending = False
         self.ops_used: list = []
 
     # -- helpers ------------------------------------------------------------
@@ -219,6 +222,11 @@ class _Emitter:
             if [l.key() for l in idx] != [l.key() for l in want]:
                 raise NeedsMaterialize(i, "reduction read at another index than its row")
             return self.stage_result[i], False
+        if i == self.row_cache and self.row_cache_stored and self.is_full_index(idx) and not conds:
+            f = flat(idx, shape)
+            res = (self.statement(f"out[{self.lin_token(f, 'out')}]", dtype, True), True)
+            self.loop_memo[key] = res
+            return res
         if (i in self.m and not root) or op == "buffer":
             f = flat(idx, shape)
             inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
@@ -237,7 +245,13 @@ class _Emitter:
         else:
             raise NeedsMaterialize(i, f"{op} cannot be inlined")
         (self.loop_memo if res[1] and self.loop_lines is not None else self.row_memo)[key] = res
+        if i == self.row_cache and self.loop_lines is not None and self.is_full_index(idx) and not conds:
+            self.loop_lines.append(f"out[{self.lin_token(flat(idx, shape), 'out')}] = {res[0]}")
+            self.row_cache_pending = True
         return res
+
+    def is_full_index(self, idx) -> bool:
+        return [l.key() for l in idx] == [l.key() for l in self.full_index()]
 
     def reduced_index_for(self, shape):
         return [Lin() if (d in self.axes or n == 1) else Lin({d: 1}) for d, n in enumerate(shape)]
@@ -282,10 +296,10 @@ class _Emitter:
             in_idx = [lin.scale(st) + a for lin, a, st in zip(idx, attrs["starts"], attrs["steps"])]
             return self.emit(src, in_idx, conds)
         if op == "pad":
-            in_idx = [lin + (-b) for lin, (b, a) in zip(idx, attrs["pads"])]
+            in_idx = [lin + (-before) for lin, (before, _) in zip(idx, attrs["pads"])]
             sizes = self.sizes_all()
             new = []
-            for lin, n, (b, a) in zip(in_idx, in_shape, attrs["pads"]):
+            for lin, n in zip(in_idx, in_shape):
                 lo, hi = lin.bounds(sizes)
                 if lo < 0 or hi >= n:
                     new.append((lin, 0, n))
@@ -329,6 +343,8 @@ class _Emitter:
         self.loop_memo = {}
 
     def close_loop(self):
+        if getattr(self, "row_cache_pending", False):
+            self.row_cache_stored, self.row_cache_pending = True, False
         body = self.loop_lines
         self.row_lines.extend(self.pending_row)
         self.row_lines.append(("LOOP", body))
@@ -336,10 +352,48 @@ class _Emitter:
         self.pending_row = []
         self.loop_memo = {}
 
+    def _inlined_from(self, start: int, stop: set) -> set:
+        """Non-materialized nodes computed inside this kernel under ``start``."""
+        seen, stack = set(), [start]
+        while stack:
+            j = stack.pop()
+            if j in seen or j in stop or j in self.m or self.e[j][0] in ("buffer", "scalar"):
+                continue
+            seen.add(j)
+            stack.extend(self.e[j][2])
+        return seen
+
+    def choose_row_cache(self):
+        """A costly full-row value that the last pass would recompute (softmax's exp).
+
+        Its first pass stores it in the output row, the last pass reads it back: the
+        output row is written only by the last pass, at the same index.
+        """
+        root = self.g.root
+        if not self.axes or root in self.stage_set or self.e[root][3] != tuple(self.shape):
+            return None
+        final = set()
+        for j in self.e[root][2]:
+            final |= self._inlined_from(j, self.stage_set)
+        staged = set()
+        for s in self.g.stages:
+            staged |= self._inlined_from(self.e[s][2][0], self.stage_set)
+        costly = ("exp", "log", "tanh", "sigmoid", "erf", "pow")
+        best = None
+        for j in final & staged:
+            op, _, _, shape, dtype = self.e[j]
+            if j == root or shape != tuple(self.shape) or dtype is not self.e[root][4]:
+                continue
+            if any(self.e[k][0] in costly for k in self._inlined_from(j, self.stage_set)):
+                best = j if best is None or j > best else best
+        return best
+
     def build(self):
         g = self.g
         root = g.root
         r_op, r_attrs, r_inputs, r_shape, r_dtype = self.e[root]
+        self.row_cache = self.choose_row_cache()
+        self.row_cache_stored = False
         for s in g.stages:
             sop, sattrs, sinputs, sshape, sdtype = self.e[s]
             opdef = optable.OPS[sop]
@@ -358,7 +412,7 @@ class _Emitter:
             self.ops_used.append(sop)
         full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
         if root in self.stage_set:
-            value, idx_shape = self.stage_result[root], r_shape
+            value = self.stage_result[root]
             store = flat(self.reduced_index_for(r_shape), r_shape)
             self.row_lines.append(f"out[{self.lin_token(store, 'out')}] = {value}")
         elif full_root and self.axes:

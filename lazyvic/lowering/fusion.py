@@ -182,7 +182,7 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
         m.add(pick)
         space[pick] = (entries[pick][3], ())
         # A stage needed elsewhere cannot stay a stage: undo is rare, so just materialize it.
-    for s, owner in list(stage_owner.items()):
+    for s in stage_owner:
         users = r.get(s, set())
         if len(users) > 1:
             raise NeedsMaterialize(s, "reduction used by several kernels")

@@ -2,6 +2,8 @@
 
 - identity elimination: reshape/expand/permute/cast/slice/pad that change nothing;
 - movement folding: reshape of reshape, permute of permute;
+- transposed matmul: ``permute(a @ b)`` swapping the last two axes becomes
+  ``b^T @ a^T`` (BLAS reads transposed operands for free; the copy disappears);
 - common-subexpression elimination: equal (op, attrs, inputs) computed once;
 - dead-code elimination: only entries reachable from the outputs survive.
 
@@ -23,6 +25,42 @@ def _is_identity(op, attrs, in_entry, shape, dtype) -> bool:
     if op == "pad":
         return all(b == 0 and a == 0 for b, a in attrs["pads"])
     return False
+
+
+def transpose_matmuls(entries: list, outputs: list) -> tuple[list, list]:
+    """``permute(matmul(a, b))`` swapping the last two axes -> ``matmul(b^T, a^T)``.
+
+    Only when the matmul has no other consumer (else it would be computed twice).
+    """
+    uses = [0] * len(entries)
+    for e in entries:
+        for j in e[2]:
+            uses[j] += 1
+    for o in outputs:
+        uses[o] += 1
+    out, remap = [], []
+    for op, attrs, inputs, shape, dtype in entries:
+        inputs = tuple(remap[i] for i in inputs)
+        if op == "permute" and len(shape) >= 2:
+            n = len(shape)
+            swap = tuple(range(n - 2)) + (n - 1, n - 2)
+            src = out[inputs[0]]
+            if tuple(attrs["perm"]) == swap and src[0] == "matmul" and uses[_orig(remap, inputs[0])] == 1:
+                a, b = src[2]
+                pb = len(out)
+                out.append(("permute", {"perm": swap}, (b,), out[b][3][:-2] + out[b][3][::-1][:2], dtype))
+                pa = len(out)
+                out.append(("permute", {"perm": swap}, (a,), out[a][3][:-2] + out[a][3][::-1][:2], dtype))
+                remap.append(len(out))
+                out.append(("matmul", {}, (pb, pa), shape, dtype))
+                continue
+        remap.append(len(out))
+        out.append((op, attrs, inputs, shape, dtype))
+    return out, [remap[o] for o in outputs]
+
+
+def _orig(remap: list, new_pos: int) -> int:
+    return remap.index(new_pos)
 
 
 def simplify(entries: list, outputs: list) -> tuple[list, list]:

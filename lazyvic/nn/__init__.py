@@ -1,8 +1,7 @@
 """Neural-network modules (PyTorch names): Module, Parameter, Linear, Sequential, losses."""
 
 from lazyvic import functional
-from lazyvic.nn import init
-from lazyvic.nn.module import Module, Parameter
+from lazyvic.nn import init, utils
 from lazyvic.nn.layers import (
     GELU,
     CrossEntropyLoss,
@@ -17,7 +16,7 @@ from lazyvic.nn.layers import (
     Sigmoid,
     Tanh,
 )
-from lazyvic.nn import utils
+from lazyvic.nn.module import Module, Parameter
 
 __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Linear", "Sequential", "ReLU", "GELU", "Tanh",

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, IndexError as LIndexError, ShapeError
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import IndexError as LIndexError
 from lazyvic.ops import OpDef, register
 
 

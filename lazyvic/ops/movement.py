@@ -81,7 +81,7 @@ def _expand_vjp(g, x, out, at):
 
 def _slice_vjp(g, x, out, at):
     shape = x[0].shape
-    for axis, (n, a, b, s) in enumerate(zip(shape, at["starts"], at["stops"], at["steps"])):
+    for axis, (a, b, s) in enumerate(zip(at["starts"], at["stops"], at["steps"])):
         if s > 1:
             # Place element k at position k*s: add a trailing axis of size s
             # (zeros after the element), merge it in, then trim to b - a.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, IndexError as LIndexError
+from lazyvic.errors import DTypeError
+from lazyvic.errors import IndexError as LIndexError
 from lazyvic.ops import OpDef, register
 from lazyvic.ops.elementwise import _max, _min, const
 

@@ -15,7 +15,7 @@ from lazyvic.dtypes import get_dtype
 def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
     values: list = [None] * len(trace.entries)
     dtypes = trace.dtypes
-    for i, (op, attrs, args, shape, dtype) in enumerate(trace.entries):
+    for i, (op, attrs, args, _, _) in enumerate(trace.entries):
         if op == "buffer":
             values[i] = inputs[attrs[0]]
         elif op == "scalar":

@@ -9,7 +9,7 @@ import numpy as np
 
 from lazyvic import ops as optable
 from lazyvic.lowering import codegen_cpu, kernel_cache
-from lazyvic.lowering.fusion import LIBRARY_KINDS, NeedsMaterialize, plan_groups
+from lazyvic.lowering.fusion import NeedsMaterialize, is_library, plan_groups
 from lazyvic.lowering.memory import plan_memory
 from lazyvic.lowering.passes import simplify, transpose_matmuls
 from lazyvic.lowering.plan import KernelStep, MatmulStep, Plan, ReferenceStep
@@ -55,7 +55,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
         try:
             groups, m, chain_nodes = plan_groups(entries, outputs, frozenset(forced))
             sources = {g.root: codegen_cpu.generate(entries, m, g)
-                       for g in groups if optable.OPS[entries[g.root][0]].kind not in LIBRARY_KINDS}
+                       for g in groups if not is_library(entries, g.root)}
             break
         except NeedsMaterialize as e:
             if e.node in forced:

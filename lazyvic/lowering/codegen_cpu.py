@@ -45,7 +45,11 @@ FASTMATH_REDUCE = "{'reassoc', 'nsz'}"
 
 
 class Lin:
-    """``sum(coef * var) + const`` over loop variables (ints are dimension numbers)."""
+    """``sum(coef * var) + const`` over loop variables.
+
+    Int variables are loop dimensions; str variables are values loaded in the kernel
+    (a gather's index), named by the statement that holds them.
+    """
 
     __slots__ = ("terms", "const")
 
@@ -65,7 +69,7 @@ class Lin:
         return Lin({v: c * k for v, c in self.terms.items()}, self.const * k)
 
     def key(self):
-        return (tuple(sorted(self.terms.items())), self.const)
+        return (tuple(sorted(self.terms.items(), key=str)), self.const)
 
     def bounds(self, sizes) -> tuple:
         lo = hi = self.const
@@ -152,6 +156,8 @@ class _Emitter:
         self.inner = [d for d in axes if n_ne1(shape[d])]
         self.lins: list = []
         self.lin_buf: list = []
+        self.dyn_inner: dict = {}  # loaded index variable -> depends on the reduced loops
+        self.dyn_size: dict = {}  # loaded index variable -> its range (the gathered dim)
         self.bufs: dict = {}
         self.scals: dict = {}
         self.tmp = 0
@@ -181,7 +187,7 @@ class _Emitter:
 
     def depends_on_inner(self, lins) -> bool:
         inner = set(self.inner)
-        return any(v in inner for lin in lins for v in lin.terms)
+        return any(v in inner or self.dyn_inner.get(v, False) for lin in lins for v in lin.terms)
 
     def new_tmp(self) -> str:
         self.tmp += 1
@@ -242,6 +248,15 @@ class _Emitter:
             res = (self.statement(opdef.expr([a[0] for a in args], in_dtypes, dtype), dtype, inner), inner)
         elif opdef.kind == "movement":
             res = self.emit_movement(i, op, attrs, inputs[0], shape, idx, conds)
+        elif opdef.kind == "gather":
+            # out[idx] = x[idx with dim replaced by index[idx]]: a load at a loaded index.
+            dim = attrs["dim"]
+            where, inner = self.emit(inputs[1], idx, conds)
+            self.dyn_inner[where] = inner
+            self.dyn_size[where] = self.e[inputs[0]][3][dim]
+            x_idx = [Lin({where: 1}) if d == dim else lin for d, lin in enumerate(idx)]
+            self.ops_used.append(op)
+            res = self.emit(inputs[0], x_idx, conds)
         else:
             raise NeedsMaterialize(i, f"{op} cannot be inlined")
         (self.loop_memo if res[1] and self.loop_lines is not None else self.row_memo)[key] = res
@@ -322,7 +337,9 @@ class _Emitter:
         return self.statement(load, dtype, inner), inner
 
     def sizes_all(self):
-        return {d: n for d, n in enumerate(self.shape)}
+        sizes = {d: n for d, n in enumerate(self.shape)}
+        sizes.update(self.dyn_size)
+        return sizes
 
     def _cost(self, i, limit=3):
         total, stack, seen = 0, [i], set()
@@ -457,8 +474,8 @@ class _Emitter:
     def render_lin(self, lin: Lin, local: int | None = None) -> str:
         """``local``: the chunked outer variable, written as ``ii`` (the array view starts at the chunk)."""
         parts = []
-        for v, c in sorted(lin.terms.items()):
-            name = "ii" if v == local else f"i{v}"
+        for v, c in sorted(lin.terms.items(), key=str):
+            name = v if isinstance(v, str) else "ii" if v == local else f"i{v}"
             parts.append(name if c == 1 else f"{name} * {c}")
         if lin.const or not parts:
             parts.append(str(lin.const))

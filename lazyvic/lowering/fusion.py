@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from lazyvic import ops as optable
 
-LIBRARY_KINDS = ("matmul", "index", "random")
+LIBRARY_KINDS = ("matmul", "scatter", "random")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,22 @@ def kind(entry) -> str:
     return optable.OPS[entry[0]].kind
 
 
+def is_library(entries, i) -> bool:
+    """Runs as a library step (BLAS, or its NumPy reference) rather than inside a kernel.
+
+    A gather is inlined as a load at a computed index when its index tensor was
+    realized before the trace: the front end has checked its range then. An index
+    computed in the same trace is checked by the reference implementation instead.
+    """
+    e = entries[i]
+    k = kind(e)
+    if k in LIBRARY_KINDS:
+        return True
+    if k == "gather":
+        return entries[movement_base(entries, e[2][1])][0] != "buffer"
+    return False
+
+
 def movement_base(entries, i) -> int:
     """The first non-movement node under a chain of movement ops."""
     while kind(entries[i]) == "movement":
@@ -59,9 +75,10 @@ def initial_materialized(entries, outputs, forced) -> set:
     m = set(outputs) | set(forced)
     for i, e in enumerate(entries):
         k = kind(e)
-        if k in ("source", "reduce") or k in LIBRARY_KINDS:
+        library = is_library(entries, i)
+        if k in ("source", "reduce") or library:
             m.add(i)
-        if k in LIBRARY_KINDS:
+        if library:
             for j in e[2]:
                 m.add(movement_base(entries, j))
     return m
@@ -70,8 +87,8 @@ def initial_materialized(entries, outputs, forced) -> set:
 def library_operand_chains(entries, m) -> set:
     """Movement nodes read by library ops through NumPy views (not part of any kernel)."""
     chain = set()
-    for e in entries:
-        if kind(e) in LIBRARY_KINDS:
+    for i, e in enumerate(entries):
+        if is_library(entries, i):
             for j in e[2]:
                 while j not in m and kind(entries[j]) == "movement":
                     chain.add(j)
@@ -80,7 +97,7 @@ def library_operand_chains(entries, m) -> set:
 
 
 def _roots(entries, m, chain):
-    return [i for i in sorted(m) if kind(entries[i]) not in ("source",) + LIBRARY_KINDS and i not in chain]
+    return [i for i in sorted(m) if kind(entries[i]) != "source" and not is_library(entries, i) and i not in chain]
 
 
 def reach(entries, m, roots, stages_of) -> dict:
@@ -145,7 +162,7 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
             if len(users) != 1:
                 continue
             (k,) = users
-            if k is None or k == red or k not in space or kind(entries[k]) in LIBRARY_KINDS or k in chain:
+            if k is None or k == red or k not in space or is_library(entries, k) or k in chain:
                 continue
             e = entries[red]
             rspace = (entries[e[2][0]][3], tuple(e[1]["axes"]))
@@ -194,8 +211,8 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     for i, ks in r.items():
         for k in ks:
             members.setdefault(k, []).append(i)
-    for k in sorted(set(roots) | {i for i in m if kind(entries[i]) in LIBRARY_KINDS}):
-        if kind(entries[k]) in LIBRARY_KINDS:
+    for k in sorted(set(roots) | {i for i in m if is_library(entries, i)}):
+        if is_library(entries, k):
             groups.append(FusionGroup(k, entries[k][3], (), (), ()))
             continue
         shape, axes = space.get(k, (entries[k][3], ()))

@@ -13,7 +13,8 @@ Kinds:
     reduce       reduces a set of axes; the output keeps them as size 1
     movement     reshape / permute / expand / slice / pad (views: index math)
     matmul       batched matrix product (a BLAS call)
-    index        gather / scatter_add along one dimension
+    gather       gather along one dimension (a load at a computed index)
+    scatter      scatter_add along one dimension
 """
 
 from __future__ import annotations

@@ -74,5 +74,5 @@ def _scatter_vjp(g, x, out, at):
     return g, None, g._gather(x[1], at["dim"])
 
 
-register(OpDef("gather", "index", 2, _gather_infer, _gather_ref, vjp=_gather_vjp))
-register(OpDef("scatter_add", "index", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp))
+register(OpDef("gather", "gather", 2, _gather_infer, _gather_ref, vjp=_gather_vjp))
+register(OpDef("scatter_add", "scatter", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp))

@@ -9,6 +9,7 @@ still refers to it.
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 
@@ -34,7 +35,7 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     Its ``base`` is the raw uint8 allocation (NumPy points every view at the owner).
     """
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(shape) * dtype.itemsize
     return _aligned_view(np.empty(n + ALIGN, dtype=np.uint8), n, shape, dtype)
 
 

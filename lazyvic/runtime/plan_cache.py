@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
@@ -73,8 +74,12 @@ def run(trace, inputs: list, scalars: list) -> list:
             entry.plan = _compile(trace)
         except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
             entry.failed = f"{type(e).__name__}: {e}"
-            if config.debug >= 1 or "pytest" in sys.modules:
-                print(f"[lazyvic] plan compilation failed, interpreting: {entry.failed}", file=sys.stderr)
+            warnings.warn(
+                f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
+                f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     if entry.plan is not None and mode != "never":
         plan = entry.plan
         t0 = time.perf_counter()

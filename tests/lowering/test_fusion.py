@@ -152,3 +152,18 @@ def test_memory_plan_shares_temporaries():
     assert mem.temporary_bytes < mem.unshared_bytes
     assert mem.peak_bytes == mem.input_bytes + mem.output_bytes + mem.temporary_bytes
     assert math.prod(a.shape) * 4 == mem.input_bytes
+
+
+def test_gather_with_a_realized_index_is_a_load_in_the_kernel():
+    idx = rng.integers(0, 10, (6, 3))
+    (y,), plan = _compiled(lambda x, i: (x.gather(1, i) * 2.0).exp(), X, idx)
+    np.testing.assert_allclose(y, np.exp(np.take_along_axis(X, idx, 1) * 2), rtol=1e-6)
+    assert len(plan.steps) == 1 and not plan.fallbacks
+
+
+def test_embedding_lookup_compiles():
+    table = rng.standard_normal((20, 4)).astype(np.float32)
+    ids = rng.integers(0, 20, 9)
+    (y,), plan = _compiled(lambda w, i: w.index_select(0, i) + 1.0, table, ids)
+    np.testing.assert_allclose(y, table[ids] + 1, rtol=1e-6)
+    assert not plan.fallbacks

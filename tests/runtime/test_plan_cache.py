@@ -177,3 +177,19 @@ def test_second_process_loads_kernels_from_disk(tmp_path):
     assert float(v1) == pytest.approx(8.0, rel=1e-5) and v1 == v2
     assert int(c1) >= 1 and int(l1) == 0
     assert int(c2) == 0 and int(l2) == int(c1)
+
+
+def test_compile_failure_falls_back_loudly(hot, monkeypatch):
+    import lazyvic.lowering as lowering
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel for this")
+
+    monkeypatch.setattr(lowering, "compile_trace", broken)
+    config.compile = "always"
+    x = lv.tensor(np.arange(5, dtype=np.float32))
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = (x * 7.0 - 3.0).numpy()
+    np.testing.assert_array_equal(got, np.arange(5, dtype=np.float32) * 7 - 3)
+    snap = lv.metrics.snapshot()
+    assert snap["fallbacks"] == 1 and any("RuntimeError" in k for k in snap["fallback_ops"])

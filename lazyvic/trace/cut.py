@@ -54,7 +54,9 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
             continue
         if root.op == "buffer" or root.op == "scalar":
             continue
-        # Iterative post-order DFS: graphs from long training scripts are deep.
+        # Iterative post-order DFS from the roots: graphs from long training scripts are
+        # deep. The order follows the graph's structure, not creation order: state made
+        # lazily at the first step (optimizer buffers) must not reorder later traces.
         stack = [root]
         while stack:
             node = stack[-1]

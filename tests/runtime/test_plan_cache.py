@@ -193,3 +193,25 @@ def test_compile_failure_falls_back_loudly(hot, monkeypatch):
     np.testing.assert_array_equal(got, np.arange(5, dtype=np.float32) * 7 - 3)
     snap = lv.metrics.snapshot()
     assert snap["fallbacks"] == 1 and any("RuntimeError" in k for k in snap["fallback_ops"])
+
+
+THREADS_SCRIPT = textwrap.dedent("""
+    import hashlib, numpy as np, lazyvic as lv
+    from lazyvic.runtime.config import config
+    config.compile = "always"
+    rng = np.random.default_rng(0)
+    x = lv.tensor(rng.standard_normal((256, 300)).astype(np.float32))  # large: parallel kernels
+    y = (x.softmax(1) * 3.0).tanh().sum(0) + lv.functional.layer_norm(x, (300,)).mean()
+    print(hashlib.sha256(y.numpy().tobytes()).hexdigest(), lv.metrics.snapshot()["fallbacks"])
+""")
+
+
+def test_results_do_not_depend_on_the_thread_count(tmp_path):
+    # Every output element (and every reduction) is computed by one thread in a fixed order.
+    outs = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, LAZYVIC_CACHE_DIR=str(tmp_path / "lv"), NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+                   NUMBA_NUM_THREADS=threads)
+        outs.append(subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=env, capture_output=True,
+                                   text=True, check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].split()[1] == "0"

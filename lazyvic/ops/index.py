@@ -63,10 +63,16 @@ def _scatter_ref(x, at):
     base, idx, src = x
     dim = at["dim"]
     _bounds("scatter_add", idx, base.shape[dim])
-    out = base.copy()
+    out = np.array(base, copy=True)
     grids = np.indices(idx.shape, sparse=True)
     where = tuple(idx.astype(np.int64) if i == dim else grids[i] for i in range(idx.ndim))
-    np.add.at(out, where, src)
+    if out.dtype.kind == "f" and out.size:
+        # bincount sums duplicates in one pass (np.add.at is ~50x slower), in float64.
+        flat = np.ravel_multi_index(np.broadcast_arrays(*where), out.shape).ravel()
+        sums = np.bincount(flat, weights=np.asarray(src, dtype=np.float64).ravel(), minlength=out.size)
+        out += sums.reshape(out.shape).astype(out.dtype)
+    else:
+        np.add.at(out, where, src)
     return out
 
 

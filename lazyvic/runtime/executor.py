@@ -40,7 +40,7 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     entries = plan.entries
     for kind, pos, dtype in plan.outputs:
         if kind == "buffer" and env[pos] is None:
-            a = take(entries[pos][3], dtype.np)
+            a = take(entries[pos][3], dtype.np, entries[pos][0] == "matmul")
             env[pos] = a
             flat[pos] = a.reshape(-1)
     if debug >= 4:

@@ -57,6 +57,8 @@ def is_library(entries, i) -> bool:
     """
     e = entries[i]
     k = kind(e)
+    if k == "random":
+        return optable.OPS[e[0]].expr is None  # rand has a kernel expression; randn not yet
     if k in LIBRARY_KINDS:
         return True
     if k == "gather":

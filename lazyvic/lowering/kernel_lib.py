@@ -15,6 +15,9 @@ them against float64 libm over dense grids):
   ``(1 - e) / (1 + e)`` with ``e = exp(-2|x|)``; max abs error 4e-7, max relative
   error 5e-7 (the cancellation in 1 - e just above the Taylor range).
 - ``sigmoid_f32``: ``1 / (1 + exp(-x))``; max relative error 3 ulp.
+- ``rand_f32`` / ``rand_f64``: word ``offset + k`` of the Philox4x32-10 stream of
+  ``seed`` (Salmon et al., SC'11), as ``lazyvic.ops.source`` computes it in NumPy,
+  turned into [0, 1) exactly as there: bit-identical to the interpreter.
 - ``erf_f32``: ``x * P(x^2) / Q(x^2)`` on [-4, 4], the rational minimax
   coefficients of Eigen's ``generic_fast_erf_float``; max abs error 4.2e-7,
   max relative error 2.2e-7 near 0.
@@ -208,3 +211,50 @@ def erf_f32(x):
     p = ((((((_A13 * z + _A11) * z + _A9) * z + _A7) * z + _A5) * z + _A3) * z + _A1) * xc
     q = (((_B8 * z + _B6) * z + _B4) * z + _B2) * z + _B0
     return x if x != x else p / q
+
+
+_U64 = np.uint64
+_MASK32 = _U64(0xFFFFFFFF)
+_PM0 = _U64(0xD2511F53)
+_PM1 = _U64(0xCD9E8D57)
+_PW0 = _U64(0x9E3779B9)
+_PW1 = _U64(0xBB67AE85)
+_SH32 = _U64(32)
+_SH8 = _U64(8)
+_TWO_M24 = f32(1.0 / 16777216.0)
+_TWO_M32 = f64(1.0 / 4294967296.0)
+
+
+@njit(inline="always")
+def philox_word(seed, index):
+    """Word ``index`` of the Philox4x32-10 stream keyed by ``seed`` (both int64), as uint64."""
+    block = _U64(index) >> _U64(2)
+    lane = index & 3
+    c0 = block & _MASK32
+    c1 = block >> _SH32
+    c2 = _U64(0)
+    c3 = _U64(0)
+    k0 = _U64(seed) & _MASK32
+    k1 = (_U64(seed) >> _SH32) & _MASK32
+    for _ in range(10):
+        p0 = c0 * _PM0
+        p1 = c2 * _PM1
+        n0 = (p1 >> _SH32) ^ c1 ^ k0
+        n2 = (p0 >> _SH32) ^ c3 ^ k1
+        c1 = p1 & _MASK32
+        c3 = p0 & _MASK32
+        c0 = n0
+        c2 = n2
+        k0 = (k0 + _PW0) & _MASK32
+        k1 = (k1 + _PW1) & _MASK32
+    return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3
+
+
+@njit(inline="always")
+def rand_f32(seed, offset, k):
+    return f32(philox_word(seed, offset + k) >> _SH8) * _TWO_M24
+
+
+@njit(inline="always")
+def rand_f64(seed, offset, k):
+    return f64(philox_word(seed, offset + k)) * _TWO_M32

@@ -2,7 +2,10 @@
 
 The PyPI llvmlite has no SVML, so ``math.exp`` in a Numba loop is a scalar libm
 call that blocks vectorization. These float32 versions use only arithmetic,
-comparisons and bit casts, which LLVM vectorizes; they are inlined into kernels.
+comparisons and bit casts, which LLVM vectorizes. They are compiled as functions
+of their own (with FMA contraction, which kernels do not allow themselves) that
+LLVM inlines into the kernel loops: a layer norm + gelu kernel ran 1.5x faster
+than with Numba's IR-level ``inline="always"``.
 
 Sources and measured maximum errors (tests/lowering/test_kernel_lib.py checks
 them against float64 libm over dense grids):
@@ -109,7 +112,7 @@ _INF = f32(np.inf)
 _NAN = f32(np.nan)
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def exp_f32(x):
     xc = _minnum(_maxnum(x, _EXP_LO), _EXP_HI)
     # Round to nearest through a truncating int conversion (vectorizes; floorf is a libm call).
@@ -143,7 +146,7 @@ _TINY = f32(1.17549435e-38)
 _TWO23 = f32(8388608.0)
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def log_f32(x):
     sub = x < _TINY
     xs = x * _TWO23 if sub else x  # subnormals: scale into the normal range
@@ -171,7 +174,7 @@ _T7 = f32(-17.0 / 315.0)
 _TANH_SMALL = f32(0.0625)
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def tanh_f32(x):
     a = abs(x)
     e = exp_f32(-_TWO * a)
@@ -182,7 +185,7 @@ def tanh_f32(x):
     return small if a < _TANH_SMALL else big
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def sigmoid_f32(x):
     return _ONE / (_ONE + exp_f32(-x))
 
@@ -204,7 +207,7 @@ _A13, _A11, _A9, _A7, _A5, _A3, _A1 = _EA
 _B8, _B6, _B4, _B2, _B0 = _EB
 
 
-@njit(inline="always", fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def erf_f32(x):
     xc = _minnum(_maxnum(x, -_ERF_CLAMP), _ERF_CLAMP)
     z = xc * xc

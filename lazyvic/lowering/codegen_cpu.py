@@ -143,17 +143,16 @@ class KernelSource:
 
 
 class _Emitter:
-    def __init__(self, entries, materialized, group: FusionGroup, scalar_slot):
+    def __init__(self, entries, materialized, group: FusionGroup):
         self.e = entries
         self.m = materialized
         self.g = group
-        self.scalar_slot = scalar_slot
         self.stage_set = set(group.stages)
         shape, axes = group.space_shape, group.space_axes
         self.shape, self.axes = shape, axes
-        self.sizes = {d: n for d, n in enumerate(shape) if n != 1}
-        self.outer = [d for d in range(len(shape)) if d not in axes and n_ne1(shape[d])]
-        self.inner = [d for d in axes if n_ne1(shape[d])]
+        # One loop per dimension of size != 1: kept dimensions outside, reduced inside.
+        self.outer = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
+        self.inner = [d for d in axes if shape[d] != 1]
         self.lins: list = []
         self.lin_buf: list = []
         self.dyn_inner: dict = {}  # loaded index variable -> depends on the reduced loops
@@ -175,9 +174,6 @@ class _Emitter:
     # -- helpers ------------------------------------------------------------
     def full_index(self):
         return [Lin({d: 1}) if n != 1 else Lin() for d, n in enumerate(self.shape)]
-
-    def reduced_index(self):
-        return [Lin() if d in self.axes or n == 1 else Lin({d: 1}) for d, n in enumerate(self.shape)]
 
     def lin_token(self, lin: Lin, buf: str | None = None) -> str:
         """A placeholder for an index, rendered after loop merging; ``buf`` names the array it indexes."""
@@ -491,13 +487,9 @@ class _Emitter:
         return " + ".join(parts)
 
 
-def n_ne1(n: int) -> bool:
-    return n != 1
-
-
 def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
-    em = _Emitter(entries, materialized, group, None)
+    em = _Emitter(entries, materialized, group)
     em.build()
     em.merge_loops()
     numel = math.prod(group.space_shape)

@@ -112,7 +112,7 @@ _INF = f32(np.inf)
 _NAN = f32(np.nan)
 
 
-@njit(fastmath={"contract"}, error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy", cache=True)
 def exp_f32(x):
     xc = _minnum(_maxnum(x, _EXP_LO), _EXP_HI)
     # Round to nearest through a truncating int conversion (vectorizes; floorf is a libm call).
@@ -146,7 +146,7 @@ _TINY = f32(1.17549435e-38)
 _TWO23 = f32(8388608.0)
 
 
-@njit(fastmath={"contract"}, error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy", cache=True)
 def log_f32(x):
     sub = x < _TINY
     xs = x * _TWO23 if sub else x  # subnormals: scale into the normal range
@@ -174,7 +174,7 @@ _T7 = f32(-17.0 / 315.0)
 _TANH_SMALL = f32(0.0625)
 
 
-@njit(fastmath={"contract"}, error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy", cache=True)
 def tanh_f32(x):
     a = abs(x)
     e = exp_f32(-_TWO * a)
@@ -185,12 +185,12 @@ def tanh_f32(x):
     return small if a < _TANH_SMALL else big
 
 
-@njit(fastmath={"contract"}, error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy", cache=True)
 def sigmoid_f32(x):
     return _ONE / (_ONE + exp_f32(-x))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def sigmoid_f64(x):
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -207,7 +207,7 @@ _A13, _A11, _A9, _A7, _A5, _A3, _A1 = _EA
 _B8, _B6, _B4, _B2, _B0 = _EB
 
 
-@njit(fastmath={"contract"}, error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy", cache=True)
 def erf_f32(x):
     xc = _minnum(_maxnum(x, -_ERF_CLAMP), _ERF_CLAMP)
     z = xc * xc
@@ -228,7 +228,7 @@ _TWO_M24 = f32(1.0 / 16777216.0)
 _TWO_M32 = f64(1.0 / 4294967296.0)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def philox_word(seed, index):
     """Word ``index`` of the Philox4x32-10 stream keyed by ``seed`` (both int64), as uint64."""
     block = _U64(index) >> _U64(2)
@@ -253,11 +253,11 @@ def philox_word(seed, index):
     return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def rand_f32(seed, offset, k):
     return f32(philox_word(seed, offset + k) >> _SH8) * _TWO_M24
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def rand_f64(seed, offset, k):
     return f64(philox_word(seed, offset + k)) * _TWO_M32

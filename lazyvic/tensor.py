@@ -120,6 +120,25 @@ def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
 _SAME_DTYPE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 
 
+def _detach_history(t: "Tensor", value: "Tensor") -> None:
+    """Before ``t`` is rebound in place to ``value``: the autograd contexts that read the
+    old ``t`` (built by ``value``'s expression) must keep pointing at the old value, not at
+    ``t`` itself (a cycle that would lose the gradient, as ``h += 1`` on a non-leaf did)."""
+    old = Tensor._wrap(t._node)
+    old.requires_grad, old._ctx, old.grad = t.requires_grad, t._ctx, None
+    oldest = t._node.id
+    stack, seen = [value], set()
+    while stack:
+        u = stack.pop()
+        if id(u) in seen or u._ctx is None or u._node.id < oldest:
+            continue  # created before t's current value: cannot have read it
+        seen.add(id(u))
+        opdef, inputs, nodes, attrs, node = u._ctx
+        if any(i is t for i in inputs):
+            u._ctx = (opdef, tuple(old if i is t else i for i in inputs), nodes, attrs, node)
+        stack.extend(i for i in inputs if i is not t)
+
+
 def _scalar_operand(value, dtype: dt.DType) -> "Tensor":
     """A Python scalar operand: a scalar input slot that elementwise ops broadcast.
 
@@ -238,7 +257,9 @@ class Tensor:
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
-        return a.astype(dtype) if dtype is not None else a
+        if dtype is not None:
+            return a.astype(dtype, copy=bool(copy))
+        return a.copy() if copy else a
 
     def item(self):
         """Sync point: the value of a one-element tensor as a Python number."""
@@ -307,15 +328,20 @@ class Tensor:
             value = value.expand(*self.shape)
         if value.dtype is not self.dtype:
             value = value.to(self.dtype)
-        self._node = value._node
         if value.requires_grad and autograd.is_grad_enabled():
+            _detach_history(self, value)
+            self._node = value._node
             self._ctx, self.requires_grad = value._ctx, True
+        else:
+            self._node = value._node
         if self._node.op != "buffer":
             _live_pending.add(self)
         return self
 
     def copy_(self, src) -> "Tensor":
-        return self._assign(_as_tensor(src, self.dtype))
+        # A new node: the copy must not share storage with src once computed.
+        src = _as_tensor(src, self.dtype)
+        return self._assign(src.where(True, src) if src.dtype is dt.bool_ else src + 0)
 
     def zero_(self) -> "Tensor":
         return self._assign(full_like(self, 0))
@@ -465,13 +491,22 @@ class Tensor:
             raise DTypeError(f"~: expected a bool tensor, got {self.dtype.name}")
         return _apply("logical_not", (self,))
 
-    def __and__(self, other):
+    def _logical_operands(self, other, opname: str):
         other = _as_tensor(other, dt.bool_)
-        return self.to(dt.bool_).where(other.to(dt.bool_), False)
+        for t in (self, other):
+            if t.dtype is not dt.bool_:
+                raise UnsupportedOpError(
+                    f"{opname}: bitwise operations on {t.dtype.name} tensors are not supported (bool tensors only)"
+                )
+        return other
+
+    def __and__(self, other):
+        other = self._logical_operands(other, "&")
+        return self.where(other, False)
 
     def __or__(self, other):
-        other = _as_tensor(other, dt.bool_)
-        return where(self.to(dt.bool_), True, other.to(dt.bool_))
+        other = self._logical_operands(other, "|")
+        return where(self, True, other)
 
     __rand__ = __and__
     __ror__ = __or__

@@ -12,7 +12,7 @@ from lazyvic.lowering import codegen_cpu, kernel_cache
 from lazyvic.lowering.fusion import NeedsMaterialize, is_library, plan_groups
 from lazyvic.lowering.memory import plan_memory
 from lazyvic.lowering.passes import simplify, transpose_matmuls
-from lazyvic.lowering.plan import KernelStep, MatmulStep, Plan, ReferenceStep
+from lazyvic.lowering.plan import IndexCheckStep, KernelStep, MatmulStep, Plan, ReferenceStep
 
 MAX_REPLANS = 200
 
@@ -26,6 +26,15 @@ def _chain(entries, j, chain_nodes):
         j = inputs[0]
     if entries[j][0] == "scalar":
         return ("scalar", entries[j][1][0], list(reversed(ops)), entries[j][4].np)
+    return ("buffer", j, list(reversed(ops)), entries[j][4].np)
+
+
+def _index_chain(entries, j):
+    """A gather's index operand: the realized buffer under it and the movement ops above it."""
+    ops = []
+    while optable.OPS[entries[j][0]].kind == "movement":
+        ops.append((optable.OPS[entries[j][0]].reference, entries[j][1]))
+        j = entries[j][2][0]
     return ("buffer", j, list(reversed(ops)), entries[j][4].np)
 
 
@@ -75,6 +84,11 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
         kind = optable.OPS[op].kind
         if g.root in sources:
             ks = sources[g.root]
+            for j in g.members:
+                if optable.OPS[entries[j][0]].kind == "gather":
+                    x, index = entries[j][2]
+                    steps.append(IndexCheckStep(f"check {entries[j][0]} index", _index_chain(entries, index),
+                                                entries[x][3][entries[j][1]["dim"]], entries[j][0]))
             fn = kernel_cache.load(ks, cache_dir, [scalar_dtypes[s].name for s in ks.scalars], stats)
             steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
                                     tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
@@ -102,7 +116,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
     input_pos = [(i, e[1][0]) for i, e in enumerate(entries) if e[0] == "buffer"]
     out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
     temporaries = {g.root for g in groups} - out_set
-    steps_io = [((s.out,), s.reads()) for s in steps]
+    steps_io = [((s.out,) if s.out is not None else (), s.reads()) for s in steps]
     memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos})
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)

@@ -99,6 +99,8 @@ def flat(idx, shape) -> Lin:
 
 def unflatten(f: Lin, shape, sizes):
     """Split a flat offset into per-dimension indices of ``shape``, or None if it would carry."""
+    if 0 in shape:
+        return None  # nothing is loaded from an empty shape; let the caller use the flat offset
     strides = contiguous_strides(shape)
     dims = [Lin() for _ in shape]
     maxes = [0] * len(shape)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lazyvic.errors import IndexError as LIndexError
+
 
 @dataclass
 class KernelStep:
@@ -73,6 +75,30 @@ class ReferenceStep:
         with np.errstate(all="ignore"):
             out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
         np.copyto(env[self.out], out)
+
+
+@dataclass
+class IndexCheckStep:
+    """Range check of a gather index that a kernel reads without checking.
+
+    The index was realized before the trace, but its data could have been changed
+    through a shared ``.numpy()`` view since: check it on every run, before the kernel.
+    """
+
+    name: str
+    index: tuple  # operand chain, as MatmulStep's
+    size: int  # valid indices are 0 .. size - 1
+    op: str
+    out: object = None
+
+    def reads(self):
+        return (self.index[1],)
+
+    def __call__(self, env, flat, scalars):
+        idx = _view(env, scalars, self.index)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.size):
+            bad = idx[(idx < 0) | (idx >= self.size)].ravel()[0]
+            raise LIndexError(f"{self.op}: index {int(bad)} out of range for dimension of size {self.size}")
 
 
 @dataclass

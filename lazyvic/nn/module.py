@@ -9,7 +9,7 @@ import numpy as np
 
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
-from lazyvic.tensor import Tensor
+from lazyvic.tensor import Tensor, _live_pending
 
 
 class Parameter(Tensor):
@@ -23,8 +23,6 @@ class Parameter(Tensor):
         node = data._node if isinstance(data, Tensor) else Tensor(data)._node
         super().__init__(requires_grad=requires_grad, _node=node)
         if node.op != "buffer":
-            from lazyvic.tensor import _live_pending
-
             _live_pending.add(self)
 
     def __repr__(self) -> str:
@@ -183,6 +181,7 @@ class Module:
                 for p in self.parameters():
                     if p.dtype.is_floating_point:
                         p._node = p.to(dtype)._node
+                        _live_pending.add(p)
         return self
 
     def float(self):
@@ -257,7 +256,6 @@ class Module:
                     value = value.to(cur.dtype)
                 cur._node = value._node
                 if cur._node.op != "buffer":
-                    from lazyvic.tensor import _live_pending
 
                     _live_pending.add(cur)
         return missing, unexpected

@@ -100,8 +100,12 @@ def _argmax_init(d):
 
 
 def _argmax_combine(acc, v, r, d):
-    # Strict '>' keeps the first maximum, as NumPy and PyTorch do.
-    return [f"if {v} > {acc[1]}:", f"    {acc[1]} = {v}", f"    {acc[0]} = {r}"]
+    # Strict '>' keeps the first maximum; for floats the first NaN wins and stays, as in
+    # NumPy and PyTorch.
+    cond = f"{v} > {acc[1]}"
+    if d.is_floating_point:
+        cond = f"{cond} or ({v} != {v} and {acc[1]} == {acc[1]})"
+    return [f"if {cond}:", f"    {acc[1]} = {v}", f"    {acc[0]} = {r}"]
 
 
 register(

@@ -51,12 +51,15 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     else:
         for step in plan.steps:
             step(env, flat, scalars)
-    outs = []
+    outs, given = [], set()
     for kind, pos, dtype in plan.outputs:
         if kind == "scalar":
             outs.append(np.array(scalars[pos], dtype=dtype.np))
-        elif entries[pos][0] == "buffer":
-            outs.append(np.array(env[pos], copy=True))  # an output folded onto an input
+        elif entries[pos][0] == "buffer" or pos in given:
+            # An output folded onto an input, or two outputs merged by CSE: each tensor
+            # gets storage of its own.
+            outs.append(np.array(env[pos], copy=True))
         else:
             outs.append(env[pos])
+            given.add(pos)
     return outs

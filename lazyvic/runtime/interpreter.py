@@ -31,7 +31,8 @@ def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
     results = []
     for o in trace.outputs:
         v = values[o]
-        results.append(np.ascontiguousarray(v) if v.shape else np.array(v))
+        # Owned, writeable, contiguous storage (a reference may return a read-only view).
+        results.append(np.ascontiguousarray(v) if v.shape and v.flags.writeable else np.array(v))
     return results
 
 

@@ -18,6 +18,7 @@ import numpy as np
 ALIGN = 64  # OpenBLAS runs ~800x slower into a 16-byte aligned output (measured here)
 MIN_BYTES = 1 << 20
 MAX_POOLED_BYTES = 1 << 30
+MAX_WATCHED = 16  # released-but-still-referenced allocations checked again later
 
 _free: dict = {}  # nbytes -> list of raw uint8 arrays
 _pooled_bytes = [0]
@@ -69,19 +70,19 @@ def _give_back(raw: np.ndarray) -> None:
 
 
 def _sweep() -> None:
-    keep = []
+    held = []
     while _released:
         raw = _released.pop()
         # Referents here: this frame's variable and getrefcount's argument (popped from the list).
         if sys.getrefcount(raw) > 2:
-            keep.append(raw)  # the user still holds the array or a view of it
+            held.append(raw)  # the user still holds the array or a view of it: look again later
             continue
         if _pooled_bytes[0] + raw.nbytes <= MAX_POOLED_BYTES:
             _free.setdefault(raw.nbytes, []).append(raw)
             _pooled_bytes[0] += raw.nbytes
-    # Arrays still held elsewhere are dropped from the pool's view: when the user lets
-    # go of them, NumPy frees them as usual.
-    del keep
+    # A common loop keeps the last result (y = f(x).numpy()) until the next call returns:
+    # keep watching a few held allocations, the most recent first.
+    _released.extend(reversed(held[:MAX_WATCHED]))
 
 
 def track(owner, array: np.ndarray) -> None:

@@ -52,3 +52,14 @@ def test_blas_and_large_outputs_are_64_byte_aligned():
         z = big * float(k)
         assert y.numpy().ctypes.data % 64 == 0
         assert z.numpy().ctypes.data % 64 == 0
+
+
+def test_loop_that_holds_the_last_result_reuses_two_buffers():
+    x = lv.tensor(np.ones(1 << 19, np.float32))
+    ptrs = set()
+    y = None
+    for k in range(6):
+        y = (x * float(k)).numpy()  # the previous result is still held until this returns
+        ptrs.add(y.ctypes.data)
+    assert len(ptrs) <= 3
+    np.testing.assert_array_equal(y[:2], [5, 5])

@@ -378,14 +378,18 @@ class Tensor:
 
     # ------------------------------------------------------------ elementwise
     def _binary(self, opname: str, other, reverse: bool = False) -> "Tensor":
-        if other.__class__ is float or other.__class__ is int:
+        cls = other.__class__
+        if cls is float or cls is int:
             # Fast path for the most common case, a Python number operand (a scalar input).
-            d = dt.scalar_dtype_for(self.dtype, other)
+            node = self._node
+            d = node.dtype
+            if d.category != 2:
+                d = dt.scalar_dtype_for(d, other)
+            if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
+                s = Node.scalar(other, d)
+                return Tensor._from_node(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d))
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
-            if opname in _SAME_DTYPE_BINARY and not a.requires_grad:
-                nodes = (b._node, a._node) if reverse else (a._node, b._node)
-                return Tensor._from_node(Node(opname, nodes, (), a._node.shape, d))
             return _apply(opname, (b, a) if reverse else (a, b))
         a, b = _promote_pair(self, other, opname)
         if reverse:

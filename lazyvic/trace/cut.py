@@ -63,23 +63,29 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
             if node in pos:
                 stack.pop()
                 continue
-            ins = node.inputs
-            missing = [i for i in ins if i not in pos]
-            if missing:
-                stack.extend(reversed(missing))
+            waiting = False
+            for i in node.inputs:
+                if i in pos:
+                    continue
+                if i.inputs:
+                    stack.append(i)
+                    waiting = True
+                else:  # a leaf: its entry is made now, without a trip through the stack
+                    pos[i] = len(entries)
+                    if i.op == "buffer":
+                        append_entry(("buffer", (len(inputs),), (), i.shape, i.dtype.name))
+                        inputs.append(i.data)
+                    elif i.op == "scalar":
+                        append_entry(("scalar", (len(scalars),), (), (), i.dtype.name))
+                        scalars.append(i.value)
+                    else:  # a pending op without inputs
+                        append_entry((i.op, i.attrs, (), i.shape, i.dtype.name))
+                    append_dtype(i.dtype)
+            if waiting:
                 continue
             stack.pop()
-            op = node.op
-            if op == "buffer":
-                entry = ("buffer", (len(inputs),), (), node.shape, node.dtype.name)
-                inputs.append(node.data)
-            elif op == "scalar":
-                entry = ("scalar", (len(scalars),), (), (), node.dtype.name)
-                scalars.append(node.value)
-            else:
-                entry = (op, node.attrs, tuple([pos[i] for i in ins]), node.shape, node.dtype.name)
             pos[node] = len(entries)
-            append_entry(entry)
+            append_entry((node.op, node.attrs, tuple([pos[i] for i in node.inputs]), node.shape, node.dtype.name))
             append_dtype(node.dtype)
         outputs.append(pos[root])
         out_nodes.append(root)

@@ -4,9 +4,8 @@ The fixture file is made by tests/fixtures/make_torch_fixtures.py; these tests
 need only NumPy. The live comparison at the end runs when torch is installed.
 """
 
-import json
-from pathlib import Path
 
+import _torch_fixtures as torch_fixtures
 import numpy as np
 import pytest
 
@@ -14,26 +13,22 @@ import lazyvic
 from lazyvic import functional as F
 from lazyvic import nn
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "torch_mlp_losses.npz"
-PARAM_NAMES = ("0.weight", "0.bias", "2.weight", "2.bias")
+FIXTURE = "torch_mlp_losses.npz"
+PARAM_NAMES = torch_fixtures.PARAM_NAMES
 RTOL, ATOL = 2e-6, 1e-7  # float32; the sums here have at most a few dozen terms
 
 
 @pytest.fixture(scope="module")
 def ref():
-    with np.load(FIXTURE) as data:
-        return {k: data[k] for k in data.files}
+    return torch_fixtures.arrays(FIXTURE)
 
 
 def cases():
-    with np.load(FIXTURE) as data:
-        return json.loads(str(data["spec"]))
+    return torch_fixtures.spec(FIXTURE)
 
 
 def mlp(ref) -> nn.Sequential:
-    model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
-    model.load_state_dict({k: ref[f"init.{k}"] for k in PARAM_NAMES})
-    return model
+    return torch_fixtures.mlp(ref)
 
 
 def test_fixture_is_complete(ref):

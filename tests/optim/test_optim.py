@@ -6,9 +6,8 @@ learning rate changed before every step. These tests need only NumPy; the live
 comparison at the end runs when torch is installed.
 """
 
-import json
-from pathlib import Path
 
+import _torch_fixtures as torch_fixtures
 import numpy as np
 import pytest
 
@@ -16,25 +15,22 @@ import lazyvic
 from lazyvic import functional as F
 from lazyvic import nn, optim
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "torch_optim_trajectories.npz"
-PARAM_NAMES = ("0.weight", "0.bias", "2.weight", "2.bias")
+FIXTURE = "torch_optim_trajectories.npz"
+PARAM_NAMES = torch_fixtures.PARAM_NAMES
 RTOL = 1e-6  # float32, relative to the size of the parameter tensor (see assert_close)
 
 
 @pytest.fixture(scope="module")
 def ref():
-    with np.load(FIXTURE) as data:
-        return {k: data[k] for k in data.files}
+    return torch_fixtures.arrays(FIXTURE)
 
 
 def configs():
-    with np.load(FIXTURE) as data:
-        return json.loads(str(data["spec"]))
+    return torch_fixtures.spec(FIXTURE)
 
 
 def mlp(ref) -> nn.Sequential:
-    model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
-    model.load_state_dict({k: ref[f"init.{k}"] for k in PARAM_NAMES})
+    model = torch_fixtures.mlp(ref)
     lazyvic.sync()
     return model
 

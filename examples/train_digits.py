@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
             correct += int(hits.numpy().sum())
             if misses_after_first_step is None:
                 misses_after_first_step = lazyvic.metrics.snapshot()["cache_misses"]
-            bar.set_postfix(loss=f"{loss.item():.4f}")
+            bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         if not args.quiet:
             tqdm.write(f"epoch {epoch + 1:2d}/{args.epochs}  loss {total_loss / n:.4f}  "
                        f"train acc {correct / n:.4f}")

@@ -112,6 +112,11 @@ def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
             if opdef.differentiable and dtype.category == 2 and autograd.is_grad_enabled():
                 out.requires_grad = True
                 out._ctx = (opdef, inputs, nodes, attrs, node)
+                for u in inputs:
+                    if u._ctx is not None:  # a non-leaf input: remember who reads it
+                        if u._users is None:
+                            u._users = []
+                        u._users.append(weakref.ref(out))
             break
     return out
 
@@ -120,23 +125,23 @@ def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
 _SAME_DTYPE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 
 
-def _detach_history(t: "Tensor", value: "Tensor") -> None:
-    """Before ``t`` is rebound in place to ``value``: the autograd contexts that read the
-    old ``t`` (built by ``value``'s expression) must keep pointing at the old value, not at
-    ``t`` itself (a cycle that would lose the gradient, as ``h += 1`` on a non-leaf did)."""
+def _detach_history(t: "Tensor") -> None:
+    """Before ``t`` is rebound in place: every autograd context that read ``t`` (in the
+    expression of the new value, or in ops recorded earlier) must keep pointing at the
+    value it read, not at ``t``, which is about to carry a new context. (Without this,
+    ``h += 1`` on a non-leaf made a cycle that lost the gradient.)"""
+    if not t._users:
+        return
     old = Tensor._wrap(t._node)
-    old.requires_grad, old._ctx, old.grad = t.requires_grad, t._ctx, None
-    oldest = t._node.id
-    stack, seen = [value], set()
-    while stack:
-        u = stack.pop()
-        if id(u) in seen or u._ctx is None or u._node.id < oldest:
-            continue  # created before t's current value: cannot have read it
-        seen.add(id(u))
+    old.requires_grad, old._ctx = t.requires_grad, t._ctx
+    for ref in t._users:
+        u = ref()
+        if u is None or u._ctx is None:
+            continue
         opdef, inputs, nodes, attrs, node = u._ctx
         if any(i is t for i in inputs):
             u._ctx = (opdef, tuple(old if i is t else i for i in inputs), nodes, attrs, node)
-        stack.extend(i for i in inputs if i is not t)
+    old._users, t._users = t._users, None
 
 
 def _scalar_operand(value, dtype: dt.DType) -> "Tensor":
@@ -156,7 +161,9 @@ class Tensor:
     ``int64`` (default for Python ints) and ``bool``.
     """
 
-    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "__weakref__")
+    # _users: weak references to the tensors whose autograd context reads this one
+    # (kept for non-leaf tensors only, so an in-place update can re-point them).
+    __slots__ = ("_node", "requires_grad", "grad", "_ctx", "_users", "__weakref__")
     __hash__ = object.__hash__
     __array_priority__ = 1000  # NumPy defers to our reflected operators
 
@@ -167,6 +174,7 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._ctx = None
+        self._users = None
         if requires_grad and not _node.dtype.is_floating_point:
             raise DTypeError(f"only floating-point tensors can require grad, got {_node.dtype.name}")
 
@@ -177,6 +185,7 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t._ctx = None
+        t._users = None
         if node.op != "buffer" and node.op != "scalar":
             _live_pending.refs.append(weakref.ref(t))
             if live_nodes_count() > config.max_pending:
@@ -191,6 +200,7 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t._ctx = None
+        t._users = None
         return t
 
     # ------------------------------------------------------------ properties
@@ -329,7 +339,7 @@ class Tensor:
         if value.dtype is not self.dtype:
             value = value.to(self.dtype)
         if value.requires_grad and autograd.is_grad_enabled():
-            _detach_history(self, value)
+            _detach_history(self)
             self._node = value._node
             self._ctx, self.requires_grad = value._ctx, True
         else:

@@ -43,3 +43,12 @@ def test_bitwise_ops_on_integers_are_refused():
 
     with pytest.raises(lv.errors.UnsupportedOpError, match="bitwise"):
         lv.tensor([6]) & lv.tensor([3])
+
+
+def test_inplace_update_after_another_op_read_the_old_value():
+    x = lv.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    h = x * 1.0
+    a = h.relu()   # reads h before the update
+    h *= 2.0       # h = 2x
+    (a + h).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), (np.array([1.0, -2.0, 3.0]) > 0) + 2.0)

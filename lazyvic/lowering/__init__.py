@@ -29,6 +29,12 @@ def _chain(entries, j, chain_nodes):
     return ("buffer", j, list(reversed(ops)), entries[j][4].np)
 
 
+def _force(forced: set, e: NeedsMaterialize) -> None:
+    if e.node in forced:
+        raise RuntimeError(f"lowering: could not materialize node {e.node} ({e.why})")
+    forced.add(e.node)
+
+
 def _index_chain(entries, j):
     """A gather's index operand: the realized buffer under it and the movement ops above it."""
     ops = []
@@ -63,13 +69,23 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
     for _ in range(MAX_REPLANS):
         try:
             groups, m, chain_nodes = plan_groups(entries, outputs, frozenset(forced))
-            sources = {g.root: codegen_cpu.generate(entries, m, g)
-                       for g in groups if not is_library(entries, g.root)}
-            break
         except NeedsMaterialize as e:
-            if e.node in forced:
-                raise RuntimeError(f"lowering: could not materialize node {e.node} ({e.why})") from None
-            forced.add(e.node)
+            _force(forced, e)
+            continue
+        # Generate every kernel, collecting all the nodes that need a buffer, then plan
+        # again once (not once per node: a large training step would plan many times).
+        sources, wanted = {}, []
+        for g in groups:
+            if is_library(entries, g.root):
+                continue
+            try:
+                sources[g.root] = codegen_cpu.generate(entries, m, g)
+            except NeedsMaterialize as e:
+                wanted.append(e)
+        if not wanted:
+            break
+        for e in {e.node: e for e in wanted}.values():
+            _force(forced, e)
     else:
         raise RuntimeError("lowering: fusion did not converge")
 

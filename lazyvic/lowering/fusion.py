@@ -120,6 +120,20 @@ def reach(entries, m, roots, stages_of) -> dict:
     return r
 
 
+def _region(entries, m, i, include_root: bool = True) -> set:
+    """Node i and the nodes inlined below it (down to buffers)."""
+    out, stack = set(), list(entries[i][2])
+    if include_root:
+        out.add(i)
+    while stack:
+        j = stack.pop()
+        if j in out or j in m:
+            continue
+        out.add(j)
+        stack.extend(entries[j][2])
+    return out
+
+
 def _cost(entries, m, i, limit=8) -> int:
     """Number of non-movement ops inlined under node i (stops at buffers), capped."""
     total, stack, seen = 0, [i], set()
@@ -150,57 +164,63 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     stages_of: dict = {}
     stage_owner: dict = {}
 
-    # Absorb reductions into the one kernel that uses them (consumers first).
+    # Absorb reductions into the one kernel that uses them. One pass, consumers first:
+    # absorbing a reduction changes only the reach of nodes below it, so the decisions
+    # already taken for the reductions above stay valid, and the reach is updated in place.
     fixed = set(outputs) | set(forced)
-    changed = True
-    while changed:
-        changed = False
-        roots = _roots(entries, m, chain)
-        r = reach(entries, m, roots, stages_of)
-        for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
-            users = set()
-            for c in consumers.get(red, ()):
-                users |= {c} if c in m else r.get(c, {None})
-            if len(users) != 1:
+    r = reach(entries, m, _roots(entries, m, chain), stages_of)
+    for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
+        users = set()
+        for c in consumers.get(red, ()):
+            users |= {c} if c in m else r.get(c, {None})
+        if len(users) != 1:
+            continue
+        (k,) = users
+        if k is None or k == red or k not in space or is_library(entries, k) or k in chain:
+            continue
+        e = entries[red]
+        rspace = (entries[e[2][0]][3], tuple(e[1]["axes"]))
+        kshape, kaxes = space[k]
+        if kaxes:
+            if (kshape, kaxes) != rspace:
                 continue
-            (k,) = users
-            if k is None or k == red or k not in space or is_library(entries, k) or k in chain:
+        else:
+            full, reduced = rspace[0], e[3]
+            squeezed = tuple(n for d, n in enumerate(full) if d not in rspace[1])
+            if kshape != full and kshape != reduced and kshape != squeezed:
                 continue
-            e = entries[red]
-            rspace = (entries[e[2][0]][3], tuple(e[1]["axes"]))
-            kshape, kaxes = space[k]
-            if kaxes:
-                if (kshape, kaxes) != rspace:
-                    continue
-            else:
-                full, reduced = rspace[0], e[3]
-                squeezed = tuple(n for d, n in enumerate(full) if d not in rspace[1])
-                if kshape != full and kshape != reduced and kshape != squeezed:
-                    continue
-                if kind(entries[k]) == "reduce":
-                    continue
-            space[k] = rspace
-            m.discard(red)
-            inner = stages_of.pop(red, ())
-            for s in inner:
-                stage_owner[s] = k
-            stages_of[k] = tuple(sorted(set(stages_of.get(k, ())) | set(inner) | {red}))
-            stage_owner[red] = k
-            space.pop(red, None)
-            changed = True
-            break
+            if kind(entries[k]) == "reduce":
+                continue
+        space[k] = rspace
+        m.discard(red)
+        inner = stages_of.pop(red, ())
+        for s in inner:
+            stage_owner[s] = k
+        stages_of[k] = tuple(sorted(set(stages_of.get(k, ())) | set(inner) | {red}))
+        stage_owner[red] = k
+        space.pop(red, None)
+        # red's region (and red itself) is now computed by k.
+        for i in _region(entries, m, red):
+            ks = r.setdefault(i, set())
+            ks.discard(red)
+            ks.add(k)
 
-    # Values needed by several kernels: materialize unless cheap to recompute.
+    # Values needed by several kernels: materialize unless cheap to recompute. Waves,
+    # consumers first; a candidate below one picked in the same wave waits for the next
+    # wave (the pick may leave it with a single kernel).
     while True:
-        roots = _roots(entries, m, chain)
-        r = reach(entries, m, roots, stages_of)
-        multi = [i for i, ks in r.items() if len(ks) > 1 and i not in stage_owner and _cost(entries, m, i) > 1]
+        multi = sorted((i for i, ks in r.items() if len(ks) > 1 and i not in stage_owner and i not in m
+                        and _cost(entries, m, i) > 1), reverse=True)
         if not multi:
             break
-        pick = max(multi)
-        m.add(pick)
-        space[pick] = (entries[pick][3], ())
-        # A stage needed elsewhere cannot stay a stage: undo is rare, so just materialize it.
+        shadowed: set = set()
+        for i in multi:
+            if i in shadowed:
+                continue
+            m.add(i)
+            space[i] = (entries[i][3], ())
+            shadowed |= _region(entries, m, i, include_root=False)
+        r = reach(entries, m, _roots(entries, m, chain), stages_of)
     for s in stage_owner:
         users = r.get(s, set())
         if len(users) > 1:

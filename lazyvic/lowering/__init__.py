@@ -8,11 +8,11 @@ import sys
 import numpy as np
 
 from lazyvic import ops as optable
-from lazyvic.lowering import codegen_cpu, kernel_cache
+from lazyvic.lowering import codegen_cpu, kernel_cache, kernel_lib
 from lazyvic.lowering.fusion import NeedsMaterialize, is_library, plan_groups
 from lazyvic.lowering.memory import plan_memory
 from lazyvic.lowering.passes import simplify, transpose_matmuls
-from lazyvic.lowering.plan import IndexCheckStep, KernelStep, MatmulStep, Plan, ReferenceStep
+from lazyvic.lowering.plan import IndexCheckStep, KernelStep, MatmulStep, Plan, ReferenceStep, ScatterAddStep
 
 MAX_REPLANS = 200
 
@@ -118,6 +118,9 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
         args = [_chain(entries, j, chain_nodes) for j in inputs]
         if kind == "matmul":
             steps.append(MatmulStep(f"matmul{shape}", g.root, args[0], args[1]))
+        elif kind == "scatter":
+            steps.append(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"],
+                                        kernel_lib.scatter_add_into))
         else:
             steps.append(ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference,
                                        attrs, dtype))

@@ -261,3 +261,26 @@ def rand_f32(seed, offset, k):
 @njit(inline="always", cache=True)
 def rand_f64(seed, offset, k):
     return f64(philox_word(seed, offset + k)) * _TWO_M32
+
+
+@njit(cache=True, error_model="numpy")
+def scatter_add_into(out, index, src, dim):
+    """``out[..., index[p], ...] += src[p]`` for every position p of ``index`` (PyTorch's
+    scatter_add along ``dim``); ``out`` is C-contiguous, ``index``/``src`` any strides.
+
+    Serial, in the order of ``index``'s positions: duplicates add in a fixed order.
+    Returns the first out-of-range index found (then nothing more is added), or -1.
+    """
+    n = out.shape[dim]
+    flat = out.reshape(-1)
+    for pos in np.ndindex(index.shape):
+        j = index[pos]
+        if j < 0 or j >= n:
+            return j
+        off = 0
+        stride = 1
+        for d in range(out.ndim - 1, -1, -1):
+            off += (j if d == dim else pos[d]) * stride
+            stride *= out.shape[d]
+        flat[off] += src[pos]
+    return -1

@@ -78,6 +78,29 @@ class ReferenceStep:
 
 
 @dataclass
+class ScatterAddStep:
+    """scatter_add through a compiled kernel (lowering/kernel_lib.scatter_add_into)."""
+
+    name: str
+    out: int
+    args: tuple  # base, index, src operand chains, as MatmulStep's
+    dim: int
+    kernel: object
+
+    def reads(self):
+        return tuple(c[1] for c in self.args if c[0] == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        base, index, src = [_view(env, scalars, c) for c in self.args]
+        out = env[self.out]
+        np.copyto(out, base)
+        bad = self.kernel(out, index, src, self.dim)
+        if bad != -1:
+            raise LIndexError(f"scatter_add: index {int(bad)} out of range for dimension of size "
+                              f"{out.shape[self.dim]}")
+
+
+@dataclass
 class IndexCheckStep:
     """Range check of a gather index that a kernel reads without checking.
 

@@ -216,3 +216,26 @@ def test_gather_index_changed_after_recording_is_checked_at_run_time():
     view[0] = 1_000_000  # through the shared NumPy view, after the op checked the range
     with pytest.raises(IndexError, match="out of range"):
         y.numpy()
+
+
+def test_embedding_backward_scatter_add_is_compiled():
+    table = rng.standard_normal((20, 4)).astype(np.float32)
+    ids = np.array([3, 5, 3, 0, 19, 3])
+    w = lv.tensor(table, requires_grad=True)
+    e = w.index_select(0, lv.tensor(ids))
+    (e * e).sum().backward()
+    w.grad.numpy()
+    expected = np.zeros_like(table)
+    np.add.at(expected, ids, 2 * table[ids])
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-6)
+    assert lv.metrics.snapshot()["fallbacks"] == 0
+
+
+def test_compiled_scatter_add_checks_indices():
+    base = lv.zeros(3, 2)
+    idx = lv.tensor(np.array([[0, 1], [2, 0]]))
+    view = idx.numpy()
+    out = base.scatter_add(0, idx, lv.ones(2, 2))
+    view[1, 1] = 7  # out of range, written through the shared NumPy view after the op
+    with pytest.raises(IndexError, match="out of range"):
+        out.numpy()

@@ -257,11 +257,8 @@ class Elementwise(Case):
         return lambda: f(x)
 
 
-class Softmax(Case):
-    name = "softmax"
-    title = "softmax(x, -1)"
-    unit = "GB/s"
-    notes = "float32, last axis; GB/s = 2*4*rows*cols bytes (1 read + 1 write)"
+class _RowsCase(Case):
+    """A (rows, cols) float32 case whose work is one read and one write of the matrix."""
 
     def sizes(self, quick):
         return [(1024, 1024)] if quick else [(4096, 1024)]
@@ -271,6 +268,13 @@ class Softmax(Case):
 
     def work(self, s):
         return 2 * 4 * s[0] * s[1]
+
+
+class Softmax(_RowsCase):
+    name = "softmax"
+    title = "softmax(x, -1)"
+    unit = "GB/s"
+    notes = "float32, last axis; GB/s = 2*4*rows*cols bytes (1 read + 1 write)"
 
     def _x(self, s):
         return _rng().standard_normal(s, dtype=np.float32)
@@ -297,22 +301,13 @@ class Softmax(Case):
         return lambda: f(x)
 
 
-class LayerNormGelu(Case):
+class LayerNormGelu(_RowsCase):
     name = "layernorm_gelu"
     title = "gelu(layer_norm(x))"
     unit = "GB/s"
     notes = ("float32, layer norm over the last axis WITH affine (weight, bias of shape (cols,)), "
              "eps=1e-5, then exact gelu; GB/s = 2*4*rows*cols bytes (x read + y write)")
     EPS = 1e-5
-
-    def sizes(self, quick):
-        return [(1024, 1024)] if quick else [(4096, 1024)]
-
-    def size_label(self, s):
-        return f"{s[0]}x{s[1]}"
-
-    def work(self, s):
-        return 2 * 4 * s[0] * s[1]
 
     def _data(self, s):
         r = _rng()

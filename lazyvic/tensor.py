@@ -139,7 +139,7 @@ def _detach_history(t: "Tensor") -> None:
         if u is None or u._ctx is None:
             continue
         opdef, inputs, nodes, attrs, node = u._ctx
-        if any(i is t for i in inputs):
+        if inputs is not None and any(i is t for i in inputs):  # None: freed by a backward
             u._ctx = (opdef, tuple(old if i is t else i for i in inputs), nodes, attrs, node)
     old._users, t._users = t._users, None
 

@@ -52,3 +52,13 @@ def test_inplace_update_after_another_op_read_the_old_value():
     h *= 2.0       # h = 2x
     (a + h).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), (np.array([1.0, -2.0, 3.0]) > 0) + 2.0)
+
+
+def test_inplace_update_after_a_backward_freed_the_readers():
+    x = lv.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2.0
+    y = h * 3.0
+    y.sum().backward()
+    h += 1.0  # y's context was freed by the backward
+    h.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [8.0, 8.0])  # 6 from y, then 2 from h

@@ -55,10 +55,14 @@ def test_inplace_update_after_another_op_read_the_old_value():
 
 
 def test_inplace_update_after_a_backward_freed_the_readers():
+    import pytest
+
     x = lv.tensor([1.0, 2.0], requires_grad=True)
     h = x * 2.0
     y = h * 3.0
-    y.sum().backward()
-    h += 1.0  # y's context was freed by the backward
-    h.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [8.0, 8.0])  # 6 from y, then 2 from h
+    y.sum().backward()  # frees the contexts of y and h
+    h += 1.0  # must not trip over y's freed context
+    np.testing.assert_allclose(h.numpy(), [3.0, 5.0])
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+    with pytest.raises(lv.errors.AutogradError, match="second time"):
+        h.sum().backward()  # as in PyTorch: h's old context was freed

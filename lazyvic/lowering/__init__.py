@@ -108,7 +108,8 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             fn = kernel_cache.load(ks, cache_dir, [scalar_dtypes[s].name for s in ks.scalars], stats)
             steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
                                     tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
-                                    tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.source))
+                                    tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.source,
+                                    tuple(g.extra_roots)))
             if debug >= 2:
                 print(f"[lazyvic] kernel {ks.name}: space {g.space_shape} reduce {g.space_axes} "
                       f"stages {len(g.stages)} ops {len(g.members)}", file=sys.stderr)
@@ -134,8 +135,10 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             out_specs.append(("buffer", o, entries[o][4]))
     input_pos = [(i, e[1][0]) for i, e in enumerate(entries) if e[0] == "buffer"]
     out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
-    temporaries = {g.root for g in groups} - out_set
-    steps_io = [((s.out,) if s.out is not None else (), s.reads()) for s in steps]
+    temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
+    temporaries -= out_set
+    steps_io = [(s.writes() if hasattr(s, "writes") else (s.out,) if s.out is not None else (), s.reads())
+                for s in steps]
     memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos})
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)

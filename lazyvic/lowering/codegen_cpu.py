@@ -434,6 +434,15 @@ class _Emitter:
             self.close_loop()
             self.stage_result[s] = names[0]
             self.ops_used.append(sop)
+        for k, extra in enumerate(g.extra_roots):
+            # Another output of this loop, computed first; the root's expression then
+            # reads the value instead of loading the buffer being written.
+            idx = self.full_index()
+            v, inner = self.emit(extra, idx, (), root=True)
+            name = f"out{k + 1}"
+            self.row_lines.append(f"{name}[{self.lin_token(flat(idx, self.e[extra][3]), name)}] = {v}")
+            self.row_memo[(extra, tuple(l.key() for l in idx), ())] = (v, inner)
+            self.ops_used.append(self.e[extra][0])
         full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
         if root in self.stage_set:
             value = self.stage_result[root]
@@ -554,7 +563,8 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             unpack += [f"    {em.scals[slot]} = sp_{ALIAS[d]}[{k}]" for k, slot in enumerate(slots)]
         text = "\n".join(unpack + [text])
         scalar_slots = []
-    args = (["out"] + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
+    outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
+    args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
             + [f"sp_{ALIAS[d]}" for d, _ in packed])
     fastmath = FASTMATH_REDUCE if group.stages else "False"
     options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
@@ -588,5 +598,6 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     ops = [o for o in dict.fromkeys(em.ops_used)][:4]
     name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
-    arg_types = [(entries[group.root][4].name, True)] + [(entries[b][4].name, True) for b in buffers]
+    arg_types = ([(entries[group.root][4].name, True)] + [(entries[x][4].name, True) for x in group.extra_roots]
+                 + [(entries[b][4].name, True) for b in buffers])
     return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)

@@ -33,6 +33,7 @@ class FusionGroup:
     space_axes: tuple
     stages: tuple
     members: tuple  # every node computed inside (for debug output and the visualizer)
+    extra_roots: tuple = ()  # more outputs written by the same loop (see merge_outputs)
 
 
 class NeedsMaterialize(Exception):
@@ -242,4 +243,78 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
         if kind(entries[k]) == "reduce":
             stages = tuple(sorted(set(stages) | {k}))
         groups.append(FusionGroup(k, shape, axes, stages, tuple(sorted(set(members.get(k, ())) | {k}))))
-    return groups, m, chain
+    return merge_outputs(entries, groups, m), m, chain
+
+
+def _elementwise_path_only(entries, m, root: int, target: int) -> bool:
+    """Every path from ``root`` down to ``target`` (inside the kernel) is elementwise ops only,
+    so the kernel reads ``target`` exactly at its own iteration index."""
+    stack, seen = [root], set()
+    while stack:
+        j = stack.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        for i in entries[j][2]:
+            if i == target:
+                if kind(entries[j]) != "elementwise":
+                    return False
+            elif i not in m:
+                if kind(entries[i]) != "elementwise":
+                    if _reaches(entries, m, i, target):
+                        return False
+                    continue
+                stack.append(i)
+    return True
+
+
+def _reaches(entries, m, start: int, target: int) -> bool:
+    stack, seen = [start], set()
+    while stack:
+        j = stack.pop()
+        if j == target:
+            return True
+        if j in seen or (j in m and j != start):
+            continue
+        seen.add(j)
+        stack.extend(entries[j][2])
+    return False
+
+
+def merge_outputs(entries, groups: list, m: set) -> list:
+    """Multi-output kernels: an elementwise kernel A whose buffer is read by a later
+    elementwise kernel C over the same shape, at C's own index, and by nothing that runs
+    before C, is computed inside C's loop, which writes both (an optimizer update writes
+    its state and the parameter in one pass instead of one pass each)."""
+    position = {g.root: n for n, g in enumerate(groups)}
+    readers: dict = {}
+    for n, g in enumerate(groups):
+        if is_library(entries, g.root):  # operands through movement chains (NumPy views)
+            reads = {movement_base(entries, i) for i in entries[g.root][2]}
+        else:
+            reads = {i for j in g.members for i in entries[j][2] if i in m and i != j}
+        for i in reads:
+            readers.setdefault(i, set()).add(n)
+    merged: dict = {}  # absorbed root -> absorbing group position
+    out = list(groups)
+    for n in range(len(groups) - 1, -1, -1):
+        c = groups[n]
+        if c.space_axes or c.stages or is_library(entries, c.root) or c.root in merged:
+            continue
+        extras = []
+        for i in sorted({i for j in c.members for i in entries[j][2] if i in position and i in m}):
+            a = groups[position[i]]
+            if (a.space_axes or a.stages or a.extra_roots or is_library(entries, a.root) or i in merged
+                    or a.space_shape != c.space_shape or entries[i][3] != c.space_shape):
+                continue
+            if any(r < n and r != position[i] for r in readers.get(i, ())):
+                continue  # a step before c reads it
+            if not _elementwise_path_only(entries, m, c.root, i):
+                continue
+            extras.append(i)
+            merged[i] = n
+        if extras:
+            out[n] = FusionGroup(c.root, c.space_shape, c.space_axes, c.stages,
+                                 tuple(sorted(set(c.members) | {j for i in extras for j in groups[position[i]].members})),
+                                 tuple(extras))
+    return [g for g in out if g.root not in merged]

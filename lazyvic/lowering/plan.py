@@ -25,12 +25,17 @@ class KernelStep:
     scalars: tuple  # (slot, NumPy scalar type) passed one by one
     packed: tuple = ()  # (NumPy dtype, slots): passed as one array each
     source: str = field(repr=False, default="")
+    extra_outs: tuple = ()  # more outputs of the same loop
 
     def reads(self):
         return self.buffers
 
+    def writes(self):
+        return (self.out,) + self.extra_outs
+
     def __call__(self, env, flat, scalars):
-        self.fn(flat[self.out], *[flat[b] for b in self.buffers], *[t(scalars[s]) for s, t in self.scalars],
+        self.fn(flat[self.out], *[flat[o] for o in self.extra_outs], *[flat[b] for b in self.buffers],
+                *[t(scalars[s]) for s, t in self.scalars],
                 *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed])
 
 

@@ -137,8 +137,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
     out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
     temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
     temporaries -= out_set
-    steps_io = [(s.writes() if hasattr(s, "writes") else (s.out,) if s.out is not None else (), s.reads())
-                for s in steps]
+    steps_io = [(s.writes(), s.reads()) for s in steps]
     memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos})
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)

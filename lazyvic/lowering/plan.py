@@ -55,6 +55,9 @@ class MatmulStep:
     a: tuple  # ("buffer" | "scalar", position | slot, [(reference, attrs) movement ops], dtype)
     b: tuple
 
+    def writes(self):
+        return (self.out,)
+
     def reads(self):
         return tuple(c[1] for c in (self.a, self.b) if c[0] == "buffer")
 
@@ -71,6 +74,9 @@ class ReferenceStep:
     reference: object
     attrs: dict
     dtype: object
+
+    def writes(self):
+        return (self.out,)
 
     def reads(self):
         return tuple(c[1] for c in self.args if c[0] == "buffer")
@@ -91,6 +97,9 @@ class ScatterAddStep:
     args: tuple  # base, index, src operand chains, as MatmulStep's
     dim: int
     kernel: object
+
+    def writes(self):
+        return (self.out,)
 
     def reads(self):
         return tuple(c[1] for c in self.args if c[0] == "buffer")
@@ -118,6 +127,9 @@ class IndexCheckStep:
     size: int  # valid indices are 0 .. size - 1
     op: str
     out: object = None
+
+    def writes(self):
+        return ()
 
     def reads(self):
         return (self.index[1],)

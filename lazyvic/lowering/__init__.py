@@ -17,10 +17,11 @@ from lazyvic.lowering.plan import IndexCheckStep, KernelStep, MatmulStep, Plan, 
 MAX_REPLANS = 200
 
 
-def _chain(entries, j, chain_nodes):
-    """Operand of a library step: its base (buffer position or scalar slot) and movement ops."""
+def _chain(entries, j, links):
+    """An operand read through NumPy views: its base (buffer position or scalar slot) and
+    the movement ops above it. ``links(j)`` says whether node j is such a movement op."""
     ops = []
-    while j in chain_nodes:
+    while links(j):
         op, attrs, inputs, shape, dtype = entries[j]
         ops.append((optable.OPS[op].reference, attrs))
         j = inputs[0]
@@ -33,15 +34,6 @@ def _force(forced: set, e: NeedsMaterialize) -> None:
     if e.node in forced:
         raise RuntimeError(f"lowering: could not materialize node {e.node} ({e.why})")
     forced.add(e.node)
-
-
-def _index_chain(entries, j):
-    """A gather's index operand: the realized buffer under it and the movement ops above it."""
-    ops = []
-    while optable.OPS[entries[j][0]].kind == "movement":
-        ops.append((optable.OPS[entries[j][0]].reference, entries[j][1]))
-        j = entries[j][2][0]
-    return ("buffer", j, list(reversed(ops)), entries[j][4].np)
 
 
 def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
@@ -103,7 +95,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             for j in g.members:
                 if optable.OPS[entries[j][0]].kind == "gather":
                     x, index = entries[j][2]
-                    steps.append(IndexCheckStep(f"check {entries[j][0]} index", _index_chain(entries, index),
+                    steps.append(IndexCheckStep(f"check {entries[j][0]} index", _chain(entries, index, lambda j: optable.OPS[entries[j][0]].kind == "movement"),
                                                 entries[x][3][entries[j][1]["dim"]], entries[j][0]))
             fn = kernel_cache.load(ks, cache_dir, [scalar_dtypes[s].name for s in ks.scalars], stats)
             steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
@@ -116,7 +108,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             if debug >= 3:
                 print(ks.source, file=sys.stderr)
             continue
-        args = [_chain(entries, j, chain_nodes) for j in inputs]
+        args = [_chain(entries, j, chain_nodes.__contains__) for j in inputs]
         if kind == "matmul":
             steps.append(MatmulStep(f"matmul{shape}", g.root, args[0], args[1]))
         elif kind == "scatter":

@@ -7,6 +7,7 @@ from lazyvic.runtime import metrics
 from lazyvic.tensor import (
     Tensor,
     arange,
+    are_deterministic_algorithms_enabled,
     broadcast_shapes,
     cat,
     empty,
@@ -14,6 +15,7 @@ from lazyvic.tensor import (
     from_numpy,
     full,
     full_like,
+    get_rng_state,
     initial_seed,
     manual_seed,
     matmul,
@@ -25,11 +27,13 @@ from lazyvic.tensor import (
     randn,
     randn_like,
     randperm,
+    set_rng_state,
     stack,
     sync,
     tensor,
     tril,
     triu,
+    use_deterministic_algorithms,
     where,
     zeros,
     zeros_like,
@@ -41,6 +45,7 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 
-from lazyvic import functional, nn, optim  # noqa: E402
+from lazyvic import data, functional, models, nn, optim  # noqa: E402
+from lazyvic.interop.format_v1 import load, save  # noqa: E402
 
 __version__ = "0.1.0"

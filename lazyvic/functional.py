@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, _norm_axis, where
+from lazyvic.tensor import Tensor, _as_tensor, _check_index_bounds, _norm_axis, where
 
 
 def relu(x: Tensor) -> Tensor:
@@ -164,7 +166,86 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float =
     return y
 
 
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by the integer ``input`` (any
+    shape); the result has shape ``input.shape + (embedding_dim,)``. The VJP is a scatter-add
+    into ``weight``'s rows; the row ``padding_idx`` gets no gradient (PyTorch's rule).
+
+    Raises DTypeError for a non-integer index and IndexError for an index out of range
+    (at the op when the index is already computed, else when the plan runs).
+    """
+    input = _as_tensor(input, dt.int64)
+    if input.dtype.category != 1:
+        raise DTypeError(f"embedding: indices must be int32 or int64, got {input.dtype.name}")
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
+    if input.dtype is not dt.int64:
+        input = input.long()
+    _check_index_bounds("embedding", input, weight.shape, 0)
+    flat = input.reshape(-1)
+    rows = weight.index_select(0, flat)
+    if padding_idx is not None and weight.requires_grad:
+        if padding_idx < 0:
+            padding_idx += weight.shape[0]
+        rows = where((flat == padding_idx).unsqueeze(1), weight.detach().index_select(0, flat), rows)
+    return rows.reshape(*input.shape, weight.shape[1])
+
+
+_causal_masks: dict = {}
+
+
+def _causal_mask(L: int, S: int) -> Tensor:
+    """(L, S) bool, True where query i may attend to key j (j <= i; top-left aligned, as PyTorch).
+
+    One realized tensor per shape, so every step reads the same input and keeps one plan."""
+    m = _causal_masks.get((L, S))
+    if m is None:
+        m = _causal_masks[(L, S)] = Tensor(np.tril(np.ones((L, S), dtype=bool)))
+    return m
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value`` (Vaswani et al. 2017; PyTorch's function).
+
+    Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); leading
+    dimensions broadcast (e.g. (B, H, T, D)). ``scale`` defaults to ``1/sqrt(E)``.
+    ``attn_mask``: bool (True = may attend) or float (added to the scores), broadcastable
+    to (..., L, S). ``is_causal``: key j is visible to query i when j <= i. ``dropout_p``
+    drops attention weights (always, as PyTorch's function does: pass 0 in eval).
+
+    Raises ShapeError on mismatched shapes and ValueError when both ``attn_mask`` and
+    ``is_causal`` are given.
+    """
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise ShapeError(f"scaled_dot_product_attention: query, key and value need at least 2 dims, got "
+                         f"{query.shape}, {key.shape}, {value.shape}")
+    L, E = query.shape[-2:]
+    S = key.shape[-2]
+    if key.shape[-1] != E or value.shape[-2] != S:
+        raise ShapeError(f"scaled_dot_product_attention: expected query (..., L, E), key (..., S, E), value "
+                         f"(..., S, Ev); got {query.shape}, {key.shape}, {value.shape}")
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    scores = (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(E) if scale is None else scale)
+    if is_causal:
+        scores = where(_causal_mask(L, S), scores, -math.inf)
+    elif attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            attn_mask = Tensor(np.asarray(attn_mask))
+        if attn_mask.dtype is dt.bool_:
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask.to(scores.dtype)
+    attn = softmax(scores, -1)
+    if dropout_p > 0:
+        attn = dropout(attn, dropout_p)
+    return attn @ value
+
+
 __all__ = [
     "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "softmax", "log_softmax", "one_hot",
-    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "layer_norm", "_norm_axis",
+    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "layer_norm", "_norm_axis", "embedding",
+    "scaled_dot_product_attention",
 ]

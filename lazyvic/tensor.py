@@ -23,7 +23,7 @@ from lazyvic import ops as optable
 from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.runtime.config import config
-from lazyvic.trace.node import Node, live_nodes_count
+from lazyvic.trace.node import Node, live_nodes_count, parameter_nodes
 
 
 # Tensors whose node is pending, by creation id (weak: a dropped tensor is not computed).
@@ -166,6 +166,7 @@ class Tensor:
     __slots__ = ("_node", "requires_grad", "grad", "_ctx", "_users", "__weakref__")
     __hash__ = object.__hash__
     __array_priority__ = 1000  # NumPy defers to our reflected operators
+    _is_parameter = False  # nn.Parameter: its values are counted as parameters in memory plans
 
     def __init__(self, data=None, dtype=None, requires_grad: bool = False, _node: Node | None = None):
         if _node is None:
@@ -344,6 +345,8 @@ class Tensor:
             self._ctx, self.requires_grad = value._ctx, True
         else:
             self._node = value._node
+        if self._is_parameter:
+            parameter_nodes.add(self._node)
         if self._node.op != "buffer":
             _live_pending.add(self)
         return self
@@ -1200,6 +1203,32 @@ def manual_seed(seed: int) -> None:
 
 def initial_seed() -> int:
     return _generator.seed
+
+
+def get_rng_state() -> Tensor:
+    """The global generator's state: an int64 tensor ``[seed, offset]`` (offset counts the
+    32-bit Philox words drawn so far). Save it with a checkpoint to resume exactly."""
+    return Tensor(np.array([_generator.seed, _generator.offset], dtype=np.int64))
+
+
+def set_rng_state(state) -> None:
+    """Restore a state from :func:`get_rng_state` (a tensor, array or pair of ints).
+
+    Raises ValueError for anything but two non-negative integers."""
+    arr = np.asarray(state.numpy() if isinstance(state, Tensor) else state)
+    if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any():
+        raise ValueError(f"set_rng_state: expected [seed, offset] as two non-negative integers, got {arr!r}")
+    _generator.seed, _generator.offset = int(arr[0]), int(arr[1])
+
+
+def use_deterministic_algorithms(mode: bool) -> None:
+    """Deterministic mode (PyTorch's name): see ``LAZYVIC_DETERMINISTIC`` in
+    :mod:`lazyvic.runtime.config` — every plan compiled at first sight, fixed reduction order."""
+    config.deterministic = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return config.deterministic
 
 
 def _float_dtype(dtype) -> dt.DType:

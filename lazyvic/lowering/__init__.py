@@ -130,6 +130,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
     temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
     temporaries -= out_set
     steps_io = [(s.writes(), s.reads()) for s in steps]
-    memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos})
+    memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos},
+                         frozenset(p for p, slot in input_pos if slot in trace.param_slots))
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)

@@ -19,18 +19,20 @@ ALIGN = 64
 class MemoryPlan:
     slot_of: dict  # entry position -> pool slot
     slot_bytes: tuple  # size of each pool slot
-    input_bytes: int
+    input_bytes: int  # inputs other than parameters
+    parameter_bytes: int  # inputs that hold nn.Parameter values
     output_bytes: int
     temporary_bytes: int  # sum of the pool slots
     unshared_bytes: int  # what the temporaries would take without sharing
 
     @property
     def peak_bytes(self) -> int:
-        return self.input_bytes + self.output_bytes + self.temporary_bytes
+        return self.input_bytes + self.parameter_bytes + self.output_bytes + self.temporary_bytes
 
     def as_dict(self) -> dict:
         return {
             "inputs": self.input_bytes,
+            "parameters": self.parameter_bytes,
             "outputs": self.output_bytes,
             "temporaries": self.temporary_bytes,
             "temporaries_unshared": self.unshared_bytes,
@@ -43,8 +45,14 @@ def nbytes(entry) -> int:
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
-def plan_memory(entries, steps_io: list, temporaries: set, outputs: set, inputs: set) -> MemoryPlan:
-    """``steps_io``: per step, (positions written, positions read)."""
+def plan_memory(entries, steps_io: list, temporaries: set, outputs: set, inputs: set,
+                parameters: frozenset = frozenset()) -> MemoryPlan:
+    """``steps_io``: per step, (positions written, positions read); ``parameters`` is the
+    subset of ``inputs`` that holds parameter values.
+
+    Peak bytes are the planned upper bound of what one run holds at once: every input,
+    parameter and output is alive for the whole run, plus the temporaries' pool.
+    """
     first, last = {}, {}
     for s, (writes, reads) in enumerate(steps_io):
         for p in writes:
@@ -70,7 +78,8 @@ def plan_memory(entries, steps_io: list, temporaries: set, outputs: set, inputs:
     return MemoryPlan(
         slot_of=slot_of,
         slot_bytes=tuple(slot_bytes),
-        input_bytes=sum(nbytes(entries[p]) for p in inputs),
+        input_bytes=sum(nbytes(entries[p]) for p in inputs - parameters),
+        parameter_bytes=sum(nbytes(entries[p]) for p in parameters),
         output_bytes=sum(nbytes(entries[p]) for p in outputs),
         temporary_bytes=sum(slot_bytes),
         unshared_bytes=sum(nbytes(entries[p]) for p in temporaries),

@@ -2,14 +2,18 @@
 
 from lazyvic import functional
 from lazyvic.nn import init, utils
+from lazyvic.nn.attention import MultiheadAttention
 from lazyvic.nn.layers import (
     GELU,
     CrossEntropyLoss,
     Dropout,
+    Embedding,
     Flatten,
     Identity,
     LayerNorm,
     Linear,
+    ModuleDict,
+    ModuleList,
     MSELoss,
     ReLU,
     Sequential,
@@ -20,5 +24,6 @@ from lazyvic.nn.module import Module, Parameter
 
 __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Linear", "Sequential", "ReLU", "GELU", "Tanh",
-    "Sigmoid", "Identity", "Flatten", "Dropout", "LayerNorm", "MSELoss", "CrossEntropyLoss",
+    "Sigmoid", "Identity", "Flatten", "Dropout", "LayerNorm", "MSELoss", "CrossEntropyLoss", "Embedding",
+    "ModuleList", "ModuleDict", "MultiheadAttention",
 ]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+import numpy as np
+
+from lazyvic import autograd
 from lazyvic import functional as F
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
 from lazyvic.nn.module import Module, Parameter
-from lazyvic.tensor import Tensor, empty, ones, zeros
+from lazyvic.tensor import Tensor, empty, ones, where, zeros
 
 
 class Linear(Module):
@@ -70,6 +73,104 @@ class Sequential(Module):
     def append(self, m):
         self.add_module(str(len(self)), m)
         return self
+
+
+class ModuleList(Module):
+    """A list of modules registered as ``"0"``, ``"1"``, ... (PyTorch's names in state_dict keys)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def append(self, m: Module) -> "ModuleList":
+        self.add_module(str(len(self._modules)), m)
+        return self
+
+    def extend(self, modules) -> "ModuleList":
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        return ModuleList(mods[i]) if isinstance(i, slice) else mods[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleList has no forward(); iterate over it")
+
+
+class ModuleDict(Module):
+    """Modules by name, in insertion order."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for name, m in (modules or {}).items():
+            self.add_module(name, m)
+
+    def __getitem__(self, name: str) -> Module:
+        return self._modules[name]
+
+    def __setitem__(self, name: str, m: Module) -> None:
+        self.add_module(name, m)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleDict has no forward(); index it by name")
+
+
+class Embedding(Module):
+    """A lookup table: integer indices (any shape) -> rows of ``weight`` (num_embeddings,
+    embedding_dim); output shape ``input.shape + (embedding_dim,)``.
+
+    Initialization as PyTorch: N(0, 1), with the ``padding_idx`` row zeroed (that row
+    also gets no gradient).
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, dtype=None):
+        super().__init__()
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} embeddings")
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
+        init.normal_(self.weight)
+        if padding_idx is not None:
+            keep = np.ones((num_embeddings, 1), dtype=bool)
+            keep[padding_idx] = False
+            with autograd.no_grad():
+                self.weight._assign(where(Tensor(keep), self.weight, 0.0))
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class ReLU(Module):

@@ -10,18 +10,21 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
 from lazyvic.tensor import Tensor, _live_pending
+from lazyvic.trace.node import parameter_nodes
 
 
 class Parameter(Tensor):
     """A tensor that a Module registers as a parameter (``requires_grad=True`` by default)."""
 
     __slots__ = ()
+    _is_parameter = True
 
     def __init__(self, data=None, requires_grad: bool = True):
         if data is None:
             data = np.zeros((0,), dtype=np.float32)
         node = data._node if isinstance(data, Tensor) else Tensor(data)._node
         super().__init__(requires_grad=requires_grad, _node=node)
+        parameter_nodes.add(node)
         if node.op != "buffer":
             _live_pending.add(self)
 
@@ -255,8 +258,9 @@ class Module:
                 if value.dtype is not cur.dtype:
                     value = value.to(cur.dtype)
                 cur._node = value._node
+                if cur._is_parameter:
+                    parameter_nodes.add(cur._node)
                 if cur._node.op != "buffer":
-
                     _live_pending.add(cur)
         return missing, unexpected
 

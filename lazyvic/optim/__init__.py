@@ -6,11 +6,13 @@ inputs, so a learning-rate schedule does not recompile.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 
 from lazyvic import autograd
+from lazyvic.errors import CheckpointError
 from lazyvic.tensor import Tensor
 
 
@@ -37,6 +39,84 @@ class Optimizer:
 
     def _state(self, p) -> dict:
         return self.state.setdefault(id(p), {})
+
+    def _params(self) -> list:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def state_dict(self) -> dict:
+        """PyTorch's layout: ``{"state": {index: {name: value}}, "param_groups": [...]}``.
+
+        Parameters are numbered in group order; each group lists its indices under
+        ``"params"`` and carries its hyperparameters. State tensors are detached
+        handles on the current values (a later ``step()`` does not change them);
+        ``"step"`` is a Python int (PyTorch keeps a 0-d tensor).
+        """
+        index = {id(p): i for i, p in enumerate(self._params())}
+        groups, n = [], 0
+        for g in self.param_groups:
+            d = {k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
+            d["params"] = list(range(n, n + len(g["params"])))
+            n += len(g["params"])
+            groups.append(d)
+        state = {}
+        for pid, st in self.state.items():
+            if pid in index and st:
+                state[index[pid]] = {k: v.detach() if isinstance(v, Tensor) else v for k, v in st.items()}
+        return {"state": dict(sorted(state.items())), "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyperparameters and state saved by :meth:`state_dict`.
+
+        Everything is validated first: the number of groups and of parameters per
+        group, and the shape of every state tensor against its parameter. Raises
+        CheckpointError listing the problems; nothing is changed when it raises.
+        Values are copied (cast to the parameter's dtype), so the source can change later.
+        """
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and "
+                                  f"'param_groups', got {type(state_dict).__name__}")
+        groups, state = state_dict["param_groups"], state_dict["state"]
+        problems = []
+        if len(groups) != len(self.param_groups):
+            problems.append(f"{len(groups)} parameter groups in the state dict, {len(self.param_groups)} here")
+        else:
+            for k, (saved, own) in enumerate(zip(groups, self.param_groups)):
+                if len(saved["params"]) != len(own["params"]):
+                    problems.append(f"group {k}: {len(saved['params'])} parameters in the state dict, "
+                                    f"{len(own['params'])} here")
+        index = {}
+        if not problems:
+            for saved, own in zip(groups, self.param_groups):
+                index.update(zip(saved["params"], own["params"]))
+            for i, st in state.items():
+                p = index.get(i)
+                if p is None:
+                    problems.append(f"state for parameter index {i}, which no group lists")
+                    continue
+                for name, v in st.items():
+                    if hasattr(v, "shape") and tuple(v.shape) not in (p.shape, ()):
+                        problems.append(f"state {i}.{name}: shape {tuple(v.shape)}, parameter shape {p.shape}")
+        if problems:
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: nothing was loaded:\n  "
+                                  + "\n  ".join(problems))
+        for saved, own in zip(groups, self.param_groups):
+            for k, v in saved.items():
+                if k != "params":
+                    own[k] = tuple(v) if isinstance(own.get(k), tuple) else copy.deepcopy(v)
+        new_state = {}
+        for i, st in state.items():
+            p = index[i]
+            new_state[id(p)] = {name: self._copy_state(name, v, p) for name, v in st.items()}
+        self.state = new_state
+
+    @staticmethod
+    def _copy_state(name: str, v, p):
+        if isinstance(v, (Tensor, np.ndarray)):
+            arr = v.numpy() if isinstance(v, Tensor) else v
+            if name == "step":  # PyTorch saves it as a 0-d tensor
+                return int(arr.item())
+            return Tensor(np.array(arr, dtype=p.dtype.np).reshape(p.shape))
+        return copy.deepcopy(v)
 
     @staticmethod
     def _zeros(p: Tensor) -> Tensor:
@@ -130,4 +210,6 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+from lazyvic.optim import lr_scheduler  # noqa: E402
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]

@@ -6,8 +6,12 @@
                            (default: $XDG_CACHE_HOME/lazyvic or ~/.cache/lazyvic).
     LAZYVIC_DEBUG          0-4: 1 cache misses and compile times, 2 fusion groups,
                            3 generated kernel source, 4 per-step run times.
-    LAZYVIC_DETERMINISTIC  1: flag kept in the plan key (reductions are already run in a
-                           fixed order per plan, independent of the thread count).
+    LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen (hot
+                           mode does not interpret first runs, whose last bits can differ
+                           from compiled runs), so the same program gives the same bits
+                           whatever ran before it; reductions run in a fixed order per plan,
+                           independent of the thread count. Also kept in the plan key.
+                           ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
     LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
 """
 

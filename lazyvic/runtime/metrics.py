@@ -40,7 +40,33 @@ def snapshot() -> dict:
     snap["fallback_ops"] = dict(fallback_ops)
     snap["plans_cached"] = len(plan_cache)
     snap["compile_seconds"] = round(snap["compile_seconds"], 6)
+    peaks = [p["memory"]["peak"] for p in plans() if p["memory"]]
+    snap["planned_peak_bytes"] = max(peaks, default=0)
     return snap
+
+
+def plans() -> list[dict]:
+    """One dict per cached plan, in first-seen order: ``name`` (None until compiled),
+    ``ops`` (trace length), ``runs``, ``hits``, ``steps``, ``kernels``, ``fallbacks`` and
+    ``memory`` — the planned bytes split into ``inputs``, ``parameters``, ``temporaries``
+    (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
+    """
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    out = []
+    for entry in plan_cache.values():
+        plan = entry.plan
+        out.append({
+            "name": plan.name if plan is not None else None,
+            "ops": entry.n_ops,
+            "runs": entry.seen,
+            "hits": entry.hits,
+            "steps": len(plan.steps) if plan is not None else 0,
+            "kernels": sum(1 for s in plan.steps if hasattr(s, "source")) if plan is not None else 0,
+            "fallbacks": list(plan.fallbacks) if plan is not None else [],
+            "memory": plan.memory.as_dict() if plan is not None else None,
+        })
+    return out
 
 
 def reset() -> None:

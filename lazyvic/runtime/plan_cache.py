@@ -2,7 +2,8 @@
 
 In ``hot`` mode (default) a key seen for the first time runs on the NumPy
 interpreter; when it recurs its plan is compiled and every later run uses it.
-A plan that fails to compile is run by the interpreter and counted as a
+In deterministic mode a plan is compiled at first sight, so results never
+depend on whether a key was seen before. A plan that fails to compile is run by the interpreter and counted as a
 fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 """
 
@@ -19,9 +20,11 @@ from lazyvic.runtime.interpreter import interpret
 
 
 class PlanEntry:
-    __slots__ = ("seen", "plan", "failed", "hits")
+    __slots__ = ("key", "n_ops", "seen", "plan", "failed", "hits")
 
-    def __init__(self):
+    def __init__(self, key, n_ops: int):
+        self.key = key
+        self.n_ops = n_ops
         self.seen = 0
         self.plan = None
         self.failed = None
@@ -29,10 +32,16 @@ class PlanEntry:
 
 
 class PlanCache(dict):
-    """dict of trace key -> PlanEntry, with counters kept in ``lazyvic.metrics``."""
+    """dict of trace key -> PlanEntry, with counters kept in ``lazyvic.metrics``.
+
+    ``last`` is the entry of the most recent run (its ``plan`` is None until compiled).
+    """
+
+    last: PlanEntry | None = None
 
     def clear_plans(self) -> None:
         self.clear()
+        self.last = None
 
 
 plan_cache = PlanCache()
@@ -60,7 +69,7 @@ def run(trace, inputs: list, scalars: list) -> list:
     key = trace.key
     entry = plan_cache.get(key)
     if entry is None:
-        entry = plan_cache[key] = PlanEntry()
+        entry = plan_cache[key] = PlanEntry(key, len(trace.entries))
         metrics.add("cache_misses")
         if config.debug >= 1:
             print(f"[lazyvic] plan-cache miss: trace of {len(trace.entries)} ops", file=sys.stderr)
@@ -68,7 +77,10 @@ def run(trace, inputs: list, scalars: list) -> list:
         metrics.add("cache_hits")
         entry.hits += 1
     entry.seen += 1
+    plan_cache.last = entry
     mode = config.compile
+    if mode == "hot" and config.deterministic:
+        mode = "always"  # no interpreted first run: its last bits can differ from the compiled plan's
     if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
         try:
             entry.plan = _compile(trace)

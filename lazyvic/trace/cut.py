@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lazyvic.trace.node import Node, reset_pending_count
+from lazyvic.trace.node import Node, parameter_nodes, reset_pending_count
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +27,7 @@ class Trace:
     n_scalars: int
     key: tuple = field(repr=False)
     dtypes: tuple = field(repr=False, default=())  # DType of each entry, for the lowering
+    param_slots: frozenset = frozenset()  # input slots that hold an nn.Parameter's value
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -45,6 +46,7 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     scalars: list = []
     outputs: list[int] = []
     out_nodes: list[Node] = []
+    params: list[int] = []
     append_entry, append_dtype = entries.append, dtypes.append
     for root in roots:
         if root in pos:
@@ -73,6 +75,8 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
                 else:  # a leaf: its entry is made now, without a trip through the stack
                     pos[i] = len(entries)
                     if i.op == "buffer":
+                        if i in parameter_nodes:
+                            params.append(len(inputs))
                         append_entry(("buffer", (len(inputs),), (), i.shape, i.dtype.name))
                         inputs.append(i.data)
                     elif i.op == "scalar":
@@ -92,5 +96,7 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     reset_pending_count()
     entries_t = tuple(entries)
     outputs_t = tuple(outputs)
-    trace = Trace(entries_t, outputs_t, len(inputs), len(scalars), (entries_t, outputs_t, flags), tuple(dtypes))
+    param_slots = frozenset(params)
+    trace = Trace(entries_t, outputs_t, len(inputs), len(scalars), (entries_t, outputs_t, flags, param_slots),
+                  tuple(dtypes), param_slots)
     return trace, inputs, scalars, out_nodes

@@ -10,11 +10,17 @@ freed and every later op that refers to the node sees the data.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
 _counter = itertools.count()
 _pending = [0]  # number of pending nodes created since the last cut (the size limit reads it)
+
+
+# Realized nodes that hold a parameter's value (``nn.Parameter`` marks them): the memory
+# plan counts them apart from the other inputs. Weak, so marking keeps nothing alive.
+parameter_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()
 
 
 def live_nodes_count() -> int:

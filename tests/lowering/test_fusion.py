@@ -150,7 +150,7 @@ def test_memory_plan_shares_temporaries():
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
     mem = plan.memory
     assert mem.temporary_bytes < mem.unshared_bytes
-    assert mem.peak_bytes == mem.input_bytes + mem.output_bytes + mem.temporary_bytes
+    assert mem.peak_bytes == mem.input_bytes + mem.parameter_bytes + mem.output_bytes + mem.temporary_bytes
     assert math.prod(a.shape) * 4 == mem.input_bytes
 
 

@@ -1,0 +1,468 @@
+"""lazyvic model format v1: a safetensors file whose metadata says how to rebuild the object.
+
+File layout (the safetensors format, https://github.com/huggingface/safetensors#format):
+
+    bytes 0..8        N, the header size: unsigned 64-bit little-endian integer
+    bytes 8..8+N      the header: UTF-8 JSON, padded with spaces to a multiple of 8 bytes
+                      {"__metadata__": {str: str}, "<tensor name>": {"dtype": "F32",
+                       "shape": [...], "data_offsets": [begin, end]}, ...}
+    bytes 8+N..       raw tensor data, C order, little-endian; offsets are relative to 8+N
+
+Any safetensors reader opens the file. The ``__metadata__`` strings lazyvic writes:
+
+    format           "lazyvic"
+    format_version   "1"
+    kind             "module" (an ``nn.Module``) or "state" (a tensor or a container)
+    dtypes           JSON {tensor name: lazyvic dtype name} (bool, int32, int64, float32, float64)
+    class            kind "module": "<module path>.<qualname>" of the module's class
+    config           kind "module": JSON of ``module.config`` when that is a dict, else "null"
+    structure        kind "state": JSON tree of the saved object (below)
+
+Tensor names are the ``state_dict()`` keys for a module and dotted paths for a container
+(``{"state": {0: {"exp_avg": t}}}`` stores ``t`` as "state.0.exp_avg"; a bare tensor is
+"tensor"). In ``structure`` every JSON object is a one-key tag, so nothing in the user's
+data can be mistaken for one:
+
+    {"__tensor__": name}              a tensor (one name per distinct Tensor or array object)
+    {"__dict__": [[key, value], ...]} a dict, in insertion order; keys stay int or str
+    {"__tuple__": [value, ...]}       a tuple (a JSON array is a list)
+    {"__float__": "inf" | "-inf" | "nan"}
+    JSON strings, ints, finite floats, true/false, null: themselves
+
+All JSON is written with sorted keys, fixed separators and ASCII escapes, and the
+safetensors header is rewritten with its metadata keys sorted (safetensors itself writes
+them in hash order), so the same weights and the same object give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import os
+import secrets
+from collections.abc import Mapping
+
+import numpy as np
+import safetensors.numpy
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import CheckpointError, DTypeError
+from lazyvic.nn.module import Module
+from lazyvic.tensor import Tensor
+
+FORMAT_NAME = "lazyvic"
+FORMAT_VERSION = 1
+KINDS = ("module", "state")
+
+# Where to point users whose file is some other checkpoint.
+_OTHER_READERS = (
+    "read plain safetensors files with safetensors.numpy.load_file (PyTorch .pt checkpoints are not this format)"
+)
+
+
+def _dumps(value) -> str:
+    """Canonical JSON: the same value always gives the same string."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# ------------------------------------------------------------------------- save
+
+
+def save(obj, path: str | os.PathLike) -> None:
+    """Write ``obj`` to ``path`` in lazyvic format v1 (layout in the module docstring).
+
+    ``obj`` is an ``nn.Module`` (its ``state_dict()``, its class and its ``config`` dict
+    if it has one), a Tensor, or a nested container — dicts with str or int keys, lists,
+    tuples — of Tensors, NumPy arrays (bool, int32, int64, float32, float64) and JSON
+    scalars (int, float incl. inf/nan, str, bool, None). NumPy scalars are stored as the
+    Python scalar they hold; dicts come back as plain dicts, NumPy arrays as Tensors.
+
+    The write is atomic: the bytes go to a temporary file in the same directory, which is
+    flushed, fsynced and renamed over ``path``; on any error the temporary file is
+    removed and an existing file at ``path`` is left untouched.
+
+    Raises:
+        TypeError: an object of an unsupported type (names its place in ``obj``), a dict
+            key that is not str or int, a container that contains itself, or a module
+            ``config`` that is not JSON-serializable.
+        DTypeError: (a TypeError) an array of a dtype lazyvic does not support.
+        OSError: the file cannot be written.
+    """
+    arrays, metadata = _flatten_module(obj) if isinstance(obj, Module) else _flatten_state(obj)
+    _write_atomic(os.fspath(path), _serialize(arrays, metadata))
+
+
+def _flatten_module(module: Module) -> tuple[dict, dict]:
+    arrays, dtype_names = {}, {}
+    for name, t in module.state_dict().items():
+        arrays[name] = np.asarray(t.numpy(), order="C")  # keeps 0-d (ascontiguousarray would not)
+        dtype_names[name] = t.dtype.name
+    config = getattr(module, "config", None)
+    try:
+        config_json = _dumps(config if isinstance(config, dict) else None)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"save: {type(module).__name__}.config is not JSON-serializable: {e}") from None
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": str(FORMAT_VERSION),
+        "kind": "module",
+        "dtypes": _dumps(dtype_names),
+        "class": _class_name(type(module)),
+        "config": config_json,
+    }
+    return arrays, metadata
+
+
+class _StateEncoder:
+    """Walks a container once, collecting its arrays and returning its ``structure`` tree."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        self.dtype_names: dict[str, str] = {}
+        self._name_of: dict[int, str] = {}  # id(Tensor or ndarray) -> tensor name
+        self._open: set[int] = set()  # ids of the containers on the current path
+
+    def encode(self, value, keys: tuple):
+        if isinstance(value, (Tensor, np.ndarray)):
+            return {"__tensor__": self._add_array(value, keys)}
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            value = value.item()
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            value = float(value)
+            return value if math.isfinite(value) else {"__float__": repr(value)}
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in self._open:
+                raise TypeError(f"save: the {type(value).__name__} at {_where(keys)} contains itself")
+            self._open.add(id(value))
+            try:
+                if isinstance(value, Mapping):
+                    return {"__dict__": [[self._key(k, keys), self.encode(v, keys + (k,))] for k, v in value.items()]}
+                items = [self.encode(v, keys + (i,)) for i, v in enumerate(value)]
+                return {"__tuple__": items} if isinstance(value, tuple) else items
+            finally:
+                self._open.discard(id(value))
+        hint = " (save a module on its own, or its state_dict())" if isinstance(value, Module) else ""
+        raise TypeError(
+            f"save: cannot store an object of type {type(value).__module__}.{type(value).__qualname__} "
+            f"at {_where(keys)}{hint}; lazyvic format v1 holds Tensors, NumPy arrays, dicts with str "
+            f"or int keys, lists, tuples, int, float, str, bool and None"
+        )
+
+    def _key(self, key, keys: tuple):
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise TypeError(
+                f"save: dict key {key!r} of type {type(key).__name__} at {_where(keys)}: keys must be str or int"
+            )
+        return key if isinstance(key, str) else int(key)
+
+    def _add_array(self, value, keys: tuple) -> str:
+        if id(value) in self._name_of:  # the same object twice: store once, share on load
+            return self._name_of[id(value)]
+        if isinstance(value, Tensor):
+            dtype, array = value.dtype, value.numpy()
+        else:
+            try:
+                dtype = dt.get_dtype(value.dtype.newbyteorder("="))  # big-endian arrays too
+            except DTypeError as e:
+                raise DTypeError(f"save: array at {_where(keys)}: {e}") from None
+            array = value
+        name = ".".join(str(k) for k in keys) or "tensor"
+        base, n = name, 0
+        while name in self.arrays:  # dotted paths can collide: {"a.b": x} and {"a": {"b": y}}
+            n += 1
+            name = f"{base}~{n}"
+        # safetensors copies raw memory from the data pointer: make it C-ordered and native
+        # (np.ascontiguousarray would turn a 0-d array into shape (1,)).
+        self.arrays[name] = np.asarray(array, dtype=dtype.np, order="C")
+        self.dtype_names[name] = dtype.name
+        self._name_of[id(value)] = name
+        return name
+
+
+def _where(keys: tuple) -> str:
+    return "obj" + "".join(f"[{k!r}]" for k in keys)
+
+
+def _flatten_state(obj) -> tuple[dict, dict]:
+    encoder = _StateEncoder()
+    structure = encoder.encode(obj, ())
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": str(FORMAT_VERSION),
+        "kind": "state",
+        "dtypes": _dumps(encoder.dtype_names),
+        "structure": _dumps(structure),
+    }
+    return encoder.arrays, metadata
+
+
+def _serialize(arrays: dict, metadata: dict) -> list:
+    """The file as chunks: safetensors lays out the data, then the header is made canonical."""
+    blob = safetensors.numpy.save(arrays, metadata=metadata)
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + size])
+    canonical = {"__metadata__": dict(sorted(metadata.items()))}
+    canonical.update((k, v) for k, v in header.items() if k != "__metadata__")
+    text = json.dumps(canonical, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    text += b" " * (-len(text) % 8)  # keep the data 8-byte aligned, as safetensors does
+    return [len(text).to_bytes(8, "little"), text, memoryview(blob)[8 + size :]]
+
+
+def _write_atomic(path: str, chunks: list) -> None:
+    directory, base = os.path.split(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, like a plain open(path, "wb")
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # Make the rename itself durable; directories cannot be opened on every platform.
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+# ------------------------------------------------------------------------- load
+
+
+def load(path: str | os.PathLike, model: Module | None = None):
+    """Read a lazyvic format v1 file written by :func:`save`.
+
+    The header is validated before any tensor is decoded, and every tensor is decoded
+    before a model is touched, so nothing is ever half-loaded.
+
+    kind "state": returns the saved container rebuilt — dicts (int and str keys as saved),
+    lists, tuples, scalars — with lazyvic Tensors of the saved dtypes in place of Tensors
+    and arrays. Passing ``model`` is an error.
+
+    kind "module": with ``model``, checks that its class is the recorded one, loads the
+    weights with ``model.load_state_dict(..., strict=True)`` and returns ``model``. Without
+    it, rebuilds the module as ``cls(**config)`` only when the recorded class lives in the
+    ``lazyvic`` package and a config was recorded; lazyvic never imports other modules
+    named in a file.
+
+    Raises:
+        CheckpointError: naming the file, when it is missing or unreadable; corrupt or
+            truncated (too short, header size beyond the file, header not JSON, data
+            beyond the end, safetensors cannot decode it); not a lazyvic format file;
+            written by a newer lazyvic (format version above ``FORMAT_VERSION``); the
+            model's class differs from the recorded one; the module cannot be rebuilt
+            without ``model=``; or ``load_state_dict`` finds missing, unexpected or
+            mis-shaped keys (then no parameter is changed).
+    """
+    path = os.fspath(path)
+    blob = _read(path)
+    metadata = _parse_header(path, blob)
+    kind = metadata["kind"]
+    dtype_names = _json_field(path, metadata, "dtypes")
+    tensors = _decode_tensors(path, blob, dtype_names)
+    del blob
+    if kind == "state":
+        if model is not None:
+            raise CheckpointError(
+                f"{path} holds saved state (a tensor or a container), not a module; load it with "
+                f"lazyvic.interop.load(path) and pass it to model.load_state_dict yourself"
+            )
+        return _StateDecoder(path, tensors).decode(_json_field(path, metadata, "structure"))
+    return _load_module(path, metadata, tensors, model)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the file: {e}") from None
+
+
+def _corrupt(path: str, why: str) -> CheckpointError:
+    return CheckpointError(f"{path} is corrupt or truncated: {why}")
+
+
+def _parse_header(path: str, blob: bytes) -> dict:
+    """Check the safetensors framing and the lazyvic metadata; return the metadata."""
+    if len(blob) < 8:
+        raise _corrupt(path, f"{len(blob)} bytes, fewer than the 8-byte header size that starts a safetensors file")
+    size = int.from_bytes(blob[:8], "little")
+    if size > len(blob) - 8:
+        raise _corrupt(path, f"the header size says {size} bytes but only {len(blob) - 8} follow it")
+    try:
+        header = json.loads(blob[8 : 8 + size].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _corrupt(path, f"the {size}-byte header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise _corrupt(path, f"the header is a JSON {type(header).__name__}, not an object")
+    data_size = len(blob) - 8 - size
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            raise _corrupt(path, f"tensor {name!r} has no valid data_offsets in the header")
+        if offsets[1] > data_size:
+            raise _corrupt(
+                path, f"tensor {name!r} ends at data byte {offsets[1]}, but the file holds only {data_size} data bytes"
+            )
+
+    metadata = header.get("__metadata__")
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
+        raise CheckpointError(
+            f"{path} is not a lazyvic format file (its safetensors metadata has no "
+            f"format={FORMAT_NAME!r}); {_OTHER_READERS}"
+        )
+    version = metadata.get("format_version")
+    if not (isinstance(version, str) and version.isdigit()):
+        raise _corrupt(path, f"format_version is {version!r}, not a positive integer")
+    if int(version) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} was written by a newer lazyvic (format version {int(version)}); this lazyvic "
+            f"reads format version {FORMAT_VERSION}: upgrade lazyvic to read it"
+        )
+    if int(version) < 1:
+        raise _corrupt(path, f"format_version is {version!r}; versions start at 1")
+    if metadata.get("kind") not in KINDS:
+        raise _corrupt(path, f"kind is {metadata.get('kind')!r}, expected one of {KINDS}")
+    return metadata
+
+
+def _json_field(path: str, metadata: dict, field: str):
+    try:
+        return json.loads(metadata[field])
+    except (KeyError, TypeError, ValueError):
+        raise _corrupt(path, f"the metadata field {field!r} is missing or not JSON") from None
+
+
+def _decode_tensors(path: str, blob: bytes, dtype_names) -> dict:
+    try:
+        arrays = safetensors.numpy.load(blob)
+    except Exception as e:  # SafetensorError, or a dtype NumPy does not know
+        raise _corrupt(path, f"safetensors cannot decode it ({type(e).__name__}: {e})") from None
+    if not isinstance(dtype_names, dict) or set(dtype_names) != set(arrays):
+        raise _corrupt(path, "the tensors in the file do not match the metadata field 'dtypes'")
+    tensors = {}
+    for name in sorted(arrays):
+        try:
+            dtype = dt.get_dtype(dtype_names[name])
+        except DTypeError:
+            raise _corrupt(path, f"tensor {name!r} has dtype {dtype_names[name]!r} in the metadata") from None
+        if arrays[name].dtype != dtype.np:
+            raise _corrupt(path, f"tensor {name!r} is stored as {arrays[name].dtype}, the metadata says {dtype.name}")
+        tensors[name] = Tensor(arrays.pop(name))
+    return tensors
+
+
+class _StateDecoder:
+    """Rebuilds a ``structure`` tree; each tensor name becomes one shared Tensor."""
+
+    def __init__(self, path: str, tensors: dict):
+        self.path, self.tensors = path, tensors
+
+    def decode(self, node):
+        if isinstance(node, list):
+            return [self.decode(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) != 1:
+            raise _corrupt(self.path, f"structure node {node!r} is not a one-key tag")
+        ((tag, body),) = node.items()
+        if tag == "__tensor__" and body in self.tensors:
+            return self.tensors[body]
+        if tag == "__tuple__" and isinstance(body, list):
+            return tuple(self.decode(v) for v in body)
+        if tag == "__dict__" and isinstance(body, list):
+            out = {}
+            for item in body:
+                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) in (str, int)):
+                    raise _corrupt(self.path, f"structure dict item {item!r} is not a [str or int key, value] pair")
+                out[item[0]] = self.decode(item[1])
+            return out
+        if tag == "__float__" and body in ("inf", "-inf", "nan"):
+            return float(body)
+        raise _corrupt(self.path, f"structure node {_dumps(node)[:80]} is not a tensor, tuple, dict or float tag")
+
+
+def _load_module(path: str, metadata: dict, tensors: dict, model: Module | None) -> Module:
+    recorded = metadata.get("class")
+    if not isinstance(recorded, str):
+        raise _corrupt(path, "a module file without the metadata field 'class'")
+    if model is not None:
+        actual = _class_name(type(model))
+        if actual != recorded:
+            raise CheckpointError(f"{path} holds a {recorded}, but model is a {actual}")
+        model.load_state_dict(tensors, strict=True)
+        return model
+
+    config = _json_field(path, metadata, "config")
+    short = recorded.rpartition(".")[2]
+    if not recorded.startswith("lazyvic.") or "<locals>" in recorded:
+        raise CheckpointError(
+            f"{path} holds a {recorded}, which is not a class of the lazyvic package; lazyvic does "
+            f"not import modules named in a file: build the model and pass it, "
+            f"load(path, model={short}(...))"
+        )
+    if not isinstance(config, dict):
+        raise CheckpointError(
+            f"{path} holds a {recorded} saved without a config dict, so it cannot be rebuilt: "
+            f"build the model and pass it, load(path, model={short}(...))"
+        )
+    cls = _lazyvic_class(recorded)
+    if not (isinstance(cls, type) and issubclass(cls, Module)):
+        raise CheckpointError(
+            f"{path} names class {recorded}, which is not an nn.Module class in this lazyvic; "
+            f"pass load(path, model=...)"
+        )
+    try:
+        model = cls(**config)
+    except Exception as e:
+        raise CheckpointError(
+            f"{path}: cannot rebuild {recorded}(**config) with config {config}: {type(e).__name__}: {e}"
+        ) from None
+    model.load_state_dict(tensors, strict=True)
+    return model
+
+
+def _lazyvic_class(name: str):
+    """The object at dotted ``name`` inside the lazyvic package, or None.
+
+    The split between module path and qualname is not recorded, so try the longest
+    importable module prefix first (only ever a ``lazyvic.`` module).
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, None)
+        return obj
+    return None

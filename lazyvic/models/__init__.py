@@ -1,0 +1,5 @@
+"""Model zoo: ready-made architectures built from ``lazyvic.nn``."""
+
+from lazyvic.models.tiny_gpt import TinyGPT
+
+__all__ = ["TinyGPT"]

@@ -1044,6 +1044,12 @@ def matmul(a, b) -> Tensor:
         b, squeeze_b = b.reshape(b.shape[0], 1), True
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {shape_a} and {shape_b} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})")
+    if b.ndim == 2 and a.ndim > 2:
+        # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product. One BLAS call
+        # instead of one per batch item, and the VJP for b is one product over all rows
+        # instead of a batched product followed by a sum over the batch.
+        out = _apply("matmul", (a.reshape(-1, a.shape[-1]), b)).reshape(*a.shape[:-1], b.shape[-1])
+        return out.reshape(*out.shape[:-1]) if squeeze_b else out
     try:
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], "matmul")
     except ShapeError:

@@ -101,7 +101,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
                                     tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
                                     tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.source,
-                                    tuple(g.extra_roots)))
+                                    tuple(g.extra_roots), ks.parallel))
             if debug >= 2:
                 print(f"[lazyvic] kernel {ks.name}: space {g.space_shape} reduce {g.space_axes} "
                       f"stages {len(g.stages)} ops {len(g.members)}", file=sys.stderr)
@@ -110,7 +110,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             continue
         args = [_chain(entries, j, chain_nodes.__contains__) for j in inputs]
         if kind == "matmul":
-            steps.append(MatmulStep(f"matmul{shape}", g.root, args[0], args[1]))
+            steps.append(MatmulStep(f"matmul{shape}", g.root, args[0], args[1], entries[inputs[0]][3][-1]))
         elif kind == "scatter":
             steps.append(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"],
                                         kernel_lib.scatter_add_into))
@@ -133,4 +133,9 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
     memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos},
                          frozenset(p for p, slot in input_pos if slot in trace.param_slots))
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
-    return Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)
+    plan = Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)
+    # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
+    # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.
+    deterministic = "deterministic" in trace.key[2]
+    plan.blas_threads = 1 if deterministic or plan.single_thread_blas() else None
+    return plan

@@ -9,11 +9,16 @@ these are the plan's reported fallbacks).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lazyvic.errors import IndexError as LIndexError
+
+# Products below this many flops run on one BLAS thread in plans with parallel kernels
+# (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
+SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 
 
 @dataclass
@@ -26,6 +31,7 @@ class KernelStep:
     packed: tuple = ()  # (NumPy dtype, slots): passed as one array each
     source: str = field(repr=False, default="")
     extra_outs: tuple = ()  # more outputs of the same loop
+    parallel: bool = False  # runs on Numba's thread pool
 
     def reads(self):
         return self.buffers
@@ -54,6 +60,7 @@ class MatmulStep:
     out: int
     a: tuple  # ("buffer" | "scalar", position | slot, [(reference, attrs) movement ops], dtype)
     b: tuple
+    k: int = 0  # inner dimension (for the plan's BLAS policy)
 
     def writes(self):
         return (self.out,)
@@ -154,9 +161,26 @@ class Plan:
     groups: list = field(default_factory=list, repr=False)
     fallbacks: tuple = ()
     stats: dict = field(default_factory=dict)
+    # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
+    blas_threads: int | None = None
     pool: list = field(default=None, repr=False)  # runtime state: set by the executor
     env_template: list = field(default=None, repr=False)
     flat_template: list = field(default=None, repr=False)
+
+    def single_thread_blas(self) -> bool:
+        """True when BLAS should run on one thread while this plan runs.
+
+        Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
+        on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
+        each pool waiting for the other's spinning threads (a 12-ms scheduler slice per
+        step: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
+        Plans whose products are large keep multithreaded BLAS, where its speed-up is
+        worth more than the contention costs.
+        """
+        if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
+            return False
+        flops = [2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps if isinstance(s, MatmulStep)]
+        return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
 
     @property
     def kernels(self) -> list:

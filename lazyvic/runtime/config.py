@@ -10,7 +10,9 @@
                            mode does not interpret first runs, whose last bits can differ
                            from compiled runs), so the same program gives the same bits
                            whatever ran before it; reductions run in a fixed order per plan,
-                           independent of the thread count. Also kept in the plan key.
+                           and BLAS products run on one thread (multithreaded OpenBLAS
+                           rounds differently), so results do not depend on the thread
+                           count. Also kept in the plan key.
                            ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
     LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
 """

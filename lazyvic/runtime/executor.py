@@ -28,7 +28,49 @@ def _prepare(plan) -> None:
     plan.env_template, plan.flat_template = env, flat
 
 
+class _BLASThreads:
+    """Sets the number of threads of the BLAS libraries loaded in this process (through
+    threadpoolctl, found once) for the duration of a plan run."""
+
+    def __init__(self):
+        self.libs = None
+
+    def _find(self) -> list:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            return [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+        except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
+            return []
+
+    def limit(self, n: int) -> list:
+        if self.libs is None:
+            self.libs = self._find()
+        saved = []
+        for lib in self.libs:
+            saved.append(lib.num_threads)
+            lib.set_num_threads(n)
+        return saved
+
+    def restore(self, saved: list) -> None:
+        for lib, n in zip(self.libs, saved):
+            lib.set_num_threads(n)
+
+
+blas_threads = _BLASThreads()
+
+
 def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
+    if plan.blas_threads is None:
+        return _execute(plan, inputs, scalars, debug)
+    saved = blas_threads.limit(plan.blas_threads)
+    try:
+        return _execute(plan, inputs, scalars, debug)
+    finally:
+        blas_threads.restore(saved)
+
+
+def _execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     if plan.pool is None:
         _prepare(plan)
     env = plan.env_template[:]

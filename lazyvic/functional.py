@@ -11,7 +11,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, _as_tensor, _check_index_bounds, _norm_axis, where
+from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, where
 
 
 def relu(x: Tensor) -> Tensor:
@@ -174,7 +174,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     Raises DTypeError for a non-integer index and IndexError for an index out of range
     (at the op when the index is already computed, else when the plan runs).
     """
-    input = _as_tensor(input, dt.int64)
+    if not isinstance(input, Tensor):
+        input = Tensor(np.asarray(input))  # keep the dtype: float indices are refused, not truncated
     if input.dtype.category != 1:
         raise DTypeError(f"embedding: indices must be int32 or int64, got {input.dtype.name}")
     if weight.ndim != 2:
@@ -184,6 +185,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     _check_index_bounds("embedding", input, weight.shape, 0)
     flat = input.reshape(-1)
     rows = weight.index_select(0, flat)
+    if padding_idx is not None and not -weight.shape[0] <= padding_idx < weight.shape[0]:
+        raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {weight.shape[0]} embeddings")
     if padding_idx is not None and weight.requires_grad:
         if padding_idx < 0:
             padding_idx += weight.shape[0]
@@ -226,6 +229,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if key.shape[-1] != E or value.shape[-2] != S:
         raise ShapeError(f"scaled_dot_product_attention: expected query (..., L, E), key (..., S, E), value "
                          f"(..., S, Ev); got {query.shape}, {key.shape}, {value.shape}")
+    try:
+        batch = broadcast_shapes(broadcast_shapes(query.shape[:-2], key.shape[:-2]), value.shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"scaled_dot_product_attention: the batch dimensions of query {query.shape}, key "
+                         f"{key.shape} and value {value.shape} do not broadcast together") from None
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     scores = (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(E) if scale is None else scale)
@@ -234,6 +242,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     elif attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
             attn_mask = Tensor(np.asarray(attn_mask))
+        scores_shape = batch + (L, S)
+        try:
+            fits = broadcast_shapes(attn_mask.shape, scores_shape) == scores_shape
+        except ShapeError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"scaled_dot_product_attention: attn_mask of shape {attn_mask.shape} does not "
+                             f"broadcast to the scores' shape {scores_shape}")
+        if attn_mask.dtype.category == 1:
+            raise DTypeError(f"scaled_dot_product_attention: attn_mask must be bool or floating point, got "
+                             f"{attn_mask.dtype.name}")
         if attn_mask.dtype is dt.bool_:
             scores = where(attn_mask, scores, -math.inf)
         else:

@@ -1222,8 +1222,9 @@ def set_rng_state(state) -> None:
 
     Raises ValueError for anything but two non-negative integers."""
     arr = np.asarray(state.numpy() if isinstance(state, Tensor) else state)
-    if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any():
-        raise ValueError(f"set_rng_state: expected [seed, offset] as two non-negative integers, got {arr!r}")
+    if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any() or int(arr[0]) >= 1 << 63:
+        raise ValueError(f"set_rng_state: expected [seed, offset] as two non-negative integers with "
+                         f"seed < 2**63, got {arr!r}")
     _generator.seed, _generator.offset = int(arr[0]), int(arr[1])
 
 

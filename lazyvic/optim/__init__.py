@@ -94,19 +94,28 @@ class Optimizer:
                     problems.append(f"state for parameter index {i}, which no group lists")
                     continue
                 for name, v in st.items():
-                    if hasattr(v, "shape") and tuple(v.shape) not in (p.shape, ()):
-                        problems.append(f"state {i}.{name}: shape {tuple(v.shape)}, parameter shape {p.shape}")
+                    shape = tuple(getattr(v, "shape", ()))
+                    if name == "step" and math.prod(shape) != 1:
+                        problems.append(f"state {i}.step: expected a number, got shape {shape}")
+                    elif name != "step" and hasattr(v, "shape") and shape != p.shape:
+                        problems.append(f"state {i}.{name}: shape {shape}, parameter shape {p.shape}")
         if problems:
             raise CheckpointError(f"{type(self).__name__}.load_state_dict: nothing was loaded:\n  "
                                   + "\n  ".join(problems))
-        for saved, own in zip(groups, self.param_groups):
-            for k, v in saved.items():
-                if k != "params":
-                    own[k] = tuple(v) if isinstance(own.get(k), tuple) else copy.deepcopy(v)
+        # Copy everything first, then assign: a failure here leaves the optimizer as it was.
         new_state = {}
         for i, st in state.items():
             p = index[i]
             new_state[id(p)] = {name: self._copy_state(name, v, p) for name, v in st.items()}
+        new_groups = []
+        for saved, own in zip(groups, self.param_groups):
+            g = dict(own)
+            for k, v in saved.items():
+                if k != "params":
+                    g[k] = tuple(v) if isinstance(own.get(k), tuple) else copy.deepcopy(v)
+            new_groups.append(g)
+        for own, g in zip(self.param_groups, new_groups):
+            own.update(g)
         self.state = new_state
 
     @staticmethod

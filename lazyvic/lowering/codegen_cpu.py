@@ -33,7 +33,12 @@ from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
 from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS, const
 
-PARALLEL_MIN_ELEMENTS = 1 << 15
+# Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
+# 131k-524k elements between BLAS calls): serial kernels with 2-thread BLAS ran the step in
+# 26 ms against 35 ms with parallel kernels (whose OpenMP team waited for cores held by
+# spinning BLAS threads), and a busy neighbouring process slowed parallel kernels 3x
+# (each parallel region waits for a descheduled worker) but serial ones 1.4-2x.
+PARALLEL_MIN_ELEMENTS = 1 << 20
 PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
 # Elementwise kernels use strict IEEE arithmetic, so they round exactly as the NumPy

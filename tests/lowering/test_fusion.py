@@ -128,7 +128,10 @@ def test_zero_size_and_scalar_outputs():
     np.testing.assert_array_equal(s, np.zeros(3, np.float32))
 
 
-def test_large_parallel_kernel():
+def test_large_parallel_kernel(monkeypatch):
+    from lazyvic.lowering import codegen_cpu
+
+    monkeypatch.setattr(codegen_cpu, "PARALLEL_MIN_ELEMENTS", 1 << 15)  # parallel at a small size
     big = rng.standard_normal((256, 300)).astype(np.float32)
     (y,), plan = _compiled(lambda x: (x * 0.5).tanh() + x.sum(1, keepdim=True), big)
     np.testing.assert_allclose(y, np.tanh(big * 0.5) + big.sum(1, keepdims=True), rtol=1e-5, atol=1e-4)

@@ -197,10 +197,12 @@ def test_compile_failure_falls_back_loudly(hot, monkeypatch):
 
 THREADS_SCRIPT = textwrap.dedent("""
     import hashlib, numpy as np, lazyvic as lv
+    from lazyvic.lowering import codegen_cpu
     from lazyvic.runtime.config import config
     config.compile = "always"
+    codegen_cpu.PARALLEL_MIN_ELEMENTS = 1 << 15  # parallel kernels at a size that compiles fast
     rng = np.random.default_rng(0)
-    x = lv.tensor(rng.standard_normal((256, 300)).astype(np.float32))  # large: parallel kernels
+    x = lv.tensor(rng.standard_normal((256, 300)).astype(np.float32))
     y = (x.softmax(1) * 3.0).tanh().sum(0) + lv.functional.layer_norm(x, (300,)).mean()
     print(hashlib.sha256(y.numpy().tobytes()).hexdigest(), lv.metrics.snapshot()["fallbacks"])
 """)

@@ -84,6 +84,17 @@ def estimate_loss(model, ids: np.ndarray, args) -> float:
     return total / args.eval_batches
 
 
+def train_step(model, opt, sched, x, y):
+    """Record one step (forward, backward, clipping, AdamW, schedule); returns the pending loss."""
+    _, loss = model(x, y)
+    opt.zero_grad()
+    loss.backward()
+    lazyvic.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
 def save_checkpoint(path: Path, model, opt, sched, step: int, data_rng, tok) -> None:
     lazyvic.save({
         "model": model.state_dict(),
@@ -128,12 +139,7 @@ def train(args) -> dict:
     bar = tqdm(range(start, args.steps), desc="train", disable=args.quiet, initial=start, total=args.steps)
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, args.block_size, data_rng)
-        _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        lazyvic.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = train_step(model, opt, sched, x, y)
         losses.append(loss.item())  # the sync point: the whole step runs here as one plan
         bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")
         if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:

@@ -161,13 +161,7 @@ def test_training_step_memory_guard(tmp_path):
     seen = []
     for _ in range(4):
         x, y = lazyvic.data.get_batch(data, 8, 16, rng)
-        _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        lazyvic.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss.item()
+        ex.train_step(model, opt, sched, x, y).item()
         entry = plan_cache.last
         seen.append((entry.key, entry.plan, entry.plan.memory.peak_bytes))
     assert len({id(k) for k, _, _ in seen[1:]}) == 1 and len({id(p) for _, p, _ in seen[1:]}) == 1

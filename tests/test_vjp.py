@@ -382,3 +382,17 @@ def test_requires_grad_flags():
     assert lv.zeros(2, requires_grad=True).requires_grad
     assert lv.randn(2, requires_grad=True).requires_grad
     assert lv.full((2,), 1.5, requires_grad=True).requires_grad
+
+
+def test_bias_gradient_over_many_rows_is_a_column_sum(mode):
+    """A broadcast over >= 256 leading rows is differentiated as ones @ g (one BLAS product)."""
+    rng = np.random.default_rng(3)
+    b = lv.tensor(rng.standard_normal((1, 1, 24)).astype(np.float32), requires_grad=True)
+    w = rng.standard_normal((16, 20, 24)).astype(np.float32)
+    ((b.expand(16, 20, 24) * lv.tensor(w)).sum()).backward()
+    assert b.grad.shape == (1, 1, 24)
+    np.testing.assert_allclose(b.grad.numpy(), w.sum((0, 1), keepdims=True), rtol=1e-5, atol=1e-5)
+    x = lv.tensor(rng.standard_normal((300, 5)), requires_grad=True)  # float64, through a bias add
+    bias = lv.tensor(rng.standard_normal(5), requires_grad=True)
+    ((x + bias) ** 2).sum().backward()
+    np.testing.assert_allclose(bias.grad.numpy(), (2 * (x.numpy() + bias.numpy())).sum(0), rtol=1e-12)

@@ -172,8 +172,8 @@ class Plan:
 
         Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
         on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
-        each pool waiting for the other's spinning threads (a 12-ms scheduler slice per
-        step: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
+        each pool waiting for the other's spinning threads (about 8 ms, a scheduler slice,
+        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
         Plans whose products are large keep multithreaded BLAS, where its speed-up is
         worth more than the contention costs.
         """

@@ -9,6 +9,7 @@ fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 import warnings
@@ -52,6 +53,11 @@ def _compile(trace):
 
     t0 = time.perf_counter()
     plan = compile_trace(trace, config.cache_dir, config.debug)
+    if config.gc_freeze:
+        # Compiling leaves ~10^5 long-lived objects (Numba's and ours) that every full
+        # collection would walk again; see LAZYVIC_GC_FREEZE in runtime/config.py.
+        gc.collect()
+        gc.freeze()
     dt = time.perf_counter() - t0
     metrics.add("compile_seconds", dt)
     metrics.add("plans_compiled")

@@ -217,3 +217,25 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
         outs.append(subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=env, capture_output=True,
                                    text=True, check=True).stdout)
     assert outs[0] == outs[1] and outs[0].split()[1] == "0"
+
+
+def test_compiling_a_plan_freezes_long_lived_objects_unless_turned_off():
+    import gc
+
+    from lazyvic.runtime.config import config
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    prev = config.compile, config.gc_freeze
+    try:
+        config.compile = "always"
+        plan_cache.clear_plans()  # both traces below must compile
+        x = lv.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+        gc.unfreeze()
+        config.gc_freeze = False
+        np.testing.assert_array_equal((x * 3.0 + 1.0).numpy(), x.numpy() * 3 + 1)
+        assert gc.get_freeze_count() == 0
+        config.gc_freeze = True
+        np.testing.assert_array_equal((x - 2.0).abs().numpy(), np.abs(x.numpy() - 2))
+        assert gc.get_freeze_count() > 0
+    finally:
+        config.compile, config.gc_freeze = prev

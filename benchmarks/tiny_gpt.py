@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from run import _delta  # run.py (beside this file): the change of lazyvic's metrics counters
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -380,16 +381,6 @@ def other_cores(a, b):
     if a[1] is None or b[1] is None or b[0] <= a[0]:
         return None
     return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0])
-
-
-def _delta(after: dict, before: dict) -> dict:
-    out = {}
-    for k, v in after.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            d = v - before.get(k, 0)
-            if d:
-                out[k] = round(d, 6) if isinstance(d, float) else d
-    return out
 
 
 def _stats(times: list) -> dict:

@@ -184,6 +184,7 @@ class Module:
                 for p in self.parameters():
                     if p.dtype.is_floating_point:
                         p._node = p.to(dtype)._node
+                        parameter_nodes.add(p._node)
                         _live_pending.add(p)
         return self
 

@@ -239,3 +239,30 @@ def test_compiling_a_plan_freezes_long_lived_objects_unless_turned_off():
         assert gc.get_freeze_count() > 0
     finally:
         config.compile, config.gc_freeze = prev
+
+
+def test_memory_plan_counts_parameters_apart_from_other_inputs():
+    from lazyvic.runtime.config import config
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    prev = config.compile
+    try:
+        config.compile = "always"
+        model = lv.nn.Linear(4, 3)
+        lv.sync()
+        x = lv.tensor(np.ones((2, 4), dtype=np.float32))
+        model(x).sum().item()
+        mem = plan_cache.last.plan.memory
+        assert mem.parameter_bytes == (12 + 3) * 4 and mem.input_bytes == 2 * 4 * 4
+        model.double()  # new parameter values stay counted as parameters
+        lv.sync()
+        model(x.double()).sum().item()
+        mem = plan_cache.last.plan.memory
+        assert mem.parameter_bytes == (12 + 3) * 8
+        assert mem.as_dict()["peak"] == mem.peak_bytes == sum(
+            mem.as_dict()[k] for k in ("inputs", "parameters", "temporaries", "outputs"))
+        names = [p["name"] for p in lv.metrics.plans()]
+        assert plan_cache.last.plan.name in names
+        assert lv.metrics.snapshot()["planned_peak_bytes"] >= mem.peak_bytes
+    finally:
+        config.compile = prev

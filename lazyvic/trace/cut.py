@@ -48,6 +48,7 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     out_nodes: list[Node] = []
     params: list[int] = []
     append_entry, append_dtype = entries.append, dtypes.append
+    pos_get = pos.get
     for root in roots:
         if root in pos:
             if root.op != "buffer" and root.op != "scalar" and pos[root] not in outputs:
@@ -66,14 +67,16 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
                 stack.pop()
                 continue
             waiting = False
+            ins = []  # the inputs' positions, complete when nothing is waiting
             for i in node.inputs:
-                if i in pos:
-                    continue
-                if i.inputs:
-                    stack.append(i)
-                    waiting = True
-                else:  # a leaf: its entry is made now, without a trip through the stack
-                    pos[i] = len(entries)
+                p = pos_get(i)
+                if p is None:
+                    if i.inputs:
+                        stack.append(i)
+                        waiting = True
+                        continue
+                    # A leaf: its entry is made now, without a trip through the stack.
+                    p = pos[i] = len(entries)
                     if i.op == "buffer":
                         if i in parameter_nodes:
                             params.append(len(inputs))
@@ -85,11 +88,12 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
                     else:  # a pending op without inputs
                         append_entry((i.op, i.attrs, (), i.shape, i.dtype.name))
                     append_dtype(i.dtype)
+                ins.append(p)
             if waiting:
                 continue
             stack.pop()
             pos[node] = len(entries)
-            append_entry((node.op, node.attrs, tuple([pos[i] for i in node.inputs]), node.shape, node.dtype.name))
+            append_entry((node.op, node.attrs, tuple(ins), node.shape, node.dtype.name))
             append_dtype(node.dtype)
         outputs.append(pos[root])
         out_nodes.append(root)

@@ -1,0 +1,949 @@
+"""PyTorch checkpoints (``.pt`` files written by ``torch.save``) without PyTorch.
+
+lazyvic never imports ``torch``: :func:`load` decodes the pickle with a restricted
+unpickler and :func:`save` writes the pickle opcodes ``torch.load`` expects. The formats
+are those of PyTorch's ``torch/serialization.py`` (``_save``/``_load`` for the zip
+format, ``_legacy_save``/``_legacy_load`` for the legacy one) and
+``caffe2/serialize/inline_container.h`` (the zip container).
+
+Zip format (PyTorch >= 1.6, the default of ``torch.save``)
+    A zip archive whose records are all ZIP_STORED (uncompressed) and named
+    ``<archive>/...``, where ``<archive>`` is the file stem when torch wrote it:
+
+        <archive>/data.pkl                 the object, pickle protocol 2
+        <archive>/byteorder                "little" or "big" (absent before torch 1.10: little)
+        <archive>/data/<key>               raw bytes of storage <key>, C order
+        <archive>/version                  "3\\n" (torch 2.x)
+        <archive>/.format_version          "1"  (torch >= 2.4; ignored)
+        <archive>/.storage_alignment       "64" (torch >= 2.4; data records start on a
+                                           64-byte boundary, padded with a zip extra field)
+        <archive>/.data/serialization_id   (torch >= 2.4; ignored)
+
+    In ``data.pkl`` each tensor is ``torch._utils._rebuild_tensor_v2(storage,
+    storage_offset, size, stride, requires_grad, backward_hooks)`` — or, for dtypes that
+    have no typed storage class (uint16, uint32, uint64), ``_rebuild_tensor_v3(...,
+    dtype)`` over a ``torch.storage.UntypedStorage`` — and ``storage`` is a persistent id
+    ``('storage', torch.FloatStorage, key, location, numel)`` (numel counts elements of
+    the storage type; bytes for UntypedStorage). ``nn.Parameter`` wraps a tensor in
+    ``torch._utils._rebuild_parameter(tensor, requires_grad, backward_hooks)``.
+
+Legacy format (``torch.save(..., _use_new_zipfile_serialization=False)``, PyTorch < 1.6)
+    Consecutive pickles (protocol 2) then raw storage data:
+
+        pickle  magic number 0x1950a86a20f9469cfc6c
+        pickle  protocol version 1001
+        pickle  sys info {"protocol_version": 1001, "little_endian": bool, "type_sizes": {...}}
+        pickle  the object; persistent ids ('storage', storage_type, root_key, location,
+                size, view_metadata), view_metadata None or (view_key, offset, view_size)
+        pickle  the list of storage keys
+        for each key in that list: an 8-byte little-endian element count, then the bytes
+
+Dtypes
+    =================  ===============================  =================================
+    torch storage      ``as_numpy=True`` (exact)        lazyvic Tensor
+    =================  ===============================  =================================
+    FloatStorage       float32                          float32
+    DoubleStorage      float64                          float64
+    HalfStorage        float16                          float32 (exact)
+    BFloat16Storage    float32 (exact; NumPy has no     float32 (exact)
+                       bfloat16, so no shared memory)
+    LongStorage        int64                            int64
+    IntStorage         int32                            int32
+    ShortStorage       int16                            int32 (exact)
+    CharStorage        int8                             int32 (exact)
+    ByteStorage        uint8                            int32 (exact)
+    BoolStorage        bool                             bool
+    uint16 / uint32    uint16 / uint32                  int32 / int64 (exact)
+    uint64             uint64                           int64 (CheckpointError if a value
+                                                        does not fit)
+    =================  ===============================  =================================
+
+    Complex, quantized and other storages raise :class:`CheckpointError`.
+
+Security
+    ``data.pkl`` is decoded by :class:`RestrictedUnpickler`, which admits only the
+    globals in :data:`ADMITTED_GLOBALS` (the rebuild functions, storage types, dtypes,
+    ``collections.OrderedDict`` and a few builtins for plain containers); any other
+    global (``os.system``, ``builtins.eval``, ...) and any persistent id that is not a
+    storage tuple raises :class:`CheckpointError` before anything is called.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import mmap
+import os
+import pickle
+import struct
+import zipfile
+from collections.abc import Mapping
+
+import numpy as np
+import safetensors.numpy
+
+from lazyvic.errors import CheckpointError, DTypeError
+from lazyvic.interop.format_v1 import _write_atomic
+from lazyvic.nn.module import Parameter
+from lazyvic.tensor import Tensor
+
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL_VERSION = 1001
+ZIP_MAGIC = b"PK\x03\x04"
+WRITE_VERSION = "3"  # the <archive>/version torch 1.6 .. 2.x writes
+ALIGNMENT = 64  # data records start on a 64-byte boundary, as torch >= 2.4 writes them
+
+# --------------------------------------------------------------------- dtype tables
+
+# torch dtype name -> NumPy dtype of the stored bytes; "bfloat16" is stored as uint16 bits.
+_STORAGE_NP = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": np.uint16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+}
+
+# Typed storage classes (module ``torch``) and the dtype they hold.
+_TYPED_STORAGES = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+}
+# Storage classes torch has but lazyvic cannot represent: admitted so the error can say why.
+_UNSUPPORTED_STORAGES = {
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+    "ComplexHalfStorage": "complex32",
+    "QInt8Storage": "qint8",
+    "QUInt8Storage": "quint8",
+    "QInt32Storage": "qint32",
+    "QUInt4x2Storage": "quint4x2",
+    "QUInt2x4Storage": "quint2x4",
+}
+_UNSUPPORTED_DTYPES = (
+    "complex32", "complex64", "complex128", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn_x2", "int1", "int2", "int3", "int4", "int5", "int6", "int7",
+    "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "bits8", "bits16",
+)  # fmt: skip
+
+# What a lazyvic Tensor holds for each stored dtype (see the module docstring).
+_LAZYVIC_NP = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float32,
+    "bfloat16": np.float32,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int32,
+    "int8": np.int32,
+    "uint8": np.int32,
+    "bool": np.bool_,
+    "uint16": np.int32,
+    "uint32": np.int64,
+    "uint64": np.int64,
+}
+
+# Writing: NumPy dtype name -> typed storage class.
+_STORAGE_OF_NP = {
+    "float32": "FloatStorage",
+    "float64": "DoubleStorage",
+    "float16": "HalfStorage",
+    "bfloat16": "BFloat16Storage",  # an ml_dtypes.bfloat16 array, if the user has one
+    "int64": "LongStorage",
+    "int32": "IntStorage",
+    "int16": "ShortStorage",
+    "int8": "CharStorage",
+    "uint8": "ByteStorage",
+    "bool": "BoolStorage",
+}
+
+
+class _StorageType:
+    """What ``find_class`` returns for ``torch.<Name>Storage`` / ``torch.storage.UntypedStorage``."""
+
+    __slots__ = ("qualname", "dtype_name", "supported")
+
+    def __init__(self, qualname: str, dtype_name: str | None, supported: bool):
+        self.qualname, self.dtype_name, self.supported = qualname, dtype_name, supported
+
+    def __repr__(self) -> str:
+        return self.qualname
+
+
+class _TorchDType:
+    """What ``find_class`` returns for a ``torch.<dtype>`` global."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+def _decode_latin1(text, encoding="latin1"):
+    """``_codecs.encode`` as protocol-2 pickles use it for ``bytes``; nothing else."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(
+            f"_codecs.encode is admitted only as (str, 'latin1'), got ({text!r}, {encoding!r})"
+        )
+    return text.encode("latin1")
+
+
+def _torch_size(sizes=()):
+    return tuple(int(s) for s in sizes)
+
+
+class _AdmittedFunction:
+    """Wraps an admitted function, so that a pickle cannot set attributes (``__defaults__``) on it."""
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function):
+        self._function = function
+
+    def __call__(self, *args):
+        return self._function(*args)
+
+
+_REBUILD_V2 = "torch._utils._rebuild_tensor_v2"
+_REBUILD_V3 = "torch._utils._rebuild_tensor_v3"
+_REBUILD_PARAMETER = "torch._utils._rebuild_parameter"
+
+# module.name -> what it unpickles to. Everything not listed here is refused.
+ADMITTED_GLOBALS: dict[str, object] = {
+    _REBUILD_V2: _REBUILD_V2,  # placeholders: the unpickler binds them to the file being read
+    _REBUILD_V3: _REBUILD_V3,
+    _REBUILD_PARAMETER: _REBUILD_PARAMETER,
+    "torch.storage.UntypedStorage": _StorageType("torch.storage.UntypedStorage", None, True),
+    "torch.Size": _torch_size,
+    "collections.OrderedDict": collections.OrderedDict,
+    "builtins.set": set,
+    "builtins.frozenset": frozenset,
+    "builtins.slice": slice,
+    "builtins.complex": complex,
+    "_codecs.encode": _decode_latin1,
+}
+ADMITTED_GLOBALS.update(
+    (f"torch.{name}", _StorageType(f"torch.{name}", dtype, True)) for name, dtype in _TYPED_STORAGES.items()
+)
+ADMITTED_GLOBALS.update(
+    (f"torch.{name}", _StorageType(f"torch.{name}", dtype, False)) for name, dtype in _UNSUPPORTED_STORAGES.items()
+)
+ADMITTED_GLOBALS.update((f"torch.{name}", _TorchDType(name)) for name in (*_STORAGE_NP, *_UNSUPPORTED_DTYPES))
+
+# --------------------------------------------------------------------- reading
+
+
+class _Storage:
+    """One storage of the file: its dtype, its element count and (once known) its data."""
+
+    __slots__ = ("key", "dtype_name", "numel", "data")
+
+    def __init__(self, key: str, dtype_name: str | None, numel: int, data: np.ndarray | None):
+        self.key, self.dtype_name, self.numel, self.data = key, dtype_name, numel, data
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles ``data.pkl`` admitting only :data:`ADMITTED_GLOBALS` and storage persistent ids.
+
+    ``storages(key, storage_type, numel, pid)`` returns the :class:`_Storage` of a
+    persistent id (the caller reads its bytes); ``build(storage, offset, size, stride,
+    requires_grad, dtype_name)`` turns it into the returned tensor or array. Both are
+    the reader's; this class only checks the shapes of what the pickle hands them.
+    """
+
+    def __init__(self, file, path: str, storages, build, legacy: bool):
+        super().__init__(file)
+        self._path, self._storages, self._build, self._legacy = path, storages, build, legacy
+
+    def find_class(self, module: str, name: str):
+        qualname = f"{'builtins' if module == '__builtin__' else module}.{name}"
+        if qualname not in ADMITTED_GLOBALS:
+            if module == "torch" and name.endswith("Storage"):
+                raise CheckpointError(f"{self._path}: unknown storage type torch.{name}")
+            raise CheckpointError(
+                f"{self._path}: refused to load global {module}.{name}: the checkpoint pickle may only "
+                f"name PyTorch's tensor-rebuild functions, storage types, dtypes, collections.OrderedDict "
+                f"and plain containers (see lazyvic.interop.torch.ADMITTED_GLOBALS); the file may be "
+                f"malicious, or holds objects that are not tensors and containers"
+            )
+        found = ADMITTED_GLOBALS[qualname]
+        if found == _REBUILD_V2:
+            return self._rebuild_tensor_v2
+        if found == _REBUILD_V3:
+            return self._rebuild_tensor_v3
+        if found == _REBUILD_PARAMETER:
+            return self._rebuild_parameter
+        # A fresh object per lookup: the pickle's BUILD opcode can set attributes on what it
+        # names, and must not be able to change how later files are read.
+        if isinstance(found, _StorageType):
+            return _StorageType(found.qualname, found.dtype_name, found.supported)
+        if isinstance(found, _TorchDType):
+            return _TorchDType(found.name)
+        if found is _decode_latin1 or found is _torch_size:
+            return _AdmittedFunction(found)
+        return found  # types (OrderedDict, set, ...) whose attributes cannot be set
+
+    def persistent_load(self, pid):
+        fields = 6 if self._legacy else 5
+        if not (isinstance(pid, tuple) and len(pid) == fields and pid[0] == "storage"):
+            raise CheckpointError(
+                f"{self._path}: refused persistent id {_short(pid)}: only storage tuples "
+                f"('storage', storage_type, key, location, numel{', view_metadata' if self._legacy else ''}) "
+                f"are admitted"
+            )
+        storage_type, key, location, numel = pid[1:5]
+        if not isinstance(storage_type, _StorageType):
+            raise CheckpointError(f"{self._path}: unknown storage type {_short(storage_type)} in persistent id")
+        if not storage_type.supported:
+            raise CheckpointError(
+                f"{self._path}: storage {storage_type.qualname} holds {storage_type.dtype_name}, a dtype lazyvic "
+                f"cannot represent (supported: {', '.join(_STORAGE_NP)})"
+            )
+        if not (isinstance(key, str) and isinstance(location, str) and type(numel) is int and numel >= 0):
+            raise CheckpointError(f"{self._path}: malformed storage persistent id {_short(pid)}")
+        return self._storages(key, storage_type, numel, pid)
+
+    # The rebuild functions, with torch's signatures (torch/_utils.py).
+    def _rebuild_tensor_v2(self, storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
+        return self._rebuild(storage, storage_offset, size, stride, requires_grad, None)
+
+    def _rebuild_tensor_v3(
+        self, storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None
+    ):
+        if not isinstance(dtype, _TorchDType):
+            raise CheckpointError(f"{self._path}: _rebuild_tensor_v3 got dtype {_short(dtype)}, not a torch dtype")
+        if dtype.name not in _STORAGE_NP:
+            raise CheckpointError(
+                f"{self._path}: a tensor of dtype torch.{dtype.name}, which lazyvic cannot represent "
+                f"(supported: {', '.join(_STORAGE_NP)})"
+            )
+        return self._rebuild(storage, storage_offset, size, stride, requires_grad, dtype.name)
+
+    def _rebuild(self, storage, storage_offset, size, stride, requires_grad, dtype_name):
+        if not isinstance(storage, _Storage):
+            raise CheckpointError(f"{self._path}: a tensor rebuilt from {_short(storage)}, not a storage")
+        if not (_is_int_tuple(size) and _is_int_tuple(stride) and len(size) == len(stride)):
+            raise CheckpointError(
+                f"{self._path}: a tensor with malformed size {_short(size)} / stride {_short(stride)}"
+            )
+        if type(storage_offset) is not int or storage_offset < 0 or min((*size, *stride, 0)) < 0:
+            raise CheckpointError(
+                f"{self._path}: a tensor with negative storage offset, size or stride "
+                f"(offset {storage_offset!r}, size {size}, stride {stride})"
+            )
+        return self._build(storage, storage_offset, tuple(size), tuple(stride), bool(requires_grad), dtype_name)
+
+    def _rebuild_parameter(self, data, requires_grad, backward_hooks, *_):
+        if data is None or isinstance(data, np.ndarray):  # None: the legacy scan pass; ndarray: as_numpy
+            return data
+        if not isinstance(data, Tensor):
+            raise CheckpointError(f"{self._path}: _rebuild_parameter got {_short(data)}, not a tensor")
+        return Parameter(data, requires_grad=bool(requires_grad) and data.dtype.is_floating_point)
+
+
+def _is_int_tuple(value) -> bool:
+    return isinstance(value, tuple) and all(type(v) is int for v in value)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> object:
+    """Read a checkpoint written by ``torch.save`` (zip or legacy format), without PyTorch.
+
+    Returns the saved object — dicts, ``OrderedDict``, lists, tuples, sets and scalars as
+    pickled — with each tensor replaced by a lazyvic :class:`~lazyvic.Tensor` (a copy, in
+    the lazyvic dtype of the table in the module docstring: float16/bfloat16 become
+    float32, int8/int16/uint8 become int32) or, with ``as_numpy=True``, by a NumPy array
+    of the stored dtype (bfloat16 excepted: float32, exact). ``nn.Parameter`` becomes
+    :class:`lazyvic.nn.Parameter`. Size, stride and storage offset are honoured; with
+    ``as_numpy=True`` tensors that share a storage are views of one writable array (one
+    copy of the storage), so ``np.shares_memory`` holds between them, as in torch. The
+    same tensor object saved twice comes back as one object.
+
+    The file is memory-mapped: zip records (stored, uncompressed) and legacy storages
+    are sliced at their offsets, so the data is copied once, into the result. Record
+    CRCs are checked for ``data.pkl`` only.
+
+    ``map_location`` is accepted for compatibility with ``torch.load``: None, "cpu", a
+    device string ("cuda:0", "mps"), a ``{from: to}`` dict or a callable; lazyvic runs on
+    the CPU, so every tensor is loaded to the CPU whatever it says.
+
+    Raises:
+        CheckpointError: naming the file and the problem: no such file or unreadable; not
+            a PyTorch checkpoint (neither a zip nor the legacy magic number); a truncated
+            or corrupt zip or pickle; compressed records; a missing ``data.pkl`` or
+            ``data/<key>`` record; a global outside :data:`ADMITTED_GLOBALS` (e.g.
+            ``os.system``) or a persistent id that is not a storage tuple; an unknown
+            storage type; a dtype lazyvic cannot represent (complex, quantized, float8);
+            a storage too short for a tensor's size, stride and offset.
+    """
+    path = os.fspath(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the file: {e}") from None
+    with f:
+        head = f.read(len(ZIP_MAGIC))
+        f.seek(0)
+        if os.fstat(f.fileno()).st_size == 0:
+            raise CheckpointError(f"{path} is not a PyTorch checkpoint: the file is empty")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            reader = _Reader(path, mm, as_numpy)
+            if head == ZIP_MAGIC:
+                return reader.load_zip()
+            return reader.load_legacy(f)
+        finally:
+            reader = None
+            try:
+                mm.close()
+            except BufferError:  # a view still refers to it; the garbage collector closes it
+                pass
+
+
+class _Reader:
+    """Turns storages and rebuild calls into arrays or Tensors for one file."""
+
+    def __init__(self, path: str, mm: mmap.mmap, as_numpy: bool):
+        self.path, self.mm, self.as_numpy = path, mm, as_numpy
+        self.byteorder = "<"
+
+    # ----------------------------------------------------------------- zip format
+    def load_zip(self):
+        path = self.path
+        try:
+            archive = zipfile.ZipFile(_MMapFile(self.mm))
+            infos = {info.filename: info for info in archive.infolist()}
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+            raise CheckpointError(f"{path} is a corrupt or truncated zip archive: {e}") from None
+        pkl_names = [name for name in infos if name.endswith("/data.pkl") and name.count("/") == 1]
+        if "data.pkl" in infos:
+            pkl_names.append("data.pkl")
+        if len(pkl_names) != 1:
+            raise CheckpointError(
+                f"{path} is a zip archive but not a PyTorch checkpoint: "
+                f"{'no' if not pkl_names else 'more than one'} <archive>/data.pkl record"
+            )
+        prefix = pkl_names[0][: -len("data.pkl")]
+        try:
+            byteorder = (
+                archive.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in infos else "little"
+            )
+            pickled = archive.read(pkl_names[0])
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
+            raise CheckpointError(f"{path} is a corrupt or truncated zip archive: {e}") from None
+        self._set_byteorder(byteorder)
+
+        def storages(key, storage_type, numel, pid):
+            if key not in cache:
+                name = f"{prefix}data/{key}"
+                if name not in infos:
+                    raise CheckpointError(f"{path}: the record {name} of storage {key!r} is missing")
+                data = self._record(infos[name])
+                cache[key] = self._storage(key, storage_type, numel, data, f"record {name}")
+            return cache[key]
+
+        cache: dict[str, _Storage] = {}
+        try:
+            return self._unpickle(io.BytesIO(pickled), storages, legacy=False)
+        finally:
+            cache.clear()
+
+    def _record(self, info: zipfile.ZipInfo) -> memoryview:
+        """The bytes of a stored record, sliced from the mapped file (no copy)."""
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(
+                f"{self.path}: record {info.filename} is compressed; PyTorch stores records uncompressed"
+            )
+        start = info.header_offset
+        header = self.mm[start : start + 30]
+        if len(header) < 30 or header[:4] != ZIP_MAGIC:
+            raise CheckpointError(f"{self.path} is a corrupt zip archive: bad local header of {info.filename}")
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        begin = start + 30 + name_len + extra_len
+        if begin + info.file_size > len(self.mm):
+            raise CheckpointError(f"{self.path} is truncated: record {info.filename} runs past the end of the file")
+        return memoryview(self.mm)[begin : begin + info.file_size]
+
+    # -------------------------------------------------------------- legacy format
+    def load_legacy(self, f):
+        path = self.path
+        header_loader = RestrictedUnpickler(f, path, _no_storages(path), None, legacy=True)
+        try:
+            magic = header_loader.load()
+        except CheckpointError:
+            raise
+        except Exception:
+            magic = None
+        if magic != LEGACY_MAGIC_NUMBER or type(magic) is not int:
+            raise CheckpointError(
+                f"{path} is not a PyTorch checkpoint: neither a zip archive nor the legacy format "
+                f"(wrong magic number, expected {LEGACY_MAGIC_NUMBER:#x})"
+            )
+        try:
+            protocol = header_loader.load()
+            sys_info = header_loader.load()
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"{path}: corrupt or truncated legacy checkpoint header: {e}") from None
+        if protocol != LEGACY_PROTOCOL_VERSION:
+            raise CheckpointError(f"{path}: legacy protocol version {protocol!r}, expected {LEGACY_PROTOCOL_VERSION}")
+        if isinstance(sys_info, dict):
+            self._set_byteorder("little" if sys_info.get("little_endian", True) else "big")
+        objects_at = f.tell()
+
+        # Pass 1: learn each storage's type (hence its byte size) without building tensors.
+        seen: dict[str, _Storage] = {}
+
+        def scan(key, storage_type, numel, pid):
+            return seen.setdefault(key, _Storage(key, storage_type.dtype_name, numel, None))
+
+        self._unpickle(f, scan, legacy=True, build=lambda *args: None)
+        try:
+            keys = RestrictedUnpickler(f, path, _no_storages(path), None, legacy=True).load()
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(
+                f"{path}: corrupt or truncated legacy checkpoint: the storage key list: {e}"
+            ) from None
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            raise CheckpointError(f"{path}: corrupt legacy checkpoint: the storage key list is {_short(keys)}")
+
+        offset, data = f.tell(), {}
+        for key in keys:
+            if key not in seen:
+                raise CheckpointError(
+                    f"{path}: storage {key!r} is listed but no tensor uses it, so its size is unknown"
+                )
+            itemsize = 1 if seen[key].dtype_name is None else np.dtype(_STORAGE_NP[seen[key].dtype_name]).itemsize
+            count_bytes = self.mm[offset : offset + 8]
+            if len(count_bytes) < 8:
+                raise CheckpointError(f"{path} is truncated: the data of storage {key!r} is missing")
+            count = int.from_bytes(count_bytes, "little")
+            end = offset + 8 + count * itemsize
+            if end > len(self.mm):
+                raise CheckpointError(
+                    f"{path} is truncated: storage {key!r} needs {count * itemsize} bytes, "
+                    f"{len(self.mm) - offset - 8} are left"
+                )
+            data[key] = (memoryview(self.mm)[offset + 8 : end], count)
+            offset = end
+        missing = sorted(set(seen) - set(data))
+        if missing:
+            raise CheckpointError(f"{path}: the data of storage {missing[0]!r} is missing (not in the key list)")
+
+        roots: dict[str, _Storage] = {}
+
+        def storages(key, storage_type, numel, pid):
+            if key not in roots:
+                raw, count = data[key]
+                roots[key] = self._storage(key, storage_type, count, raw, f"storage {key!r}")
+            view = pid[5]
+            if view is None:
+                return roots[key]
+            if not (isinstance(view, tuple) and len(view) == 3 and _is_int_tuple(view[1:])):
+                raise CheckpointError(f"{path}: malformed storage view {_short(view)}")
+            view_key, view_offset, view_size = view
+            root = roots[key]
+            if view_offset < 0 or view_size < 0 or view_offset + view_size > root.numel:
+                raise CheckpointError(f"{path}: storage view {view_key!r} lies outside storage {key!r}")
+            return _Storage(f"{view_key}", root.dtype_name, view_size, root.data[view_offset : view_offset + view_size])
+
+        f.seek(objects_at)
+        try:
+            return self._unpickle(f, storages, legacy=True)
+        finally:
+            roots.clear()
+            data.clear()
+
+    # -------------------------------------------------------------------- shared
+    def _set_byteorder(self, byteorder: str) -> None:
+        if byteorder not in ("little", "big"):
+            raise CheckpointError(f"{self.path}: byteorder {byteorder!r}, expected 'little' or 'big'")
+        self.byteorder = "<" if byteorder == "little" else ">"
+
+    def _storage(self, key, storage_type: _StorageType, numel: int, raw: memoryview, where: str) -> _Storage:
+        dtype_name = storage_type.dtype_name
+        itemsize = 1 if dtype_name is None else np.dtype(_STORAGE_NP[dtype_name]).itemsize
+        if len(raw) < numel * itemsize:
+            raise CheckpointError(
+                f"{self.path}: {where} holds {len(raw)} bytes, too short for storage {key!r} of "
+                f"{numel} x {itemsize}-byte elements"
+            )
+        np_dtype = np.dtype(np.uint8 if dtype_name is None else _STORAGE_NP[dtype_name]).newbyteorder(self.byteorder)
+        data = np.frombuffer(raw, dtype=np_dtype, count=numel)
+        if self.as_numpy:
+            data = data.astype(data.dtype.newbyteorder("="))  # one writable copy, shared by its views
+        return _Storage(key, dtype_name, numel, data)
+
+    def _unpickle(self, file, storages, legacy: bool, build=None):
+        unpickler = RestrictedUnpickler(file, self.path, storages, build or self._build, legacy)
+        try:
+            return unpickler.load()
+        except (CheckpointError, MemoryError):
+            raise
+        except Exception as e:  # UnpicklingError, EOFError, a bad opcode argument, ...
+            raise CheckpointError(
+                f"{self.path}: corrupt or truncated checkpoint pickle ({type(e).__name__}: {e})"
+            ) from None
+        finally:
+            # The memo holds the unpickler's own bound methods (a cycle) and the storages, which
+            # are views of the mapped file: drop them now so load() can unmap it.
+            unpickler.memo.clear()
+
+    def _build(self, storage: _Storage, offset: int, size: tuple, stride: tuple, requires_grad: bool, dtype_name):
+        if dtype_name is None:  # _rebuild_tensor_v2 over a typed storage
+            if storage.dtype_name is None:
+                raise CheckpointError(f"{self.path}: _rebuild_tensor_v2 over an UntypedStorage has no dtype")
+            dtype_name = storage.dtype_name
+        data = storage.data
+        if storage.dtype_name != dtype_name:  # v3 over UntypedStorage: bytes -> elements
+            if storage.dtype_name is not None:
+                raise CheckpointError(
+                    f"{self.path}: a torch.{dtype_name} tensor over a {storage.dtype_name} storage {storage.key!r}"
+                )
+            np_dtype = np.dtype(_STORAGE_NP[dtype_name]).newbyteorder(self.byteorder)
+            usable = len(data) - len(data) % np_dtype.itemsize
+            data = data[:usable].view(np_dtype)
+        numel = int(np.prod(size, dtype=np.int64)) if size else 1
+        if numel == 0:
+            needed = offset
+        else:
+            needed = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
+        if needed > len(data):
+            raise CheckpointError(
+                f"{self.path}: storage {storage.key!r} holds {len(data)} elements, too few for a tensor of "
+                f"size {size}, stride {stride} and storage offset {offset} (needs {needed})"
+            )
+        if numel == 0:
+            view = np.empty(size, dtype=data.dtype)
+        else:
+            item = data.itemsize
+            view = np.lib.stride_tricks.as_strided(
+                data[offset:], shape=size, strides=tuple(s * item for s in stride), writeable=self.as_numpy
+            )
+        if dtype_name == "bfloat16":
+            bits = np.asarray(view, dtype=np.uint16).astype(np.uint32) << 16
+            view = bits.view(np.float32)
+        if self.as_numpy:
+            return view
+        target = np.dtype(_LAZYVIC_NP[dtype_name])
+        if dtype_name == "uint64" and view.size and view.max() > np.iinfo(np.int64).max:
+            raise CheckpointError(
+                f"{self.path}: a torch.uint64 tensor (storage {storage.key!r}) holds values above the int64 "
+                f"maximum; lazyvic has no uint64 (load it with as_numpy=True)"
+            )
+        array = np.array(view, dtype=target, order="C")  # the one copy, off the mapped file
+        return Tensor(array, requires_grad=requires_grad and target.kind == "f")
+
+
+def _no_storages(path: str):
+    def refuse(key, storage_type, numel, pid):
+        raise CheckpointError(f"{path}: a storage persistent id in the legacy header pickles")
+
+    return refuse
+
+
+class _MMapFile(io.RawIOBase):
+    """A read-only, seekable file over a mmap, so ``zipfile`` never copies the whole file."""
+
+    def __init__(self, mm: mmap.mmap):
+        self._mm, self._pos = mm, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._mm)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._mm) if n is None or n < 0 else min(len(self._mm), self._pos + n)
+        data = self._mm[self._pos : end]
+        self._pos = max(self._pos, end)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+# --------------------------------------------------------------------- writing
+
+
+class _TorchGlobal:
+    """A torch global written by name (``GLOBAL 'module name'``) though torch is not imported."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, *args):  # pickle insists that a reduce function be callable
+        raise TypeError(f"{self.module}.{self.name} is a name to pickle; lazyvic does not call torch")
+
+
+_W_REBUILD_V2 = _TorchGlobal("torch._utils", "_rebuild_tensor_v2")
+_W_REBUILD_PARAMETER = _TorchGlobal("torch._utils", "_rebuild_parameter")
+_W_STORAGES = {name: _TorchGlobal("torch", name) for name in _TYPED_STORAGES}
+
+
+class _StorageRecord:
+    """A storage to write: ``data/<key>`` holds ``data`` (C-contiguous) as bytes."""
+
+    __slots__ = ("key", "storage_type", "data")
+
+    def __init__(self, key: str, storage_type: str, data: np.ndarray):
+        self.key, self.storage_type, self.data = key, storage_type, data
+
+
+class _TensorRecord:
+    """Pickles as ``_rebuild_tensor_v2(storage, 0, shape, contiguous stride, False, OrderedDict())``."""
+
+    def __init__(self, storage: _StorageRecord, shape: tuple, stride: tuple):
+        self.storage, self.shape, self.stride = storage, shape, stride
+
+    def __reduce__(self):
+        return _W_REBUILD_V2, (self.storage, 0, self.shape, self.stride, False, collections.OrderedDict())
+
+
+class _ParameterRecord:
+    def __init__(self, tensor: _TensorRecord, requires_grad: bool):
+        self.tensor, self.requires_grad = tensor, requires_grad
+
+    def __reduce__(self):
+        return _W_REBUILD_PARAMETER, (self.tensor, self.requires_grad, collections.OrderedDict())
+
+
+class _CheckpointPickler(pickle._Pickler):
+    """The pure-Python pickler, which lets ``_TorchGlobal`` write a GLOBAL opcode without torch."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_torch_global(self, obj: _TorchGlobal) -> None:
+        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode("utf-8"))
+        self.memoize(obj)
+
+    dispatch[_TorchGlobal] = save_torch_global
+
+    def persistent_id(self, obj):
+        if isinstance(obj, _StorageRecord):
+            return ("storage", _W_STORAGES[obj.storage_type], obj.key, "cpu", obj.data.size)
+        return None
+
+
+class _StateEncoder:
+    """Copies ``obj`` into picklable records, checking every type; tensors become records."""
+
+    def __init__(self):
+        self.storages: list[_StorageRecord] = []
+        self._records: dict[int, object] = {}
+        self._keep: list = []  # keeps encoded objects alive, so their ids stay unique
+        self._open: set[int] = set()
+
+    def encode(self, value, keys: tuple):
+        if isinstance(value, (Tensor, np.ndarray)):
+            return self._tensor(value, keys)
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            return value.item()
+        if value is None or isinstance(value, (bool, int, float, str, bytes)):
+            return value
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in self._open:
+                raise TypeError(f"save: the {type(value).__name__} at {_where(keys)} contains itself")
+            self._open.add(id(value))
+            try:
+                if isinstance(value, Mapping):
+                    out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
+                    for k, v in value.items():
+                        if not (k is None or isinstance(k, (bool, int, float, str))):
+                            raise TypeError(f"save: dict key {k!r} at {_where(keys)} is not a str, int, float or bool")
+                        out[k] = self.encode(v, keys + (k,))
+                    return out
+                items = [self.encode(v, keys + (i,)) for i, v in enumerate(value)]
+                return tuple(items) if isinstance(value, tuple) else items
+            finally:
+                self._open.discard(id(value))
+        raise TypeError(
+            f"save: cannot store an object of type {type(value).__module__}.{type(value).__qualname__} at "
+            f"{_where(keys)}; a PyTorch checkpoint from lazyvic holds Tensors, NumPy arrays, dicts, lists, "
+            f"tuples, int, float, str, bytes, bool and None"
+        )
+
+    def _tensor(self, value, keys: tuple):
+        if id(value) in self._records:  # the same object twice: one storage, one tensor in torch
+            return self._records[id(value)]
+        array = value.numpy() if isinstance(value, Tensor) else value
+        np_dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype
+        storage_type = _STORAGE_OF_NP.get(np_dtype.name)
+        if storage_type is None or np_dtype.itemsize != np.dtype(_STORAGE_NP[_TYPED_STORAGES[storage_type]]).itemsize:
+            raise DTypeError(
+                f"save: array at {_where(keys)} has dtype {array.dtype}; PyTorch checkpoints from lazyvic hold "
+                f"{', '.join(_STORAGE_OF_NP)}"
+            )
+        data = np.asarray(array, order="C")  # keeps 0-d arrays 0-d (np.ascontiguousarray would not)
+        if data.dtype.byteorder == ">":
+            data = data.astype(data.dtype.newbyteorder("<"))
+        storage = _StorageRecord(str(len(self.storages)), storage_type, data)
+        self.storages.append(storage)
+        shape = tuple(int(n) for n in data.shape)
+        stride, step = [], 1
+        for n in reversed(shape):
+            stride.append(step)
+            step *= max(n, 1)
+        record = _TensorRecord(storage, shape, tuple(reversed(stride)))
+        if isinstance(value, Parameter):
+            record = _ParameterRecord(record, bool(value.requires_grad))
+        self._records[id(value)] = record
+        self._keep.append(value)
+        return record
+
+
+def _where(keys: tuple) -> str:
+    return "obj" + "".join(f"[{k!r}]" for k in keys)
+
+
+def save(obj, path: str | os.PathLike) -> None:
+    """Write ``obj`` as a PyTorch zip-format checkpoint that ``torch.load(path, weights_only=True)`` reads.
+
+    ``obj`` is a lazyvic Tensor, a NumPy array, or a nested container — dicts (an
+    ``OrderedDict`` stays one) with str/int/float/bool keys, lists, tuples — of Tensors,
+    NumPy arrays (float32, float64, float16, int64, int32, int16, int8, uint8, bool, and
+    ``ml_dtypes.bfloat16``) and Python scalars (int, float, str, bytes, bool, None; NumPy
+    scalars become the Python scalar they hold). Each distinct Tensor or array gets its
+    own storage, written C-contiguous; the same object twice shares one, and torch loads
+    it as one tensor. A :class:`lazyvic.nn.Parameter` is written as ``nn.Parameter``.
+
+    Layout (see the module docstring): records ``<archive>/data.pkl`` (pickle protocol 2:
+    ``torch._utils._rebuild_tensor_v2`` with typed storage globals such as
+    ``torch.FloatStorage`` and persistent ids ``('storage', type, key, 'cpu', numel)``),
+    ``<archive>/byteorder`` = "little", ``<archive>/data/<key>`` and
+    ``<archive>/version`` = "3", all ZIP_STORED, data records aligned to 64 bytes;
+    ``<archive>`` is the file stem (or "archive").
+
+    The write is atomic: the archive is assembled in memory, written to a temporary file
+    in the same directory, fsynced and renamed over ``path``; on any error nothing is
+    left behind and an existing file at ``path`` is untouched.
+
+    Raises:
+        TypeError: an object of an unsupported type or a bad dict key (names its place
+            in ``obj``), or a container that contains itself.
+        DTypeError: (a TypeError) an array of a dtype a typed torch storage cannot hold.
+        OSError: the file cannot be written.
+    """
+    path = os.fspath(path)
+    encoder = _StateEncoder()
+    encoded = encoder.encode(obj, ())
+    pickled = io.BytesIO()
+    _CheckpointPickler(pickled, protocol=2).dump(encoded)
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    archive = stem if stem and all(c.isalnum() or c in "_-." for c in stem) else "archive"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as zf:
+        _write_record(zf, f"{archive}/data.pkl", pickled.getbuffer())
+        _write_record(zf, f"{archive}/byteorder", b"little")
+        for storage in encoder.storages:
+            _write_record(zf, f"{archive}/data/{storage.key}", storage.data.reshape(-1).view(np.uint8))
+        _write_record(zf, f"{archive}/version", f"{WRITE_VERSION}\n".encode())
+    _write_atomic(path, [buffer.getbuffer()])
+
+
+def _write_record(zf: zipfile.ZipFile, name: str, data) -> None:
+    """One ZIP_STORED record whose data starts on an ALIGNMENT boundary (padding in an extra field, like torch)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    data_start = zf.fp.tell() + 30 + len(name.encode()) + 4
+    pad = -data_start % ALIGNMENT
+    info.extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # "FB": the extra field id torch uses
+    zf.writestr(info, data)
+
+
+# --------------------------------------------------------------------- safetensors
+
+
+def load_safetensors(path: str | os.PathLike, as_numpy: bool = False) -> dict:
+    """Read a safetensors file into ``{name: Tensor}`` (or ``{name: np.ndarray}`` with ``as_numpy=True``).
+
+    Through ``safetensors.numpy.load_file``. NumPy arrays keep the stored dtype; lazyvic
+    Tensors convert float16 to float32 and int8/int16/uint8/uint16 to int32, uint32 to int64
+    (all exact). bfloat16 needs ``ml_dtypes`` in safetensors' NumPy backend.
+
+    Raises:
+        CheckpointError: naming the file: missing, unreadable, or not a valid safetensors
+            file; or a dtype lazyvic cannot represent (as_numpy=False).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        arrays = safetensors.numpy.load_file(path)
+    except Exception as e:  # SafetensorError, a dtype NumPy does not know, ...
+        raise CheckpointError(f"{path}: not a valid safetensors file ({type(e).__name__}: {e})") from None
+    if as_numpy:
+        return arrays
+    out = {}
+    for name, array in arrays.items():
+        target = _LAZYVIC_NP.get(array.dtype.name)
+        if target is None:
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {array.dtype}, which lazyvic cannot represent")
+        out[name] = Tensor(np.asarray(array, dtype=target))
+    return out
+
+
+def save_safetensors(state_dict: Mapping, path: str | os.PathLike, metadata: dict | None = None) -> None:
+    """Write ``{str: Tensor or np.ndarray}`` as a safetensors file through ``safetensors.numpy``.
+
+    Arrays are written as C-contiguous copies (safetensors 0.8 copies raw memory from the
+    data pointer, so a strided view would come out scrambled). ``metadata`` is a
+    ``{str: str}`` dict stored in the header. The write is atomic, as for :func:`save`.
+
+    Raises:
+        TypeError: a key that is not a str, or a value that is not a Tensor or array.
+        OSError: the file cannot be written.
+    """
+    arrays = {}
+    for name, value in state_dict.items():
+        if not isinstance(name, str):
+            raise TypeError(f"save_safetensors: key {name!r} is not a str")
+        if not isinstance(value, (Tensor, np.ndarray)):
+            raise TypeError(f"save_safetensors: {name!r} is a {type(value).__name__}, not a Tensor or NumPy array")
+        array = value.numpy() if isinstance(value, Tensor) else value
+        arrays[name] = np.asarray(array, dtype=array.dtype.newbyteorder("="), order="C")
+    blob = safetensors.numpy.save(arrays, metadata=metadata)
+    _write_atomic(os.fspath(path), [blob])

@@ -21,10 +21,11 @@ from lazyvic.runtime.interpreter import interpret
 
 
 class PlanEntry:
-    __slots__ = ("key", "n_ops", "seen", "plan", "failed", "hits")
+    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits")
 
-    def __init__(self, key, n_ops: int):
+    def __init__(self, key, n_ops: int, trace=None):
         self.key = key
+        self.trace = trace  # the first trace seen with this key (no data: for tools)
         self.n_ops = n_ops
         self.seen = 0
         self.plan = None
@@ -75,7 +76,7 @@ def run(trace, inputs: list, scalars: list) -> list:
     key = trace.key
     entry = plan_cache.get(key)
     if entry is None:
-        entry = plan_cache[key] = PlanEntry(key, len(trace.entries))
+        entry = plan_cache[key] = PlanEntry(key, len(trace.entries), trace)
         metrics.add("cache_misses")
         if config.debug >= 1:
             print(f"[lazyvic] plan-cache miss: trace of {len(trace.entries)} ops", file=sys.stderr)

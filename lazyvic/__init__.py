@@ -49,3 +49,5 @@ from lazyvic import data, functional, models, nn, optim  # noqa: E402
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
 
 __version__ = "0.1.0"
+from lazyvic.tools import viz  # noqa: E402
+from lazyvic.tools.explain import explain  # noqa: E402

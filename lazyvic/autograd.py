@@ -16,6 +16,7 @@ import contextlib
 import threading
 
 from lazyvic.errors import AutogradError
+from lazyvic.trace import scope
 
 _state = threading.local()
 
@@ -89,7 +90,8 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                     stack.append((i, False))
 
     grads = {id(root): grad}
-    with no_grad():
+    # Each VJP's nodes carry "<forward scope> (backward)"; the scope is restored after the walk.
+    with no_grad(), scope.entered(scope.current):
         for t in reversed(order):
             g = grads.pop(id(t), None)
             if g is None:
@@ -99,6 +101,8 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                 t.grad = g if t.grad is None else t.grad + g
                 continue
             opdef, inputs, nodes, attrs, out_node = ctx
+            fwd = out_node.scope if out_node is not None else None
+            scope.set_current(f"{fwd} (backward)" if fwd else "(backward)")
             if inputs is None:
                 raise AutogradError(
                     f"backward: trying to backward through the graph a second time (the saved values of "

@@ -10,6 +10,7 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
 from lazyvic.tensor import Tensor, _live_pending
+from lazyvic.trace import scope
 from lazyvic.trace.node import parameter_nodes
 
 
@@ -103,7 +104,12 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        # The nodes recorded inside carry this module's dotted path (lazyvic.trace.scope).
+        prev = scope.enter_module(self)
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            scope.leave_module(prev)
 
     # ------------------------------------------------------------ traversal
     def named_modules(self, prefix: str = "", memo=None) -> Iterator:

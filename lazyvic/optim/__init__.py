@@ -14,6 +14,7 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
 from lazyvic.tensor import Tensor
+from lazyvic.trace import scope
 
 
 class Optimizer:
@@ -133,7 +134,7 @@ class Optimizer:
         return Tensor(np.zeros(p.shape, dtype=p.dtype.np))
 
     def step(self):
-        with autograd.no_grad():
+        with autograd.no_grad(), scope.entered(f"optim.{type(self).__name__}"):
             for g in self.param_groups:
                 for p in g["params"]:
                     if p.grad is not None:

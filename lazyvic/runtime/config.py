@@ -4,8 +4,9 @@
                            compile when it recurs; always: compile at once; never: interpret.
     LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
                            (default: $XDG_CACHE_HOME/lazyvic or ~/.cache/lazyvic).
-    LAZYVIC_DEBUG          0-4: 1 cache misses and compile times, 2 fusion groups,
-                           3 generated kernel source, 4 per-step run times.
+    LAZYVIC_DEBUG          0-4: 1 cache misses (with the reason: the nearest cached key and
+                           what differs) and compile times, 2 fusion groups, 3 generated
+                           kernel source, 4 per-step run times.
     LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen (hot
                            mode does not interpret first runs, whose last bits can differ
                            from compiled runs), so the same program gives the same bits
@@ -15,6 +16,8 @@
                            count. Also kept in the plan key.
                            ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
     LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
+    LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
+                           an index.md (lazyvic.tools.viz; needs Graphviz's dot).
     LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move
                            every surviving object to the collector's permanent generation
                            (``gc.freeze()``), so later full collections stop re-scanning the

@@ -1,7 +1,7 @@
 """Counters of the runtime: traces, plan-cache hits and misses, compile and run time.
 
 ``snapshot()`` returns a dict; ``reset()`` zeroes every counter; ``report()``
-returns (and prints) a readable table.
+returns (and prints) a readable table. ``recorder`` is the hook of ``lazyvic.explain``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,16 @@ _COUNTERS = (
     "interpreted_runs",
     "compiled_runs",
     "ops_traced",
+    "bytes_in",
+    "bytes_out",
 )
 
 counters: dict = dict.fromkeys(_COUNTERS, 0)
 fallback_ops: Counter = Counter()
+
+# The active ``lazyvic.explain`` recorder, or None: the plan cache checks it once per run,
+# so recording costs nothing per op and nothing at all when explain is not running.
+recorder = None
 
 
 def add(name: str, value=1) -> None:
@@ -42,7 +48,18 @@ def snapshot() -> dict:
     snap["compile_seconds"] = round(snap["compile_seconds"], 6)
     peaks = [p["memory"]["peak"] for p in plans() if p["memory"]]
     snap["planned_peak_bytes"] = max(peaks, default=0)
+    snap["kernels_on_disk"] = _kernels_on_disk()
     return snap
+
+
+def _kernels_on_disk() -> int:
+    from lazyvic.lowering.kernel_cache import kernel_dir
+    from lazyvic.runtime.config import config
+
+    try:
+        return sum(1 for _ in kernel_dir(config.cache_dir).glob("*.py"))
+    except OSError:
+        return 0
 
 
 def plans() -> list[dict]:
@@ -76,15 +93,47 @@ def reset() -> None:
     fallback_ops.clear()
 
 
+_SECTIONS = (
+    ("counts", ("traces", "ops_traced", "cache_hits", "cache_misses", "plans_compiled", "kernels_compiled",
+                "kernels_loaded", "compiled_runs", "interpreted_runs", "fallbacks")),
+    ("times (s)", ("compile_seconds", "execute_seconds", "interpret_seconds")),
+    ("cache", ("plans_cached", "kernels_on_disk")),
+    ("memory", ("bytes_in", "bytes_out", "planned_peak_bytes")),
+)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 def report(file=None) -> str:
-    """Print and return a table of the counters."""
+    """Print (to ``file``, default stdout) and return a table of the counters.
+
+    Sections: counts (traces, hits, misses, plans, kernels, fallbacks), times in seconds
+    (compile, execute — which includes interpreted runs —, interpret), cache sizes (plans
+    cached, kernel sources in ``$LAZYVIC_CACHE_DIR/kernels``), bytes moved (the inputs and
+    outputs of every run) and the largest planned peak of a cached plan.
+    """
     snap = snapshot()
-    width = max(len(k) for k in snap)
+    width = max(len(k) for _, keys in _SECTIONS for k in keys)
     lines = ["lazyvic metrics"]
-    for k, v in snap.items():
-        if isinstance(v, float):
-            v = f"{v:.4f}"
-        lines.append(f"  {k:<{width}}  {v}")
+    for title, keys in _SECTIONS:
+        lines.append(f"  {title}")
+        for k in keys:
+            v = snap[k]
+            if isinstance(v, float):
+                v = f"{v:.4f}"
+            elif k.endswith("bytes") or k.startswith("bytes"):
+                v = f"{v} ({_human_bytes(v)})"
+            lines.append(f"    {k:<{width}}  {v}")
+    if snap["fallback_ops"]:
+        lines.append("  fallback ops")
+        for op, n in sorted(snap["fallback_ops"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {op:<{width}}  {n}")
     text = "\n".join(lines)
     print(text, file=file)
     return text

@@ -10,6 +10,7 @@ fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 from __future__ import annotations
 
 import gc
+import hashlib
 import sys
 import time
 import warnings
@@ -49,6 +50,122 @@ class PlanCache(dict):
 plan_cache = PlanCache()
 
 
+def plan_name(key) -> str:
+    """The name a plan compiled for ``key`` gets (also used to name keys not compiled yet)."""
+    return "plan_" + hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+
+
+# Cause kinds of a miss, most telling first; "derived shape" (a shape computed from inputs
+# that changed) is a consequence of the others and only reported when nothing else differs.
+_CAUSES = ("structure", "input shape", "dtype", "constant", "derived shape")
+
+
+def _root_differences(old_entries: tuple, new_entries: tuple) -> list[int]:
+    """Positions where the traces differ for a reason of their own, not only because an
+    input entry differs (a dtype or shape change propagates to every op downstream)."""
+    differs = [False] * min(len(old_entries), len(new_entries))
+    roots = []
+    for i, (a, b) in enumerate(zip(old_entries, new_entries)):
+        if a == b:
+            continue
+        differs[i] = True
+        if a[0] == b[0] and a[1] == b[1] and a[2] == b[2] and any(differs[j] for j in b[2]):
+            continue  # same op, attributes and inputs: its shape/dtype follows from an input's
+        roots.append(i)
+    return roots
+
+
+def _entry_diff(i: int, a: tuple, b: tuple) -> dict:
+    """What differs between entry ``a`` (cached trace) and ``b`` (new trace) at position ``i``."""
+    op_a, attrs_a, ins_a, shape_a, dt_a = a
+    op_b, attrs_b, ins_b, shape_b, dt_b = b
+    d = {"entry": i, "op": op_b}
+    if op_a != op_b:
+        return d | {"kind": "structure", "detail": f"op {op_a} -> {op_b}"}
+    if ins_a != ins_b:
+        return d | {"kind": "structure", "detail": f"inputs {list(ins_a)} -> {list(ins_b)}"}
+    if op_b in ("buffer", "scalar") and attrs_a != attrs_b:
+        return d | {"kind": "structure", "detail": f"{op_b} slot {attrs_a[0]} -> {attrs_b[0]}"}
+    if attrs_a != attrs_b:
+        da, db = dict(attrs_a), dict(attrs_b)
+        names = sorted(k for k in da.keys() | db.keys() if da.get(k) != db.get(k))
+        changes = ", ".join(f"{k}={da.get(k)!r} -> {db.get(k)!r}" for k in names)
+        return d | {"kind": "constant", "attr": names[0] if names else None, "detail": changes}
+    if dt_a != dt_b:
+        return d | {"kind": "dtype", "detail": f"dtype {dt_a} -> {dt_b}"}
+    if op_b == "buffer":
+        return d | {"kind": "input shape", "slot": attrs_b[0], "detail": f"input {attrs_b[0]} shape {shape_a} -> {shape_b}"}
+    return d | {"kind": "derived shape", "detail": f"shape {shape_a} -> {shape_b}"}
+
+
+def diff_traces(old, new, limit: int = 5) -> list[dict]:
+    """The differences between two traces, causes first (at most ``limit``).
+
+    Each is a dict with ``kind`` (structure, input shape, dtype, constant, derived shape),
+    ``entry`` (position in the new trace), ``op`` and ``detail``. Entries that differ only
+    because an input differs are left out.
+    """
+    diffs = [_entry_diff(i, old.entries[i], new.entries[i]) for i in _root_differences(old.entries, new.entries)]
+    if len(old.entries) != len(new.entries):
+        diffs.append({"kind": "structure", "entry": min(len(old.entries), len(new.entries)), "op": None,
+                      "detail": f"{len(old.entries)} ops -> {len(new.entries)} ops"})
+    if not diffs:
+        if old.outputs != new.outputs:
+            diffs.append({"kind": "structure", "entry": None, "op": None,
+                          "detail": f"outputs {list(old.outputs)} -> {list(new.outputs)}"})
+        elif old.key[2:] != new.key[2:]:
+            diffs.append({"kind": "constant", "entry": None, "op": None,
+                          "detail": f"flags/parameters {old.key[2:]!r} -> {new.key[2:]!r}"})
+    diffs.sort(key=lambda d: _CAUSES.index(d["kind"]))  # stable: entry order within a kind
+    return diffs[:limit]
+
+
+def miss_reason(trace, max_candidates: int = 32) -> dict:
+    """Why ``trace`` missed the cache: its nearest cached trace and what differs.
+
+    The nearest is a cached trace of the same length with the fewest root differences
+    (else the closest length), among the ``max_candidates`` most recent of the closest length. Returns ``{"kind", "summary", "nearest", "differences"}``;
+    ``kind`` is the first cause (see :func:`diff_traces`) or ``"new"`` when nothing is cached.
+    """
+    n = len(trace.entries)
+    # Most recent first: a recompile's previous version is usually among the last keys seen.
+    cands = [e for e in reversed(plan_cache.values()) if e.trace is not None and e.key != trace.key]
+    if not cands:
+        return {"kind": "new", "summary": "first trace: nothing cached to compare with", "nearest": None,
+                "differences": []}
+    cands.sort(key=lambda e: abs(e.n_ops - n))
+    cands = cands[:max_candidates]
+    best, best_score = None, None
+    for e in cands:
+        score = (abs(e.n_ops - n), len(_root_differences(e.trace.entries, trace.entries)))
+        if best_score is None or score < best_score:
+            best, best_score = e, score
+    diffs = diff_traces(best.trace, trace)
+    kind = diffs[0]["kind"] if diffs else "structure"
+    first = diffs[0] if diffs else None
+    where = f" at entry {first['entry']} ({first['op']})" if first and first["entry"] is not None and first["op"] else ""
+    detail = f": {first['detail']}" if first else ""
+    summary = f"{kind} differs from {plan_name(best.key)} ({best.n_ops} ops){where}{detail}"
+    return {"kind": kind, "summary": summary, "nearest": plan_name(best.key), "differences": diffs}
+
+
+def describe_groups(plan) -> list[dict]:
+    """The fusion groups of ``plan`` in run order: ``name`` (the kernel, BLAS product or NumPy
+    reference step that computes it), ``kind`` (kernel, matmul, scatter, reference) and ``ops``
+    (member ops, in trace order)."""
+    by_out = {}
+    for step in plan.steps:
+        if getattr(step, "out", None) is not None:
+            by_out.setdefault(step.out, step)
+    out = []
+    for g in plan.groups:
+        step = by_out.get(g.root)
+        kind = type(step).__name__.removesuffix("Step").lower() if step is not None else "?"
+        out.append({"name": step.name if step is not None else f"node{g.root}", "kind": kind,
+                    "ops": [plan.entries[j][0] for j in sorted(g.members)] or [plan.entries[g.root][0]]})
+    return out
+
+
 def _compile(trace):
     from lazyvic.lowering import compile_trace
 
@@ -66,6 +183,11 @@ def _compile(trace):
     metrics.add("kernels_loaded", plan.stats.get("kernels_loaded", 0))
     if config.debug >= 1:
         print(f"[lazyvic] compiled plan {plan.name}: {len(plan.steps)} steps in {dt:.3f}s", file=sys.stderr)
+    if config.debug >= 2:
+        for g in describe_groups(plan):
+            print(f"[lazyvic]   group {g['name']} ({g['kind']}): {', '.join(g['ops'])}", file=sys.stderr)
+        for op in plan.fallbacks:
+            print(f"[lazyvic]   fallback: {op} runs its NumPy reference", file=sys.stderr)
     return plan
 
 
@@ -73,22 +195,40 @@ def run(trace, inputs: list, scalars: list) -> list:
     """Execute ``trace`` with the given input arrays and scalar values; returns output arrays."""
     metrics.add("traces")
     metrics.add("ops_traced", len(trace.entries))
+    metrics.add("bytes_in", sum(a.nbytes for a in inputs))
+    rec = metrics.recorder  # lazyvic.explain: checked once per run
+    event = rec.begin_run(trace) if rec is not None else None
     key = trace.key
     entry = plan_cache.get(key)
     if entry is None:
+        if event is not None:
+            event["miss_reason"] = miss_reason(trace)
         entry = plan_cache[key] = PlanEntry(key, len(trace.entries), trace)
         metrics.add("cache_misses")
         if config.debug >= 1:
-            print(f"[lazyvic] plan-cache miss: trace of {len(trace.entries)} ops", file=sys.stderr)
+            # The reason costs a comparison with up to 8 cached traces: skipped on huge ones.
+            why = ""
+            if len(trace.entries) <= 20000:
+                why = ": " + miss_reason(trace, max_candidates=8)["summary"]
+            print(f"[lazyvic] plan-cache miss: trace of {len(trace.entries)} ops{why}", file=sys.stderr)
     else:
         metrics.add("cache_hits")
         entry.hits += 1
     entry.seen += 1
     plan_cache.last = entry
+    out = _run_entry(entry, trace, inputs, scalars, event)
+    metrics.add("bytes_out", sum(a.nbytes for a in out))
+    if event is not None:
+        rec.end_run(event, entry)
+    return out
+
+
+def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
     mode = config.compile
     if mode == "hot" and config.deterministic:
         mode = "always"  # no interpreted first run: its last bits can differ from the compiled plan's
     if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
+        t0 = time.perf_counter()
         try:
             entry.plan = _compile(trace)
         except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
@@ -97,18 +237,25 @@ def run(trace, inputs: list, scalars: list) -> list:
                 f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
                 f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
+        if event is not None:
+            event["compiled"] = True
+            event["compile_seconds"] = time.perf_counter() - t0
     if entry.plan is not None and mode != "never":
         plan = entry.plan
         t0 = time.perf_counter()
         out = execute(plan, inputs, scalars, config.debug)
-        metrics.add("execute_seconds", time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        metrics.add("execute_seconds", dt)
         metrics.add("compiled_runs")
         if plan.fallbacks:
             metrics.add("fallbacks", len(plan.fallbacks))
             for op in plan.fallbacks:
                 metrics.fallback_ops[op] += 1
+        if event is not None:
+            event["ran"] = "plan"
+            event["execute_seconds"] = dt
         return out
     if entry.failed is not None:
         metrics.add("fallbacks")
@@ -119,4 +266,7 @@ def run(trace, inputs: list, scalars: list) -> list:
     metrics.add("interpret_seconds", dt)
     metrics.add("execute_seconds", dt)
     metrics.add("interpreted_runs")
+    if event is not None:
+        event["ran"] = "interpreter"
+        event["execute_seconds"] = dt
     return out

@@ -28,6 +28,7 @@ class Trace:
     key: tuple = field(repr=False)
     dtypes: tuple = field(repr=False, default=())  # DType of each entry, for the lowering
     param_slots: frozenset = frozenset()  # input slots that hold an nn.Parameter's value
+    scopes: tuple = field(repr=False, default=())  # module scope of each entry (for tools, not in the key)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -47,7 +48,8 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     outputs: list[int] = []
     out_nodes: list[Node] = []
     params: list[int] = []
-    append_entry, append_dtype = entries.append, dtypes.append
+    scopes: list = []
+    append_entry, append_dtype, append_scope = entries.append, dtypes.append, scopes.append
     pos_get = pos.get
     for root in roots:
         if root in pos:
@@ -81,12 +83,15 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
                         if i in parameter_nodes:
                             params.append(len(inputs))
                         append_entry(("buffer", (len(inputs),), (), i.shape, i.dtype.name))
+                        append_scope(None)
                         inputs.append(i.data)
                     elif i.op == "scalar":
                         append_entry(("scalar", (len(scalars),), (), (), i.dtype.name))
+                        append_scope(None)
                         scalars.append(i.value)
                     else:  # a pending op without inputs
                         append_entry((i.op, i.attrs, (), i.shape, i.dtype.name))
+                        append_scope(i.scope)
                     append_dtype(i.dtype)
                 ins.append(p)
             if waiting:
@@ -95,6 +100,7 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
             pos[node] = len(entries)
             append_entry((node.op, node.attrs, tuple(ins), node.shape, node.dtype.name))
             append_dtype(node.dtype)
+            append_scope(node.scope)
         outputs.append(pos[root])
         out_nodes.append(root)
     reset_pending_count()
@@ -102,5 +108,5 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     outputs_t = tuple(outputs)
     param_slots = frozenset(params)
     trace = Trace(entries_t, outputs_t, len(inputs), len(scalars), (entries_t, outputs_t, flags, param_slots),
-                  tuple(dtypes), param_slots)
+                  tuple(dtypes), param_slots, tuple(scopes))
     return trace, inputs, scalars, out_nodes

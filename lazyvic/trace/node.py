@@ -14,6 +14,8 @@ import weakref
 
 import numpy as np
 
+from lazyvic.trace import scope as _scope
+
 _counter = itertools.count()
 _pending = [0]  # number of pending nodes created since the last cut (the size limit reads it)
 
@@ -28,7 +30,7 @@ def live_nodes_count() -> int:
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "scope", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple, attrs: tuple, shape: tuple, dtype):
         self.op = op
@@ -39,6 +41,7 @@ class Node:
         self.data = None
         self.value = None
         self.id = next(_counter)
+        self.scope = _scope.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
         if op != "buffer" and op != "scalar":
             _pending[0] += 1
 

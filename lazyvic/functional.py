@@ -11,7 +11,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, where
+from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, cat, stack, where
 
 
 def relu(x: Tensor) -> Tensor:
@@ -263,8 +263,187 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     return attn @ value
 
 
+# ================================================================= vision: convolution, pooling, batch norm
+def _pair(value, name: str, what: str) -> tuple:
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) for v in pair):
+        raise ValueError(f"{name}: {what} must be an int or a pair of ints, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _out_size(name: str, size: int, kernel: int, stride: int, dilation: int, shape: tuple) -> int:
+    span = dilation * (kernel - 1) + 1
+    if span > size:
+        raise ShapeError(f"{name}: kernel extent {span} is larger than the padded input size {size} (input {shape})")
+    return (size - span) // stride + 1
+
+
+def _windows(x: Tensor, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple) -> list:
+    """The kH*kW strided views of the (padded) x (N, C, H, W), each (N, C, oH, oW), row-major over the
+    kernel: window (i, j) holds x[:, :, i*dH + sH*oh, j*dW + sW*ow]."""
+    n, c = x.shape[:2]
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    views = []
+    for i in range(kh):
+        for j in range(kw):
+            h0, w0 = i * dh, j * dw
+            stops = (n, c, h0 + (oh - 1) * sh + 1, w0 + (ow - 1) * sw + 1)
+            views.append(x._slice((0, 0, h0, w0), stops, (1, 1, sh, sw)))
+    return views
+
+
+def _check_4d(name: str, x: Tensor) -> None:
+    if x.ndim != 4:
+        raise ShapeError(f"{name}: expected input (N, C, H, W), got shape {x.shape}")
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """2-D cross-correlation, as ``torch.nn.functional.conv2d``.
+
+    input (N, C, H, W), weight (O, C/groups, kH, kW), bias (O,) -> (N, O, oH, oW) with
+    oH = (H + 2*pH - dH*(kH-1) - 1) // sH + 1 (likewise oW). Built from primitives: zero padding,
+    im2col from kH*kW strided slices, and one (batched over groups) matmul, so its VJP is the
+    composition of theirs. ``padding`` is an int or a pair (no string modes). Raises ShapeError
+    naming conv2d when channels, groups or kernel size do not fit the input.
+    """
+    _check_4d("conv2d", input)
+    stride, padding = _pair(stride, "conv2d", "stride"), _pair(padding, "conv2d", "padding")
+    dilation = _pair(dilation, "conv2d", "dilation")
+    if weight.ndim != 4:
+        raise ShapeError(f"conv2d: expected weight (O, C/groups, kH, kW), got shape {weight.shape}")
+    n, c, h, w = input.shape
+    o, cg, kh, kw = weight.shape
+    if groups < 1 or c % groups or o % groups:
+        raise ShapeError(f"conv2d: groups={groups} must divide input channels {c} and output channels {o} "
+                         f"(input {input.shape}, weight {weight.shape})")
+    if cg * groups != c:
+        raise ShapeError(f"conv2d: input {input.shape} has {c} channels, weight {weight.shape} expects "
+                         f"{cg * groups} (C/groups={cg}, groups={groups})")
+    if bias is not None and bias.shape != (o,):
+        raise ShapeError(f"conv2d: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    x = input._pad(((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
+    out_hw = (_out_size("conv2d", x.shape[2], kh, stride[0], dilation[0], input.shape),
+              _out_size("conv2d", x.shape[3], kw, stride[1], dilation[1], input.shape))
+    cols = stack(_windows(x, (kh, kw), stride, dilation, out_hw), dim=2)  # (N, C, kH*kW, oH, oW)
+    cols = cols.reshape(n, groups, cg * kh * kw, out_hw[0] * out_hw[1])
+    wmat = weight.reshape(groups, o // groups, cg * kh * kw)
+    y = (wmat @ cols).reshape(n, o, *out_hw)  # (N, G, O/G, oH*oW)
+    return y + bias.reshape(o, 1, 1) if bias is not None else y
+
+
+def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
+    _check_4d(name, x)
+    kernel = _pair(kernel_size, name, "kernel_size")
+    stride = kernel if stride is None or stride == [] else _pair(stride, name, "stride")
+    padding = _pair(padding, name, "padding")
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
+    hp, wp = x.shape[2] + 2 * padding[0], x.shape[3] + 2 * padding[1]
+    out_hw = (_out_size(name, hp, kernel[0], stride[0], 1, x.shape), _out_size(name, wp, kernel[1], stride[1], 1, x.shape))
+    return kernel, stride, padding, out_hw
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    """Maximum over kH x kW windows, as ``torch.nn.functional.max_pool2d`` (no dilation, ceil_mode or
+    indices). input (N, C, H, W) -> (N, C, oH, oW); ``stride`` defaults to ``kernel_size``; the
+    implicit padding is -inf. Gradients go to the window maximum (split between exact ties)."""
+    kernel, stride, padding, out_hw = _pool_args("max_pool2d", input, kernel_size, stride, padding)
+    pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
+    x = input._pad(pads)
+    if padding != (0, 0):
+        inside = np.pad(np.ones(input.shape[2:], dtype=bool), pads[2:])
+        x = where(inside, x, -math.inf)
+    return stack(_windows(x, kernel, stride, (1, 1), out_hw), dim=0).amax(0)
+
+
+def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
+    """Mean over kH x kW windows, as ``torch.nn.functional.avg_pool2d`` (no ceil_mode or divisor_override).
+    input (N, C, H, W) -> (N, C, oH, oW); the zero padding counts in the divisor when
+    ``count_include_pad``, else each window is divided by its number of input elements."""
+    kernel, stride, padding, out_hw = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
+    pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
+    total = stack(_windows(input._pad(pads), kernel, stride, (1, 1), out_hw), dim=0).sum(0)
+    if count_include_pad or padding == (0, 0):
+        return total * (1.0 / (kernel[0] * kernel[1]))
+    inside = np.pad(np.ones(input.shape[2:]), pads[2:])
+    (kh, kw), (sh, sw) = kernel, stride
+    count = sum(inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
+                for i in range(kh) for j in range(kw))
+    return total * (1.0 / count).astype(input.dtype.np)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
+    """Mean over PyTorch's adaptive windows: output cell i of an axis of size n averages
+    [floor(i*n/o), ceil((i+1)*n/o)). input (N, C, H, W) -> (N, C, oH, oW); an entry of
+    ``output_size`` may be None (keep that size)."""
+    _check_4d("adaptive_avg_pool2d", input)
+    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+    if len(sizes) != 2:
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
+    y = input
+    for axis, o in zip((2, 3), sizes):
+        n = input.shape[axis]
+        o = n if o is None else int(o)
+        if o < 1:
+            raise ShapeError(f"adaptive_avg_pool2d: output size {output_size} must be positive")
+        if o == n:
+            continue
+        # Windows of one axis at a time: the mean over a rectangle is the mean of the row means.
+        cells = [y.narrow(axis, (i * n) // o, -(-((i + 1) * n) // o) - (i * n) // o).mean(axis, keepdim=True)
+                 for i in range(o)]
+        y = cells[0] if o == 1 else cat(cells, axis)
+    return y
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
+    """Batch normalization over channel axis 1, as ``torch.nn.functional.batch_norm``.
+
+    input (N, C, ...); running_mean, running_var, weight, bias (C,). In training the batch mean
+    and biased variance over every axis but 1 normalize, and the running statistics (if given)
+    are updated in place, without gradient: ``r = (1 - momentum) * r + momentum * batch``, with
+    the unbiased batch variance. In evaluation the running statistics normalize.
+    """
+    if input.ndim < 2:
+        raise ShapeError(f"batch_norm: expected input (N, C, ...), got shape {input.shape}")
+    c = input.shape[1]
+    for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.shape != (c,):
+            raise ShapeError(f"batch_norm: {what} shape {t.shape} does not fit input {input.shape} ({c} channels)")
+    axes = (0, *range(2, input.ndim))
+    bshape = (c,) + (1,) * (input.ndim - 2)
+    if training:
+        count = input.numel() // c
+        if count <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {input.shape}")
+        mean = input.mean(axes, keepdim=True)
+        xc = input - mean
+        var = (xc * xc).mean(axes, keepdim=True)
+        if running_mean is not None and running_var is not None:
+            from lazyvic import autograd
+
+            with autograd.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.detach().reshape(c) * momentum)
+                unbiased = var.detach().reshape(c) * (count / (count - 1))
+                running_var.mul_(1 - momentum).add_(unbiased * momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: evaluation (training=False) needs running_mean and running_var")
+        xc = input - running_mean.reshape(*bshape)
+        var = running_var.reshape(*bshape)
+    y = xc * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(*bshape)
+    if bias is not None:
+        y = y + bias.reshape(*bshape)
+    return y
+
+
 __all__ = [
     "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "softmax", "log_softmax", "one_hot",
     "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "layer_norm", "_norm_axis", "embedding",
-    "scaled_dot_product_attention",
+    "scaled_dot_product_attention", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm",
 ]

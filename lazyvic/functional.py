@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, cat, stack, where
@@ -423,8 +424,6 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         xc = input - mean
         var = (xc * xc).mean(axes, keepdim=True)
         if running_mean is not None and running_var is not None:
-            from lazyvic import autograd
-
             with autograd.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean.detach().reshape(c) * momentum)
                 unbiased = var.detach().reshape(c) * (count / (count - 1))

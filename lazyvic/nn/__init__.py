@@ -5,6 +5,10 @@ from lazyvic.nn import init, utils
 from lazyvic.nn.attention import MultiheadAttention
 from lazyvic.nn.layers import (
     GELU,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
     CrossEntropyLoss,
     Dropout,
     Embedding,
@@ -12,6 +16,7 @@ from lazyvic.nn.layers import (
     Identity,
     LayerNorm,
     Linear,
+    MaxPool2d,
     ModuleDict,
     ModuleList,
     MSELoss,
@@ -25,5 +30,6 @@ from lazyvic.nn.module import Module, Parameter
 __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Linear", "Sequential", "ReLU", "GELU", "Tanh",
     "Sigmoid", "Identity", "Flatten", "Dropout", "LayerNorm", "MSELoss", "CrossEntropyLoss", "Embedding",
-    "ModuleList", "ModuleDict", "MultiheadAttention",
+    "ModuleList", "ModuleDict", "MultiheadAttention", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+    "BatchNorm2d",
 ]

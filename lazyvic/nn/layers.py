@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from lazyvic import autograd
+from lazyvic import autograd, dtypes
 from lazyvic import functional as F
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
@@ -234,6 +234,128 @@ class LayerNorm(Module):
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class Conv2d(Module):
+    """2-D convolution: input (N, in_channels, H, W) -> (N, out_channels, oH, oW) (see ``F.conv2d``).
+
+    Parameters ``weight`` (out_channels, in_channels/groups, kH, kW) and ``bias`` (out_channels,),
+    initialized as PyTorch: kaiming_uniform_ with a = sqrt(5), bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    with fan_in = in_channels/groups * kH * kW.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, dtype=None):
+        super().__init__()
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: groups={groups} must divide in_channels={in_channels} "
+                             f"and out_channels={out_channels}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = F._pair(kernel_size, "Conv2d", "kernel_size")
+        self.stride = F._pair(stride, "Conv2d", "stride")
+        self.padding = F._pair(padding, "Conv2d", "padding")
+        self.dilation = F._pair(dilation, "Conv2d", "dilation")
+        self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size, dtype=dtype))
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if bias:
+            fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
+            bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+            self.bias = Parameter(empty(out_channels, dtype=dtype))
+            init.uniform_(self.bias, -bound, bound)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, bias={self.bias is not None}")
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad: bool = True):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.count_include_pad = count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class BatchNorm2d(Module):
+    """Batch normalization of (N, num_features, H, W) over (N, H, W) (see ``F.batch_norm``).
+
+    Parameters ``weight`` (ones) and ``bias`` (zeros) when ``affine``; buffers ``running_mean``
+    (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64 0) when
+    ``track_running_stats`` — PyTorch's state_dict names. ``momentum=None`` averages the running
+    statistics cumulatively over the batches seen.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(ones(num_features, dtype=dtype))
+            self.bias = Parameter(zeros(num_features, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", zeros((), dtype=dtypes.int64))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4 or x.shape[1] != self.num_features:
+            raise ShapeError(f"BatchNorm2d: expected input (N, {self.num_features}, H, W), got {x.shape}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with autograd.no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        # Without running statistics even evaluation normalizes with the batch's, as in PyTorch.
+        use_batch_stats = self.training or self.running_mean is None
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats,
+                            momentum, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class MSELoss(Module):

@@ -1,0 +1,269 @@
+"""conv2d, the 2-D pools, batch norm (functional and modules) and ResNet-18 against PyTorch
+(tests/fixtures/torch_vision.npz).
+
+The fixture file is made by tests/fixtures/make_vision_fixtures.py; these tests
+need only NumPy. Gradients are those of ``sum(output * cotangent)``, as the
+script computed them. The fixture comparisons run on the interpreter (a few also
+through the compiler, with the ``mode`` fixture: Numba compiles each new shape
+slowly); the finite-difference checks run in float64 on the interpreter.
+"""
+
+import math
+
+import _torch_fixtures as torch_fixtures
+import numpy as np
+import pytest
+from _oracle import check_vjp
+
+import lazyvic
+from lazyvic import functional as F
+from lazyvic import nn
+from lazyvic.errors import ShapeError
+from lazyvic.models import resnet18
+
+FIXTURE = "torch_vision.npz"
+TOL = dict(rtol=2e-5, atol=2e-5)  # float32 sums of up to 36 products, and their VJPs
+SPEC = torch_fixtures.spec(FIXTURE)
+COMPILED = {"conv_groups2", "max_k3_s2_p1", "avg_k3_s2_p1_exclude_pad"}  # also run through the compiler
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return torch_fixtures.arrays(FIXTURE)
+
+
+def _cases(cases):
+    return [
+        pytest.param(c, m, id=f"{c['name']}-{m}")
+        for c in cases
+        for m in (("never", "always") if c["name"] in COMPILED else ("never",))
+    ]
+
+
+def _assert_close(t, expected, what):
+    np.testing.assert_allclose(t.numpy(), expected, **TOL, err_msg=what)
+
+
+# ================================================================= conv2d
+@pytest.mark.parametrize("case, mode", _cases(SPEC["conv"]), indirect=["mode"])
+def test_conv2d_output_and_gradients_match_torch(ref, case, mode):
+    name = case["name"]
+    x = lazyvic.tensor(ref["x"], requires_grad=True)
+    w = lazyvic.tensor(ref[f"{name}.weight"], requires_grad=True)
+    b = lazyvic.tensor(ref[f"{name}.bias"], requires_grad=True) if case["bias"] else None
+    y = F.conv2d(x, w, b, **case["kwargs"])
+    assert y.shape == ref[f"{name}.out"].shape and y.dtype is lazyvic.float32
+    (y * lazyvic.tensor(ref[f"{name}.cotangent"])).sum().backward()
+    _assert_close(y, ref[f"{name}.out"], f"{name} output")
+    _assert_close(x.grad, ref[f"{name}.grad.input"], f"{name} grad of input")
+    _assert_close(w.grad, ref[f"{name}.grad.weight"], f"{name} grad of weight")
+    if b is not None:
+        _assert_close(b.grad, ref[f"{name}.grad.bias"], f"{name} grad of bias")
+
+
+def test_conv2d_module_uses_pytorch_names_init_and_functional(ref):
+    lazyvic.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, groups=2)
+    assert list(conv.state_dict()) == SPEC["state_dict_keys"]["Conv2d"]
+    assert conv.weight.shape == (6, 2, 3, 3) and conv.bias.shape == (6,)
+    fan_in = 2 * 3 * 3
+    bound = 1 / math.sqrt(fan_in)  # kaiming_uniform_(a=sqrt(5)) gives the same bound as the bias
+    assert np.abs(conv.weight.numpy()).max() <= bound and np.abs(conv.bias.numpy()).max() <= bound
+    assert conv.weight.numpy().std() > bound / 4  # drawn, not constant
+    case = next(c for c in SPEC["conv"] if c["name"] == "conv_plain")
+    conv = nn.Conv2d(4, 6, 3)
+    conv.load_state_dict({"weight": ref["conv_plain.weight"], "bias": ref["conv_plain.bias"]})
+    assert case["kwargs"] == {}
+    _assert_close(conv(lazyvic.tensor(ref["x"])), ref["conv_plain.out"], "Conv2d output")
+    assert nn.Conv2d(4, 2, (1, 2), bias=False).bias is None
+
+
+_RNG = np.random.default_rng(3)
+_X = _RNG.uniform(-1, 1, (1, 2, 4, 4))
+_W = _RNG.uniform(-1, 1, (2, 1, 2, 2))
+_B = _RNG.uniform(-1, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(), dict(stride=2, padding=1, groups=2), dict(dilation=2, padding=(1, 0), groups=2)],
+    ids=["plain", "stride_pad_groups", "dilation_groups"],
+)
+@pytest.mark.parametrize("mode", ["never"], indirect=True)  # hundreds of evaluations: interpret them
+def test_conv2d_vjp_matches_finite_differences(kwargs, mode):
+    w = _W if kwargs.get("groups") else np.concatenate([_W, _W[:, :1] * 0.5], axis=1)
+    check_vjp(lambda x, w, b: F.conv2d(x, w, b, **kwargs), _X, w, _B)
+
+
+def test_conv2d_shape_errors_name_the_op_and_shapes():
+    x = lazyvic.zeros(2, 4, 7, 7)
+    with pytest.raises(ShapeError, match=r"conv2d.*\(2, 4, 7, 7\).*\(6, 3, 3, 3\)"):
+        F.conv2d(x, lazyvic.zeros(6, 3, 3, 3))  # channels do not match
+    with pytest.raises(ShapeError, match="conv2d.*groups=3"):
+        F.conv2d(x, lazyvic.zeros(6, 2, 3, 3), groups=3)
+    with pytest.raises(ShapeError, match="conv2d.*groups=2"):
+        F.conv2d(x, lazyvic.zeros(5, 2, 3, 3), groups=2)  # out channels not divisible
+    with pytest.raises(ShapeError, match="conv2d.*kernel extent 9.*padded input size 7"):
+        F.conv2d(x, lazyvic.zeros(6, 4, 9, 9))
+    with pytest.raises(ShapeError, match="conv2d.*kernel extent 9"):
+        F.conv2d(x, lazyvic.zeros(6, 4, 3, 3), dilation=4)
+    with pytest.raises(ShapeError, match="conv2d.*bias"):
+        F.conv2d(x, lazyvic.zeros(6, 4, 3, 3), lazyvic.zeros(5))
+    with pytest.raises(ShapeError, match=r"conv2d.*\(4, 7, 7\)"):
+        F.conv2d(lazyvic.zeros(4, 7, 7), lazyvic.zeros(6, 4, 3, 3))
+
+
+# ================================================================= pooling
+@pytest.mark.parametrize("case, mode", _cases(SPEC["pool"]), indirect=["mode"])
+def test_pool_output_and_gradient_match_torch(ref, case, mode):
+    name = case["name"]
+    x = lazyvic.tensor(ref["x"], requires_grad=True)
+    y = getattr(F, case["fn"])(x, **case["kwargs"])
+    assert y.shape == ref[f"{name}.out"].shape
+    (y * lazyvic.tensor(ref[f"{name}.cotangent"])).sum().backward()
+    _assert_close(y, ref[f"{name}.out"], f"{name} output")
+    _assert_close(x.grad, ref[f"{name}.grad.input"], f"{name} grad of input")
+
+
+def test_pool_modules_match_the_functions(ref):
+    x = lazyvic.tensor(ref["x"])
+    _assert_close(nn.MaxPool2d(3, 2, 1)(x), ref["max_k3_s2_p1.out"], "MaxPool2d")
+    _assert_close(nn.AvgPool2d(3, 2, 1, count_include_pad=False)(x), ref["avg_k3_s2_p1_exclude_pad.out"], "AvgPool2d")
+    _assert_close(nn.AvgPool2d(2)(x), ref["avg_k2.out"], "AvgPool2d")
+    _assert_close(nn.AdaptiveAvgPool2d((3, 2))(x), ref["adaptive_3x2.out"], "AdaptiveAvgPool2d")
+    _assert_close(nn.AdaptiveAvgPool2d(1)(x), ref["x"].mean((2, 3), keepdims=True), "global average")
+
+
+_P = np.random.default_rng(4).permutation(2 * 5 * 5).reshape(1, 2, 5, 5) / 10.0  # distinct: no ties in max
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda x: F.max_pool2d(x, 3, 2, 1), id="max"),
+        pytest.param(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), id="avg_exclude_pad"),
+        pytest.param(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), id="adaptive"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["never"], indirect=True)
+def test_pool_vjp_matches_finite_differences(fn, mode):
+    check_vjp(fn, _P)
+
+
+def test_pool_errors():
+    x = lazyvic.zeros(1, 2, 3, 3)
+    with pytest.raises(ShapeError, match="max_pool2d.*kernel extent 4"):
+        F.max_pool2d(x, 4)
+    with pytest.raises(ShapeError, match="avg_pool2d"):
+        F.avg_pool2d(lazyvic.zeros(2, 3, 3), 2)
+    with pytest.raises(ValueError, match="max_pool2d: padding"):
+        F.max_pool2d(x, 2, padding=2)
+
+
+# ================================================================= batch norm
+def _bn_step(ref, name, x, rm, rv, training):
+    xt = lazyvic.tensor(x, requires_grad=True)
+    w = lazyvic.tensor(ref["bn.weight"], requires_grad=True)
+    b = lazyvic.tensor(ref["bn.bias"], requires_grad=True)
+    spec = SPEC["bn"]
+    y = F.batch_norm(xt, rm, rv, w, b, training=training, momentum=spec["momentum"], eps=spec["eps"])
+    (y * lazyvic.tensor(ref[f"{name}.cotangent"])).sum().backward()
+    _assert_close(y, ref[f"{name}.out"], f"{name} output")
+    for what, t in (("input", xt), ("weight", w), ("bias", b)):
+        _assert_close(t.grad, ref[f"{name}.grad.{what}"], f"{name} grad of {what}")
+    _assert_close(rm, ref[f"{name}.running_mean"], f"{name} running_mean")
+    _assert_close(rv, ref[f"{name}.running_var"], f"{name} running_var")
+
+
+def test_batch_norm_train_and_eval_match_torch(ref, mode):
+    rm, rv = lazyvic.tensor(ref["bn.running_mean0"]), lazyvic.tensor(ref["bn.running_var0"])
+    _bn_step(ref, "bn_train1", ref["x"], rm, rv, True)
+    _bn_step(ref, "bn_train2", ref["bn.x2"], rm, rv, True)
+    _bn_step(ref, "bn_eval", ref["x"], rm, rv, False)
+
+
+def test_batchnorm2d_module_matches_torch(ref):
+    bn = nn.BatchNorm2d(4)
+    assert list(bn.state_dict()) == SPEC["state_dict_keys"]["BatchNorm2d"]
+    assert [n for n, _ in bn.named_parameters()] == ["weight", "bias"]
+    bn.load_state_dict({"weight": ref["bn.weight"], "bias": ref["bn.bias"], "running_mean": ref["bn.running_mean0"],
+                        "running_var": ref["bn.running_var0"], "num_batches_tracked": np.array(0, dtype=np.int64)})
+    _assert_close(bn(lazyvic.tensor(ref["x"])), ref["bn_train1.out"], "train output")
+    bn(lazyvic.tensor(ref["bn.x2"]))
+    assert int(bn.num_batches_tracked.item()) == 2
+    _assert_close(bn.running_mean, ref["bn_train2.running_mean"], "running_mean")
+    _assert_close(bn.running_var, ref["bn_train2.running_var"], "running_var")
+    bn.eval()
+    _assert_close(bn(lazyvic.tensor(ref["x"])), ref["bn_eval.out"], "eval output")
+    assert int(bn.num_batches_tracked.item()) == 2
+    no_stats = nn.BatchNorm2d(4, affine=False, track_running_stats=False).eval()
+    assert list(no_stats.state_dict()) == []
+    x = ref["x"].astype(np.float64)
+    expected = (x - x.mean((0, 2, 3), keepdims=True)) / np.sqrt(x.var((0, 2, 3), keepdims=True) + 1e-5)
+    _assert_close(no_stats(lazyvic.tensor(ref["x"])), expected, "batch statistics without running stats")
+
+
+@pytest.mark.parametrize("mode", ["never"], indirect=True)
+def test_batch_norm_vjp_matches_finite_differences(mode):
+    rng = np.random.default_rng(6)
+    x, w, b = rng.normal(size=(2, 3, 2, 2)), rng.normal(size=3), rng.normal(size=3)
+    check_vjp(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
+    stats = (rng.normal(size=3), rng.uniform(0.5, 1.5, size=3))
+    check_vjp(lambda x, w, b: F.batch_norm(x, *(lazyvic.tensor(s) for s in stats), w, b), x, w, b)
+
+
+def test_batch_norm_errors():
+    x = lazyvic.zeros(2, 3, 4, 4)
+    with pytest.raises(ShapeError, match=r"batch_norm: running_mean shape \(4,\)"):
+        F.batch_norm(x, lazyvic.zeros(4), lazyvic.ones(3))
+    with pytest.raises(ValueError, match="batch_norm.*more than 1 value"):
+        F.batch_norm(lazyvic.zeros(1, 3, 1, 1), None, None, training=True)
+    with pytest.raises(ShapeError, match="BatchNorm2d"):
+        nn.BatchNorm2d(4)(x)
+
+
+# ================================================================= ResNet-18
+def _resnet_state(keys_and_shapes, seed):
+    """The weights make_vision_fixtures.resnet_state drew (the same draws in the same order)."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for key, shape in keys_and_shapes:
+        if key.endswith("num_batches_tracked"):
+            state[key] = np.array(0, dtype=np.int64)
+        elif key.endswith("running_var"):
+            state[key] = rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
+        elif key.endswith("running_mean") or key.endswith("bias"):
+            state[key] = (rng.normal(size=shape) * 0.1).astype(np.float32)
+        elif ".bn" in key or key.startswith("bn") or "downsample.1" in key:
+            state[key] = rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
+        else:
+            state[key] = (rng.normal(size=shape) * np.sqrt(2.0 / int(np.prod(shape[1:])))).astype(np.float32)
+    return state
+
+
+@pytest.mark.parametrize("case", SPEC["resnet"], ids=lambda c: c["name"])
+def test_resnet18_matches_torchvision_layout_and_outputs(ref, case):
+    name, cfg = case["name"], SPEC["resnet_config"]
+    model = resnet18(cfg["num_classes"], width=cfg["width"], small_input=case["small_input"])
+    keys_and_shapes = SPEC["resnet_state_dict"][name]
+    assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == keys_and_shapes
+    state = _resnet_state(keys_and_shapes, cfg["seed"] + SPEC["resnet"].index(case))
+    model.load_state_dict(state)
+    x = lazyvic.tensor(ref[f"{name}.x"])
+    _assert_close(model.eval()(x), ref[f"{name}.eval_out"], f"{name} eval output")
+    _assert_close(model.train()(x), ref[f"{name}.train_out"], f"{name} train output")
+    _assert_close(model.bn1.running_mean, ref[f"{name}.bn1.running_mean"], "bn1 running_mean")
+    _assert_close(model.bn1.running_var, ref[f"{name}.bn1.running_var"], "bn1 running_var")
+    # The input gradient through batch statistics of 2 values per channel is ill-conditioned; the
+    # fixture has it in float64 (see make_vision_fixtures.py).
+    model.load_state_dict(state)
+    model = model.double().train()
+    x = lazyvic.tensor(ref[f"{name}.x"], dtype=lazyvic.float64, requires_grad=True)
+    (model(x) * lazyvic.tensor(ref[f"{name}.cotangent"], dtype=lazyvic.float64)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), ref[f"{name}.grad.input64"], rtol=1e-7, atol=1e-10)
+
+
+def test_resnet18_default_has_torchvision_parameter_count():
+    model = resnet18()
+    assert sum(p.numel() for p in model.parameters()) == 11_689_512  # torchvision.models.resnet18()
+    assert len(model.state_dict()) == 122 and model.fc.weight.shape == (1000, 512)

@@ -14,6 +14,7 @@ import _torch_fixtures as torch_fixtures
 import numpy as np
 import pytest
 from _oracle import check_vjp
+from _resnet_weights import resnet_state
 
 import lazyvic
 from lazyvic import functional as F
@@ -223,22 +224,6 @@ def test_batch_norm_errors():
 
 
 # ================================================================= ResNet-18
-def _resnet_state(keys_and_shapes, seed):
-    """The weights make_vision_fixtures.resnet_state drew (the same draws in the same order)."""
-    rng = np.random.default_rng(seed)
-    state = {}
-    for key, shape in keys_and_shapes:
-        if key.endswith("num_batches_tracked"):
-            state[key] = np.array(0, dtype=np.int64)
-        elif key.endswith("running_var"):
-            state[key] = rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
-        elif key.endswith("running_mean") or key.endswith("bias"):
-            state[key] = (rng.normal(size=shape) * 0.1).astype(np.float32)
-        elif ".bn" in key or key.startswith("bn") or "downsample.1" in key:
-            state[key] = rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
-        else:
-            state[key] = (rng.normal(size=shape) * np.sqrt(2.0 / int(np.prod(shape[1:])))).astype(np.float32)
-    return state
 
 
 @pytest.mark.parametrize("case", SPEC["resnet"], ids=lambda c: c["name"])
@@ -247,7 +232,7 @@ def test_resnet18_matches_torchvision_layout_and_outputs(ref, case):
     model = resnet18(cfg["num_classes"], width=cfg["width"], small_input=case["small_input"])
     keys_and_shapes = SPEC["resnet_state_dict"][name]
     assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == keys_and_shapes
-    state = _resnet_state(keys_and_shapes, cfg["seed"] + SPEC["resnet"].index(case))
+    state = resnet_state(keys_and_shapes, cfg["seed"] + SPEC["resnet"].index(case))
     model.load_state_dict(state)
     x = lazyvic.tensor(ref[f"{name}.x"])
     _assert_close(model.eval()(x), ref[f"{name}.eval_out"], f"{name} eval output")

@@ -79,7 +79,7 @@ def plans() -> list[dict]:
             "runs": entry.seen,
             "hits": entry.hits,
             "steps": len(plan.steps) if plan is not None else 0,
-            "kernels": sum(1 for s in plan.steps if hasattr(s, "source")) if plan is not None else 0,
+            "kernels": len(plan.kernels) if plan is not None else 0,
             "fallbacks": list(plan.fallbacks) if plan is not None else [],
             "memory": plan.memory.as_dict() if plan is not None else None,
         })

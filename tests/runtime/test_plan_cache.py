@@ -219,50 +219,40 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
     assert outs[0] == outs[1] and outs[0].split()[1] == "0"
 
 
-def test_compiling_a_plan_freezes_long_lived_objects_unless_turned_off():
+def test_compiling_a_plan_freezes_long_lived_objects_unless_turned_off(monkeypatch):
     import gc
 
-    from lazyvic.runtime.config import config
     from lazyvic.runtime.plan_cache import plan_cache
 
-    prev = config.compile, config.gc_freeze
-    try:
-        config.compile = "always"
-        plan_cache.clear_plans()  # both traces below must compile
-        x = lv.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
-        gc.unfreeze()
-        config.gc_freeze = False
-        np.testing.assert_array_equal((x * 3.0 + 1.0).numpy(), x.numpy() * 3 + 1)
-        assert gc.get_freeze_count() == 0
-        config.gc_freeze = True
-        np.testing.assert_array_equal((x - 2.0).abs().numpy(), np.abs(x.numpy() - 2))
-        assert gc.get_freeze_count() > 0
-    finally:
-        config.compile, config.gc_freeze = prev
+    monkeypatch.setattr(config, "compile", "always")
+    monkeypatch.setattr(config, "gc_freeze", False)
+    plan_cache.clear_plans()  # both traces below must compile
+    x = lv.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    gc.unfreeze()
+    np.testing.assert_array_equal((x * 3.0 + 1.0).numpy(), x.numpy() * 3 + 1)
+    assert gc.get_freeze_count() == 0
+    config.gc_freeze = True
+    np.testing.assert_array_equal((x - 2.0).abs().numpy(), np.abs(x.numpy() - 2))
+    assert gc.get_freeze_count() > 0
 
 
-def test_memory_plan_counts_parameters_apart_from_other_inputs():
-    from lazyvic.runtime.config import config
+def test_memory_plan_counts_parameters_apart_from_other_inputs(monkeypatch):
     from lazyvic.runtime.plan_cache import plan_cache
 
-    prev = config.compile
-    try:
-        config.compile = "always"
-        model = lv.nn.Linear(4, 3)
-        lv.sync()
-        x = lv.tensor(np.ones((2, 4), dtype=np.float32))
-        model(x).sum().item()
-        mem = plan_cache.last.plan.memory
-        assert mem.parameter_bytes == (12 + 3) * 4 and mem.input_bytes == 2 * 4 * 4
-        model.double()  # new parameter values stay counted as parameters
-        lv.sync()
-        model(x.double()).sum().item()
-        mem = plan_cache.last.plan.memory
-        assert mem.parameter_bytes == (12 + 3) * 8
-        assert mem.as_dict()["peak"] == mem.peak_bytes == sum(
-            mem.as_dict()[k] for k in ("inputs", "parameters", "temporaries", "outputs"))
-        names = [p["name"] for p in lv.metrics.plans()]
-        assert plan_cache.last.plan.name in names
-        assert lv.metrics.snapshot()["planned_peak_bytes"] >= mem.peak_bytes
-    finally:
-        config.compile = prev
+    monkeypatch.setattr(config, "compile", "always")
+    model = lv.nn.Linear(4, 3)
+    lv.sync()
+    x = lv.tensor(np.ones((2, 4), dtype=np.float32))
+    model(x).sum().item()
+    mem = plan_cache.last.plan.memory
+    assert mem.parameter_bytes == (12 + 3) * 4 and mem.input_bytes == 2 * 4 * 4
+    model.double()  # new parameter values stay counted as parameters
+    lv.sync()
+    model(x.double()).sum().item()
+    mem = plan_cache.last.plan.memory
+    assert mem.parameter_bytes == (12 + 3) * 8
+    assert mem.as_dict()["peak"] == mem.peak_bytes == sum(
+        mem.as_dict()[k] for k in ("inputs", "parameters", "temporaries", "outputs"))
+    names = [p["name"] for p in lv.metrics.plans()]
+    assert plan_cache.last.plan.name in names
+    assert lv.metrics.snapshot()["planned_peak_bytes"] >= mem.peak_bytes

@@ -33,6 +33,10 @@ class CheckpointError(LazyvicError, ValueError):
     """A checkpoint or state_dict does not match what was expected."""
 
 
+class OnnxError(LazyvicError, ValueError):
+    """An ONNX file or model is invalid, or cannot be converted (names the file, the node and the problem)."""
+
+
 # PyTorch users catch IndexError; keep a public name that reads naturally.
 IndexError = IndexError_  # noqa: A001
 
@@ -44,4 +48,5 @@ __all__ = [
     "UnsupportedOpError",
     "AutogradError",
     "CheckpointError",
+    "OnnxError",
 ]

@@ -12,6 +12,7 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.trace.composite import mark
 from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, cat, stack, where
 
 
@@ -30,10 +31,12 @@ def tanh(x: Tensor) -> Tensor:
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """GELU: ``x * Phi(x)`` (exact, with erf) or the tanh approximation (Hendrycks & Gimpel 2016)."""
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-    if approximate != "none":
+        y = 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    elif approximate == "none":
+        y = x * 0.5 * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
+    else:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return x * 0.5 * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
+    return mark(y, "Gelu", (x,), min_opset=20, approximate=approximate)
 
 
 def silu(x: Tensor) -> Tensor:
@@ -49,7 +52,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     dim = _norm_axis(dim, x.ndim, "softmax")
     m = x.amax(dim, keepdim=True).detach()
     e = (x - m).exp()
-    return e / e.sum(dim, keepdim=True)
+    return mark(e / e.sum(dim, keepdim=True), "Softmax", (x,), axis=dim)
 
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
@@ -57,7 +60,7 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     dim = _norm_axis(dim, x.ndim, "log_softmax")
     m = x.amax(dim, keepdim=True).detach()
     shifted = x - m
-    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+    return mark(shifted - shifted.exp().sum(dim, keepdim=True).log(), "LogSoftmax", (x,), axis=dim)
 
 
 def one_hot(target: Tensor, num_classes: int, dtype=dt.float32) -> Tensor:
@@ -164,6 +167,8 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float =
         y = y * weight
     if bias is not None:
         y = y + bias
+    if weight is not None and weight.shape == x.shape[x.ndim - n :]:
+        return mark(y, "LayerNormalization", (x, weight, bias), min_opset=17, axis=-n, epsilon=eps)
     return y
 
 
@@ -192,7 +197,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         if padding_idx < 0:
             padding_idx += weight.shape[0]
         rows = where((flat == padding_idx).unsqueeze(1), weight.detach().index_select(0, flat), rows)
-    return rows.reshape(*input.shape, weight.shape[1])
+    return mark(rows.reshape(*input.shape, weight.shape[1]), "Gather", (weight, input), axis=0)
 
 
 _causal_masks: dict = {}
@@ -330,7 +335,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     cols = cols.reshape(n, groups, cg * kh * kw, out_hw[0] * out_hw[1])
     wmat = weight.reshape(groups, o // groups, cg * kh * kw)
     y = (wmat @ cols).reshape(n, o, *out_hw)  # (N, G, O/G, oH*oW)
-    return y + bias.reshape(o, 1, 1) if bias is not None else y
+    y = y + bias.reshape(o, 1, 1) if bias is not None else y
+    return mark(y, "Conv", (input, weight, bias), kernel_shape=[kh, kw], strides=list(stride),
+                pads=[padding[0], padding[1], padding[0], padding[1]], dilations=list(dilation), group=groups)
 
 
 def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
@@ -355,7 +362,9 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
     if padding != (0, 0):
         inside = np.pad(np.ones(input.shape[2:], dtype=bool), pads[2:])
         x = where(inside, x, -math.inf)
-    return stack(_windows(x, kernel, stride, (1, 1), out_hw), dim=0).amax(0)
+    y = stack(_windows(x, kernel, stride, (1, 1), out_hw), dim=0).amax(0)
+    return mark(y, "MaxPool", (input,), kernel_shape=list(kernel), strides=list(stride),
+                pads=[padding[0], padding[1], padding[0], padding[1]])
 
 
 def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
@@ -365,13 +374,15 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include
     kernel, stride, padding, out_hw = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
     pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
     total = stack(_windows(input._pad(pads), kernel, stride, (1, 1), out_hw), dim=0).sum(0)
+    onnx_attrs = dict(kernel_shape=list(kernel), strides=list(stride), count_include_pad=int(count_include_pad),
+                      pads=[padding[0], padding[1], padding[0], padding[1]])
     if count_include_pad or padding == (0, 0):
-        return total * (1.0 / (kernel[0] * kernel[1]))
+        return mark(total * (1.0 / (kernel[0] * kernel[1])), "AveragePool", (input,), **onnx_attrs)
     inside = np.pad(np.ones(input.shape[2:]), pads[2:])
     (kh, kw), (sh, sw) = kernel, stride
     count = sum(inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
                 for i in range(kh) for j in range(kw))
-    return total * (1.0 / count).astype(input.dtype.np)
+    return mark(total * (1.0 / count).astype(input.dtype.np), "AveragePool", (input,), **onnx_attrs)
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
@@ -394,6 +405,8 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         cells = [y.narrow(axis, (i * n) // o, -(-((i + 1) * n) // o) - (i * n) // o).mean(axis, keepdim=True)
                  for i in range(o)]
         y = cells[0] if o == 1 else cat(cells, axis)
+    if y.shape[2:] == (1, 1):
+        return mark(y, "GlobalAveragePool", (input,))
     return y
 
 
@@ -438,6 +451,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         y = y * weight.reshape(*bshape)
     if bias is not None:
         y = y + bias.reshape(*bshape)
+    if not training and weight is not None and bias is not None:
+        return mark(y, "BatchNormalization", (input, weight, bias, running_mean, running_var), epsilon=eps)
     return y
 
 

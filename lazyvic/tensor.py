@@ -23,6 +23,7 @@ from lazyvic import ops as optable
 from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.runtime.config import config
+from lazyvic.trace.composite import mark
 from lazyvic.trace.node import Node, live_nodes_count, parameter_nodes
 
 
@@ -1080,15 +1081,16 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
             raise ShapeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dim {dim}")
     total = sum(t.shape[axis] for t in tensors)
-    out, start = None, 0
+    out, start, pieces = None, 0, []
     for t in tensors:
         t = t.to(d)
+        pieces.append(t)
         n = t.shape[axis]
         pads = tuple((start, total - start - n) if i == axis else (0, 0) for i in range(t.ndim))
         piece = t._pad(pads)
         out = piece if out is None else (out + piece if d is not dt.bool_ else out | piece)
         start += n
-    return out
+    return mark(out, "Concat", tuple(pieces), axis=axis)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

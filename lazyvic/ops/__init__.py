@@ -40,6 +40,10 @@ class OpDef:
         vjp: ``(g, inputs, out, attrs) -> tuple`` of input cotangents (lazy tensors or None).
         reduce_init: reduce only: the identity as a function of the dtype.
         reduce_combine: reduce only: ``(acc, value) -> str`` accumulation statement.
+        onnx: the ONNX export rule, ``(builder, names, attrs, shape, dtype) -> str``: emits the
+            nodes computing this op from the input value ``names`` through
+            ``lazyvic.interop.onnx_export.GraphBuilder`` and returns the output's value name;
+            None when the op has no ONNX form (the exporter raises UnsupportedOpError).
     """
 
     name: str
@@ -52,6 +56,7 @@ class OpDef:
     reduce_init: Callable | None = None
     reduce_combine: Callable | None = None
     differentiable: bool = True
+    onnx: Callable | None = None
 
 
 def register(op: OpDef) -> OpDef:

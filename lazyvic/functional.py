@@ -12,8 +12,8 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.trace.composite import mark
 from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, cat, stack, where
+from lazyvic.trace.composite import mark
 
 
 def relu(x: Tensor) -> Tensor:
@@ -142,7 +142,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input shape {x.shape} does not fit weight shape {weight.shape}")
     y = x @ weight.T
-    return y + bias if bias is not None else y
+    y = y + bias if bias is not None else y
+    if x.ndim == 2 and weight.ndim == 2 and x.dtype.is_floating_point:
+        return mark(y, "Gemm", (x, weight, bias), transB=1)
+    return y
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -42,8 +42,9 @@ class OpDef:
         reduce_combine: reduce only: ``(acc, value) -> str`` accumulation statement.
         onnx: the ONNX export rule, ``(builder, names, attrs, shape, dtype) -> str``: emits the
             nodes computing this op from the input value ``names`` through
-            ``lazyvic.interop.onnx_export.GraphBuilder`` and returns the output's value name;
-            None when the op has no ONNX form (the exporter raises UnsupportedOpError).
+            ``lazyvic.interop.onnx_export.GraphBuilder`` and returns the output's value name, or
+            None when the op has no ONNX form at the builder's opset; ``onnx=None`` means no ONNX
+            form at all. Either way the exporter raises UnsupportedOpError naming the op.
     """
 
     name: str
@@ -59,6 +60,15 @@ class OpDef:
     onnx: Callable | None = None
 
 
+def onnx_node(op_type: str, **attrs) -> Callable:
+    """The ONNX export rule of a primitive that is one ONNX node with fixed attributes."""
+
+    def rule(builder, names, at, shape, dtype):
+        return builder.node(op_type, names, **attrs)
+
+    return rule
+
+
 def register(op: OpDef) -> OpDef:
     if op.name in OPS:
         raise ValueError(f"op {op.name!r} registered twice")
@@ -71,4 +81,4 @@ def get(name: str) -> OpDef:
 
 
 # Registration happens on import of each family.
-from lazyvic.ops import elementwise, index, matmul, movement, reduce, source  # noqa: E402,F401
+from lazyvic.ops import conv, elementwise, index, matmul, movement, reduce, source  # noqa: E402,F401

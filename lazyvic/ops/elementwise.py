@@ -15,7 +15,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OpDef, register
+from lazyvic.ops import OpDef, onnx_node, register
 
 ALIAS = {"bool": "b1", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
@@ -101,14 +101,15 @@ def _fn(name_f32: str, name_f64: str):
     return expr
 
 
-def unary(name, reference, expr, vjp, float_only=True, infer=None):
+def unary(name, reference, expr, vjp, float_only=True, infer=None, onnx=None):
     infer = infer or (_float_only(name) if float_only else _same(name))
-    return register(OpDef(name, "elementwise", 1, infer, lambda x, attrs: reference(x[0]), expr, vjp))
+    return register(OpDef(name, "elementwise", 1, infer, lambda x, attrs: reference(x[0]), expr, vjp, onnx=onnx))
 
 
-def binary(name, reference, expr, vjp, infer=None):
+def binary(name, reference, expr, vjp, infer=None, onnx=None):
     return register(
-        OpDef(name, "elementwise", 2, infer or _same(name), lambda x, attrs: reference(x[0], x[1]), expr, vjp)
+        OpDef(name, "elementwise", 2, infer or _same(name), lambda x, attrs: reference(x[0], x[1]), expr, vjp,
+              onnx=onnx)
     )
 
 
@@ -118,22 +119,24 @@ def _erf_ref(x):
 
 
 # --- unary -----------------------------------------------------------------
-unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), infer=_no_bool("neg", _same("neg")))
-unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,))
-unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],))
-unary("sqrt", np.sqrt, lambda a, di, do: f"math.sqrt({a[0]})", lambda g, x, out, at: (g * 0.5 / out,))
-unary("tanh", np.tanh, _fn("tanh_f32", "math.tanh"), lambda g, x, out, at: (g * (1.0 - out * out),))
+unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), infer=_no_bool("neg", _same("neg")), onnx=onnx_node("Neg"))
+unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp"))
+unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log"))
+unary("sqrt", np.sqrt, lambda a, di, do: f"math.sqrt({a[0]})", lambda g, x, out, at: (g * 0.5 / out,), onnx=onnx_node("Sqrt"))
+unary("tanh", np.tanh, _fn("tanh_f32", "math.tanh"), lambda g, x, out, at: (g * (1.0 - out * out),), onnx=onnx_node("Tanh"))
 unary(
     "sigmoid",
     lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
     _fn("sigmoid_f32", "sigmoid_f64"),
     lambda g, x, out, at: (g * out * (1.0 - out),),
+    onnx=onnx_node("Sigmoid"),
 )
 unary(
     "erf",
     _erf_ref,
     _fn("erf_f32", "math.erf"),
     lambda g, x, out, at: (g * (2.0 / math.sqrt(math.pi)) * (-(x[0] * x[0])).exp(),),
+    onnx=onnx_node("Erf"),
 )
 unary(
     "relu",
@@ -141,6 +144,7 @@ unary(
     lambda a, di, do: f"{_max(do)}({a[0]}, {const(do, 0)})",
     lambda g, x, out, at: (g * (x[0] > 0).to(g.dtype),),
     float_only=False,
+    onnx=onnx_node("Relu"),
 )
 unary(
     "abs",
@@ -148,6 +152,7 @@ unary(
     lambda a, di, do: f"abs({a[0]})",
     lambda g, x, out, at: (g * ((x[0] > 0).to(g.dtype) - (x[0] < 0).to(g.dtype)),),
     float_only=False,
+    onnx=onnx_node("Abs"),
 )
 
 
@@ -158,7 +163,7 @@ def _not_infer(shapes, dtypes, attrs):
 
 
 register(OpDef("logical_not", "elementwise", 1, _not_infer, lambda x, at: np.logical_not(x[0]),
-               lambda a, di, do: f"not {a[0]}", None, differentiable=False))
+               lambda a, di, do: f"not {a[0]}", None, differentiable=False, onnx=onnx_node("Not")))
 
 
 def _cast_infer(shapes, dtypes, attrs):
@@ -169,14 +174,18 @@ def _cast_vjp(g, x, out, attrs):
     return (g.to(x[0].dtype),) if x[0].dtype.is_floating_point else (None,)
 
 
+def _cast_onnx(b, names, at, shape, dtype):
+    return b.node("Cast", names, to=b.onnx_dtype(dtype))
+
+
 register(OpDef("cast", "elementwise", 1, _cast_infer, lambda x, at: x[0].astype(at["dtype"].np),
-               lambda a, di, do: f"{ALIAS[do.name]}({a[0]})", _cast_vjp))
+               lambda a, di, do: f"{ALIAS[do.name]}({a[0]})", _cast_vjp, onnx=_cast_onnx))
 
 # --- binary ----------------------------------------------------------------
-binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g))
+binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g), onnx=onnx_node("Add"))
 binary("sub", np.subtract, lambda a, di, do: f"{a[0]} - {a[1]}", lambda g, x, out, at: (g, -g),
-       infer=_no_bool("sub", _same("sub")))
-binary("mul", np.multiply, lambda a, di, do: f"{a[0]} * {a[1]}", lambda g, x, out, at: (g * x[1], g * x[0]))
+       infer=_no_bool("sub", _same("sub")), onnx=onnx_node("Sub"))
+binary("mul", np.multiply, lambda a, di, do: f"{a[0]} * {a[1]}", lambda g, x, out, at: (g * x[1], g * x[0]), onnx=onnx_node("Mul"))
 
 
 def _div_infer(shapes, dtypes, attrs):
@@ -187,13 +196,14 @@ def _div_infer(shapes, dtypes, attrs):
 
 
 binary("div", np.divide, lambda a, di, do: f"{a[0]} / {a[1]}",
-       lambda g, x, out, at: (g / x[1], -g * out / x[1]), infer=_div_infer)
+       lambda g, x, out, at: (g / x[1], -g * out / x[1]), infer=_div_infer, onnx=onnx_node("Div"))
 binary(
     "pow",
     lambda a, b: np.power(a, b),
     lambda a, di, do: f"{a[0]} ** {a[1]}",
     lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
     infer=_float_only("pow"),
+    onnx=onnx_node("Pow"),
 )
 
 
@@ -208,20 +218,24 @@ def _minmax_vjp(first_wins):
     return vjp
 
 
-binary("maximum", np.maximum, lambda a, di, do: f"{_max(do)}({a[0]}, {a[1]})", _minmax_vjp(True))
-binary("minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False))
+binary("maximum", np.maximum, lambda a, di, do: f"{_max(do)}({a[0]}, {a[1]})", _minmax_vjp(True), onnx=onnx_node("Max"))
+binary("minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False), onnx=onnx_node("Min"))
 
-for _name, _np, _sym in (
-    ("eq", np.equal, "=="),
-    ("ne", np.not_equal, "!="),
-    ("lt", np.less, "<"),
-    ("le", np.less_equal, "<="),
-    ("gt", np.greater, ">"),
-    ("ge", np.greater_equal, ">="),
+def _ne_onnx(b, names, at, shape, dtype):
+    return b.node("Not", [b.node("Equal", names)])
+
+
+for _name, _np, _sym, _onnx in (
+    ("eq", np.equal, "==", onnx_node("Equal")),
+    ("ne", np.not_equal, "!=", _ne_onnx),
+    ("lt", np.less, "<", onnx_node("Less")),
+    ("le", np.less_equal, "<=", onnx_node("LessOrEqual")),
+    ("gt", np.greater, ">", onnx_node("Greater")),
+    ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual")),
 ):
     register(
         OpDef(_name, "elementwise", 2, _compare(_name), (lambda f: lambda x, at: f(x[0], x[1]))(_np),
-              (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym), None, differentiable=False)
+              (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym), None, differentiable=False, onnx=_onnx)
     )
 
 
@@ -244,4 +258,4 @@ def _where_vjp(g, x, out, at):
 
 
 register(OpDef("where", "elementwise", 3, _where_infer, lambda x, at: np.where(x[0], x[1], x[2]),
-               lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}", _where_vjp))
+               lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}", _where_vjp, onnx=onnx_node("Where")))

@@ -80,5 +80,19 @@ def _scatter_vjp(g, x, out, at):
     return g, None, g._gather(x[1], at["dim"])
 
 
-register(OpDef("gather", "gather", 2, _gather_infer, _gather_ref, vjp=_gather_vjp))
-register(OpDef("scatter_add", "scatter", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp))
+def _index_onnx(b, names, at):
+    if b.dtype_of(names[1]) != "int64":
+        names = [names[0], b.node("Cast", [names[1]], to=b.onnx_dtype("int64"))] + names[2:]
+    return names
+
+
+def _scatter_add_onnx(b, names, at, shape, dtype):
+    if b.opset < 16:
+        return None  # ScatterElements has reduction="add" from opset 16 on
+    return b.node("ScatterElements", _index_onnx(b, names, at), axis=at["dim"], reduction="add")
+
+
+register(OpDef("gather", "gather", 2, _gather_infer, _gather_ref, vjp=_gather_vjp,
+               onnx=lambda b, names, at, shape, dtype: b.node("GatherElements", _index_onnx(b, names, at),
+                                                              axis=at["dim"])))
+register(OpDef("scatter_add", "scatter", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp, onnx=_scatter_add_onnx))

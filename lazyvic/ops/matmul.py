@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OpDef, register
+from lazyvic.ops import OpDef, onnx_node, register
 
 
 def _infer(shapes, dtypes, at):
@@ -26,4 +26,5 @@ def _vjp(g, x, out, at):
     return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
 
 
-register(OpDef("matmul", "matmul", 2, _infer, lambda x, at: np.matmul(x[0], x[1]), vjp=_vjp))
+register(OpDef("matmul", "matmul", 2, _infer, lambda x, at: np.matmul(x[0], x[1]), vjp=_vjp,
+               onnx=onnx_node("MatMul")))

@@ -56,6 +56,20 @@ def _lit(d, v):
     return const(d, v)
 
 
+def _reduce_onnx(op_type: str, axes_input_since: int):
+    """ONNX Reduce* keeping the reduced axes; ``axes`` is an input from ``axes_input_since`` on."""
+
+    def rule(b, names, at, shape, dtype):
+        axes = list(at["axes"])
+        if not axes:
+            return b.node("Identity", names)
+        if b.opset >= axes_input_since:
+            return b.node(op_type, [names[0], b.ints(axes, "axes")], keepdims=1)
+        return b.node(op_type, names, axes=axes, keepdims=1)
+
+    return rule
+
+
 def _sum_vjp(g, x, out, attrs):
     return (g.expand(x[0].shape),)
 
@@ -72,21 +86,24 @@ register(
           lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
           vjp=_sum_vjp,
           reduce_init=lambda d: [("", const(d, 0))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} + {v}"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} + {v}"],
+          onnx=_reduce_onnx("ReduceSum", 13))
 )
 register(
     OpDef("max", "reduce", 1, _reduce_infer("max"),
           lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_max(d)}({acc[0]}, {v})"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_max(d)}({acc[0]}, {v})"],
+          onnx=_reduce_onnx("ReduceMax", 18))
 )
 register(
     OpDef("min", "reduce", 1, _reduce_infer("min"),
           lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _highest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_min(d)}({acc[0]}, {v})"])
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_min(d)}({acc[0]}, {v})"],
+          onnx=_reduce_onnx("ReduceMin", 18))
 )
 
 
@@ -110,5 +127,6 @@ def _argmax_combine(acc, v, r, d):
 
 register(
     OpDef("argmax", "reduce", 1, _reduce_infer("argmax"), _argmax_ref, differentiable=False,
-          reduce_init=_argmax_init, reduce_combine=_argmax_combine)
+          reduce_init=_argmax_init, reduce_combine=_argmax_combine,
+          onnx=lambda b, names, at, shape, dtype: b.node("ArgMax", names, axis=at["axes"][0], keepdims=1))
 )

@@ -40,7 +40,8 @@ def mark(result, op_type: str, inputs: tuple, min_opset: int = 1, **attrs):
     return ``result`` unchanged."""
     if _marks is not None:
         nodes = tuple(None if t is None else t._node for t in inputs)
-        _marks[result._node] = Composite(op_type, nodes, dict(attrs), min_opset)
+        if result._node not in nodes:  # a composite that was the identity (e.g. pooling 1x1 to 1x1)
+            _marks[result._node] = Composite(op_type, nodes, dict(attrs), min_opset)
     return result
 
 

@@ -1,0 +1,568 @@
+"""ONNX export: a lazyvic module or function -> an ONNX model (opset 13 by default).
+
+How it works: the call is recorded on the example inputs as a lazy graph (nothing
+runs); the graph is walked from the outputs and each primitive becomes the ONNX
+nodes that its op-table rule (``OpDef.onnx``, in ``lazyvic/ops/``) emits. A
+composite built from primitives (conv2d's im2col, softmax, cat, an embedding
+lookup, ...) that marked its result with one ONNX node (``lazyvic.trace.composite``)
+is written as that node, and the primitives behind it are skipped. Opset 13 has no
+LayerNormalization or Gelu: below opsets 17 and 20 they are written as their
+decompositions (ReduceMean-style sums, Sqrt, Div; Erf or Tanh), which is what the
+primitives already are.
+
+Names: graph inputs ``input`` (``input_0``, ``input_1``, ... for several) and outputs
+``output`` / ``output_0`` ... unless given; initializers are named by the module's
+``state_dict()`` keys, so ``lazyvic.onnx.load`` gives the same keys back; other
+constants ``const_N``; nodes by the module path that recorded them.
+
+Dynamic axes: the graph is recorded once more per dynamic axis with that axis one
+size smaller (or larger when it is 1). Every integer that changes with the axis
+(a reshape's target shape, an expand shape, slice bounds) must be an affine function
+of the axis sizes; it is computed in the graph from ``Shape`` of the input (a single
+changing entry of a Reshape target becomes ``-1``). A graph whose structure or
+constants change with the axis size (a mean over the batch, a mask built for one
+length) cannot be exported with that axis dynamic: OnnxError says which node.
+
+References: the ONNX operator specification (github.com/onnx/onnx, docs/Operators.md)
+for every node written; ``onnx.helper`` builds the protobufs and
+``onnx.checker.check_model(full_check=True)`` checks the result.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from itertools import count
+from pathlib import Path
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import OnnxError, UnsupportedOpError
+from lazyvic.ops import OPS
+from lazyvic.trace import composite
+
+MIN_OPSET, MAX_OPSET = 13, 18
+
+_ONNX_DTYPES = {"bool": 9, "int32": 6, "int64": 7, "float32": 1, "float64": 11}  # TensorProto enums
+
+
+class SymInt(int):
+    """An int that depends on dynamic axes: ``value + sum(k * (size - example size))``.
+
+    It compares and computes as its example value, so op rules written for static shapes
+    run unchanged; ``GraphBuilder.ints`` turns a list holding one into graph arithmetic.
+    """
+
+    terms: tuple  # ((graph input name, axis, example size, k), ...)
+
+    def __new__(cls, value: int, terms: tuple):
+        self = super().__new__(cls, value)
+        self.terms = terms
+        return self
+
+
+class GraphBuilder:
+    """Collects ONNX nodes and initializers while a trace is walked; passed to ``OpDef.onnx`` rules.
+
+    Attributes:
+        opset: the default-domain opset being written (rules choose attribute or input forms by it).
+        scope: the module path of the node being exported (names the ONNX nodes).
+    """
+
+    def __init__(self, opset: int):
+        import onnx
+
+        self._onnx = onnx
+        self.opset = opset
+        self.scope: str | None = None
+        self.nodes: list = []
+        self.initializers: list = []
+        self._info: dict = {}  # value name -> (shape, dtype name)
+        self._names: set = set()
+        self._counter = count()
+        self._consts: dict = {}  # (dtype, shape, bytes) -> name, for small constants
+        self._dims: dict = {}  # (input name, axis) -> name of its size as a 1-element int64 tensor
+
+    # -- names and value info ---------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        """A value or node name not used yet, prefixed with the current scope."""
+        base = f"{self.scope}/{hint}" if self.scope else hint
+        name = base
+        while name in self._names:
+            name = f"{base}_{next(self._counter)}"
+        self._names.add(name)
+        return name
+
+    def claim(self, name: str) -> None:
+        if name in self._names:
+            raise OnnxError(f"onnx export: the name {name!r} is used twice")
+        self._names.add(name)
+
+    def set_info(self, name: str, shape: tuple, dtype) -> None:
+        self._info[name] = (tuple(int(d) for d in shape), dtype if isinstance(dtype, str) else dtype.name)
+
+    def shape_of(self, name: str) -> tuple:
+        """Shape of a value made from a lazyvic node (or a constant)."""
+        return self._info[name][0]
+
+    def dtype_of(self, name: str) -> str:
+        """lazyvic dtype name of a value made from a lazyvic node (or a constant)."""
+        return self._info[name][1]
+
+    def onnx_dtype(self, dtype) -> int:
+        """The ``TensorProto`` element type of a lazyvic DType or dtype name."""
+        return _ONNX_DTYPES[dtype if isinstance(dtype, str) else dtype.name]
+
+    # -- nodes and constants ----------------------------------------------------------------
+    def node(self, op_type: str, inputs: list, **attrs) -> str:
+        """Append one ONNX node with one output; returns the output's name. ``None`` inputs
+        become empty names (omitted optional inputs); ``None`` attributes are left out."""
+        name = self.fresh(op_type)
+        ins = ["" if i is None else i for i in inputs]
+        while ins and ins[-1] == "":
+            ins.pop()
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(self._onnx.helper.make_node(op_type, ins, [name], name=name, **attrs))
+        return name
+
+    def const(self, array, hint: str = "const", name: str | None = None) -> str:
+        """An initializer holding ``array`` (small ones are shared by value)."""
+        array = np.ascontiguousarray(array)
+        key = None
+        if name is None and array.size <= 64:
+            key = (array.dtype.str, array.shape, array.tobytes())
+            if key in self._consts:
+                return self._consts[key]
+        if name is None:
+            saved, self.scope = self.scope, None
+            name = self.fresh(hint)
+            self.scope = saved
+        else:
+            self.claim(name)
+        self.initializers.append(self._onnx.numpy_helper.from_array(array, name))
+        self.set_info(name, array.shape, dt.get_dtype(array.dtype).name)
+        if key is not None:
+            self._consts[key] = name
+        return name
+
+    def ints(self, values, hint: str = "ints", infer_one: bool = False) -> str:
+        """A 1-D int64 tensor of ``values``: a constant, or graph arithmetic on the dynamic axes
+        when some value is a :class:`SymInt`. With ``infer_one`` (a Reshape target) a single
+        dynamic entry is written as -1."""
+        values = list(values)
+        dynamic = [i for i, v in enumerate(values) if isinstance(v, SymInt)]
+        if not dynamic:
+            return self.const(np.asarray([int(v) for v in values], dtype=np.int64), hint)
+        if infer_one and len(dynamic) == 1:
+            return self.const(np.asarray([-1 if i in dynamic else int(v) for i, v in enumerate(values)],
+                                         dtype=np.int64), hint)
+        parts = []
+        for v in values:
+            if not isinstance(v, SymInt):
+                parts.append(self.const(np.asarray([int(v)], dtype=np.int64), hint))
+                continue
+            offset = int(v) - sum(k * size for _, _, size, k in v.terms)
+            total = None
+            for input_name, axis, _, k in v.terms:
+                term = self._dim(input_name, axis)
+                if k != 1:
+                    term = self.node("Mul", [term, self.const(np.asarray([k], dtype=np.int64))])
+                total = term if total is None else self.node("Add", [total, term])
+            if offset:
+                total = self.node("Add", [total, self.const(np.asarray([offset], dtype=np.int64))])
+            parts.append(total)
+        return self.node("Concat", parts, axis=0)
+
+    def _dim(self, input_name: str, axis: int) -> str:
+        key = (input_name, axis)
+        if key not in self._dims:
+            saved, self.scope = self.scope, None
+            shape = self.node("Shape", [input_name])
+            self._dims[key] = self.node("Gather", [shape, self.const(np.asarray([axis], dtype=np.int64))], axis=0)
+            self.scope = saved
+        return self._dims[key]
+
+
+# ------------------------------------------------------------------------------------------ recording
+def _as_tensors(example_inputs) -> tuple:
+    from lazyvic.tensor import Tensor
+
+    items = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, Tensor):
+            out.append(x)
+        elif isinstance(x, np.ndarray):
+            out.append(Tensor(x))
+        else:
+            raise TypeError(f"onnx export: example input {i} is a {type(x).__name__}; expected a lazyvic Tensor "
+                            f"or a NumPy array")
+    return tuple(out)
+
+
+def _flat_outputs(out) -> list:
+    from lazyvic.tensor import Tensor
+
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    for i, t in enumerate(items):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"onnx export: output {i} of the call is a {type(t).__name__}; expected Tensors "
+                            f"(a Tensor or a tuple/list of Tensors)")
+    return list(items)
+
+
+class _Recording:
+    """One recorded call: output nodes, composite marks, and the leaves' names."""
+
+    def __init__(self, fn, inputs: tuple):
+        from lazyvic import autograd
+        from lazyvic.runtime import metrics
+
+        traces_before = metrics.counters["traces"]
+        with autograd.no_grad(), composite.recording() as marks:
+            self.outputs = _flat_outputs(fn(*inputs))
+        if metrics.counters["traces"] != traces_before:
+            raise OnnxError("onnx export: the call ran a sync point (.item(), .numpy(), print, lazyvic.sync ...) "
+                            "while recording; its values would be frozen into the graph as constants. Keep "
+                            "data-dependent Python out of the exported forward")
+        self.marks = marks
+        self.inputs = inputs
+
+    def usable_mark(self, node, opset: int):
+        m = self.marks.get(node)
+        return m if m is not None and opset >= m.min_opset else None
+
+
+def _deps(rec: _Recording, node, opset: int) -> tuple:
+    m = rec.usable_mark(node, opset)
+    if m is not None:
+        return tuple(i for i in m.inputs if i is not None)
+    return node.inputs
+
+
+def _order(rec: _Recording, opset: int) -> list:
+    """Nodes reachable from the outputs, inputs first (iterative post-order DFS)."""
+    seen, order = set(), []
+    for out in rec.outputs:
+        stack = [(out._node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            for i in reversed(_deps(rec, node, opset)):
+                if i not in seen:
+                    stack.append((i, False))
+    return order
+
+
+# ------------------------------------------------------------------------------------------ dynamic axes
+def _axes_spec(dynamic_axes, names: list, what: str) -> dict:
+    """``{value name: {axis: dim name}}`` from PyTorch's ``dynamic_axes`` format."""
+    spec = {}
+    for name, axes in (dynamic_axes or {}).items():
+        if isinstance(axes, dict):
+            spec[name] = {int(a): str(n) for a, n in axes.items()}
+        elif isinstance(axes, (list, tuple)):
+            spec[name] = {int(a): f"{name}_dim{int(a)}" for a in axes}
+        else:
+            raise TypeError(f"onnx export: dynamic_axes[{name!r}] must be a dict {{axis: name}} or a list of axes, "
+                            f"got {axes!r}")
+    return spec
+
+
+def _symbolize(value, others: list, terms_of, where: str):
+    """``value`` (ints, nested tuples) with every int that differs in ``others`` made a SymInt."""
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, (str, float, dt.DType)):
+        if any(o != value for o in others):
+            raise OnnxError(f"onnx export: {where} changes with a dynamic axis ({value!r} vs "
+                            f"{[o for o in others]}); it cannot be exported with that axis dynamic")
+        return value
+    if isinstance(value, (int, np.integer)):
+        if all(o == value for o in others):
+            return value
+        return SymInt(int(value), terms_of(int(value), [int(o) for o in others], where))
+    if isinstance(value, (tuple, list)):
+        if any(not isinstance(o, (tuple, list)) or len(o) != len(value) for o in others):
+            raise OnnxError(f"onnx export: {where} changes rank with a dynamic axis")
+        out = [_symbolize(v, [o[i] for o in others], terms_of, f"{where}[{i}]") for i, v in enumerate(value)]
+        return type(value)(out) if isinstance(value, tuple) else out
+    if isinstance(value, dict):
+        return {k: _symbolize(v, [o[k] for o in others], terms_of, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        if any(o.shape != value.shape or not np.array_equal(o, value) for o in others):
+            raise OnnxError(f"onnx export: the constant {where} changes with a dynamic axis")
+        return value
+    return value
+
+
+# ------------------------------------------------------------------------------------------ export
+def _check_opset(opset_version) -> int:
+    if not isinstance(opset_version, int) or not MIN_OPSET <= opset_version <= MAX_OPSET:
+        raise ValueError(f"onnx export: opset_version must be an int from {MIN_OPSET} to {MAX_OPSET}, "
+                         f"got {opset_version!r}")
+    return opset_version
+
+
+def _default_names(given, n: int, base: str, what: str) -> list:
+    if given is None:
+        return [base] if n == 1 else [f"{base}_{i}" for i in range(n)]
+    given = list(given)
+    if len(given) != n or len(set(given)) != n or not all(isinstance(g, str) and g for g in given):
+        raise ValueError(f"onnx export: {what} must be {n} distinct non-empty strings, got {given!r}")
+    return given
+
+
+def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, input_names=None, output_names=None,
+           dynamic_axes=None, check: bool = True):
+    """Export a module or function to ONNX, as ``torch.onnx.export``.
+
+    Args:
+        model_or_fn: an ``nn.Module`` (exported in evaluation mode, then put back in its mode) or a
+            function of Tensors. Its parameters and buffers become initializers named by their
+            ``state_dict()`` keys; other constants it uses are written as initializers too.
+        example_inputs: a Tensor or NumPy array, or a tuple/list of them: the call is recorded on
+            these (without running anything), so their shapes and dtypes fix the graph's.
+        path: file to write (``str`` or ``os.PathLike``); written to a temporary file in the same
+            folder and renamed, so a failed export leaves no partial file. None: only return it.
+        opset_version: default-domain opset, 13 to 18. Below 17 LayerNormalization and below 20
+            Gelu are written as their decompositions; ReduceMax/ReduceMin take ``axes`` as an input
+            from 18.
+        input_names, output_names: graph input and output names (defaults ``input``/``output``,
+            numbered ``input_0`` ... when there are several).
+        dynamic_axes: PyTorch's format, ``{name: {axis: dim_name}}`` or ``{name: [axis, ...]}``,
+            for inputs (and outputs, which only get the names). See the module docstring.
+        check: run ``onnx.checker.check_model(full_check=True)`` before writing.
+
+    Returns:
+        The ``onnx.ModelProto``.
+
+    Raises:
+        UnsupportedOpError: the recorded graph holds ops with no ONNX form at this opset (all are
+            listed), e.g. random numbers (dropout in training mode) or scatter_add below opset 16.
+        OnnxError: the call ran a sync point while recording, a dynamic axis changes the graph, or
+            the checker rejects the model (a lazyvic bug: please report it).
+        TypeError / ValueError: bad arguments (names, opset, inputs that are not tensors).
+    """
+    import onnx
+
+    from lazyvic import __version__
+    from lazyvic.nn.module import Module
+    from lazyvic.tensor import Tensor, sync
+
+    opset = _check_opset(opset_version)
+    inputs = _as_tensors(example_inputs)
+    in_names = _default_names(input_names, len(inputs), "input", "input_names")
+    dyn = _axes_spec(dynamic_axes, in_names, "dynamic_axes")
+    for name, axes in dyn.items():
+        if name in in_names:
+            shape = inputs[in_names.index(name)].shape
+            bad = [a for a in axes if not 0 <= a < len(shape)]
+            if bad:
+                raise ValueError(f"onnx export: dynamic axis {bad[0]} of input {name!r} is out of range for "
+                                 f"shape {shape}")
+
+    is_module = isinstance(model_or_fn, Module)
+    was_training = is_module and model_or_fn.training
+    param_names: dict = {}
+    if is_module:
+        state = model_or_fn.state_dict()
+        sync(*[t for t in state.values() if isinstance(t, Tensor)])
+        for key, t in state.items():
+            param_names.setdefault(t._node, key)
+        model_or_fn.eval()
+    elif not callable(model_or_fn):
+        raise TypeError(f"onnx export: expected an nn.Module or a function, got {type(model_or_fn).__name__}")
+    sync(*inputs)
+    try:
+        base = _Recording(model_or_fn, inputs)
+        variants = []  # (input name, axis, example size, other size, recording)
+        for name, axes in dyn.items():
+            if name not in in_names:
+                continue
+            i = in_names.index(name)
+            for axis in sorted(axes):
+                size = inputs[i].shape[axis]
+                # One size larger (sizes of 1 take other paths: broadcasts, skipped reshapes); one
+                # smaller where larger is refused (a sequence already at a model's block size).
+                for other in (size + 1, size - 1):
+                    changed = list(inputs)
+                    shape = list(inputs[i].shape)
+                    shape[axis] = other
+                    changed[i] = Tensor(np.zeros(shape, dtype=inputs[i].dtype.np))  # a buffer: no sync needed
+                    try:
+                        rec = _Recording(model_or_fn, tuple(changed))
+                        break
+                    except OnnxError:
+                        raise
+                    except Exception as e:
+                        if other == size - 1 or size - 1 < 2:
+                            raise OnnxError(f"onnx export: the call fails when axis {axis} of {name!r} has size "
+                                            f"{other} instead of {size}, so that axis cannot be dynamic: {e}") from e
+                variants.append((name, axis, size, other, rec))
+    finally:
+        if was_training:
+            model_or_fn.train()
+
+    out_names = _default_names(output_names, len(base.outputs), "output", "output_names")
+    for name in dyn:
+        if name not in in_names and name not in out_names:
+            raise ValueError(f"onnx export: dynamic_axes names {name!r}, which is neither an input "
+                             f"({in_names}) nor an output ({out_names})")
+    b = GraphBuilder(opset)
+    graph = _emit(b, base, variants, inputs, in_names, out_names, param_names, opset)
+    dim_names = {(n, a): d for n, axes in dyn.items() for a, d in axes.items()}
+
+    def value_info(name, shape, dtype_name):
+        dims = [dim_names.get((name, a), d) for a, d in enumerate(shape)]
+        return onnx.helper.make_tensor_value_info(name, _ONNX_DTYPES[dtype_name], dims)
+
+    graph_inputs = [value_info(n, t.shape, t.dtype.name) for n, t in zip(in_names, inputs)]
+    graph_outputs = []
+    for n, (shape, dtype_name, changing) in zip(out_names, graph):
+        for a in changing:
+            dim_names.setdefault((n, a), f"{n}_dim{a}")
+        graph_outputs.append(value_info(n, shape, dtype_name))
+    name = type(model_or_fn).__name__ if is_module else getattr(model_or_fn, "__name__", "function")
+    g = onnx.helper.make_graph(b.nodes, name, graph_inputs, graph_outputs, initializer=b.initializers)
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    model = onnx.helper.make_model(g, opset_imports=opsets, producer_name="lazyvic", producer_version=__version__,
+                                   ir_version=onnx.helper.find_min_ir_version_for(opsets))
+    if check:
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as e:  # the checker's own exception types vary across onnx versions
+            raise OnnxError(f"onnx export: the exported {name} fails onnx.checker (a lazyvic bug, please report "
+                            f"it): {e}") from None
+    if path is not None:
+        _write_atomic(model, Path(os.fspath(path)))
+    return model
+
+
+def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_names: list, out_names: list,
+          param_names: dict, opset: int) -> list:
+    """Write the nodes of ``base`` into ``b``; returns (shape, dtype name, changing axes) per output."""
+    order = _order(base, opset)
+    others = [_order(v[-1], opset) for v in variants]
+    for (name, axis, *_), o in zip(variants, others):
+        if len(o) != len(order) or any(x.op != y.op for x, y in zip(order, o)):
+            raise OnnxError(f"onnx export: the recorded graph changes structure when axis {axis} of {name!r} "
+                            f"changes size, so that axis cannot be dynamic (an example size of 1 takes "
+                            f"broadcasting paths: give a size of 2 or more)")
+    rows = list(zip(order, *others)) if others else [(n,) for n in order]
+
+    def terms_of(value, other_values, where):
+        terms = []
+        for (name, axis, size, other, _), v in zip(variants, other_values):
+            if v != value:
+                k, rem = divmod(v - value, other - size)
+                if rem:
+                    raise OnnxError(f"onnx export: {where} = {value} is not an integer multiple of the dynamic "
+                                    f"axis {axis} of {name!r} ({v} at size {other})")
+                terms.append((name, axis, size, k))
+        return tuple(terms)
+
+    for name, t in zip(in_names, inputs):
+        b.claim(name)
+        b.set_info(name, t.shape, t.dtype)
+    names: dict = {}  # node -> value name
+    input_of = {t._node: n for t, n in zip(inputs, in_names)}
+    unsupported: dict = {}
+    for row in rows:
+        node = row[0]
+        b.scope = node.scope
+        if node in input_of:
+            names[node] = input_of[node]
+            continue
+        if node.op == "buffer":
+            if node in param_names:
+                names[node] = b.const(node.data, name=param_names[node])
+            else:
+                if len(row) > 1 and any(o.shape != node.shape for o in row[1:]):
+                    raise OnnxError(f"onnx export: a constant of shape {node.shape} used in "
+                                    f"{node.scope or 'the call'} changes shape with a dynamic axis")
+                names[node] = b.const(node.data, "const")
+            continue
+        if node.op == "scalar":
+            if any(o.value != node.value for o in row[1:]):
+                raise OnnxError(f"onnx export: the scalar {node.value!r} used in {node.scope or 'the call'} changes "
+                                f"with a dynamic axis (a mean over it?), so that axis cannot be dynamic")
+            names[node] = b.const(np.asarray(node.value, dtype=node.dtype.np), "scalar")
+            continue
+        mark = base.usable_mark(node, opset)
+        if mark is not None:
+            attrs = mark.attrs
+            if len(row) > 1:
+                others_attrs = [v[-1].marks[o].attrs for v, o in zip(variants, row[1:])]
+                attrs = _symbolize(attrs, others_attrs, terms_of, f"{mark.op_type} in {node.scope or 'the call'}")
+            ins = [None if i is None else names[i] for i in mark.inputs]
+            out = b.node(mark.op_type, ins, **attrs)
+        else:
+            rule = OPS[node.op].onnx
+            attrs, shape = dict(node.attrs), node.shape
+            if len(row) > 1:
+                where = f"{node.op} in {node.scope or 'the call'}"
+                attrs = _symbolize(attrs, [dict(o.attrs) for o in row[1:]], terms_of, where)
+                shape = _symbolize(shape, [o.shape for o in row[1:]], terms_of, f"{where} shape")
+            out = None if rule is None else rule(b, [names[i] for i in node.inputs], attrs, shape, node.dtype)
+            if out is None:  # listed at the end; a stand-in name lets the walk find every other one
+                unsupported.setdefault(node.op, []).append(node.scope or "(top level)")
+                out = f"unsupported/{node.op}_{len(names)}"
+        b.set_info(out, node.shape, node.dtype)
+        names[node] = out
+    if unsupported:
+        listed = "; ".join(f"{op} (in {', '.join(sorted(set(where)))})" for op, where in sorted(unsupported.items()))
+        hint = " Random ops come from dropout or rand in training mode: export in eval mode." if (
+            "rand" in unsupported or "randn" in unsupported) else ""
+        raise UnsupportedOpError(f"onnx export: no ONNX form at opset {opset} for: {listed}.{hint}")
+
+    b.scope = None
+    result = []
+    for i, (t, out_name) in enumerate(zip(base.outputs, out_names)):
+        value = names[t._node]
+        if value in in_names or value in out_names[:i] or any(init.name == value for init in b.initializers) or (
+                value in out_names and out_names.index(value) != i):
+            b.claim(out_name)
+            b.nodes.append(b._onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
+        else:
+            _rename(b, value, out_name)
+        changing = []
+        for *_, rec in variants:
+            other = rec.outputs[i].shape
+            changing += [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y and a not in changing]
+        result.append((t.shape, t.dtype.name, changing))
+    return result
+
+
+def _rename(b: GraphBuilder, old: str, new: str) -> None:
+    b.claim(new)
+    for n in b.nodes:
+        for lst in (n.input, n.output):
+            for j, v in enumerate(lst):
+                if v == old:
+                    lst[j] = new
+
+
+def _write_atomic(model, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+__all__ = ["export", "GraphBuilder", "SymInt", "MIN_OPSET", "MAX_OPSET"]

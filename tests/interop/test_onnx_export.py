@@ -1,0 +1,184 @@
+"""lazyvic.onnx.export: checked by onnx.checker (full_check) and run in onnxruntime against lazyvic."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import lazyvic as lv
+from lazyvic import nn
+from lazyvic.errors import OnnxError, UnsupportedOpError
+from lazyvic.models import TinyGPT, resnet18
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def run_ort(model, feeds: dict) -> list:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def ops(model) -> Counter:
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def digits_mlp():
+    lv.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def test_mlp_matches_onnxruntime_and_keeps_state_dict_names(digits_mlp, tmp_path):
+    x = rand(7, 64)
+    path = tmp_path / "mlp.onnx"
+    model = lv.onnx.export(digits_mlp, x, path)
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    assert model.opset_import[0].version == 13
+    assert [i.name for i in model.graph.initializer] == list(digits_mlp.state_dict())
+    assert ops(model) == Counter({"Gemm": 2, "Relu": 1})
+    (y,) = run_ort(model, {"input": x})
+    np.testing.assert_allclose(y, digits_mlp(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    for init in model.graph.initializer:
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(init), digits_mlp.state_dict()[init.name].numpy())
+
+
+def test_dynamic_batch_axis(digits_mlp):
+    model = lv.onnx.export(digits_mlp, rand(5, 64), dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert model.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    for n in (1, 9):
+        x = rand(n, 64, seed=n)
+        (y,) = run_ort(model, {"input": x})
+        np.testing.assert_allclose(y, digits_mlp(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_export_is_byte_identical_and_restores_training_mode(digits_mlp):
+    digits_mlp.train()
+    a = lv.onnx.export(digits_mlp, rand(3, 64)).SerializeToString()
+    assert digits_mlp.training
+    b = lv.onnx.export(digits_mlp, rand(3, 64, seed=5)).SerializeToString()
+    assert a == b
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    lv.manual_seed(1)
+    m = resnet18(num_classes=10, width=8)
+    x = lv.tensor(rand(4, 3, 32, 32))
+    m.train()
+    m(x)  # one training step's statistics, so running_mean/var are not the defaults
+    lv.sync()
+    return m.eval()
+
+
+def test_resnet18_exports_as_conv_batchnorm_pool_graph(resnet):
+    x = rand(2, 3, 32, 32, seed=3)
+    model = lv.onnx.export(resnet, x, dynamic_axes={"input": [0]})
+    hist = ops(model)
+    assert hist["Conv"] == 20 and hist["BatchNormalization"] == 20 and hist["MaxPool"] == 1
+    assert "Slice" not in hist and "Pad" not in hist  # the im2col composite is one Conv node
+    for n, seed in ((2, 3), (3, 4)):
+        x = rand(n, 3, 32, 32, seed=seed)
+        (y,) = run_ort(model, {"input": x})
+        np.testing.assert_allclose(y, resnet(lv.tensor(x)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    lv.manual_seed(2)
+    return TinyGPT(vocab_size=40, d_model=32, n_layer=2, n_head=2, block_size=16).eval()
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+def test_tiny_gpt_matches_onnxruntime(gpt, opset):
+    idx = np.random.default_rng(0).integers(0, 40, (2, 16)).astype(np.int64)
+    model = lv.onnx.export(gpt, idx, opset_version=opset, input_names=["idx"], output_names=["logits"],
+                           dynamic_axes={"idx": {0: "batch"}})
+    hist = ops(model)
+    if opset < 17:
+        assert "LayerNormalization" not in hist and hist["ReduceSum"] > 0  # the decomposition
+    else:
+        assert hist["LayerNormalization"] == 2 * 2 + 1
+    assert "Gelu" not in hist and hist["Erf"] == 2
+    for batch in (2, 3):
+        idx = np.random.default_rng(batch).integers(0, 40, (batch, 16)).astype(np.int64)
+        (y,) = run_ort(model, {"idx": idx})
+        np.testing.assert_allclose(y, gpt(lv.tensor(idx)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_function_with_several_inputs_and_outputs():
+    def fn(a, b):
+        h = (a @ b).softmax(-1)
+        return h, h.argmax(-1), a
+
+    a, b = rand(3, 4), rand(4, 5, seed=1)
+    model = lv.onnx.export(fn, (a, b), input_names=["a", "b"], output_names=["p", "k", "a_out"])
+    p, k, a_out = run_ort(model, {"a": a, "b": b})
+    ref = fn(lv.tensor(a), lv.tensor(b))
+    np.testing.assert_allclose(p, ref[0].numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(k, ref[1].numpy())
+    np.testing.assert_array_equal(a_out, a)
+    assert ops(model)["Softmax"] == 1
+
+
+def test_primitives_without_composites():
+    # Movement, reduce, compare and where rules, each checked by onnxruntime.
+    def fn(x):
+        y = x[:, 1:5:2].permute(1, 0).reshape(-1)
+        z = lv.where(x > 0, x, x.exp() - 1.0).amax(0) + x.amin(1).sum() + x.abs().sqrt().mean()
+        return y, z, (x != 0.5).long(), x.max(1).values
+
+    x = rand(4, 6)
+    model = lv.onnx.export(fn, x, opset_version=18)
+    outs = run_ort(model, {"input": x})
+    for got, want in zip(outs, fn(lv.tensor(x))):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_unsupported_ops_are_listed_and_no_file_is_written(tmp_path):
+    path = tmp_path / "bad.onnx"
+    with pytest.raises(UnsupportedOpError, match="rand.*eval mode"):
+        lv.onnx.export(lambda x: x + lv.rand(3), rand(3), path)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_dropout_in_training_mode_exports_as_identity():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    model = lv.onnx.export(m, rand(2, 4))
+    assert ops(model) == Counter({"Gemm": 1}) and m.training
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="opset_version must be an int from 13 to 18"):
+        lv.onnx.export(lambda x: x, rand(2), opset_version=12)
+    with pytest.raises(ValueError, match="input_names must be 1 distinct"):
+        lv.onnx.export(lambda x: x, rand(2), input_names=["a", "b"])
+    with pytest.raises(TypeError, match="example input 0 is a int"):
+        lv.onnx.export(lambda x: x, 3)
+    with pytest.raises(TypeError, match="output 0 of the call is a dict"):
+        lv.onnx.export(lambda x: {"y": x}, rand(2))
+    with pytest.raises(ValueError, match="dynamic axis 3 of input 'input' is out of range"):
+        lv.onnx.export(lambda x: x * 2.0, rand(2), dynamic_axes={"input": [3]})
+
+
+def test_sync_inside_the_call_is_refused():
+    def fn(x):
+        return x * float((x * 2.0).sum().item())
+
+    with pytest.raises(OnnxError, match="ran a sync point"):
+        lv.onnx.export(fn, rand(3))
+
+
+def test_axis_that_changes_a_constant_is_refused():
+    def fn(x):
+        return x.mean(0)  # a scalar 1/N of the dynamic axis
+
+    with pytest.raises(OnnxError, match="changes with a dynamic axis"):
+        lv.onnx.export(fn, rand(4, 3), dynamic_axes={"input": [0]})

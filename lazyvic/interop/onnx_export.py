@@ -16,7 +16,8 @@ Names: graph inputs ``input`` (``input_0``, ``input_1``, ... for several) and ou
 constants ``const_N``; nodes by the module path that recorded them.
 
 Dynamic axes: the graph is recorded once more per dynamic axis with that axis one
-size smaller (or larger when it is 1). Every integer that changes with the axis
+size larger (one smaller where the call refuses larger); an example size of 1 is recorded
+at 2, since size-1 axes take broadcasting paths. Every integer that changes with the axis
 (a reshape's target shape, an expand shape, slice bounds) must be an affine function
 of the axis sizes; it is computed in the graph from ``Shape`` of the input (a single
 changing entry of a Reshape target becomes ``-1``). A graph whose structure or
@@ -379,6 +380,17 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     elif not callable(model_or_fn):
         raise TypeError(f"onnx export: expected an nn.Module or a function, got {type(model_or_fn).__name__}")
     sync(*inputs)
+    # A dynamic axis of example size 1 is recorded at size 2: size-1 axes take broadcasting paths
+    # (skipped reshapes, expands) that larger sizes do not. Values never enter the graph (a sync
+    # while recording is refused), so zeros of the new shape record the same program.
+    resized = list(inputs)
+    for name, axes in dyn.items():
+        if name in in_names:
+            i = in_names.index(name)
+            shape = [2 if a in axes and d == 1 else d for a, d in enumerate(resized[i].shape)]
+            if tuple(shape) != resized[i].shape:
+                resized[i] = Tensor(np.zeros(shape, dtype=resized[i].dtype.np))
+    inputs = tuple(resized)
     try:
         base = _Recording(model_or_fn, inputs)
         variants = []  # (input name, axis, example size, other size, recording)
@@ -452,8 +464,7 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
     for (name, axis, *_), o in zip(variants, others):
         if len(o) != len(order) or any(x.op != y.op for x, y in zip(order, o)):
             raise OnnxError(f"onnx export: the recorded graph changes structure when axis {axis} of {name!r} "
-                            f"changes size, so that axis cannot be dynamic (an example size of 1 takes "
-                            f"broadcasting paths: give a size of 2 or more)")
+                            f"changes size, so that axis cannot be dynamic")
     rows = list(zip(order, *others)) if others else [(n,) for n in order]
 
     def terms_of(value, other_values, where):

@@ -57,6 +57,12 @@ def test_dynamic_batch_axis(digits_mlp):
         x = rand(n, 64, seed=n)
         (y,) = run_ort(model, {"input": x})
         np.testing.assert_allclose(y, digits_mlp(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    # An example batch of 1 is recorded at 2 (size-1 axes take broadcasting paths).
+    model = lv.onnx.export(digits_mlp, rand(1, 64), dynamic_axes={"input": {0: "batch"}})
+    for n in (1, 4):
+        x = rand(n, 64, seed=n)
+        (y,) = run_ort(model, {"input": x})
+        np.testing.assert_allclose(y, digits_mlp(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_export_is_byte_identical_and_restores_training_mode(digits_mlp):

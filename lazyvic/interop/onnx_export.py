@@ -440,6 +440,7 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
         for a in changing:
             dim_names.setdefault((n, a), f"{n}_dim{a}")
         graph_outputs.append(value_info(n, shape, dtype_name))
+    _drop_redundant_broadcasts(b, set(out_names))
     name = type(model_or_fn).__name__ if is_module else getattr(model_or_fn, "__name__", "function")
     g = onnx.helper.make_graph(b.nodes, name, graph_inputs, graph_outputs, initializer=b.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
@@ -548,6 +549,59 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
             changing += [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y and a not in changing]
         result.append((t.shape, t.dtype.name, changing))
     return result
+
+
+# ONNX ops that broadcast their inputs numpy-style (multidirectional broadcasting).
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual",
+                           "Greater", "GreaterOrEqual", "Where", "And", "Or", "Xor"})
+
+
+def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
+    """Bypass the constant-shape Expand and Reshape nodes whose consumers all broadcast anyway.
+
+    lazyvic's elementwise primitives take equal shapes, so a bias add records reshape (N,) ->
+    (1, N), expand -> (M, N), add. ONNX's Add broadcasts by itself: where every consumer's
+    output shape stays the same with the un-expanded input, the Expand (then the Reshape) is
+    dropped, and so are the constants nothing uses any more.
+    """
+    consts = {t.name: t for t in b.initializers}
+    changed = True
+    while changed:
+        changed = False
+        users: dict = {}
+        for n in b.nodes:
+            for i in n.input:
+                users.setdefault(i, []).append(n)
+        for n in b.nodes:
+            if n.op_type not in ("Expand", "Reshape") or n.input[1] not in consts or n.output[0] in outputs:
+                continue
+            src, out = n.input[0], n.output[0]
+            if src not in b._info or out not in b._info or not users.get(out):
+                continue
+
+            if all(_broadcast_unchanged(b, c, out, src) for c in users[out]):
+                for c in users[out]:
+                    for j, i in enumerate(c.input):
+                        if i == out:
+                            c.input[j] = src
+                b.nodes.remove(n)
+                changed = True
+                break
+    used = {i for n in b.nodes for i in n.input} | outputs
+    b.initializers[:] = [t for t in b.initializers if t.name in used]
+
+
+def _broadcast_unchanged(b: GraphBuilder, consumer, old: str, new: str) -> bool:
+    """Whether ``consumer`` broadcasts and gives the same shape with input ``old`` replaced by ``new``."""
+    if consumer.op_type not in _BROADCASTING or consumer.output[0] not in b._info:
+        return False
+    if any(i not in b._info for i in consumer.input):
+        return False
+    shapes = [b.shape_of(new if i == old else i) for i in consumer.input]
+    try:
+        return tuple(np.broadcast_shapes(*shapes)) == b.shape_of(consumer.output[0])
+    except ValueError:
+        return False
 
 
 def _rename(b: GraphBuilder, old: str, new: str) -> None:

@@ -188,3 +188,16 @@ def test_axis_that_changes_a_constant_is_refused():
 
     with pytest.raises(OnnxError, match="changes with a dynamic axis"):
         lv.onnx.export(fn, rand(4, 3), dynamic_axes={"input": [0]})
+
+
+def test_broadcasts_that_onnx_does_itself_are_dropped():
+    bias = lv.tensor(rand(5, seed=1))
+
+    def fn(x):
+        return (x * 2.0 + bias).sum(-1)
+
+    x = rand(3, 4, 5)
+    model = lv.onnx.export(fn, x)
+    assert ops(model) == Counter({"Mul": 1, "Add": 1, "ReduceSum": 1, "Reshape": 1})  # Reshape: keepdim=False
+    (y,) = run_ort(model, {"input": x})
+    np.testing.assert_allclose(y, fn(lv.tensor(x)).numpy(), rtol=1e-6)

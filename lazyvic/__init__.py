@@ -4,6 +4,7 @@ from lazyvic import errors
 from lazyvic.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from lazyvic.dtypes import DType, bool_, float32, float64, int32, int64
 from lazyvic.runtime import metrics
+from lazyvic.runtime.capture import compile  # noqa: A004 - PyTorch's name
 from lazyvic.tensor import (
     Tensor,
     arange,

@@ -24,6 +24,9 @@ _COUNTERS = (
     "ops_traced",
     "bytes_in",
     "bytes_out",
+    "capture_recordings",
+    "capture_replays",
+    "capture_fallbacks",
 )
 
 counters: dict = dict.fromkeys(_COUNTERS, 0)

@@ -1,0 +1,123 @@
+"""lazyvic.compile: replayed calls give the same bits as recorded ones, and every guard records again."""
+
+import numpy as np
+import pytest
+
+import lazyvic as lv
+from lazyvic import nn
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def mlp():
+    lv.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    lv.sync()
+    return m
+
+
+def test_replay_matches_eager_bits_and_skips_recording(mlp):
+    cm = lv.compile(mlp)
+    with lv.no_grad():
+        for seed in range(4):
+            x = rand(5, 6, seed=seed)
+            np.testing.assert_array_equal(cm(lv.tensor(x)).numpy(), mlp(lv.tensor(x)).numpy())
+    assert (cm.recordings, cm.replays, cm.fallbacks) == (1, 3, 0)
+    before = lv.metrics.snapshot()["capture_replays"]
+    with lv.no_grad():
+        cm(rand(5, 6))  # NumPy arrays are tensor inputs too
+    assert lv.metrics.snapshot()["capture_replays"] == before + 1
+
+
+def test_new_shapes_and_new_parameter_values_record_again(mlp):
+    cm = lv.compile(mlp)
+    with lv.no_grad():
+        cm(rand(5, 6))
+        cm(rand(2, 6))  # another batch size: another recording
+        assert cm.recordings == 2
+        mlp[0].weight.mul_(0.5)  # a new value: the replay would read the old one
+        x = rand(2, 6, seed=3)
+        np.testing.assert_array_equal(cm(x).numpy(), mlp(lv.tensor(x)).numpy())
+        assert cm.recordings == 3
+        mlp.load_state_dict({k: v.numpy() * 2 for k, v in mlp.state_dict().items()})
+        np.testing.assert_array_equal(cm(x).numpy(), mlp(lv.tensor(x)).numpy())
+        assert cm.recordings == 4 and cm.replays == 0
+
+
+def test_grad_mode_runs_normally_so_backward_works(mlp):
+    cm = lv.compile(mlp)
+    y = cm(rand(4, 6)).sum()
+    y.backward()
+    assert mlp[0].weight.grad is not None and cm.fallbacks == 1 and cm.replays == 0
+
+
+def test_random_ops_are_never_replayed():
+    lv.manual_seed(1)
+    m = nn.Sequential(nn.Linear(6, 64), nn.Dropout(0.5)).train()
+    cm = lv.compile(m)
+    with lv.no_grad():
+        a, b = cm(rand(3, 6)).numpy(), cm(rand(3, 6)).numpy()
+    assert not np.array_equal(a == 0, b == 0)  # new dropout masks
+    assert cm.replays == 0
+
+
+def test_side_effects_are_never_replayed():
+    lv.manual_seed(2)
+    bn = nn.BatchNorm2d(3).train()
+    cm = lv.compile(bn)
+    with lv.no_grad():
+        for seed in range(3):
+            cm(rand(2, 3, 4, 4, seed=seed))
+    assert cm.replays == 0 and int(bn.num_batches_tracked.item()) == 3
+    bn.eval()
+    with lv.no_grad():
+        x = rand(2, 3, 4, 4, seed=9)
+        np.testing.assert_array_equal(cm(x).numpy(), cm(x).numpy())
+    assert cm.replays == 1
+
+
+def test_functions_with_values_and_several_outputs():
+    w = lv.tensor(rand(4, 4, seed=5))
+
+    def fn(x, k: int):
+        y = (x @ w) * float(k)
+        return y, y.softmax(-1), [y.sum()]
+
+    cfn = lv.compile(fn)
+    x = rand(3, 4)
+    for k in (1, 2, 1):
+        got = cfn(x, k)
+        want = fn(lv.tensor(x), k)
+        assert isinstance(got, tuple) and len(got) == 3
+        np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+    assert cfn.recordings == 0 and cfn.fallbacks == 3  # a list inside the outputs: run as usual
+
+    cfn2 = lv.compile(lambda x, k: ((x @ w) * float(k)).softmax(-1))
+    for k in (1, 2, 1, 2):
+        # allclose: a plan's first (interpreted) run may differ from its compiled runs in the last bit
+        np.testing.assert_allclose(cfn2(x, k).numpy(), ((lv.tensor(x) @ w) * float(k)).softmax(-1).numpy(),
+                                   rtol=1e-6)
+    assert (cfn2.recordings, cfn2.replays) == (2, 2)
+
+
+def test_sync_inside_the_call_is_not_replayed():
+    def fn(x):
+        return x * float(x.sum().item())
+
+    cfn = lv.compile(fn)
+    for seed in range(3):
+        x = rand(3, seed=seed)
+        np.testing.assert_allclose(cfn(x).numpy(), x * x.sum(), rtol=1e-6)
+    assert cfn.replays == 0
+
+
+def test_compiled_module_keeps_module_attributes(mlp):
+    cm = lv.compile(mlp)
+    assert list(cm.state_dict()) == list(mlp.state_dict())
+    cm.eval()
+    assert not mlp.training
+    with pytest.raises(TypeError, match="expected a module or a function"):
+        lv.compile(3)

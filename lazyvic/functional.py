@@ -159,6 +159,51 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}  # -> NumPy
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pad the last ``len(pad) // 2`` dimensions, as ``torch.nn.functional.pad``.
+
+    ``pad`` lists (before, after) pairs from the last dimension backwards:
+    ``(left, right, top, bottom, ...)``; sizes must be non-negative. Modes: ``constant`` (filled
+    with ``value``), ``reflect`` (mirrored without the edge; each pad smaller than the size),
+    ``replicate`` (the edge repeated) and ``circular`` (wrapped; each pad at most the size).
+    Non-constant modes gather along each padded axis, so their VJP sums the gradient of
+    repeated elements. Raises ValueError for a bad ``pad`` or mode.
+    """
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim or any(p < 0 for p in pad):
+        raise ValueError(f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
+                         f"(input {input.shape}), got {pad}")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+    pairs = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if mode == "constant":
+        y = input._pad(tuple(pairs))
+        if value != 0:
+            fill = np.pad(np.zeros(input.shape, dtype=input.dtype.np), pairs, constant_values=1)
+            y = y + Tensor(fill) * value
+    else:
+        y = input
+        for axis, (before, after) in enumerate(pairs):
+            if before or after:
+                n = input.shape[axis]
+                limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
+                if limit is not None and max(before, after) > limit:
+                    raise ValueError(f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
+                                     f"size {n} (input {input.shape})")
+                idx = np.pad(np.arange(n), (before, after), mode=_PAD_MODES[mode])
+                y = y.index_select(axis, Tensor(idx))
+    pads_onnx = Tensor(np.array([b for b, _ in pairs] + [a for _, a in pairs], dtype=np.int64))
+    onnx_mode = {"replicate": "edge"}.get(mode, mode)
+    if mode == "circular":
+        return mark(y, "Pad", (input, pads_onnx), min_opset=19, mode="wrap")
+    return mark(y, "Pad", (input, pads_onnx, Tensor(np.array(value, dtype=input.dtype.np))), mode=onnx_mode)
+
+
 def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     n = len(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else 1
     axes = tuple(range(x.ndim - n, x.ndim))
@@ -461,6 +506,6 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
 __all__ = [
     "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "softmax", "log_softmax", "one_hot",
-    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "layer_norm", "_norm_axis", "embedding",
+    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "pad", "layer_norm", "_norm_axis", "embedding",
     "scaled_dot_product_attention", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm",
 ]

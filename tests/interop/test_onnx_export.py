@@ -201,3 +201,36 @@ def test_broadcasts_that_onnx_does_itself_are_dropped():
     assert ops(model) == Counter({"Mul": 1, "Add": 1, "ReduceSum": 1, "Reshape": 1})  # Reshape: keepdim=False
     (y,) = run_ort(model, {"input": x})
     np.testing.assert_allclose(y, fn(lv.tensor(x)).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [13, 16])
+def test_gather_pad_cast_and_scatter_add(opset):
+    idx = np.array([[0, 2], [1, 1], [2, 0]], dtype=np.int64)
+
+    def fn(x):
+        g = x.gather(1, lv.tensor(idx))
+        p = x._pad(((0, 0), (1, 2)))  # the pad primitive
+        s = lv.zeros(3, 4).scatter_add(1, lv.tensor(idx), g)
+        return g, p, (x > 0).to(lv.float64), s
+
+    x = rand(3, 4)
+    if opset < 16:
+        with pytest.raises(UnsupportedOpError, match="scatter_add"):
+            lv.onnx.export(fn, x, opset_version=opset)
+        return
+    model = lv.onnx.export(fn, x, opset_version=opset)
+    assert {"GatherElements", "Pad", "Cast", "ScatterElements"} <= set(ops(model))
+    for got, want in zip(run_ort(model, {"input": x}), fn(lv.tensor(x))):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_functional_pad_is_one_pad_node(mode):
+    def fn(x):
+        return lv.nn.functional.pad(x, (1, 2, 2, 0), mode=mode, value=0.5) * 2.0
+
+    x = rand(2, 3, 4, 5)
+    model = lv.onnx.export(fn, x)
+    assert ops(model) == Counter({"Pad": 1, "Mul": 1})
+    (y,) = run_ort(model, {"input": x})
+    np.testing.assert_allclose(y, fn(lv.tensor(x)).numpy(), rtol=1e-6)

@@ -7,7 +7,9 @@ from lazyvic.nn.layers import (
     GELU,
     AdaptiveAvgPool2d,
     AvgPool2d,
+    BatchNorm1d,
     BatchNorm2d,
+    BatchNorm3d,
     Conv2d,
     CrossEntropyLoss,
     Dropout,
@@ -15,7 +17,9 @@ from lazyvic.nn.layers import (
     Flatten,
     Identity,
     LayerNorm,
+    LeakyReLU,
     Linear,
+    LogSoftmax,
     MaxPool2d,
     ModuleDict,
     ModuleList,
@@ -23,6 +27,8 @@ from lazyvic.nn.layers import (
     ReLU,
     Sequential,
     Sigmoid,
+    SiLU,
+    Softmax,
     Tanh,
 )
 from lazyvic.nn.module import Module, Parameter
@@ -31,5 +37,5 @@ __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Linear", "Sequential", "ReLU", "GELU", "Tanh",
     "Sigmoid", "Identity", "Flatten", "Dropout", "LayerNorm", "MSELoss", "CrossEntropyLoss", "Embedding",
     "ModuleList", "ModuleDict", "MultiheadAttention", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
-    "BatchNorm2d",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Softmax", "LogSoftmax", "LeakyReLU", "SiLU",
 ]

@@ -310,8 +310,8 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-class BatchNorm2d(Module):
-    """Batch normalization of (N, num_features, H, W) over (N, H, W) (see ``F.batch_norm``).
+class _BatchNorm(Module):
+    """Batch normalization over every axis but 1 (see ``F.batch_norm``); subclasses fix the ranks.
 
     Parameters ``weight`` (ones) and ``bias`` (zeros) when ``affine``; buffers ``running_mean``
     (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64 0) when
@@ -339,9 +339,13 @@ class BatchNorm2d(Module):
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
 
+    _ranks: tuple = ()
+    _layout: str = ""
+
     def forward(self, x: Tensor) -> Tensor:
-        if x.ndim != 4 or x.shape[1] != self.num_features:
-            raise ShapeError(f"BatchNorm2d: expected input (N, {self.num_features}, H, W), got {x.shape}")
+        if x.ndim not in self._ranks or x.shape[1] != self.num_features:
+            layout = self._layout.replace("C", str(self.num_features))
+            raise ShapeError(f"{type(self).__name__}: expected input {layout}, got {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             with autograd.no_grad():
@@ -356,6 +360,52 @@ class BatchNorm2d(Module):
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) over (N) or (N, L), as ``torch.nn.BatchNorm1d``."""
+
+    _ranks, _layout = (2, 3), "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) over (N, H, W), as ``torch.nn.BatchNorm2d``."""
+
+    _ranks, _layout = (4,), "(N, C, H, W)"
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of (N, C, D, H, W) over (N, D, H, W), as ``torch.nn.BatchNorm3d``."""
+
+    _ranks, _layout = (5,), "(N, C, D, H, W)"
+
+
+class Softmax(Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return F.log_softmax(x, self.dim)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.negative_slope)
+
+
+class SiLU(Module):
+    def forward(self, x):
+        return F.silu(x)
 
 
 class MSELoss(Module):

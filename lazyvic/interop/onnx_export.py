@@ -510,7 +510,11 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
         if mark is not None:
             attrs = mark.attrs
             if len(row) > 1:
-                others_attrs = [v[-1].marks[o].attrs for v, o in zip(variants, row[1:])]
+                others_marks = [v[-1].usable_mark(o, opset) for v, o in zip(variants, row[1:])]
+                if any(m is None or m.op_type != mark.op_type for m in others_marks):
+                    raise OnnxError(f"onnx export: {mark.op_type} in {node.scope or 'the call'} is recorded "
+                                    f"differently when a dynamic axis changes size, so that axis cannot be dynamic")
+                others_attrs = [m.attrs for m in others_marks]
                 attrs = _symbolize(attrs, others_attrs, terms_of, f"{mark.op_type} in {node.scope or 'the call'}")
             ins = [None if i is None else names[i] for i in mark.inputs]
             out = b.node(mark.op_type, ins, **attrs)
@@ -543,6 +547,7 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
             b.nodes.append(b._onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
         else:
             _rename(b, value, out_name)
+            names[t._node] = out_name
         changing = []
         for *_, rec in variants:
             other = rec.outputs[i].shape

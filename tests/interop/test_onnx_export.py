@@ -122,11 +122,12 @@ def test_tiny_gpt_matches_onnxruntime(gpt, opset):
 def test_function_with_several_inputs_and_outputs():
     def fn(a, b):
         h = (a @ b).softmax(-1)
-        return h, h.argmax(-1), a
+        return h, h.argmax(-1), a, h
 
     a, b = rand(3, 4), rand(4, 5, seed=1)
-    model = lv.onnx.export(fn, (a, b), input_names=["a", "b"], output_names=["p", "k", "a_out"])
-    p, k, a_out = run_ort(model, {"a": a, "b": b})
+    model = lv.onnx.export(fn, (a, b), input_names=["a", "b"], output_names=["p", "k", "a_out", "p_again"])
+    p, k, a_out, p_again = run_ort(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(p, p_again)
     ref = fn(lv.tensor(a), lv.tensor(b))
     np.testing.assert_allclose(p, ref[0].numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(k, ref[1].numpy())

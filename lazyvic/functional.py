@@ -12,7 +12,7 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, broadcast_shapes, cat, stack, where
+from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, band_mask, broadcast_shapes, cat, stack, where
 from lazyvic.trace.composite import mark
 
 
@@ -257,7 +257,7 @@ def _causal_mask(L: int, S: int) -> Tensor:
     One realized tensor per shape, so every step reads the same input and keeps one plan."""
     m = _causal_masks.get((L, S))
     if m is None:
-        m = _causal_masks[(L, S)] = Tensor(np.tril(np.ones((L, S), dtype=bool)))
+        m = _causal_masks[(L, S)] = band_mask(L, S)
     return m
 
 

@@ -23,7 +23,7 @@ from lazyvic import ops as optable
 from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.runtime.config import config
-from lazyvic.trace.composite import mark
+from lazyvic.trace.composite import mark, recipe
 from lazyvic.trace.node import Node, live_nodes_count, parameter_nodes
 
 
@@ -1353,7 +1353,38 @@ def arange(start, end=None, step=1, dtype=None) -> Tensor:
         raise ValueError("arange: step must be non-zero")
     is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = dt.get_dtype(dtype) if dtype is not None else (dt.int64 if is_int else dt.default_float)
-    return Tensor(np.arange(start, end, step, dtype=np.float64 if not is_int else np.int64).astype(d.np), dtype=d)
+    t = Tensor(np.arange(start, end, step, dtype=np.float64 if not is_int else np.int64).astype(d.np), dtype=d)
+    if is_int:
+        recipe(t, _arange_onnx, start=int(start), end=int(end), step=int(step), dtype=d.name)
+    return t
+
+
+def _onnx_scalar(b, value) -> str:
+    return b.node("Reshape", [b.ints([value]), b.ints([], "scalar_shape")])
+
+
+def _arange_onnx(b, names, at) -> str:
+    """ONNX Range for an integer arange whose bounds follow a dynamic axis."""
+    out = b.node("Range", [_onnx_scalar(b, at["start"]), _onnx_scalar(b, at["end"]), _onnx_scalar(b, at["step"])])
+    return out if at["dtype"] == "int64" else b.node("Cast", [out], to=b.onnx_dtype(at["dtype"]))
+
+
+def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True) -> "Tensor":
+    """(rows, cols) bool: ``j - i <= diagonal`` (lower, as ``tril``) or ``>= diagonal`` (upper).
+
+    A constant with an ONNX recipe (Range, Sub, LessOrEqual), so exports whose sizes follow a
+    dynamic axis (a causal mask over the sequence) compute it in the graph."""
+    make = np.tril if lower else np.triu
+    mask = Tensor(make(np.ones((rows, cols), dtype=bool), diagonal))
+    return recipe(mask, _band_mask_onnx, rows=rows, cols=cols, diagonal=diagonal, lower=lower)
+
+
+def _band_mask_onnx(b, names, at) -> str:
+    i = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["rows"], step=1, dtype="int64")), b.ints([1])])
+    j = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["cols"], step=1, dtype="int64")), b.ints([0])])
+    offset = b.node("Sub", [j, i])
+    diagonal = b.const(np.asarray(at["diagonal"], dtype=np.int64))
+    return b.node("LessOrEqual" if at["lower"] else "GreaterOrEqual", [offset, diagonal])
 
 
 def eye(n: int, m: int | None = None, dtype=None) -> Tensor:
@@ -1362,14 +1393,12 @@ def eye(n: int, m: int | None = None, dtype=None) -> Tensor:
 
 def tril(x: Tensor, diagonal: int = 0) -> Tensor:
     r, c = x.shape[-2:]
-    mask = Tensor(np.tril(np.ones((r, c), dtype=bool), diagonal))
-    return where(mask, x, 0 if x.dtype.category < 2 else 0.0)
+    return where(band_mask(r, c, diagonal, lower=True), x, 0 if x.dtype.category < 2 else 0.0)
 
 
 def triu(x: Tensor, diagonal: int = 0) -> Tensor:
     r, c = x.shape[-2:]
-    mask = Tensor(np.triu(np.ones((r, c), dtype=bool), diagonal))
-    return where(mask, x, 0 if x.dtype.category < 2 else 0.0)
+    return where(band_mask(r, c, diagonal, lower=False), x, 0 if x.dtype.category < 2 else 0.0)
 
 
 # ---------------------------------------------------------------- sync

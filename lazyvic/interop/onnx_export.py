@@ -53,13 +53,17 @@ class SymInt(int):
 
     It compares and computes as its example value, so op rules written for static shapes
     run unchanged; ``GraphBuilder.ints`` turns a list holding one into graph arithmetic.
+    ``affine`` is False when the recordings showed that no such form fits (a product of two
+    dynamic sizes, ``B * T``): then only a Reshape target can hold it, as its -1 entry.
     """
 
     terms: tuple  # ((graph input name, axis, example size, k), ...)
+    affine: bool
+    where: str
 
-    def __new__(cls, value: int, terms: tuple):
+    def __new__(cls, value: int, info: tuple):
         self = super().__new__(cls, value)
-        self.terms = terms
+        self.terms, self.affine, self.where = info
         return self
 
 
@@ -101,7 +105,8 @@ class GraphBuilder:
         self._names.add(name)
 
     def set_info(self, name: str, shape: tuple, dtype) -> None:
-        self._info[name] = (tuple(int(d) for d in shape), dtype if isinstance(dtype, str) else dtype.name)
+        """Record a value's shape (ints, or SymInts for sizes that follow dynamic axes) and dtype."""
+        self._info[name] = (tuple(shape), dtype if isinstance(dtype, str) else dtype.name)
 
     def shape_of(self, name: str) -> tuple:
         """Shape of a value made from a lazyvic node (or a constant)."""
@@ -163,6 +168,9 @@ class GraphBuilder:
             if not isinstance(v, SymInt):
                 parts.append(self.const(np.asarray([int(v)], dtype=np.int64), hint))
                 continue
+            if not v.affine:
+                raise OnnxError(f"onnx export: {v.where} = {int(v)} is not an affine function of the dynamic axis "
+                                f"sizes (a product of two of them?), so those axes cannot all be dynamic")
             offset = int(v) - sum(k * size for _, _, size, k in v.terms)
             total = None
             for input_name, axis, _, k in v.terms:
@@ -232,6 +240,8 @@ class _Recording:
 
     def usable_mark(self, node, opset: int):
         m = self.marks.get(node)
+        if m is None and node.op == "buffer":
+            m = composite.recipe_of(node)
         return m if m is not None and opset >= m.min_opset else None
 
 
@@ -393,30 +403,7 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     inputs = tuple(resized)
     try:
         base = _Recording(model_or_fn, inputs)
-        variants = []  # (input name, axis, example size, other size, recording)
-        for name, axes in dyn.items():
-            if name not in in_names:
-                continue
-            i = in_names.index(name)
-            for axis in sorted(axes):
-                size = inputs[i].shape[axis]
-                # One size larger (sizes of 1 take other paths: broadcasts, skipped reshapes); one
-                # smaller where larger is refused (a sequence already at a model's block size).
-                for other in (size + 1, size - 1):
-                    changed = list(inputs)
-                    shape = list(inputs[i].shape)
-                    shape[axis] = other
-                    changed[i] = Tensor(np.zeros(shape, dtype=inputs[i].dtype.np))  # a buffer: no sync needed
-                    try:
-                        rec = _Recording(model_or_fn, tuple(changed))
-                        break
-                    except OnnxError:
-                        raise
-                    except Exception as e:
-                        if other == size - 1 or size - 1 < 2:
-                            raise OnnxError(f"onnx export: the call fails when axis {axis} of {name!r} has size "
-                                            f"{other} instead of {size}, so that axis cannot be dynamic: {e}") from e
-                variants.append((name, axis, size, other, rec))
+        variants = _record_variants(model_or_fn, inputs, in_names, dyn)
     finally:
         if was_training:
             model_or_fn.train()
@@ -457,6 +444,50 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     return model
 
 
+def _with_size(inputs: tuple, i: int, axis: int, size: int) -> tuple:
+    from lazyvic.tensor import Tensor
+
+    changed = list(inputs)
+    shape = list(inputs[i].shape)
+    shape[axis] = size
+    changed[i] = Tensor(np.zeros(shape, dtype=inputs[i].dtype.np))  # a buffer: no sync needed
+    return tuple(changed)
+
+
+def _record_variants(fn, inputs: tuple, in_names: list, dyn: dict) -> list:
+    """One recording per dynamic axis, with that axis one size larger (one smaller where the call
+    refuses larger: a sequence already at a model's block size), as ``(input name, axis, example
+    size, other size, recording)``; with several axes, a last ``(None, ..., recording)`` with every
+    axis changed at once, which checks that the sizes combine affinely."""
+    variants, joint = [], inputs
+    for name, axes in dyn.items():
+        if name not in in_names:
+            continue
+        i = in_names.index(name)
+        for axis in sorted(axes):
+            size = inputs[i].shape[axis]
+            for other in (size + 1, size - 1):
+                try:
+                    rec = _Recording(fn, _with_size(inputs, i, axis, other))
+                    break
+                except OnnxError:
+                    raise
+                except Exception as e:
+                    if other == size - 1 or size - 1 < 2:
+                        raise OnnxError(f"onnx export: the call fails when axis {axis} of {name!r} has size "
+                                        f"{other} instead of {size}, so that axis cannot be dynamic: {e}") from e
+            variants.append((name, axis, size, other, rec))
+            joint = _with_size(joint, i, axis, other)
+    if len(variants) > 1:
+        try:
+            variants.append((None, None, None, None, _Recording(fn, joint)))
+        except OnnxError:
+            raise
+        except Exception as e:
+            raise OnnxError(f"onnx export: the call fails when every dynamic axis changes size at once: {e}") from e
+    return variants
+
+
 def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_names: list, out_names: list,
           param_names: dict, opset: int) -> list:
     """Write the nodes of ``base`` into ``b``; returns (shape, dtype name, changing axes) per output."""
@@ -464,24 +495,31 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
     others = [_order(v[-1], opset) for v in variants]
     for (name, axis, *_), o in zip(variants, others):
         if len(o) != len(order) or any(x.op != y.op for x, y in zip(order, o)):
-            raise OnnxError(f"onnx export: the recorded graph changes structure when axis {axis} of {name!r} "
-                            f"changes size, so that axis cannot be dynamic")
+            what = f"axis {axis} of {name!r} changes size" if name else "every dynamic axis changes size at once"
+            raise OnnxError(f"onnx export: the recorded graph changes structure when {what}, so it cannot be "
+                            f"exported with those axes dynamic")
     rows = list(zip(order, *others)) if others else [(n,) for n in order]
 
     def terms_of(value, other_values, where):
-        terms = []
+        terms, affine, joint = [], True, None
         for (name, axis, size, other, _), v in zip(variants, other_values):
-            if v != value:
+            if name is None:
+                joint = v  # the recording with every axis changed
+            elif v != value:
                 k, rem = divmod(v - value, other - size)
-                if rem:
-                    raise OnnxError(f"onnx export: {where} = {value} is not an integer multiple of the dynamic "
-                                    f"axis {axis} of {name!r} ({v} at size {other})")
-                terms.append((name, axis, size, k))
-        return tuple(terms)
+                affine &= rem == 0
+                terms.append((name, axis, size, k, other))
+        if joint is not None:
+            affine &= joint == value + sum(k * (other - size) for _, _, size, k, other in terms)
+        return tuple(t[:4] for t in terms), affine, where
 
-    for name, t in zip(in_names, inputs):
+    for k, (name, t) in enumerate(zip(in_names, inputs)):
         b.claim(name)
-        b.set_info(name, t.shape, t.dtype)
+        shape = t.shape
+        if variants:
+            others = [v[-1].inputs[k].shape for v in variants]
+            shape = _symbolize(shape, others, terms_of, f"input {name!r} shape")
+        b.set_info(name, shape, t.dtype)
     names: dict = {}  # node -> value name
     input_of = {t._node: n for t, n in zip(inputs, in_names)}
     unsupported: dict = {}
@@ -491,11 +529,12 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
         if node in input_of:
             names[node] = input_of[node]
             continue
-        if node.op == "buffer":
+        changing = len(row) > 1 and any(o.shape != node.shape for o in row[1:])
+        if node.op == "buffer" and not (changing and base.usable_mark(node, opset)):
             if node in param_names:
                 names[node] = b.const(node.data, name=param_names[node])
             else:
-                if len(row) > 1 and any(o.shape != node.shape for o in row[1:]):
+                if changing:
                     raise OnnxError(f"onnx export: a constant of shape {node.shape} used in "
                                     f"{node.scope or 'the call'} changes shape with a dynamic axis")
                 names[node] = b.const(node.data, "const")
@@ -517,7 +556,7 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
                 others_attrs = [m.attrs for m in others_marks]
                 attrs = _symbolize(attrs, others_attrs, terms_of, f"{mark.op_type} in {node.scope or 'the call'}")
             ins = [None if i is None else names[i] for i in mark.inputs]
-            out = b.node(mark.op_type, ins, **attrs)
+            out = mark.op_type(b, ins, attrs) if callable(mark.op_type) else b.node(mark.op_type, ins, **attrs)
         else:
             rule = OPS[node.op].onnx
             attrs, shape = dict(node.attrs), node.shape
@@ -529,7 +568,10 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
             if out is None:  # listed at the end; a stand-in name lets the walk find every other one
                 unsupported.setdefault(node.op, []).append(node.scope or "(top level)")
                 out = f"unsupported/{node.op}_{len(names)}"
-        b.set_info(out, node.shape, node.dtype)
+        shape = node.shape
+        if len(row) > 1:
+            shape = _symbolize(shape, [o.shape for o in row[1:]], terms_of, f"{node.op} shape")
+        b.set_info(out, shape, node.dtype)
         names[node] = out
     if unsupported:
         listed = "; ".join(f"{op} (in {', '.join(sorted(set(where)))})" for op, where in sorted(unsupported.items()))
@@ -567,7 +609,7 @@ def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
     lazyvic's elementwise primitives take equal shapes, so a bias add records reshape (N,) ->
     (1, N), expand -> (M, N), add. ONNX's Add broadcasts by itself: where every consumer's
     output shape stays the same with the un-expanded input, the Expand (then the Reshape) is
-    dropped, and so are the constants nothing uses any more.
+    dropped, and so are the nodes and constants nothing uses any more.
     """
     consts = {t.name: t for t in b.initializers}
     changed = True
@@ -578,7 +620,9 @@ def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
             for i in n.input:
                 users.setdefault(i, []).append(n)
         for n in b.nodes:
-            if n.op_type not in ("Expand", "Reshape") or n.input[1] not in consts or n.output[0] in outputs:
+            if n.op_type not in ("Expand", "Reshape") or n.output[0] in outputs:
+                continue
+            if n.op_type == "Reshape" and n.input[1] not in consts:
                 continue
             src, out = n.input[0], n.output[0]
             if src not in b._info or out not in b._info or not users.get(out):
@@ -592,7 +636,12 @@ def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
                 b.nodes.remove(n)
                 changed = True
                 break
-    used = {i for n in b.nodes for i in n.input} | outputs
+    while True:  # nodes (shape arithmetic for a dropped Expand) and constants nothing reads any more
+        used = {i for n in b.nodes for i in n.input} | outputs
+        live = [n for n in b.nodes if any(o in used for o in n.output)]
+        if len(live) == len(b.nodes):
+            break
+        b.nodes[:] = live
     b.initializers[:] = [t for t in b.initializers if t.name in used]
 
 
@@ -603,10 +652,25 @@ def _broadcast_unchanged(b: GraphBuilder, consumer, old: str, new: str) -> bool:
     if any(i not in b._info for i in consumer.input):
         return False
     shapes = [b.shape_of(new if i == old else i) for i in consumer.input]
-    try:
-        return tuple(np.broadcast_shapes(*shapes)) == b.shape_of(consumer.output[0])
-    except ValueError:
-        return False
+    return _broadcast(shapes) == _sym_key(b.shape_of(consumer.output[0]))
+
+
+def _sym_key(shape) -> tuple:
+    """A shape with each size that follows dynamic axes told apart by its terms."""
+    return tuple((int(d), d.terms if isinstance(d, SymInt) else ()) for d in shape)
+
+
+def _broadcast(shapes: list):
+    """NumPy broadcasting of shapes that may hold SymInts; None where sizes may disagree."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = {k for s in shapes for k in _sym_key(s[len(s) - rank + axis:][:1]) if len(s) - rank + axis >= 0}
+        big = {d for d in dims if d != (1, ())}
+        if len(big) > 1:
+            return None
+        out.append(big.pop() if big else (1, ()))
+    return tuple(out)
 
 
 def _rename(b: GraphBuilder, old: str, new: str) -> None:

@@ -11,10 +11,14 @@ its key.
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 _marks: dict | None = None  # Node -> Composite while an export records, else None
+# Constants that depend only on sizes (arange, causal masks), with the ONNX nodes that compute
+# them from those sizes; an export with dynamic axes uses them. Weak: a dropped constant goes.
+_recipes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,9 @@ class Composite:
     """One ONNX node that computes a marked result.
 
     Attributes:
-        op_type: the ONNX operator, e.g. ``"Conv"``.
+        op_type: the ONNX operator, e.g. ``"Conv"``; or a function ``(builder, input names,
+            attrs) -> output name`` that emits several nodes (returning None writes the
+            primitives, or the constant, instead).
         inputs: the Nodes of its inputs in ONNX order; None for an omitted optional input.
         attrs: the ONNX attributes.
         min_opset: the first opset that has the operator with these semantics; below it the
@@ -43,6 +49,19 @@ def mark(result, op_type: str, inputs: tuple, min_opset: int = 1, **attrs):
         if result._node not in nodes:  # a composite that was the identity (e.g. pooling 1x1 to 1x1)
             _marks[result._node] = Composite(op_type, nodes, dict(attrs), min_opset)
     return result
+
+
+def recipe(constant, emit, **attrs):
+    """Record that the realized Tensor ``constant`` is ``emit(builder, [], attrs)`` in an ONNX graph,
+    where ``attrs`` are the sizes it was built from; returns ``constant``. Exports with dynamic
+    axes write the recipe when those sizes change with an axis, and the constant otherwise."""
+    _recipes[constant._node] = Composite(emit, (), dict(attrs))
+    return constant
+
+
+def recipe_of(node):
+    """The recipe recorded for a constant's node, or None."""
+    return _recipes.get(node)
 
 
 def active() -> bool:

@@ -466,23 +466,21 @@ def _record_variants(fn, inputs: tuple, in_names: list, dyn: dict) -> list:
         i = in_names.index(name)
         for axis in sorted(axes):
             size = inputs[i].shape[axis]
-            for other in (size + 1, size - 1):
+            rec, error = None, None
+            for other in (size + 1, size - 1) if size > 2 else (size + 1,):
                 try:
                     rec = _Recording(fn, _with_size(inputs, i, axis, other))
                     break
-                except OnnxError:
-                    raise
-                except Exception as e:
-                    if other == size - 1 or size - 1 < 2:
-                        raise OnnxError(f"onnx export: the call fails when axis {axis} of {name!r} has size "
-                                        f"{other} instead of {size}, so that axis cannot be dynamic: {e}") from e
+                except Exception as e:  # the call refuses that size (a fixed ONNX input, a block size)
+                    error = e
+            if rec is None:
+                raise OnnxError(f"onnx export: axis {axis} of {name!r} cannot be dynamic: the call fails when it "
+                                f"has size {other} instead of {size}: {error}") from error
             variants.append((name, axis, size, other, rec))
             joint = _with_size(joint, i, axis, other)
     if len(variants) > 1:
         try:
             variants.append((None, None, None, None, _Recording(fn, joint)))
-        except OnnxError:
-            raise
         except Exception as e:
             raise OnnxError(f"onnx export: the call fails when every dynamic axis changes size at once: {e}") from e
     return variants

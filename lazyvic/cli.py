@@ -2,6 +2,13 @@
 
     lazyvic explain SCRIPT.py [args ...]          run a script under lazyvic.explain, print the report
     lazyvic viz SCRIPT.py [args ...] --out DIR    draw the plans a script runs (lazyvic.tools.viz)
+    lazyvic onnx check MODEL.onnx                 opset, inputs/outputs, op histogram, what lazyvic supports
+    lazyvic onnx run MODEL.onnx --input NAME=FILE.npy ... [--output OUT.npz] [--compare-ort]
+    lazyvic onnx convert MODEL.onnx OUT.safetensors            import, save in lazyvic format v1
+    lazyvic onnx export MODULE:FACTORY OUT.onnx --input-shape 1,3,32,32 [...]
+
+Errors (a missing file, an invalid model, a bad ``--input``) print one line on stderr and exit
+with status 1 (2 for command-line usage errors, as argparse does).
 
 ``python -m lazyvic.cli`` works the same where the console script is not installed.
 """
@@ -57,6 +64,8 @@ def _viz(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from lazyvic.tools import onnx_cli
+
     parser = argparse.ArgumentParser(prog="lazyvic", description="Look inside lazyvic programs.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("explain", help="run a script under lazyvic.explain and print the report")
@@ -68,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.set_defaults(func=_viz)
+    onnx_cli.add_parser(sub)
     return parser
 
 

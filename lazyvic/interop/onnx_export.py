@@ -87,6 +87,7 @@ class GraphBuilder:
         self._names: set = set()
         self._counter = count()
         self._consts: dict = {}  # (dtype, shape, bytes) -> name, for small constants
+        self.constants: dict = {}  # value name -> array, for initializers and Constant nodes
         self._dims: dict = {}  # (input name, axis) -> name of its size as a 1-element int64 tensor
 
     # -- names and value info ---------------------------------------------------------------
@@ -133,8 +134,11 @@ class GraphBuilder:
         return name
 
     def const(self, array, hint: str = "const", name: str | None = None) -> str:
-        """An initializer holding ``array`` (small ones are shared by value)."""
+        """A constant: an initializer when ``name`` is given (parameters and buffers, by state_dict
+        key), else a ``Constant`` node, so importers do not take it for a trainable weight (small
+        ones are shared by value)."""
         array = np.ascontiguousarray(array)
+        named = name is not None
         key = None
         if name is None and array.size <= 64:
             key = (array.dtype.str, array.shape, array.tobytes())
@@ -146,7 +150,12 @@ class GraphBuilder:
             self.scope = saved
         else:
             self.claim(name)
-        self.initializers.append(self._onnx.numpy_helper.from_array(array, name))
+        tensor = self._onnx.numpy_helper.from_array(array, name)
+        if named:
+            self.initializers.append(tensor)
+        else:
+            self.nodes.append(self._onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        self.constants[name] = array
         self.set_info(name, array.shape, dt.get_dtype(array.dtype).name)
         if key is not None:
             self._consts[key] = name
@@ -336,7 +345,7 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     Args:
         model_or_fn: an ``nn.Module`` (exported in evaluation mode, then put back in its mode) or a
             function of Tensors. Its parameters and buffers become initializers named by their
-            ``state_dict()`` keys; other constants it uses are written as initializers too.
+            ``state_dict()`` keys; other constants it uses are written as ``Constant`` nodes.
         example_inputs: a Tensor or NumPy array, or a tuple/list of them: the call is recorded on
             these (without running anything), so their shapes and dtypes fix the graph's.
         path: file to write (``str`` or ``os.PathLike``); written to a temporary file in the same
@@ -581,7 +590,7 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
     result = []
     for i, (t, out_name) in enumerate(zip(base.outputs, out_names)):
         value = names[t._node]
-        if value in in_names or value in out_names[:i] or any(init.name == value for init in b.initializers) or (
+        if value in in_names or value in out_names[:i] or value in b.constants or (
                 value in out_names and out_names.index(value) != i):
             b.claim(out_name)
             b.nodes.append(b._onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
@@ -609,7 +618,7 @@ def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
     output shape stays the same with the un-expanded input, the Expand (then the Reshape) is
     dropped, and so are the nodes and constants nothing uses any more.
     """
-    consts = {t.name: t for t in b.initializers}
+    consts = b.constants
     changed = True
     while changed:
         changed = False

@@ -292,6 +292,32 @@ def _():
     return lv.tensor(a) @ lv.tensor(b), (a.astype(np.float64) @ b).astype(np.float32)
 
 
+@_case("conv2d")
+def _():
+    # Loops over the definition (cross-correlation), padding 1 and stride 2 and 2 groups.
+    x, w = _f32(2, 4, 5, 6, seed=1), _f32(6, 2, 3, 3, seed=2)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((2, 6, 3, 3))
+    for n, o, p, q in np.ndindex(out.shape):
+        c0 = (o // 3) * 2
+        out[n, o, p, q] = (xp[n, c0 : c0 + 2, 2 * p : 2 * p + 3, 2 * q : 2 * q + 3] * w[o]).sum()
+    return F.conv2d(lv.tensor(x), lv.tensor(w), stride=2, padding=1, groups=2), out.astype(np.float32)
+
+
+@_case("max_pool2d")
+def _():
+    # Loops over the definition: 3x3 windows, stride 2, padding 1 (padding never wins).
+    x = _f32(2, 3, 5, 6, seed=3)
+    out = np.full((2, 3, 3, 3), -np.inf, dtype=np.float32)
+    for n, c, p, q in np.ndindex(out.shape):
+        for i in range(3):
+            for j in range(3):
+                h, w = 2 * p + i - 1, 2 * q + j - 1
+                if 0 <= h < 5 and 0 <= w < 6:
+                    out[n, c, p, q] = max(out[n, c, p, q], x[n, c, h, w])
+    return F.max_pool2d(lv.tensor(x), 3, 2, 1), out
+
+
 @_case("gather")
 def _():
     a = _f32(2, 3)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from lazyvic import ops as optable
 
-LIBRARY_KINDS = ("matmul", "scatter", "random")
+LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random")
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,9 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     # absorbing a reduction changes only the reach of nodes below it, so the decisions
     # already taken for the reductions above stay valid, and the reach is updated in place.
     fixed = set(outputs) | set(forced)
+    # A library op (matmul, conv2d) reads its operands' buffers: a reduction under one may
+    # not become a kernel's stage, even when a kernel is its only other reader.
+    fixed |= {movement_base(entries, j) for i in range(len(entries)) if is_library(entries, i) for j in entries[i][2]}
     r = reach(entries, m, _roots(entries, m, chain), stages_of)
     for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
         users = set()

@@ -2,7 +2,9 @@
 
 A plan is a sequence of steps over an environment of arrays indexed by entry
 position: :class:`KernelStep` calls a generated Numba kernel,
-:class:`MatmulStep` calls BLAS through NumPy's matmul into a pooled buffer, and
+:class:`MatmulStep` calls BLAS through NumPy's matmul into a pooled buffer,
+:class:`ConvStep` copies im2col columns and calls BLAS (a conv2d), :class:`PoolStep`
+runs a max_pool2d kernel, and
 :class:`ReferenceStep` runs an op's NumPy reference (ops with no kernel yet:
 these are the plan's reported fallbacks).
 """
@@ -19,6 +21,11 @@ from lazyvic.errors import IndexError as LIndexError
 # Products below this many flops run on one BLAS thread in plans with parallel kernels
 # (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
 SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
+# Plans with convolutions whose products are all below this many flops run BLAS on one
+# thread even without parallel kernels: at ResNet-18 batch 1 (products of at most 1.2e6
+# flops) two OpenBLAS threads gained nothing on a quiet machine and, with another process
+# busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
+SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
 
 
 @dataclass
@@ -70,6 +77,95 @@ class MatmulStep:
 
     def __call__(self, env, flat, scalars):
         np.matmul(_view(env, scalars, self.a), _view(env, scalars, self.b), out=env[self.out])
+
+
+@dataclass
+class ConvStep:
+    """conv2d (ops/conv.py): zero padding and im2col over the live kernel taps into scratch
+    buffers (Numba kernels, lowering/im2col.py), then one BLAS product (``ops.conv.conv_gemm``,
+    shared with the NumPy reference, so both round alike).
+
+    The scratch buffers (columns, product, padded input) belong to the step, made on its
+    first run and kept with the plan: plans run one at a time. They are outside the memory
+    plan's accounting (the columns are C*T times the output's spatial size per image)."""
+
+    name: str
+    out: int
+    x: tuple  # operand chains, as MatmulStep's
+    w: tuple
+    attrs: dict
+    im2col: object  # lowering.im2col.im2col
+    pad_into: object  # lowering.im2col.pad_into
+    gemm: object  # ops.conv.conv_gemm
+    taps: object  # ops.conv.taps
+    tap_weights: object  # ops.conv.tap_weights
+    images_per_chunk: object  # ops.conv.images_per_chunk
+    k: int = 0  # inner dimension of the product (for the plan's BLAS policy)
+    scratch: list = field(default=None, repr=False)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c[1] for c in (self.x, self.w) if c[0] == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        x = np.ascontiguousarray(_view(env, scalars, self.x))
+        w = _view(env, scalars, self.w)
+        out = env[self.out]
+        n, o, oh, ow = out.shape
+        at = self.attrs
+        (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+        if self.scratch is None:
+            rows, cols = self.taps(x.shape, w.shape, at, (oh, ow))
+            # The live taps may read inside x only (1x1 inputs, stride-2 1x1 convolutions):
+            # then im2col reads x itself, at offsets shifted by the padding.
+            inside = (rows[0] * dh - pt >= 0 and rows[-1] * dh + (oh - 1) * sh - pt < x.shape[2]
+                      and cols[0] * dw - pl >= 0 and cols[-1] * dw + (ow - 1) * sw - pl < x.shape[3])
+            if inside:
+                wp, shift, padded = x.shape[3], pt * x.shape[3] + pl, None
+            else:
+                wp, shift = x.shape[3] + pl + pr, 0
+                padded = np.zeros((n, x.shape[1], x.shape[2] + pt + pb, wp), dtype=out.dtype)
+            offsets = np.array([i * dh * wp + j * dw - shift for i in rows for j in cols], dtype=np.int64)
+            r, per_image = x.shape[1] * offsets.size, oh * ow
+            step = self.images_per_chunk(n, r, per_image, out.dtype.itemsize)
+            self.scratch = [np.empty(r * step * per_image, dtype=out.dtype),
+                            np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
+                            padded, offsets, rows, cols, step, r]
+        cols_flat, prod_flat, padded, offsets, tap_rows, tap_cols, step, r = self.scratch
+        if padded is not None:
+            self.pad_into(x, padded, pt, pl)  # the border stays zero from the allocation
+            x = padded
+        w = self.tap_weights(w, tap_rows, tap_cols)
+        for n0 in range(0, n, step):
+            m = (min(n, n0 + step) - n0) * oh * ow
+            cols = cols_flat[: r * m].reshape(r, m)
+            self.im2col(x[n0 : n0 + step], cols, offsets, sh, sw, oh, ow)
+            prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
+            self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
+
+
+@dataclass
+class PoolStep:
+    """max_pool2d (ops/pool.py): one Numba kernel (lowering/pool_kernels.py) over the
+    materialized input."""
+
+    name: str
+    out: int
+    x: tuple  # operand chain, as MatmulStep's
+    attrs: dict
+    kernel: object
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return (self.x[1],) if self.x[0] == "buffer" else ()
+
+    def __call__(self, env, flat, scalars):
+        (kh, kw), (sh, sw), (ph, pw) = self.attrs["kernel"], self.attrs["stride"], self.attrs["padding"]
+        self.kernel(np.ascontiguousarray(_view(env, scalars, self.x)), env[self.out], kh, kw, sh, sw, ph, pw)
 
 
 @dataclass
@@ -177,9 +273,12 @@ class Plan:
         Plans whose products are large keep multithreaded BLAS, where its speed-up is
         worth more than the contention costs.
         """
+        flops = [2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps
+                 if isinstance(s, (MatmulStep, ConvStep))]
+        if any(isinstance(s, ConvStep) for s in self.steps) and flops and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS:
+            return True
         if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
             return False
-        flops = [2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps if isinstance(s, MatmulStep)]
         return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
 
     @property

@@ -81,4 +81,4 @@ def get(name: str) -> OpDef:
 
 
 # Registration happens on import of each family.
-from lazyvic.ops import elementwise, index, matmul, movement, reduce, source  # noqa: E402,F401
+from lazyvic.ops import conv, elementwise, index, matmul, movement, pool, reduce, source  # noqa: E402,F401

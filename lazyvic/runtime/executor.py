@@ -82,7 +82,7 @@ def _execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     entries = plan.entries
     for kind, pos, dtype in plan.outputs:
         if kind == "buffer" and env[pos] is None:
-            a = take(entries[pos][3], dtype.np, entries[pos][0] == "matmul")
+            a = take(entries[pos][3], dtype.np, entries[pos][0] in ("matmul", "conv2d"))  # BLAS writes them
             env[pos] = a
             flat[pos] = a.reshape(-1)
     if debug >= 4:

@@ -114,6 +114,96 @@ def test_conv2d_shape_errors_name_the_op_and_shapes():
         F.conv2d(lazyvic.zeros(4, 7, 7), lazyvic.zeros(6, 4, 3, 3))
 
 
+def _conv_case(seed=5):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((3, 4, 9, 7)).astype(np.float32), rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_conv2d_is_one_primitive_with_the_same_bits_interpreted_and_compiled(mode):
+    """conv2d records one conv2d node (no im2col of slices); the interpreter and the compiled
+    step (im2col kernel + the same BLAS call) give the same bits, run after run."""
+    from _oracle import pending_ops
+
+    x, w = _conv_case()
+    kwargs = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    y = F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), **kwargs)
+    assert "conv2d" in pending_ops(y) and not pending_ops(y) & {"slice", "pad", "matmul"}
+    first = y.numpy()
+    expected = F.conv2d(lazyvic.tensor(x.astype(np.float64)), lazyvic.tensor(w.astype(np.float64)), **kwargs)
+    np.testing.assert_allclose(first, expected.numpy(), rtol=1e-5, atol=1e-5)
+    for _ in range(2):  # hot mode's second run is compiled; bits must not change
+        np.testing.assert_array_equal(F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), **kwargs).numpy(), first)
+    from lazyvic.ops.conv import _reference
+
+    at = dict(stride=(2, 1), padding=(1, 1, 2, 2), dilation=(1, 2), groups=2)
+    np.testing.assert_array_equal(_reference([x, w], at), first)
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_conv2d_leaves_out_taps_that_read_only_padding(mode):
+    """On a 1x1 input a padded 3x3 convolution reads the input through its centre tap only
+    (ResNet-18's last stage at 32x32): the other taps are left out of the product."""
+    from lazyvic.ops.conv import taps
+
+    assert taps((2, 4, 1, 1), (5, 4, 3, 3), dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1)),
+                (1, 1)) == ([1], [1])
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 4, 1, 1)), rng.standard_normal((5, 4, 3, 3))
+    xt, wt = lazyvic.tensor(x, requires_grad=True), lazyvic.tensor(w, requires_grad=True)
+    y = F.conv2d(xt, wt, padding=1)
+    np.testing.assert_allclose(y.numpy()[:, :, 0, 0], x[:, :, 0, 0] @ w[:, :, 1, 1].T, rtol=1e-12)
+    (y * 2.0).sum().backward()
+    grad_w = np.zeros_like(w)
+    grad_w[:, :, 1, 1] = 2 * x[:, :, 0, 0].sum(0)
+    np.testing.assert_allclose(wt.grad.numpy(), grad_w, rtol=1e-12)
+    np.testing.assert_allclose(xt.grad.numpy()[:, :, 0, 0], np.tile(2 * w[:, :, 1, 1].sum(0), (2, 1)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_conv2d_large_column_matrices_are_built_in_chunks_of_images(mode, monkeypatch):
+    """Above CHUNK_BYTES the im2col matrix and its product go CHUNK_COLUMNS columns (whole images)
+    at a time: 2 images per chunk here, the last chunk 1; the same values and, interpreted or
+    compiled, the same bits."""
+    from lazyvic.ops import conv
+
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 0)
+    monkeypatch.setattr(conv, "CHUNK_COLUMNS", 2 * 6 * 5)
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((5, 3, 6, 5)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    assert conv.images_per_chunk(5, 27, 30, 4) == 2
+    got = F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), padding=1).numpy()
+    for _ in range(2):
+        np.testing.assert_array_equal(F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), padding=1).numpy(), got)
+    at = dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    np.testing.assert_array_equal(conv._reference([x, w], at), got)
+    expected = F.conv2d(lazyvic.tensor(x, dtype=lazyvic.float64), lazyvic.tensor(w, dtype=lazyvic.float64), padding=1)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["always"], indirect=True)
+def test_conv2d_gradients_compiled_match_the_interpreter(mode):
+    """The VJP (conv2d of the dilated, padded gradient by the flipped weight; conv2d of the
+    input by the gradient) through the compiler, against the interpreter in float64."""
+    x, w = _conv_case(6)
+    g = np.random.default_rng(7).standard_normal((3, 6, 5, 3))
+    kwargs = dict(stride=2, padding=(1, 0), dilation=(1, 2), groups=2)
+
+    def grads(dtype, how):
+        prev = lazyvic.runtime.config.config.compile
+        lazyvic.runtime.config.config.compile = how
+        try:
+            xt = lazyvic.tensor(x, dtype=dtype, requires_grad=True)
+            wt = lazyvic.tensor(w, dtype=dtype, requires_grad=True)
+            (F.conv2d(xt, wt, **kwargs) * lazyvic.tensor(g, dtype=dtype)).sum().backward()
+            return xt.grad.numpy(), wt.grad.numpy()
+        finally:
+            lazyvic.runtime.config.config.compile = prev
+
+    for got, want in zip(grads(lazyvic.float32, "always"), grads(lazyvic.float64, "never")):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 # ================================================================= pooling
 @pytest.mark.parametrize("case, mode", _cases(SPEC["pool"]), indirect=["mode"])
 def test_pool_output_and_gradient_match_torch(ref, case, mode):
@@ -133,6 +223,35 @@ def test_pool_modules_match_the_functions(ref):
     _assert_close(nn.AvgPool2d(2)(x), ref["avg_k2.out"], "AvgPool2d")
     _assert_close(nn.AdaptiveAvgPool2d((3, 2))(x), ref["adaptive_3x2.out"], "AdaptiveAvgPool2d")
     _assert_close(nn.AdaptiveAvgPool2d(1)(x), ref["x"].mean((2, 3), keepdims=True), "global average")
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_max_pool2d_without_gradient_gives_the_same_bits(ref, mode):
+    """Without autograd max_pool2d is a chain of maximum over the windows (no stack): the same
+    values as the stack/amax form that autograd uses (a maximum rounds nothing)."""
+    x = lazyvic.tensor(ref["x"], requires_grad=True)
+    with_grad = F.max_pool2d(x, 3, 2, 1)
+    with lazyvic.no_grad():
+        without = F.max_pool2d(x, 3, 2, 1)
+    np.testing.assert_array_equal(without.numpy(), with_grad.numpy())
+    np.testing.assert_array_equal(F.max_pool2d(lazyvic.tensor(ref["x"]), 2).numpy(),
+                                  F.max_pool2d(x, 2).numpy())
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_max_pool2d_splits_the_gradient_between_tied_maxima(mode):
+    """max_pool2d is one primitive; its VJP splits a window's gradient evenly between tied maxima
+    (amax's rule), and overlapping windows add up."""
+    from _oracle import pending_ops
+
+    a = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 3.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    x = lazyvic.tensor(a.reshape(1, 1, 3, 4), requires_grad=True)
+    y = F.max_pool2d(x, (2, 2), stride=(1, 2), padding=0)
+    assert "max_pool2d" in pending_ops(y)
+    y.sum().backward()
+    np.testing.assert_array_equal(y.numpy()[0, 0], [[3, 3], [3, 3]])
+    grad = np.array([[0, 0.5, 0.5, 0], [0, 1.5, 0, 1.5], [0, 0, 0, 0]])
+    np.testing.assert_allclose(x.grad.numpy()[0, 0], grad)
 
 
 _P = np.random.default_rng(4).permutation(2 * 5 * 5).reshape(1, 2, 5, 5) / 10.0  # distinct: no ties in max

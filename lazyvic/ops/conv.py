@@ -1,0 +1,242 @@
+"""2-D convolution (cross-correlation), NCHW, as one primitive.
+
+    conv2d(x, w; stride, padding, dilation, groups)
+        x (N, C, H, W), w (O, C/groups, kH, kW) -> (N, O, oH, oW)
+        padding (top, bottom, left, right): zeros around x (asymmetric: the input VJP needs it)
+        oH = (H + top + bottom - dH*(kH-1) - 1) // sH + 1, likewise oW
+
+It stays a primitive (DESIGN.md: matmul and conv lower to library calls). The front end
+(``functional.conv2d``) adds the bias as an elementwise op, so it fuses into the epilogue
+kernel with the batch norm and activation after it.
+
+Both the reference and the compiled step (``lowering/plan.ConvStep``) compute the same
+im2col matrix ``cols (C*T, N*oH*oW)`` over the T kernel taps that read some input (``taps``)
+and the same BLAS product ``w (G, O/G, Cg*T) @ cols (G, Cg*T, N*oH*oW)`` with ``conv_gemm``
+below, so an interpreted and a compiled run give the same bits; only the im2col copy
+differs (NumPy views here, a Numba kernel there).
+
+The VJP is written with conv2d itself, as XLA does: the input gradient is a transposed
+convolution (the output gradient with zeros inserted between its elements by the stride,
+padded, convolved with the flipped weight whose in/out channels are swapped), and the
+weight gradient is a convolution of the input (channels as the batch) by the output
+gradient (as the kernel), stride and dilation swapped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops import OpDef, register
+
+
+def out_size(size: int, kernel: int, stride: int, before: int, after: int, dilation: int) -> int:
+    return (size + before + after - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _infer(shapes, dtypes, at):
+    xs, ws = shapes
+    if len(xs) != 4 or len(ws) != 4:
+        raise ShapeError(f"conv2d: expected input (N, C, H, W) and weight (O, C/groups, kH, kW), got {xs} and {ws}")
+    g = at["groups"]
+    if g < 1 or xs[1] != ws[1] * g or ws[0] % g:
+        raise ShapeError(f"conv2d: input {xs} and weight {ws} do not fit groups={g}")
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    if min(sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0:
+        raise ShapeError(f"conv2d: invalid stride {at['stride']}, padding {at['padding']} or dilation {at['dilation']}")
+    oh = out_size(xs[2], ws[2], sh, pt, pb, dh)
+    ow = out_size(xs[3], ws[3], sw, pl, pr, dw)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"conv2d: kernel {ws[2:]} (dilation {at['dilation']}) larger than the padded input "
+                         f"{xs} (padding {at['padding']})")
+    if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
+        raise DTypeError(f"conv2d: expected equal floating-point dtypes, got {dtypes[0].name} and {dtypes[1].name}")
+    return (xs[0], ws[0], oh, ow), dtypes[0]
+
+
+def live_taps(size: int, kernel: int, stride: int, before: int, dilation: int, out: int) -> list:
+    """Kernel offsets along one axis that read at least one input element, not only padding.
+
+    The im2col rows of the other taps are all zeros, so they are left out of the product
+    (here and in the compiled step alike): at 32x32 inputs ResNet-18's last stage is 1x1, and
+    8 of the 9 taps of its 3x3 convolutions read padding only. (A non-finite weight on such a
+    tap then meets no 0 * inf.)"""
+    return [i for i in range(kernel) if any(0 <= i * dilation + p * stride - before < size for p in range(out))]
+
+
+def taps(x_shape: tuple, w_shape: tuple, at: dict, out_hw: tuple) -> tuple:
+    """(live kernel rows, live kernel columns) of a conv2d (see live_taps)."""
+    (sh, sw), (pt, _, pl, _), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    rows = live_taps(x_shape[2], w_shape[2], sh, pt, dh, out_hw[0])
+    cols = live_taps(x_shape[3], w_shape[3], sw, pl, dw, out_hw[1])
+    if not rows or not cols:  # every output reads padding only (zeros): keep the taps, they cost nothing here
+        return list(range(w_shape[2])), list(range(w_shape[3]))
+    return rows, cols
+
+
+def tap_weights(w: np.ndarray, rows: list, cols: list) -> np.ndarray:
+    """The weights of the live taps, (O, C/groups, len(rows), len(cols)), C-contiguous."""
+    if len(rows) == w.shape[2] and len(cols) == w.shape[3]:
+        return np.ascontiguousarray(w)
+    if rows == list(range(rows[0], rows[-1] + 1)) and cols == list(range(cols[0], cols[-1] + 1)):
+        # Slices, not index lists: NumPy's fancy indexing took 80 us for a (128, 128, 3, 3) weight.
+        return np.ascontiguousarray(w[:, :, rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
+    return np.ascontiguousarray(w[:, :, rows][:, :, :, cols])
+
+
+def im2col_reference(x: np.ndarray, tap_rows: list, tap_cols: list, at: dict, out_hw: tuple) -> np.ndarray:
+    """cols (C*T, N*oH*oW) over the T live taps: row (c, i, j), column (n, p, q) holds the
+    padded x[n, c, i*dH + p*sH, j*dW + q*sW]."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    (oh, ow), (n, c) = out_hw, x.shape[:2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    cols = np.empty((c, len(tap_rows), len(tap_cols), n, oh, ow), dtype=x.dtype)
+    for a, i in enumerate(tap_rows):
+        for b, j in enumerate(tap_cols):
+            h0, w0 = i * dh, j * dw
+            cols[:, a, b] = xp[:, :, h0 : h0 + (oh - 1) * sh + 1 : sh, w0 : w0 + (ow - 1) * sw + 1 : sw].transpose(1, 0, 2, 3)
+    return cols.reshape(c * len(tap_rows) * len(tap_cols), n * oh * ow)
+
+
+def conv_gemm(cols: np.ndarray, w: np.ndarray, groups: int, out: np.ndarray, scratch: np.ndarray | None) -> None:
+    """out (N, O, oH, oW) = the product of the weights and cols, one BLAS call (batched over
+    groups). ``scratch`` holds the (O, N*oH*oW) product when N > 1 (then transposed into out)."""
+    n, o, oh, ow = out.shape
+    wmat = w.reshape(groups, o // groups, w[0].size)
+    colsg = cols.reshape(groups, cols.shape[0] // groups, cols.shape[1])
+    if n == 1:  # (O, 1, P) is already out's layout
+        np.matmul(wmat, colsg, out=out.reshape(groups, o // groups, oh * ow))
+        return
+    if scratch is None:
+        scratch = np.empty((o, cols.shape[1]), dtype=out.dtype)
+    np.matmul(wmat, colsg, out=scratch.reshape(groups, o // groups, cols.shape[1]))
+    np.copyto(out.reshape(n, o, oh * ow), scratch.reshape(o, n, oh * ow).transpose(1, 0, 2))
+
+
+# A column matrix above CHUNK_BYTES is built and multiplied CHUNK_COLUMNS columns (whole images)
+# at a time, in cache: a 3x3 64->64 convolution of 32 32x32 images (a 75 MB matrix) took 23.4 ms
+# in one piece and 19.2 ms in 1024-column chunks (2 cores); ResNet-18's matrices at 32x32 inputs
+# are smaller than the threshold (chunking them gained nothing).
+CHUNK_BYTES = 8 << 20
+CHUNK_COLUMNS = 1024
+
+
+def images_per_chunk(n: int, rows: int, columns_per_image: int, itemsize: int) -> int:
+    """How many images one im2col + product chunk covers (the reference and the step agree, so
+    their BLAS calls have the same shapes and round alike)."""
+    if rows * n * columns_per_image * itemsize <= CHUNK_BYTES:
+        return max(n, 1)
+    return max(1, min(n, CHUNK_COLUMNS // columns_per_image))
+
+
+def _reference(arrays, at):
+    x, w = arrays
+    (shape, _) = _infer((x.shape, w.shape), (_dt(x), _dt(w)), at)
+    rows, cols = taps(x.shape, w.shape, at, shape[2:])
+    out = np.empty(shape, dtype=x.dtype)
+    wt = tap_weights(w, rows, cols)
+    step = images_per_chunk(shape[0], x.shape[1] * len(rows) * len(cols), shape[2] * shape[3], x.dtype.itemsize)
+    for n0 in range(0, shape[0], step):
+        chunk = im2col_reference(x[n0 : n0 + step], rows, cols, at, shape[2:])
+        conv_gemm(chunk, wt, at["groups"], out[n0 : n0 + step], None)
+    return out
+
+
+def _dt(a):
+    from lazyvic.dtypes import get_dtype
+
+    return get_dtype(a.dtype)
+
+
+# ------------------------------------------------------------------------------- VJP
+def _conv(x, w, stride, padding, dilation, groups):
+    from lazyvic.tensor import _apply
+
+    return _apply("conv2d", (x, w), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+                  groups=groups)
+
+
+def _dilate(g, axis: int, s: int):
+    """Zeros between the elements of ``g`` along ``axis``: length n -> (n - 1)*s + 1."""
+    if s == 1:
+        return g
+    n = g.shape[axis]
+    g = g.unsqueeze(axis + 1)._pad(tuple((0, s - 1) if i == axis + 1 else (0, 0) for i in range(g.ndim + 1)))
+    g = g.reshape(g.shape[:axis] + (n * s,) + g.shape[axis + 2 :])
+    return g.narrow(axis, 0, (n - 1) * s + 1)
+
+
+def _crop_or_pad(t, axis: int, before: int, after: int):
+    """Negative amounts crop ``t`` along ``axis``; returns (t, max(before, 0), max(after, 0))."""
+    if before < 0 or after < 0:
+        start, stop = max(-before, 0), t.shape[axis] - max(-after, 0)
+        t = t.narrow(axis, start, stop - start)
+    return t, max(before, 0), max(after, 0)
+
+
+def _flip_hw(w):
+    """w[:, :, ::-1, ::-1] as a gather with a constant index (slices take positive steps only)."""
+    from lazyvic.tensor import Tensor
+
+    o, c, kh, kw = w.shape
+    rev = Tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw))
+    return w.reshape(o * c, kh * kw)._gather(rev.expand(o * c, kh * kw), 1).reshape(o, c, kh, kw)
+
+
+def _input_grad(g, w, x_shape, at):
+    (sh, sw), (pt, _, pl, _), (dh, dw), groups = at["stride"], at["padding"], at["dilation"], at["groups"]
+    o, cg, kh, kw = w.shape
+    pads = []
+    for axis, s, d, k, before, n in ((2, sh, dh, kh, pt, x_shape[2]), (3, sw, dw, kw, pl, x_shape[3])):
+        m = g.shape[axis]
+        g = _dilate(g, axis, s)
+        # Output row r of the input gradient (padded row r + before) reads dilated rows
+        # r + before - d*(k-1) .. r + before: pad d*(k-1) - before in front, and up to n rows.
+        lo, hi = d * (k - 1) - before, n + before - (m - 1) * s - 1
+        g, lo, hi = _crop_or_pad(g, axis, lo, hi)
+        pads += [lo, hi]
+    # The zeros inserted by a stride s cost s_h*s_w times the work of the product. Splitting
+    # the gradient into one stride-1 convolution per phase of the input (a sub-pixel
+    # decomposition) was tried: on a 3x3 stride-2 64->128 convolution of 32 32x32 images its
+    # interleaving (a sum of s_h*s_w strided placements) made the backward slower (80 ms
+    # against 60-68 ms), so the zero-inserted form stays until an interleave kernel exists.
+    wt = w.reshape(groups, o // groups, cg, kh, kw).permute(0, 2, 1, 3, 4).reshape(groups * cg, o // groups, kh, kw)
+    return _conv(g, _flip_hw(wt), (1, 1), pads, (dh, dw), groups)
+
+
+def _weight_grad(g, x, w_shape, at):
+    (sh, sw), (pt, pb, pl, pr), (dh, dw), groups = at["stride"], at["padding"], at["dilation"], at["groups"]
+    o, cg, kh, kw = w_shape
+    pads = []
+    for axis, s, d, k, before, after in ((2, sh, dh, kh, pt, pb), (3, sw, dw, kw, pl, pr)):
+        # Padded rows past d*(k-1) + s*(oH-1) are never read: trim them (and the input's).
+        unused = x.shape[axis] + before + after - (d * (k - 1) + s * (g.shape[axis] - 1) + 1)
+        x, lo, hi = _crop_or_pad(x, axis, before, after - unused)
+        pads += [lo, hi]
+    og = o // groups
+    parts = []
+    for gi in range(groups):
+        xg = x if groups == 1 else x.narrow(1, gi * cg, cg)
+        gg = g if groups == 1 else g.narrow(1, gi * og, og)
+        # Channels as the batch: (Cg, N, H, W) by (O/G, N, oH, oW) -> (Cg, O/G, kH, kW).
+        y = _conv(xg.permute(1, 0, 2, 3), gg.permute(1, 0, 2, 3), (dh, dw), pads, (sh, sw), 1)
+        parts.append(y.permute(1, 0, 2, 3))
+    if groups == 1:
+        return parts[0]
+    from lazyvic.tensor import cat
+
+    return cat(parts, 0)
+
+
+def _vjp(g, x, out, at):
+    inp, w = x
+    return _input_grad(g, w, inp.shape, at), _weight_grad(g, inp, w.shape, at)
+
+
+def _onnx(b, names, at, shape, dtype):
+    pt, pb, pl, pr = at["padding"]
+    return b.node("Conv", list(names), strides=list(at["stride"]), pads=[pt, pl, pb, pr],
+                  dilations=list(at["dilation"]), group=at["groups"])
+
+
+register(OpDef("conv2d", "conv", 2, _infer, _reference, vjp=_vjp, onnx=_onnx))

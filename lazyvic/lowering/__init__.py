@@ -61,22 +61,14 @@ def _force(forced: set, e: NeedsMaterialize) -> None:
     forced.add(e.node)
 
 
-def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
-    """Lower a canonical trace to an executable :class:`Plan`."""
-    # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10 * len(trace.entries) + 1000))
-    try:
-        return _compile(trace, cache_dir, debug)
-    finally:
-        sys.setrecursionlimit(limit)
+def fuse_and_generate(trace, generate) -> tuple:
+    """The backend-neutral half of lowering: passes, fusion and one kernel source per fused group.
 
-
-def _compile(trace, cache_dir, debug: int) -> Plan:
-    if cache_dir is None:
-        from pathlib import Path
-
-        cache_dir = Path.home() / ".cache" / "lazyvic"
+    ``generate(entries, m, group)`` is a backend's code generator (``codegen_cpu.generate``,
+    ``codegen_cuda.generate``); a group it cannot emit without a materialized intermediate raises
+    NeedsMaterialize and the fusion is planned again. Returns ``(entries, outputs, groups, m,
+    chain_nodes, sources)`` with ``sources`` keyed by group root (library groups have none).
+    """
     entries = [
         (op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
         for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)
@@ -96,7 +88,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             if is_library(entries, g.root):
                 continue
             try:
-                sources[g.root] = codegen_cpu.generate(entries, m, g)
+                sources[g.root] = generate(entries, m, g)
             except NeedsMaterialize as e:
                 wanted.append(e)
         if not wanted:
@@ -105,6 +97,26 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             _force(forced, e)
     else:
         raise RuntimeError("lowering: fusion did not converge")
+    return entries, outputs, groups, m, chain_nodes, sources
+
+
+def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
+    """Lower a canonical trace to an executable :class:`Plan`."""
+    # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(trace.entries) + 1000))
+    try:
+        return _compile(trace, cache_dir, debug)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _compile(trace, cache_dir, debug: int) -> Plan:
+    if cache_dir is None:
+        from pathlib import Path
+
+        cache_dir = Path.home() / ".cache" / "lazyvic"
+    entries, outputs, groups, m, chain_nodes, sources = fuse_and_generate(trace, codegen_cpu.generate)
 
     scalar_dtypes = {}
     for op, attrs, _, _, dtype in entries:

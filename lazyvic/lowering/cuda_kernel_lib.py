@@ -1,0 +1,176 @@
+"""Device functions that generated CUDA kernels call: the kernel language of
+``lowering/kernel_lib.py`` on the GPU.
+
+Kernels from ``lowering/codegen_cuda.py`` use the same scalar expressions as the
+CPU kernels (the op table's ``expr``), so this module defines the same names:
+
+- casts ``b1, f32, f64, i32, i64`` (NumPy scalar types, as on the CPU);
+- ``exp_f32, log_f32, tanh_f32, sigmoid_f32, sigmoid_f64, erf_f32``: CUDA's
+  libdevice functions (``expf`` ... through ``math.*``), not the CPU's polynomial
+  approximations: on a GPU they are fast already. Results differ from the CPU's in
+  the last bits (both are within a few ulp of the exact value);
+- ``fmax, fmin``: NaN-propagating maximum and minimum (``torch.maximum``);
+- ``rand_f32, rand_f64``: word ``offset + k`` of the Philox4x32-10 stream of
+  ``seed``, turned into [0, 1) as ``lazyvic.ops.source`` does. ``philox_word`` is
+  ``kernel_lib.philox_word``'s own Python body compiled for the device, so the CPU
+  and the GPU draw bit-identical numbers from one implementation.
+
+It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
+through movement ops, or im2col, made contiguous through an index map) and
+``matmul_kernel`` (a tiled product, used when CuPy is absent).
+
+The guards on out-of-range arguments (``exp`` of a large value, ``log`` of zero or a
+negative number) give the IEEE results where Python's ``math`` would raise: Numba's
+CUDA simulator runs kernels as Python.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from lazyvic.lowering import kernel_lib
+from lazyvic.lowering.kernel_lib import b1, f32, f64, i32, i64
+
+__all__ = ["b1", "f32", "f64", "i32", "i64", "exp_f32", "log_f32", "tanh_f32", "sigmoid_f32", "sigmoid_f64",
+           "erf_f32", "fmax", "fmin", "philox_word", "rand_f32", "rand_f64"]
+
+_EXP_HI = f32(88.72283905206835)
+_EXP_LO = f32(-103.97208)  # below: the float32 result underflows to zero
+_ZERO = f32(0.0)
+_ONE = f32(1.0)
+_INF = f32(np.inf)
+_NAN = f32(np.nan)
+_SH8 = np.uint64(8)
+_TWO_M24 = f32(1.0 / 16777216.0)
+_TWO_M32 = f64(1.0 / 4294967296.0)
+
+
+@cuda.jit(device=True)
+def exp_f32(x):
+    if x > _EXP_HI:
+        return _INF
+    if x < _EXP_LO:
+        return _ZERO
+    return f32(math.exp(x))
+
+
+@cuda.jit(device=True)
+def log_f32(x):
+    if x != x or x < _ZERO:
+        return _NAN
+    if x == _ZERO:
+        return -_INF
+    if x == _INF:
+        return _INF
+    return f32(math.log(x))
+
+
+@cuda.jit(device=True)
+def tanh_f32(x):
+    return f32(math.tanh(x))
+
+
+@cuda.jit(device=True)
+def sigmoid_f32(x):
+    return _ONE / (_ONE + exp_f32(-x))
+
+
+@cuda.jit(device=True)
+def sigmoid_f64(x):
+    if x < -700.0:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@cuda.jit(device=True)
+def erf_f32(x):
+    return f32(math.erf(x))
+
+
+@cuda.jit(device=True)
+def fmax(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a >= b else b
+
+
+@cuda.jit(device=True)
+def fmin(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a <= b else b
+
+
+philox_word = cuda.jit(device=True)(kernel_lib.philox_word.py_func)
+
+
+@cuda.jit(device=True)
+def rand_f32(seed, offset, k):
+    return f32(philox_word(seed, offset + k) >> _SH8) * _TWO_M24
+
+
+@cuda.jit(device=True)
+def rand_f64(seed, offset, k):
+    return f64(philox_word(seed, offset + k)) * _TWO_M32
+
+
+# -- library kernels ------------------------------------------------------------------
+
+
+@cuda.jit(cache=True)
+def gather_copy(out, src, index, zero):
+    """``out[n] = src[index[n]]`` (``zero`` where the index is -1): a movement-op chain
+    (permute, slice, expand, pad, reshape) made contiguous for a library call."""
+    for n in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        j = index[n]
+        out[n] = src[j] if j >= 0 else zero
+
+
+_matmul_kernels: dict = {}
+
+
+def matmul_kernel(tile: int, dtype):
+    """A tiled batched product ``c[b] = a[b] @ b[b]`` of flat C-contiguous (B, M, K) and
+    (B, K, N) operands, for blocks of ``(tile, tile)`` threads on a ``(ceil(N / tile),
+    ceil(M / tile), B)`` grid: the fallback when CuPy (cuBLAS) is absent.
+
+    Each output element adds its K products in order, one tile of K at a time: the same
+    order for every tile size and launch.
+    """
+    key = (tile, np.dtype(dtype).name)
+    kernel = _matmul_kernels.get(key)
+    if kernel is not None:
+        return kernel
+    zero = np.dtype(dtype).type(0)
+
+    def matmul_tiled(c, a, b, m, k, n):
+        sa = cuda.shared.array((tile, tile), dtype)
+        sb = cuda.shared.array((tile, tile), dtype)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * tile + ty
+        col = cuda.blockIdx.x * tile + tx
+        a0 = cuda.blockIdx.z * m * k
+        b0 = cuda.blockIdx.z * k * n
+        acc = zero
+        for t in range((k + tile - 1) // tile):
+            ka = t * tile + tx
+            sa[ty, tx] = a[a0 + row * k + ka] if row < m and ka < k else zero
+            kb = t * tile + ty
+            sb[ty, tx] = b[b0 + kb * n + col] if kb < k and col < n else zero
+            cuda.syncthreads()
+            for j in range(min(tile, k - t * tile)):
+                acc = acc + sa[ty, j] * sb[j, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            c[cuda.blockIdx.z * m * n + row * n + col] = acc
+
+    kernel = _matmul_kernels[key] = cuda.jit(matmul_tiled)
+    return kernel

@@ -1,0 +1,406 @@
+"""CUDA code generation against the CPU plans, under Numba's CUDA simulator.
+
+Each case builds a real lazy graph, cuts it into a trace and runs the trace
+through the CPU plan (``lowering.compile_trace`` + executor) and through
+``compile_trace_cuda(...).run``. The simulator needs ``NUMBA_ENABLE_CUDASIM=1``
+before Numba is first imported, so the cases run in one subprocess (this file run
+as a script) that reports each case as one JSON line; the tests here read them.
+Shapes are tiny: the simulator runs every CUDA thread as a Python thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RTOL, ATOL = 2e-5, 2e-6
+
+
+# -- the cases (run in the subprocess) -----------------------------------------------------
+# Each returns (outputs, "close" | "exact"): a list of tensors (one trace) or a list of such
+# lists (one trace each). Exact outputs must match bit for bit.
+
+
+def _data(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(dtype)
+
+
+def case_elementwise_broadcast(lv):
+    x = lv.tensor(_data(4, 5))
+    b = lv.tensor(_data(5, seed=1))
+    c = lv.tensor(_data(4, 1, seed=2))
+    y = ((x + b) * c.sigmoid() - (x * 0.5).relu()).tanh()
+    z = ((x.abs() + 1.0).log() + (x * 0.3).exp() - x.erf()).maximum(b * 0.1)
+    w = (x > b).where(x.square(), -x) / (c.abs() + 1.0) + (x.abs() + 0.5) ** 1.5
+    return [y, z, w], "close"
+
+
+def case_every_elementwise_op(lv):
+    """Each elementwise primitive of the op table, float32 and float64 (one kernel each)."""
+    from lazyvic import ops as optable
+    from lazyvic.tensor import _apply
+
+    outs = []
+    for dtype in (np.float32, np.float64):
+        x = lv.tensor(np.abs(_data(3, 7, dtype=dtype)) + 0.1)  # in every op's domain
+        y = lv.tensor(np.abs(_data(3, 7, seed=1, dtype=dtype)) + 0.2)
+        cond = x > y
+        for name, op in sorted(optable.OPS.items()):
+            if op.kind != "elementwise":
+                continue
+            if name == "cast":
+                outs.append(_apply(name, (x,), dtype=lv.int32))
+            elif name == "logical_not":
+                outs.append(_apply(name, (cond,)))
+            else:
+                outs.append(_apply(name, ((x,), (x, y), (cond, x, y))[op.arity - 1]))
+    return outs, "close"
+
+
+def case_integer_and_float64(lv):
+    i = lv.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
+    d = lv.tensor(_data(3, 4, dtype=np.float64))
+    return [i * 3 - (i > 5).long(), (d * 2.0).exp() + d.sigmoid(), (i == 4) | (d > 0.0)], "close"
+
+
+def case_movement(lv):
+    x = lv.tensor(_data(4, 6))
+    t = lv.tensor(_data(2, 3, 4, seed=3))
+    a = x.T * 2.0 + 1.0
+    s = x[1:4, ::2].exp()
+    p = lv.functional.pad(x, (1, 2, 0, 1)) + 1.0
+    e = x[:, :1].expand(4, 6) * x
+    r = t.permute(2, 0, 1).reshape(4, 6) - x
+    c = lv.cat([x, x * 2.0], dim=1).reshape(2, 24) + 0.5
+    return [a, s, p, e, r, c], "close"
+
+
+def case_reductions(lv):
+    x = lv.tensor(_data(6, 40))
+    t = lv.tensor(_data(3, 5, 7, seed=4))
+    outs = [x.sum(1), x.sum(0), x.sum(), x.amax(1), x.amax(0), x.amin(1), t.mean((1, 2)), t.sum(1) * 2.0,
+            x - x.mean(1, keepdim=True), t.amax(2, keepdim=True).exp(),
+            lv.functional.softmax(lv.tensor(_data(2, 300, seed=11)), 1)]  # 256 threads, 2 elements each
+    return outs, "close"
+
+
+def case_argmax(lv):
+    a = _data(5, 37)
+    a[1, 3] = a[1, 30] = 9.0  # ties: the first maximum wins
+    a[2, 7] = np.nan  # the first NaN wins
+    a[3, :] = 1.0
+    x = lv.tensor(a)
+    long_row = _data(1, 300, seed=9)  # 256 threads reduce 2 elements each
+    long_row[0, [40, 290]] = 7.0
+    return [x.argmax(1), x.argmax(0), lv.tensor(long_row).argmax(1)], "exact"
+
+
+def case_softmax_layer_norm(lv):
+    x = lv.tensor(_data(5, 24))
+    w = lv.tensor(_data(24, seed=5))
+    b = lv.tensor(_data(24, seed=6))
+    f = lv.functional
+    # One trace each: together they would share the row max (one buffer read by several kernels).
+    return [[f.softmax(x, 1)], [f.log_softmax(x, 1)], [f.softmax(x, 0)], [f.layer_norm(x, (24,), w, b)],
+            [f.layer_norm(x, (24,)).relu()]], "close"
+
+
+def case_cross_entropy(lv):
+    logits = lv.tensor(_data(6, 10))
+    target = lv.tensor(np.array([0, 3, 9, 2, 2, 7], dtype=np.int64))
+    f = lv.functional
+    return [f.cross_entropy(logits, target), f.cross_entropy(logits, target, reduction="none"),
+            f.cross_entropy(logits * 2.0, target, label_smoothing=0.1)], "close"
+
+
+def case_gather_embedding(lv):
+    x = lv.tensor(_data(4, 6))
+    idx = lv.tensor(np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64))
+    weight = lv.tensor(_data(7, 5, seed=7))
+    ids = lv.tensor(np.array([[1, 6, 0], [2, 2, 5]], dtype=np.int64))
+    computed = (x.argmax(1, keepdim=True) + 0)  # an index computed in the trace: a host step
+    return [x.gather(1, idx) * 2.0, lv.functional.embedding(ids, weight) + 1.0, x.gather(1, computed)], "close"
+
+
+def case_random_dropout(lv):
+    lv.manual_seed(1234)
+    x = lv.tensor(_data(6, 9))
+    u = lv.rand(5, 7)
+    d = lv.functional.dropout(x, 0.3)
+    u64 = lv.rand(3, 4, dtype=lv.float64)
+    return [u, d, u64, (lv.rand(4, 4) < 0.5)], "exact"
+
+
+def case_matmul(lv):
+    a = lv.tensor(_data(5, 7))
+    b = lv.tensor(_data(7, 6, seed=1))
+    p = lv.tensor(_data(2, 3, 4, seed=2))
+    q = lv.tensor(_data(2, 4, 5, seed=3))
+    return [(a @ b).relu(), p @ q, a.T @ a[:, :3], (a[:, 1:] @ b[1:, ::2]) * 0.5], "close"
+
+
+def case_mlp_train_step(lv):
+    f = lv.functional
+    x = lv.tensor(_data(8, 12))
+    y = lv.tensor(np.array([0, 1, 2, 3, 0, 1, 2, 3], dtype=np.int64))
+    w1 = lv.tensor(_data(12, 16, seed=1) * 0.3, requires_grad=True)
+    b1 = lv.tensor(np.zeros(16, np.float32), requires_grad=True)
+    w2 = lv.tensor(_data(16, 4, seed=2) * 0.3, requires_grad=True)
+    b2 = lv.tensor(np.zeros(4, np.float32), requires_grad=True)
+    loss = f.cross_entropy((x @ w1 + b1).relu() @ w2 + b2, y)
+    loss.backward()
+    lr = 0.1
+    return [loss] + [p.detach() - lr * p.grad for p in (w1, b1, w2, b2)], "close"
+
+
+def case_multi_output_and_packed_scalars(lv):
+    v = lv.tensor(_data(3, 5))
+    g = lv.tensor(_data(3, 5, seed=1))
+    w = lv.tensor(_data(3, 5, seed=2))
+    v2 = v * 0.9 + g
+    w2 = w - v2 * 0.01
+    chain = w
+    for k in range(12):  # more scalars than a kernel takes one by one
+        chain = chain * (1.0 + k / 100.0) + k / 10.0
+    return [v2, w2, chain], "close"
+
+
+def case_conv2d(lv):
+    f = lv.functional
+    if not hasattr(f, "conv2d"):
+        return None, "skip: no conv2d primitive"
+    x = lv.tensor(_data(2, 4, 5, 6))
+    w = lv.tensor(_data(3, 4, 3, 3, seed=1), requires_grad=True)
+    b = lv.tensor(_data(3, seed=2))
+    wg = lv.tensor(_data(4, 2, 2, 3, seed=3))
+    y = f.conv2d(x, w, b, padding=1).relu()
+    (y * y).sum().backward()  # the VJPs are conv2d too: weight gradient, strided views
+    return [[y], [f.conv2d(x.permute(0, 1, 3, 2), wg, stride=2, padding=(1, 0), dilation=(1, 2), groups=2)],
+            [w.grad]], "close"
+
+
+def case_pooling_and_batch_norm(lv):
+    """Ops with no CUDA kernel yet (max_pool2d) run as counted host steps, with equal results."""
+    f = lv.functional
+    if not all(hasattr(f, n) for n in ("max_pool2d", "avg_pool2d", "batch_norm")):
+        return None, "skip: no pooling or batch_norm in lazyvic.functional"
+    x = lv.tensor(_data(2, 3, 6, 6))
+    return [[f.max_pool2d(x, 2)], [f.avg_pool2d(x, 3, stride=2, padding=1)],
+            [f.batch_norm(x, None, None, training=True).relu()]], "close"
+
+
+CASES = [name for name in list(globals()) if name.startswith("case_")]
+
+
+# Cases also run with other launch sizes (grid, elementwise block, matmul tile): same bits.
+LAUNCH_CASES = ("case_reductions", "case_argmax", "case_matmul", "case_mlp_train_step")
+
+
+def _other_launch(plan, inputs, scalars, got) -> list:
+    from lazyvic.lowering import cuda_plan
+
+    saved = cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE
+    cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE = 3, 64, 8
+    try:
+        other = plan.run(inputs, scalars)
+    finally:
+        cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE = saved
+    return [f"output {k}: other bits with another launch configuration"
+            for k, (g, o) in enumerate(zip(got, other)) if g.tobytes() != o.tobytes()]
+
+
+def _on_device(plan, inputs, scalars, got) -> list:
+    """Inputs given as device arrays, outputs kept on the device: the same bits."""
+    from numba import cuda
+
+    outs = plan.run([cuda.to_device(a) for a in inputs], scalars, to_host=False)
+    return [f"output {k}: other bits with device inputs and outputs" for k, (g, o) in enumerate(zip(got, outs))
+            if g.tobytes() != np.asarray(o.copy_to_host() if hasattr(o, "copy_to_host") else o).tobytes()]
+
+
+def _compare(expected, got, again, how) -> list:
+    problems = []
+    for k, (e, g, g2) in enumerate(zip(expected, got, again)):
+        if e.shape != g.shape or e.dtype != g.dtype:
+            problems.append(f"output {k}: {g.shape} {g.dtype} != expected {e.shape} {e.dtype}")
+        elif how == "exact" and not np.array_equal(e, g, equal_nan=True):
+            problems.append(f"output {k}: not bit-identical: {g.ravel()[:8]} vs {e.ravel()[:8]}")
+        elif not np.allclose(g, e, rtol=RTOL, atol=ATOL, equal_nan=True):
+            err = float(np.nanmax(np.abs(g.astype(np.float64) - e)))
+            problems.append(f"output {k}: max abs error {err:.3g}")
+        if g.tobytes() != g2.tobytes():
+            problems.append(f"output {k}: a second run of the same plan gave other bits")
+    return problems
+
+
+def _run_cases() -> None:
+    """Subprocess side: run every case, print one JSON line per case."""
+    import lazyvic as lv
+    from lazyvic.lowering import compile_trace
+    from lazyvic.lowering.cuda_plan import CudaPlan, compile_trace_cuda, simulated
+    from lazyvic.runtime.executor import execute
+    from lazyvic.trace.cut import cut
+
+    # The simulator's barrier polls its threads: switch between them often.
+    sys.setswitchinterval(1e-5)
+    print(json.dumps({"case": "_probe", "simulated": simulated()}), flush=True)
+    for name in CASES:
+        rec = {"case": name}
+        try:
+            outs, how = globals()[name](lv)
+            if outs is None:
+                rec["skip"] = how
+                print(json.dumps(rec), flush=True)
+                continue
+            problems, kernels, host_steps, fallbacks, stats = [], [], [], [], {}
+            for trace_outs in outs if isinstance(outs[0], list) else [outs]:
+                trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
+                expected = execute(compile_trace(trace), inputs, scalars)
+                plan: CudaPlan = compile_trace_cuda(trace)
+                got = plan.run(inputs, scalars)
+                again = plan.run(inputs, scalars)
+                problems += _compare(expected, got, again, how)
+                if name in LAUNCH_CASES:
+                    problems += _other_launch(plan, inputs, scalars, got)
+                    problems += _on_device(plan, inputs, scalars, got)
+                kernels += plan.kernels
+                host_steps += [s.name for s in plan.host_steps]
+                fallbacks += plan.fallbacks
+                for k, v in plan.stats.items():
+                    stats[k] = stats.get(k, 0) + v
+            rec.update(problems=problems, kernels=[s.name for s in kernels],
+                       rows_kernels=sum(s.kind == "rows" for s in kernels), kinds=[s.kind for s in kernels],
+                       host_steps=host_steps, fallbacks=fallbacks, stats=stats)
+        except Exception:  # noqa: BLE001 - reported to the parent test
+            rec["error"] = traceback.format_exc()
+        print(json.dumps(rec), flush=True)
+
+
+# -- the tests (pytest side) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def results():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
+    env.setdefault("LAZYVIC_CACHE_DIR", str(ROOT / ".cache" / "lazyvic"))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    proc = subprocess.run([sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    recs = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            recs[rec["case"]] = rec
+    if "_probe" not in recs:
+        pytest.skip(f"the CUDA simulator could not start (rc {proc.returncode}): {proc.stderr[-2000:]}")
+    recs["_stderr"] = proc.stderr
+    return recs
+
+
+def test_simulator_is_used(results):
+    assert results["_probe"]["simulated"] is True
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_plan_matches_cpu_plan(results, case):
+    rec = results.get(case)
+    assert rec is not None, f"{case} did not report (subprocess stderr):\n{results['_stderr'][-4000:]}"
+    if "skip" in rec:
+        pytest.skip(rec["skip"])
+    assert "error" not in rec, rec["error"]
+    assert not rec["problems"], rec
+    assert rec["kernels"] or rec["host_steps"], rec
+
+
+def test_row_patterns_are_single_row_kernels(results):
+    """softmax, log-softmax and layer norm are one kernel each, on the device: block-per-row
+    along the 24-long last axis, thread-per-row along the 5-long first axis."""
+    rec = results["case_softmax_layer_norm"]
+    assert "error" not in rec, rec.get("error")
+    assert rec["rows_kernels"] == 4 and len(rec["kernels"]) == 5 and not rec["host_steps"], rec
+
+
+def test_reduction_layouts(results):
+    """Rows longer than SERIAL_ROW_MAX get a block each (a shared-memory tree), shorter ones
+    a thread each; both give the CPU's results (test_cuda_plan_matches_cpu_plan)."""
+    rec = results["case_reductions"]
+    assert "error" not in rec, rec.get("error")
+    assert {"rows", "thread_rows"} <= set(rec["kinds"]), rec
+
+
+def test_fallbacks_are_counted(results):
+    """A gather at an index computed in the same trace has no kernel: a counted host step."""
+    rec = results["case_gather_embedding"]
+    assert "error" not in rec, rec.get("error")
+    assert rec["fallbacks"] == ["gather"] and any("gather" in s for s in rec["host_steps"]), rec
+
+
+def test_conv2d_runs_on_the_device(results):
+    rec = results["case_conv2d"]
+    if "skip" in rec:
+        pytest.skip(rec["skip"])
+    assert "error" not in rec, rec.get("error")
+    assert not rec["host_steps"] and not rec["fallbacks"], rec
+
+
+def test_kernels_are_compiled_once_per_source(results):
+    """The cross-entropy trace uses one kernel source twice: it is compiled once and reused."""
+    rec = results["case_cross_entropy"]
+    assert "error" not in rec, rec.get("error")
+    names = rec["kernels"]
+    assert len(set(names)) < len(names), names
+    assert rec["stats"]["kernels_reused"] >= len(names) - len(set(names)), rec["stats"]
+    assert rec["stats"]["kernels_compiled"] <= len(set(names)), rec["stats"]
+
+
+def test_transfers_are_counted(results):
+    """Host steps copy their operands to the host and their results back, counted per plan."""
+    stats = results["case_gather_embedding"]["stats"]
+    assert stats["host_steps_run"] >= 3 and stats["device_to_host"] >= 3 and stats["host_to_device"] >= 3, stats
+
+
+def test_codegen_cuda_source_is_stable():
+    """Generating twice gives the same source (kernels are keyed and cached by it); runs
+    without the simulator: code generation does not import numba.cuda."""
+    import lazyvic as lv
+    from lazyvic.lowering import codegen_cuda
+    from lazyvic.lowering.fusion import is_library, plan_groups
+    from lazyvic.trace.cut import cut
+
+    x = lv.tensor(_data(4, 16))
+    trace, _, _, _ = cut([lv.functional.softmax(x * 2.0, 1)._node])
+    entries = [(op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
+               for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)]
+    groups, m, _ = plan_groups(entries, list(trace.outputs))
+    (g,) = [g for g in groups if not is_library(entries, g.root)]
+    a, b = codegen_cuda.generate(entries, m, g), codegen_cuda.generate(entries, m, g)
+    assert a.source == b.source and a.name == b.name and a.kind == "rows" and a.threads == 32
+    assert "cuda.syncthreads()" in a.source and np.prod(g.space_shape) == 64
+
+
+def test_debug_prints_kernel_source(capfd):
+    """LAZYVIC_DEBUG=3 prints each generated kernel (compiling a plan needs no GPU: numba-cuda
+    compiles a kernel at its first launch)."""
+    import lazyvic as lv
+    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.trace.cut import cut
+
+    x = lv.tensor(_data(3, 12))
+    trace, _, _, _ = cut([lv.functional.layer_norm(x, (12,))._node])
+    plan = compile_trace_cuda(trace, debug=3)
+    err = capfd.readouterr().err
+    (kernel,) = plan.kernels
+    assert f"def {kernel.name}(out, in0" in err and "@cuda.jit" in err and kernel.kind == "rows"
+
+
+if __name__ == "__main__":
+    _run_cases()

@@ -65,7 +65,10 @@ from tiny_gpt import (  # noqa: E402
     wait_for_quiet,
 )
 
-RUNTIMES = ("lazyvic", "onnxruntime", "torch")
+# "lazyvic.compile" is the same imported model through lazyvic.compile (the plan replayed without
+# recording the forward again); ResNet cases only.
+RUNTIMES = ("lazyvic", "lazyvic.compile", "onnxruntime", "torch")
+REFERENCES = ("onnxruntime", "torch")
 SEED = 0
 THREADS = 2
 WIDTH, CLASSES, IMAGE = 16, 10, 32
@@ -195,7 +198,7 @@ def _time(fn, iters: int, warmup: int, min_s: float = 0.5) -> tuple:
     return times
 
 
-def _lazyvic_resnet(spec: dict, rec: dict):
+def _lazyvic_resnet(spec: dict, rec: dict, compiled: bool = False):
     import lazyvic as lv
 
     try:
@@ -208,6 +211,9 @@ def _lazyvic_resnet(spec: dict, rec: dict):
         module.load_state_dict({k: lv.tensor(v) for k, v in weights().items()})
         rec["lazyvic_model"] = f"lazyvic.models.resnet18 (ONNX import failed: {type(e).__name__}: {e})"[:300]
     module.eval()
+    if compiled:
+        module = lv.compile(module)
+        rec["lazyvic_model"] += " + lazyvic.compile"
 
     def forward(x):
         y = module(x)
@@ -219,8 +225,8 @@ def _lazyvic_resnet(spec: dict, rec: dict):
 def child_resnet(spec: dict, rec: dict) -> None:
     rt, batch = spec["runtime"], spec["batch"]
     x_np = images(batch)
-    if rt == "lazyvic":
-        lv, forward = _lazyvic_resnet(spec, rec)
+    if rt in ("lazyvic", "lazyvic.compile"):
+        lv, forward = _lazyvic_resnet(spec, rec, compiled=rt == "lazyvic.compile")
         x = lv.tensor(x_np)
 
         def run():
@@ -399,10 +405,12 @@ def summarize(recs: list) -> list:
                     row["lazyvic_model"] = ok[0]["lazyvic_model"]
             elif errs:
                 row[rt] = {"error": errs[0]}
-        lz = row.get("lazyvic", {}).get("images_per_s")
-        for rt in RUNTIMES[1:]:
-            other = row.get(rt, {}).get("images_per_s")
-            row[f"ratio_vs_{rt}"] = lz / other if lz and other else None
+        for mine_rt in ("lazyvic", "lazyvic.compile"):
+            lz = row.get(mine_rt, {}).get("images_per_s")
+            for rt in REFERENCES:
+                other = row.get(rt, {}).get("images_per_s")
+                key = f"ratio_vs_{rt}" if mine_rt == "lazyvic" else f"compiled_ratio_vs_{rt}"
+                row[key] = lz / other if lz and other else None
         rows.append(row)
     return rows
 
@@ -422,9 +430,10 @@ def print_summary(rows: list) -> None:
         return f"{statistics.median(xs):.2f}/{max(xs):.2f}" if xs else "-"
 
     headers = ["case (images/s, median over processes)", *RUNTIMES, "lazyvic/ORT", "lazyvic/torch",
-               "other cores med/max"]
+               "compiled/ORT", "compiled/torch", "other cores med/max"]
     table = [[r["case"], *[cell(r, rt) for rt in RUNTIMES], _ratio(r["ratio_vs_onnxruntime"]),
-              _ratio(r["ratio_vs_torch"]), cores(r)] for r in rows]
+              _ratio(r["ratio_vs_torch"]), _ratio(r.get("compiled_ratio_vs_onnxruntime")),
+              _ratio(r.get("compiled_ratio_vs_torch")), cores(r)] for r in rows]
     print()
     print_table(headers, table)
     for r in rows:
@@ -486,7 +495,7 @@ def main(argv=None) -> int:
             for backward in (False,) if args.no_backward else (False, True):
                 for _ in range(reps):
                     specs += [{"case": "conv", "runtime": rt, "conv": conv[0], "backward": backward, "iters": iters}
-                              for rt in RUNTIMES if not (backward and rt == "onnxruntime")]
+                              for rt in RUNTIMES if rt != "lazyvic.compile" and not (backward and rt == "onnxruntime")]
     recs = []
     for spec in specs:
         rec = run_child(spec, max_wait, env_extra)

@@ -15,6 +15,11 @@ Kinds:
     matmul       batched matrix product (a BLAS call)
     gather       gather along one dimension (a load at a computed index)
     scatter      scatter_add along one dimension
+    conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py)
+    pool         2-D max pooling (a window kernel; ops/pool.py)
+
+Each entry may also carry its ONNX export rule (``onnx``), which lazyvic/interop/onnx_export.py
+calls; composites built from primitives mark their ONNX node in lazyvic/trace/composite.py.
 """
 
 from __future__ import annotations

@@ -189,13 +189,15 @@ def _run(args) -> int:
         t0 = time.perf_counter()
         module = lazyvic.onnx.load(model, name=args.model)
         t_load = time.perf_counter() - t0
+        run = module if args.no_compile else lazyvic.compile(module)  # inference: replay the recorded plan
         times = []
-        for _ in range(max(1, args.repeat)):
-            t0 = time.perf_counter()
-            out = module(*[feeds[n] for n in order])
-            outs = out if isinstance(out, tuple) else (out,)
-            arrays = [o.numpy() for o in outs]
-            times.append(time.perf_counter() - t0)
+        with lazyvic.no_grad():
+            for _ in range(max(1, args.repeat)):
+                t0 = time.perf_counter()
+                out = run(*[feeds[n] for n in order])
+                outs = out if isinstance(out, tuple) else (out,)
+                arrays = [o.numpy() for o in outs]
+                times.append(time.perf_counter() - t0)
     except LazyvicError as e:
         raise CommandError(str(e)) from None
     names = [o.name for o in model.graph.output]
@@ -378,6 +380,8 @@ def add_parser(sub) -> None:
     r.add_argument("--compare-ort", action="store_true", help="also run onnxruntime and print the max difference")
     r.add_argument("--repeat", type=int, default=10,
                    help="timed runs (default 10): the first is interpreted, the second compiles, the rest are steady")
+    r.add_argument("--no-compile", action="store_true",
+                   help="record every call again instead of replaying it with lazyvic.compile")
     r.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="onnxruntime intra-op threads")
     r.add_argument("--rtol", type=float, default=1e-4, help="--compare-ort tolerance, relative to max |value|")
     r.add_argument("--atol", type=float, default=1e-5, help="--compare-ort absolute tolerance")

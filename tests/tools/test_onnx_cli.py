@@ -157,3 +157,14 @@ def test_export_loads_weights(kind, tmp_path, monkeypatch, capsys):
     bad.write_bytes(b"\x00" * 20)
     assert main(["onnx", "export", "wmodel:build", str(out), "--input-shape", "2,3", "--weights", str(bad)]) == 1
     assert "--weights" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-compile"]])
+def test_run_replayed_and_recorded_give_the_same_outputs(mlp_file, tmp_path, flag, capsys):
+    path, m = mlp_file
+    out_file = tmp_path / "y.npz"
+    assert main(["onnx", "run", str(path), "--random-inputs", "--seed", "3", "--repeat", "4",
+                 "--output", str(out_file), *flag]) == 0
+    assert "(interpreted), second" in capsys.readouterr().out
+    x = np.random.default_rng(3).standard_normal((1, 8)).astype(np.float32)  # dynamic batch made 1
+    np.testing.assert_allclose(np.load(out_file)["output"], m(lv.tensor(x)).numpy(), rtol=1e-6)

@@ -426,12 +426,17 @@ def _gemm(ctx, a, b, c=None):
     x, y = ctx.tensor(a), ctx.tensor(b)
     if x.ndim != 2 or y.ndim != 2:
         raise ctx.error(f"A and B must be 2-D, got shapes {x.shape} and {y.shape}")
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if (ctx.attr("transB", 0) and not ctx.attr("transA", 0) and alpha == 1.0 and beta == 1.0
+            and x.dtype.is_floating_point and x.dtype == y.dtype and (c is None or ctx.tensor(c).ndim == 1)):
+        # A linear layer (PyTorch's exporters write nn.Linear this way): through F.linear, so a
+        # re-export writes one Gemm again.
+        return F.linear(x, y, None if c is None else ctx.tensor(c))
     if ctx.attr("transA", 0):
         x = x.T
     if ctx.attr("transB", 0):
         y = y.T
     out = _matmul_like(x, y)
-    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     if alpha != 1.0:
         out = out * alpha
     if c is not None:

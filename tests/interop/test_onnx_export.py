@@ -252,3 +252,28 @@ def test_sizes_that_multiply_two_dynamic_axes():
 
     with pytest.raises(OnnxError, match="not an affine function of the dynamic axis sizes"):
         lv.onnx.export(sliced, rand(2, 3), dynamic_axes={"input": [0, 1]})
+
+
+def _layer_cases():
+    lv.manual_seed(7)
+    return {
+        "conv_groups_stride_dilation": (nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2), (2, 4, 9, 9)),
+        "avgpool_exclude_pad": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 7, 7)),
+        "maxpool_padded": (nn.MaxPool2d(3, stride=2, padding=1), (2, 3, 7, 7)),
+        "adaptive_2x3": (nn.AdaptiveAvgPool2d((2, 3)), (2, 3, 7, 8)),
+        "layernorm_gelu_tanh": (nn.Sequential(nn.LayerNorm(8), nn.GELU("tanh")), (3, 5, 8)),
+        "batchnorm1d_eval": (nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6), nn.LeakyReLU(0.1), nn.SiLU()), (4, 6)),
+        "mha": (nn.MultiheadAttention(8, 2, batch_first=True), (2, 5, 8)),
+        "softmax_logsoftmax": (nn.Sequential(nn.Softmax(1), nn.LogSoftmax(-1)), (3, 4, 5)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_layer_cases()))
+def test_layers_match_onnxruntime(case):
+    module, shape = _layer_cases()[case]
+    module.eval()
+    x = rand(*shape, seed=11)
+    fn = (lambda t: module(t, t, t)[0]) if case == "mha" else module
+    model = lv.onnx.export(fn, x)
+    (got,) = run_ort(model, {"input": x})
+    np.testing.assert_allclose(got, fn(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)

@@ -121,3 +121,12 @@ def test_compiled_module_keeps_module_attributes(mlp):
     assert not mlp.training
     with pytest.raises(TypeError, match="expected a module or a function"):
         lv.compile(3)
+
+
+def test_earlier_replayed_outputs_are_not_overwritten(mlp):
+    cm = lv.compile(mlp)
+    with lv.no_grad():
+        outs = [cm(np.full((2, 6), i, np.float32)) for i in range(5)]  # realized, read only afterwards
+        for i, out in enumerate(outs):
+            np.testing.assert_array_equal(out.numpy(), mlp(lv.tensor(np.full((2, 6), i, np.float32))).numpy())
+    assert cm.replays == 4

@@ -81,9 +81,10 @@ class MatmulStep:
 
 @dataclass
 class ConvStep:
-    """conv2d (ops/conv.py): zero padding and im2col over the live kernel taps into scratch
-    buffers (Numba kernels, lowering/im2col.py), then one BLAS product (``ops.conv.conv_gemm``,
-    shared with the NumPy reference, so both round alike).
+    """conv2d (ops/conv.py): zero padding (split by column phase, so that every output row of a
+    tap is one contiguous run) and im2col over the live kernel taps into scratch buffers (Numba
+    kernels, lowering/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
+    NumPy reference, in the same chunks of images, so both round alike).
 
     The scratch buffers (columns, product, padded input) belong to the step, made on its
     first run and kept with the plan: plans run one at a time. They are outside the memory
@@ -115,35 +116,49 @@ class ConvStep:
         out = env[self.out]
         n, o, oh, ow = out.shape
         at = self.attrs
-        (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
         if self.scratch is None:
-            rows, cols = self.taps(x.shape, w.shape, at, (oh, ow))
-            # The live taps may read inside x only (1x1 inputs, stride-2 1x1 convolutions):
-            # then im2col reads x itself, at offsets shifted by the padding.
-            inside = (rows[0] * dh - pt >= 0 and rows[-1] * dh + (oh - 1) * sh - pt < x.shape[2]
-                      and cols[0] * dw - pl >= 0 and cols[-1] * dw + (ow - 1) * sw - pl < x.shape[3])
-            if inside:
-                wp, shift, padded = x.shape[3], pt * x.shape[3] + pl, None
-            else:
-                wp, shift = x.shape[3] + pl + pr, 0
-                padded = np.zeros((n, x.shape[1], x.shape[2] + pt + pb, wp), dtype=out.dtype)
-            offsets = np.array([i * dh * wp + j * dw - shift for i in rows for j in cols], dtype=np.int64)
-            r, per_image = x.shape[1] * offsets.size, oh * ow
-            step = self.images_per_chunk(n, r, per_image, out.dtype.itemsize)
-            self.scratch = [np.empty(r * step * per_image, dtype=out.dtype),
-                            np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
-                            padded, offsets, rows, cols, step, r]
-        cols_flat, prod_flat, padded, offsets, tap_rows, tap_cols, step, r = self.scratch
+            self.scratch = self._scratch(x.shape, w.shape, out)
+        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = self.scratch
         if padded is not None:
-            self.pad_into(x, padded, pt, pl)  # the border stays zero from the allocation
+            self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
             x = padded
+        src = x.reshape(-1)
+        image_stride, row_stride, col_stride = strides
         w = self.tap_weights(w, tap_rows, tap_cols)
         for n0 in range(0, n, step):
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
-            self.im2col(x[n0 : n0 + step], cols, offsets, sh, sw, oh, ow)
+            self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
             prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
             self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
+
+    def _scratch(self, x_shape, w_shape, out) -> list:
+        n, o, oh, ow = out.shape
+        at = self.attrs
+        (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+        c, h, wd = x_shape[1:]
+        rows, cols = self.taps(x_shape, w_shape, at, (oh, ow))
+        # The live taps may read inside x only (1x1 inputs, stride-2 1x1 convolutions):
+        # then im2col reads x itself, at offsets shifted by the padding.
+        inside = (rows[0] * dh - pt >= 0 and rows[-1] * dh + (oh - 1) * sh - pt < h
+                  and cols[0] * dw - pl >= 0 and cols[-1] * dw + (ow - 1) * sw - pl < wd)
+        if inside:
+            padded = None
+            offsets = [i * dh * wd + j * dw - pt * wd - pl for i in rows for j in cols]
+            strides = (c * h * wd, sh * wd, sw)
+        else:
+            # Split by column phase (lowering/im2col.pad_into): each output row of a tap is
+            # one contiguous run of the buffer, whatever the stride.
+            hp, wq = h + pt + pb, -(-(wd + pl + pr) // sw)
+            padded = np.zeros((n, c, hp, sw, wq), dtype=out.dtype)
+            offsets = [(i * dh * sw + (j * dw) % sw) * wq + (j * dw) // sw for i in rows for j in cols]
+            strides = (c * hp * sw * wq, sh * sw * wq, 1)
+        offsets = np.array(offsets, dtype=np.int64)
+        r, per_image = c * offsets.size, oh * ow
+        step = self.images_per_chunk(n, r, per_image, out.dtype.itemsize)
+        return [np.empty(r * step * per_image, dtype=out.dtype),
+                np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
+                padded, offsets, strides, rows, cols, step, r]
 
 
 @dataclass

@@ -115,9 +115,12 @@ def conv_gemm(cols: np.ndarray, w: np.ndarray, groups: int, out: np.ndarray, scr
 
 # A column matrix above CHUNK_BYTES is built and multiplied CHUNK_COLUMNS columns (whole images)
 # at a time, in cache: a 3x3 64->64 convolution of 32 32x32 images (a 75 MB matrix) took 23.4 ms
-# in one piece and 19.2 ms in 1024-column chunks (2 cores); ResNet-18's matrices at 32x32 inputs
-# are smaller than the threshold (chunking them gained nothing).
-CHUNK_BYTES = 8 << 20
+# in one piece and 19.2 ms in 1024-column chunks (2 cores). The threshold is a core's L2 (1 MiB
+# here): ResNet-18 at 32x32 inputs, batch 32, in a compiled forward pass, whose stem matrix
+# (147 x 8192, 4.8 MB) was written out of cache and read back by the product: the stem took
+# 540 us in 1024-column chunks against 740 us in one piece, and its 3x3 16-channel layers
+# (144 x 2048) 150 us against 160-200.
+CHUNK_BYTES = 1 << 20
 CHUNK_COLUMNS = 1024
 
 

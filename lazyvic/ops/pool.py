@@ -7,8 +7,9 @@
 A primitive because, built from kH*kW strided views (stack and amax, or a chain of
 maximum), the fused kernel re-evaluated its producer (ResNet's stem: bias, relu, padding
 tests) once per window: 640 us for the stem pool at batch 32 against a window loop over
-the materialized input (lowering/pool_kernels.py). The maximum rounds nothing, so the
-kernel and the NumPy reference give the same bits.
+the materialized input (lowering/pool_kernels.py). The maximum rounds nothing, and the
+kernel and the NumPy reference scan each window in the same order (the first of equal
+maxima kept, the first NaN winning), so they give the same bits.
 
 The VJP splits the gradient of each window evenly between its tied maxima (the rule of
 amax, which the composite max_pool2d had), written with lazy ops: each window's mask
@@ -57,7 +58,13 @@ def _reference(arrays, at):
     shape, _ = _infer((x.shape,), (_dt(x),), at)
     windows = [xp[tuple(slice(a, b, s) for a, b, s in zip(v["starts"], v["stops"], v["steps"]))]
                for v in _views(xp, at, shape[2:])]
-    return np.max(np.stack(windows), axis=0)
+    # Row-major scan, the first of equal maxima kept and the first NaN winning, as the compiled
+    # kernel (lowering/pool_kernels.py): the same bits, signed zeros and NaN payloads included
+    # (np.max's SIMD reduction picks among -0.0 and 0.0 by lane).
+    out = windows[0].copy()
+    for v in windows[1:]:
+        np.copyto(out, v, where=(v > out) | (np.isnan(v) & ~np.isnan(out)))
+    return out
 
 
 def _dt(a):

@@ -182,6 +182,39 @@ def test_conv2d_large_column_matrices_are_built_in_chunks_of_images(mode, monkey
 
 
 @pytest.mark.parametrize("mode", ["always"], indirect=True)
+@pytest.mark.parametrize(
+    "shape, kwargs",
+    [
+        pytest.param((3, 3, 21, 20), dict(stride=2, padding=3), id="stem-7x7-s2"),
+        pytest.param((2, 4, 9, 10), dict(stride=1, padding=1), id="3x3-s1"),
+        pytest.param((2, 4, 11, 25), dict(stride=(1, 3), padding=(2, 1), dilation=(1, 2)), id="s3-dilated"),
+        pytest.param((2, 4, 8, 19), dict(stride=(2, 2), padding=(0, 2), groups=2), id="groups-s2"),
+        pytest.param((2, 4, 9, 17), dict(stride=2, padding=0), id="s2-no-padding"),
+    ],
+)
+def test_conv2d_compiled_im2col_gives_the_reference_bits(mode, shape, kwargs):
+    """The compiled im2col (a phase-split padded buffer; copies of whole output rows from 8
+    columns on, gathers below) fills the same column matrix as the NumPy reference: the same
+    bits, for strides, dilations, asymmetric paddings and groups, run after run."""
+    from lazyvic.ops import conv
+
+    rng = np.random.default_rng(11)
+    groups = kwargs.get("groups", 1)
+    k = 7 if shape[1] == 3 else 3
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((4, shape[1] // groups, k, k)).astype(np.float32)
+    got = F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), **kwargs).numpy()
+    np.testing.assert_array_equal(F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), **kwargs).numpy(), got)
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
+    (ph, pw) = pair(kwargs.get("padding", 0))
+    at = dict(stride=pair(kwargs.get("stride", 1)), padding=(ph, ph, pw, pw), dilation=pair(kwargs.get("dilation", 1)),
+              groups=groups)
+    np.testing.assert_array_equal(conv._reference([x, w], at), got)
+    expected = F.conv2d(lazyvic.tensor(x, dtype=lazyvic.float64), lazyvic.tensor(w, dtype=lazyvic.float64), **kwargs)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["always"], indirect=True)
 def test_conv2d_gradients_compiled_match_the_interpreter(mode):
     """The VJP (conv2d of the dilated, padded gradient by the flipped weight; conv2d of the
     input by the gradient) through the compiler, against the interpreter in float64."""
@@ -252,6 +285,29 @@ def test_max_pool2d_splits_the_gradient_between_tied_maxima(mode):
     np.testing.assert_array_equal(y.numpy()[0, 0], [[3, 3], [3, 3]])
     grad = np.array([[0, 0.5, 0.5, 0], [0, 1.5, 0, 1.5], [0, 0, 0, 0]])
     np.testing.assert_allclose(x.grad.numpy()[0, 0], grad)
+
+
+@pytest.mark.parametrize("mode", ["always"], indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "kernel, stride, padding",
+    [((3, 3), (2, 2), (1, 1)), ((3, 3), (1, 1), (1, 0)), ((2, 2), (2, 2), (0, 0)), ((2, 3), (1, 2), (1, 1))],
+)
+def test_max_pool2d_compiled_gives_the_reference_bits(mode, dtype, kernel, stride, padding):
+    """The compiled max_pool2d step against the NumPy reference, bit for bit: ties of -0.0 and
+    0.0 keep the first in row-major order, -inf and inf pass through, and a NaN wins its window
+    (an input with a NaN takes the kernel's NaN-aware loop)."""
+    from lazyvic.ops.pool import _reference
+
+    rng = np.random.default_rng(12)
+    x = rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, -np.inf, np.inf], dtype=dtype), size=(2, 3, 9, 11))
+    at = dict(kernel=kernel, stride=stride, padding=padding)
+    for case in (x, np.where(rng.random(x.shape) < 0.05, np.nan, x).astype(dtype)):
+        with lazyvic.no_grad():
+            got = F.max_pool2d(lazyvic.tensor(case), kernel, stride, padding).numpy()
+        expected = _reference([case], at)
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
 
 
 _P = np.random.default_rng(4).permutation(2 * 5 * 5).reshape(1, 2, 5, 5) / 10.0  # distinct: no ties in max

@@ -41,12 +41,15 @@ from lazyvic.ops.elementwise import ALIAS, const
 PARALLEL_MIN_ELEMENTS = 1 << 20
 PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
-# Elementwise kernels use strict IEEE arithmetic, so they round exactly as the NumPy
-# interpreter does (no FMA contraction): a seeded computation gives the same bits
-# whether its plan ran interpreted or compiled. Kernels with reductions allow
-# reassociation, which the vectorizer needs; the order is fixed per compiled kernel,
-# so their results are still the same on every run and for every thread count.
-FASTMATH_REDUCE = "{'reassoc', 'nsz'}"
+# Kernels use strict IEEE arithmetic, so elementwise work rounds exactly as the NumPy
+# interpreter does (no FMA contraction, no reassociation): a seeded computation gives the
+# same bits whether its plan ran interpreted or compiled. Only a reduction's accumulation
+# step may be reassociated, which the vectorizer needs: it is written with kernel_lib's
+# acc_add / acc_max / acc_min, which put the flags on that one instruction. (Function-wide
+# reassociation turned a log-softmax's (x - m) - log(s) into x - (m + log(s)), losing the
+# low bits of inputs near 1e4.) The order is fixed per compiled kernel, so results are the
+# same on every run and for every thread count.
+FASTMATH = "False"
 
 
 class Lin:
@@ -571,7 +574,7 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
     args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
             + [f"sp_{ALIAS[d]}" for d, _ in packed])
-    fastmath = FASTMATH_REDUCE if group.stages else "False"
+    fastmath = FASTMATH
     options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
     if parallel:
         # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly

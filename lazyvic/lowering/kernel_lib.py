@@ -93,6 +93,39 @@ fmin = _binary_float_intrinsic("llvm.minimum", "Minimum that propagates NaN (tor
 _maxnum = _binary_float_intrinsic("llvm.maxnum", "IEEE maxNum: the non-NaN operand.")
 _minnum = _binary_float_intrinsic("llvm.minnum", "IEEE minNum: the non-NaN operand.")
 
+def _accumulate_intrinsic(llvm_name: str | None, doc: str):
+    """A float accumulation step whose instruction alone may be reassociated (``reassoc nsz``).
+
+    Kernels are compiled without function-wide fast math, so everything else rounds as the
+    NumPy interpreter does (``(x - m) - log(s)`` in a log-softmax stays that, instead of
+    ``x - (m + log(s))``, which loses the low bits of large inputs); the loop vectorizer needs
+    the flag only on the reduction's own add or maximum, and gets it here.
+    """
+
+    @intrinsic
+    def fn(typingctx, a, b):
+        if a != b or not isinstance(a, types.Float):
+            return None
+
+        def codegen(context, builder, signature, args):
+            if llvm_name is None:
+                return builder.fadd(args[0], args[1], flags=("reassoc", "nsz"))
+            ty = args[0].type
+            suffix = "f32" if ty == ir.FloatType() else "f64"
+            decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty]),
+                                                  f"{llvm_name}.{suffix}")
+            return builder.call(decl, args, fastmath=("reassoc", "nsz"))
+
+        return a(a, b), codegen
+
+    fn.__doc__ = doc
+    return fn
+
+
+acc_add = _accumulate_intrinsic(None, "a + b for a sum's accumulator (reassociable, so it vectorizes).")
+acc_max = _accumulate_intrinsic("llvm.maximum", "fmax for a max reduction's accumulator (reassociable).")
+acc_min = _accumulate_intrinsic("llvm.minimum", "fmin for a min reduction's accumulator (reassociable).")
+
 _LOG2E = f32(1.44269504088896341)
 _LN2_HI = f32(0.693359375)
 _LN2_LO = f32(-2.12194440e-4)

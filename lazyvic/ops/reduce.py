@@ -15,7 +15,7 @@ from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.ops import OpDef, register
-from lazyvic.ops.elementwise import _max, _min, const
+from lazyvic.ops.elementwise import const
 
 
 def _reduce_infer(opname):
@@ -70,6 +70,11 @@ def _reduce_onnx(op_type: str, axes_input_since: int):
     return rule
 
 
+def _accumulate(d, float_fn: str, other: str):
+    """The accumulation call of a reduction: the reassociable kernel_lib step for floats."""
+    return float_fn if d.is_floating_point else other
+
+
 def _sum_vjp(g, x, out, attrs):
     return (g.expand(x[0].shape),)
 
@@ -86,7 +91,8 @@ register(
           lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
           vjp=_sum_vjp,
           reduce_init=lambda d: [("", const(d, 0))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} + {v}"],
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = acc_add({acc[0]}, {v})" if d.is_floating_point
+                                               else f"{acc[0]} = {acc[0]} + {v}"],
           onnx=_reduce_onnx("ReduceSum", 13))
 )
 register(
@@ -94,7 +100,7 @@ register(
           lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_max(d)}({acc[0]}, {v})"],
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_max', 'max')}({acc[0]}, {v})"],
           onnx=_reduce_onnx("ReduceMax", 18))
 )
 register(
@@ -102,7 +108,7 @@ register(
           lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
           vjp=_extreme_vjp,
           reduce_init=lambda d: [("", _lit(d, _highest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_min(d)}({acc[0]}, {v})"],
+          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_min', 'min')}({acc[0]}, {v})"],
           onnx=_reduce_onnx("ReduceMin", 18))
 )
 

@@ -35,7 +35,8 @@ from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.kernel_lib import b1, f32, f64, i32, i64
 
 __all__ = ["b1", "f32", "f64", "i32", "i64", "exp_f32", "log_f32", "tanh_f32", "sigmoid_f32", "sigmoid_f64",
-           "erf_f32", "fmax", "fmin", "acc_add", "acc_max", "acc_min", "philox_word", "rand_f32", "rand_f64"]
+           "erf_f32", "fmax", "fmin", "acc_add", "acc_max", "acc_min", "philox_word", "rand_f32", "rand_f64",
+           "max_pool2d_kernel"]
 
 _EXP_HI = f32(88.72283905206835)
 _EXP_LO = f32(-103.97208)  # below: the float32 result underflows to zero
@@ -106,6 +107,37 @@ def fmin(a, b):
     if b != b:
         return b
     return a if a <= b else b
+
+
+@cuda.jit
+def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw):
+    """One output per thread (grid-stride), NCHW flat arrays. Each window is scanned in row-major
+    order keeping the first of equal maxima and the first NaN, as ``ops/pool.py``'s reference;
+    padding is skipped (implicit -inf)."""
+    i = cuda.grid(1)
+    while i < out.size:
+        ox = i % ow
+        t = i // ow
+        oy = t % oh
+        base = (t // oh) * h * w
+        best = x[base]  # replaced by the first element inside the window
+        found = False
+        for dy in range(kh):
+            y = oy * sh - ph + dy
+            if y < 0 or y >= h or (found and best != best):
+                continue
+            for dx in range(kw):
+                xx = ox * sw - pw + dx
+                if xx < 0 or xx >= w:
+                    continue
+                v = x[base + y * w + xx]
+                if not found or v > best or (v != v and best == best):
+                    best = v
+                    found = True
+                if best != best:
+                    break
+        out[i] = best
+        i += cuda.gridsize(1)
 
 
 @cuda.jit(device=True)

@@ -320,6 +320,29 @@ def _conv_maps(entries, root: int, x_chain, w_chain) -> tuple:
 
 
 @dataclass
+class CudaMaxPoolStep:
+    """max_pool2d on the device, one thread per output (cuda_kernel_lib.max_pool2d_kernel)."""
+
+    name: str
+    out: int
+    x: tuple  # the operand chain of a contiguous buffer
+    dims: tuple  # (H, W, oH, oW, kH, kW, sH, sW, pH, pW)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return (self.x[1],)
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda_kernel_lib import max_pool2d_kernel
+
+        out = env[self.out]
+        blocks, threads = _launch_1d(out.size)
+        max_pool2d_kernel[blocks, threads](out, env[self.x[1]], *self.dims)
+
+
+@dataclass
 class CudaConvStep:
     """conv2d on the device: im2col by one gather, the grouped product through
     :func:`_matmul`, one gather into ``(N, O, oH, oW)``. The index maps are made once
@@ -524,6 +547,11 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
             steps.append(CudaConvStep(f"conv2d{shape}", g.root, args[0], args[1], attrs["groups"],
                                       o // attrs["groups"], cg * kh * kw, shape[0] * shape[2] * shape[3],
                                       _conv_maps(entries, g.root, args[0], args[1])))
+        elif kind == "pool" and args[0][0] == "buffer" and not args[0][2]:
+            (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"], attrs["padding"]
+            h, w = entries[inputs[0]][3][2:]
+            steps.append(CudaMaxPoolStep(f"max_pool2d{shape}", g.root, args[0],
+                                         (h, w, shape[2], shape[3], kh, kw, sh, sw, ph, pw)))
         elif kind == "scatter":
             steps.append(HostStep(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"],
                                                  kernel_lib.scatter_add_into), entries))

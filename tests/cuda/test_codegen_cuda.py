@@ -188,13 +188,21 @@ def case_conv2d(lv):
 
 
 def case_pooling_and_batch_norm(lv):
-    """Ops with no CUDA kernel yet (max_pool2d) run as counted host steps, with equal results."""
+    """max_pool2d (a device kernel), avg_pool2d (fused windows) and batch norm: equal to the CPU plan."""
     f = lv.functional
     if not all(hasattr(f, n) for n in ("max_pool2d", "avg_pool2d", "batch_norm")):
         return None, "skip: no pooling or batch_norm in lazyvic.functional"
     x = lv.tensor(_data(2, 3, 6, 6))
     return [[f.max_pool2d(x, 2)], [f.avg_pool2d(x, 3, stride=2, padding=1)],
             [f.batch_norm(x, None, None, training=True).relu()]], "close"
+
+
+def case_max_pool_ties_and_nan(lv):
+    """max_pool2d's window rule on the device: first of equal maxima (signed zeros), first NaN."""
+    x = np.array([0.0, -0.0, 1.0, 1.0, np.nan, 2.0, -np.inf, 3.0, -0.0, 0.0, np.nan, -1.0,
+                  5.0, 5.0, -2.0, np.inf], dtype=np.float32).reshape(1, 1, 4, 4)
+    f = lv.functional
+    return [[f.max_pool2d(lv.tensor(x), 2)], [f.max_pool2d(lv.tensor(x), 3, stride=1, padding=1)]], "exact"
 
 
 CASES = [name for name in list(globals()) if name.startswith("case_")]
@@ -260,7 +268,7 @@ def _run_cases() -> None:
                 rec["skip"] = how
                 print(json.dumps(rec), flush=True)
                 continue
-            problems, kernels, host_steps, fallbacks, stats = [], [], [], [], {}
+            problems, kernels, steps, host_steps, fallbacks, stats = [], [], [], [], [], {}
             for trace_outs in outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
                 expected = execute(compile_trace(trace), inputs, scalars)
@@ -272,11 +280,12 @@ def _run_cases() -> None:
                     problems += _other_launch(plan, inputs, scalars, got)
                     problems += _on_device(plan, inputs, scalars, got)
                 kernels += plan.kernels
+                steps += [s.name for s in plan.steps]
                 host_steps += [s.name for s in plan.host_steps]
                 fallbacks += plan.fallbacks
                 for k, v in plan.stats.items():
                     stats[k] = stats.get(k, 0) + v
-            rec.update(problems=problems, kernels=[s.name for s in kernels],
+            rec.update(problems=problems, kernels=[s.name for s in kernels], steps=steps,
                        rows_kernels=sum(s.kind == "rows" for s in kernels), kinds=[s.kind for s in kernels],
                        host_steps=host_steps, fallbacks=fallbacks, stats=stats)
         except Exception:  # noqa: BLE001 - reported to the parent test
@@ -318,7 +327,7 @@ def test_cuda_plan_matches_cpu_plan(results, case):
         pytest.skip(rec["skip"])
     assert "error" not in rec, rec["error"]
     assert not rec["problems"], rec
-    assert rec["kernels"] or rec["host_steps"], rec
+    assert rec["steps"], rec
 
 
 def test_row_patterns_are_single_row_kernels(results):
@@ -404,3 +413,11 @@ def test_debug_prints_kernel_source(capfd):
 
 if __name__ == "__main__":
     _run_cases()
+
+
+def test_max_pool_runs_on_the_device(results):
+    """max_pool2d has a device kernel: the pooling case needs no host step."""
+    rec = results["case_pooling_and_batch_norm"]
+    assert "error" not in rec, rec.get("error")
+    assert not any("max_pool2d" in s for s in rec["host_steps"]) and "max_pool2d" not in rec["fallbacks"], rec
+    assert results["case_max_pool_ties_and_nan"]["steps"] == ["max_pool2d(1, 1, 2, 2)", "max_pool2d(1, 1, 4, 4)"]

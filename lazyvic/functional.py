@@ -183,9 +183,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tenso
         pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     if mode == "constant":
         y = input._pad(tuple(pairs))
-        if value != 0:
-            fill = np.pad(np.zeros(input.shape, dtype=input.dtype.np), pairs, constant_values=1)
-            y = y + Tensor(fill) * value
+        if value != 0:  # where, not y + mask * value: 0 * inf would be NaN inside
+            border = np.pad(np.zeros(input.shape, dtype=bool), pairs, constant_values=True)
+            y = where(Tensor(border), value, y)
     else:
         y = input
         for axis, (before, after) in enumerate(pairs):

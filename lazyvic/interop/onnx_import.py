@@ -516,20 +516,10 @@ def _spatial_pads(ctx, sizes, kernel, strides, dilations, ceil_mode=False):
 
 
 def _pad_spatial(x: Tensor, pairs, value) -> Tensor:
-    """Pad the trailing len(pairs) axes with ``value`` (concatenation with constant blocks)."""
-    first = x.ndim - len(pairs)
-    for i, (b, e) in enumerate(pairs):
-        axis = first + i
-        if b == 0 and e == 0:
-            continue
-        pieces = []
-        if b:
-            pieces.append(lazyvic.full(x.shape[:axis] + (b,) + x.shape[axis + 1 :], value, dtype=x.dtype))
-        pieces.append(x)
-        if e:
-            pieces.append(lazyvic.full(x.shape[:axis] + (e,) + x.shape[axis + 1 :], value, dtype=x.dtype))
-        x = lazyvic.cat(pieces, axis)
-    return x
+    """Pad the trailing len(pairs) axes with ``value``; ``pairs`` are (begin, end) in axis order."""
+    if not any(b or e for b, e in pairs):
+        return x
+    return F.pad(x, [v for b, e in reversed(pairs) for v in (b, e)], value=value)
 
 
 def _window_offsets(kernel, dilations):

@@ -578,8 +578,9 @@ def _lift_1d(values, fill):
     return [fill, *values]
 
 
-@_register("Conv", (11, 22), check=_spatial_rank_check)
-def _conv(ctx, a, w, b=None):
+def _conv_operands(ctx, a, w, b):
+    """Conv and ConvTranspose inputs as 2-D: ``(x, weight, bias, one_d, n_spatial, kernel)``;
+    a 1-D convolution gets a unit height (``one_d``)."""
     x, weight = ctx.tensor(a), ctx.tensor(w)
     bias = None if b is None else ctx.tensor(b)
     if weight.ndim != x.ndim:
@@ -589,6 +590,12 @@ def _conv(ctx, a, w, b=None):
         weight = weight.unsqueeze(2)
     n_spatial = 1 if one_d else 2
     kernel = list(ctx.attr("kernel_shape", weight.shape[4 - n_spatial :]))
+    return x, weight, bias, one_d, n_spatial, kernel
+
+
+@_register("Conv", (11, 22), check=_spatial_rank_check)
+def _conv(ctx, a, w, b=None):
+    x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
     if tuple(kernel) != tuple(weight.shape[4 - n_spatial :]):
         raise ctx.error(f"kernel_shape {kernel} does not match weight shape {weight.shape}")
     strides, dilations = _spatial_attrs(ctx, n_spatial, kernel)
@@ -634,15 +641,7 @@ def _conv_transpose(ctx, a, w, b=None):
     """The gradient of a convolution: spread the input by the strides (zeros between elements),
     pad by the dilated kernel extent less ``pads`` (plus output_padding at the end), and convolve
     with the spatially flipped kernel whose in/out channels are swapped within each group."""
-    x, weight = ctx.tensor(a), ctx.tensor(w)
-    bias = None if b is None else ctx.tensor(b)
-    if weight.ndim != x.ndim:
-        raise ctx.error(f"weight shape {weight.shape} does not fit input {x.shape}")
-    x, one_d = _to_2d(ctx, x, "input")
-    if one_d:
-        weight = weight.unsqueeze(2)
-    n_spatial = 1 if one_d else 2
-    kernel = list(ctx.attr("kernel_shape", weight.shape[4 - n_spatial :]))
+    x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
     strides, dilations = _spatial_attrs(ctx, n_spatial, kernel)
     pairs, out_pad = _conv_transpose_pads(ctx, x.shape[4 - n_spatial :], kernel, strides, dilations)
     if one_d:

@@ -506,6 +506,33 @@ class _Emitter:
         return " + ".join(parts)
 
 
+def kernel_arguments(em, entries, group, text: str) -> tuple:
+    """A kernel's parameters: ``(text, buffers, scalar_slots, packed, args)``.
+
+    Outputs, then input buffers, then scalars; with more than PACK_SCALARS scalars they come
+    as one array per dtype (``packed``: ``((dtype name, slots), ...)``), unpacked at the top of
+    ``text``. Shared by the CPU and CUDA generators (a CUDA kernel's parameters are limited).
+    """
+    buffers = list(em.bufs)
+    scalar_slots = list(em.scals)
+    packed = ()
+    if len(scalar_slots) > PACK_SCALARS:
+        slot_dtype = {e[1][0]: e[4].name for e in entries if e[0] == "scalar"}
+        by_dtype: dict = {}
+        for slot in scalar_slots:
+            by_dtype.setdefault(slot_dtype[slot], []).append(slot)
+        packed = tuple((d, tuple(slots)) for d, slots in sorted(by_dtype.items()))
+        unpack = []
+        for d, slots in packed:
+            unpack += [f"    {em.scals[slot]} = sp_{ALIAS[d]}[{k}]" for k, slot in enumerate(slots)]
+        text = "\n".join(unpack + [text])
+        scalar_slots = []
+    outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
+    args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
+            + [f"sp_{ALIAS[d]}" for d, _ in packed])
+    return text, buffers, scalar_slots, packed, args
+
+
 def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
     em = _Emitter(entries, materialized, group)
@@ -557,23 +584,7 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
         text = text.replace(f"\x00{n}\x00", em.render_lin(lin, em.outer[0] if buf in rebased else None))
 
-    buffers = list(em.bufs)
-    scalar_slots = list(em.scals)
-    packed = ()
-    if len(scalar_slots) > PACK_SCALARS:
-        slot_dtype = {e[1][0]: e[4].name for e in entries if e[0] == "scalar"}
-        by_dtype: dict = {}
-        for slot in scalar_slots:
-            by_dtype.setdefault(slot_dtype[slot], []).append(slot)
-        packed = tuple((d, tuple(slots)) for d, slots in sorted(by_dtype.items()))
-        unpack = []
-        for d, slots in packed:
-            unpack += [f"    {em.scals[slot]} = sp_{ALIAS[d]}[{k}]" for k, slot in enumerate(slots)]
-        text = "\n".join(unpack + [text])
-        scalar_slots = []
-    outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
-    args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
-            + [f"sp_{ALIAS[d]}" for d, _ in packed])
+    text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
     fastmath = FASTMATH
     options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
     if parallel:

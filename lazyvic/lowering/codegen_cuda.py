@@ -40,7 +40,7 @@ import math
 from pathlib import Path
 
 from lazyvic import ops as optable
-from lazyvic.lowering.codegen_cpu import PACK_SCALARS, _Emitter
+from lazyvic.lowering.codegen_cpu import _Emitter, kernel_arguments
 from lazyvic.lowering.fusion import FusionGroup
 from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS
@@ -205,24 +205,7 @@ def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     for n, lin in enumerate(em.lins):
         text = text.replace(f"\x00{n}\x00", em.render_lin(lin))
 
-    buffers = list(em.bufs)
-    scalar_slots = list(em.scals)
-    packed = ()
-    if len(scalar_slots) > PACK_SCALARS:
-        # A kernel's parameters are limited (4 KiB): long scalar chains come as arrays.
-        slot_dtype = {e[1][0]: e[4].name for e in entries if e[0] == "scalar"}
-        by_dtype: dict = {}
-        for slot in scalar_slots:
-            by_dtype.setdefault(slot_dtype[slot], []).append(slot)
-        packed = tuple((d, tuple(slots)) for d, slots in sorted(by_dtype.items()))
-        unpack = []
-        for d, slots in packed:
-            unpack += [f"    {em.scals[slot]} = sp_{ALIAS[d]}[{k}]" for k, slot in enumerate(slots)]
-        text = "\n".join(unpack + [text])
-        scalar_slots = []
-    outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
-    args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
-            + [f"sp_{ALIAS[d]}" for d, _ in packed])
+    text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
     # No fastmath: elementwise results round as the CPU's strict kernels do, and the
     # reduction order is the source's own.
     source = "\n".join(["@cuda.jit(cache=True)", f"def KERNEL_NAME({', '.join(args)}):", text, ""])

@@ -46,7 +46,7 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 
-from lazyvic import data, functional, models, nn, onnx, optim  # noqa: E402
+from lazyvic import cuda, data, functional, models, nn, onnx, optim  # noqa: E402
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
 
 __version__ = "0.1.0"

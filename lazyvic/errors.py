@@ -33,6 +33,10 @@ class CheckpointError(LazyvicError, ValueError):
     """A checkpoint or state_dict does not match what was expected."""
 
 
+class DeviceError(LazyvicError, RuntimeError):
+    """A device is unknown or unavailable, or one op got tensors on different devices."""
+
+
 class OnnxError(LazyvicError, ValueError):
     """An ONNX file or model is invalid, or cannot be converted (names the file, the node and the problem)."""
 
@@ -49,4 +53,5 @@ __all__ = [
     "AutogradError",
     "CheckpointError",
     "OnnxError",
+    "DeviceError",
 ]

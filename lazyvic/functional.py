@@ -67,7 +67,7 @@ def one_hot(target: Tensor, num_classes: int, dtype=dt.float32) -> Tensor:
     """(N, ...) int64 class indices -> (N, ..., num_classes) one-hot (an elementwise compare)."""
     from lazyvic.tensor import arange
 
-    classes = arange(num_classes)
+    classes = arange(num_classes, device=target.device)
     return (target.unsqueeze(-1) == classes).to(dtype)
 
 
@@ -155,7 +155,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     from lazyvic.tensor import rand
 
-    keep = rand(*x.shape, dtype=x.dtype) >= p
+    keep = rand(*x.shape, dtype=x.dtype, device=x.device) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
@@ -185,7 +185,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tenso
         y = input._pad(tuple(pairs))
         if value != 0:  # where, not y + mask * value: 0 * inf would be NaN inside
             border = np.pad(np.zeros(input.shape, dtype=bool), pairs, constant_values=True)
-            y = where(Tensor(border), value, y)
+            y = where(Tensor(border).to(input.device), value, y)
     else:
         y = input
         for axis, (before, after) in enumerate(pairs):
@@ -196,7 +196,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tenso
                     raise ValueError(f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
                                      f"size {n} (input {input.shape})")
                 idx = np.pad(np.arange(n), (before, after), mode=_PAD_MODES[mode])
-                y = y.index_select(axis, Tensor(idx))
+                y = y.index_select(axis, Tensor(idx).to(input.device))
     pads_onnx = Tensor(np.array([b for b, _ in pairs] + [a for _, a in pairs], dtype=np.int64))
     onnx_mode = {"replicate": "edge"}.get(mode, mode)
     if mode == "circular":
@@ -251,13 +251,13 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
 _causal_masks: dict = {}
 
 
-def _causal_mask(L: int, S: int) -> Tensor:
+def _causal_mask(L: int, S: int, device: str = "cpu") -> Tensor:
     """(L, S) bool, True where query i may attend to key j (j <= i; top-left aligned, as PyTorch).
 
-    One realized tensor per shape, so every step reads the same input and keeps one plan."""
-    m = _causal_masks.get((L, S))
+    One realized tensor per shape and device, so every step reads the same input and keeps one plan."""
+    m = _causal_masks.get((L, S, device))
     if m is None:
-        m = _causal_masks[(L, S)] = band_mask(L, S)
+        m = _causal_masks[(L, S, device)] = band_mask(L, S, device=device)
     return m
 
 
@@ -292,10 +292,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     scores = (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(E) if scale is None else scale)
     if is_causal:
-        scores = where(_causal_mask(L, S), scores, -math.inf)
+        scores = where(_causal_mask(L, S, scores.device), scores, -math.inf)
     elif attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
-            attn_mask = Tensor(np.asarray(attn_mask))
+            attn_mask = Tensor(np.asarray(attn_mask)).to(scores.device)
         scores_shape = batch + (L, S)
         try:
             fits = broadcast_shapes(attn_mask.shape, scores_shape) == scores_shape
@@ -430,7 +430,8 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include
     (kh, kw), (sh, sw) = kernel, stride
     count = sum(inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
                 for i in range(kh) for j in range(kw))
-    return mark(total * (1.0 / count).astype(input.dtype.np), "AveragePool", (input,), **onnx_attrs)
+    divisor = Tensor((1.0 / count).astype(input.dtype.np)).to(input.device)
+    return mark(total * divisor, "AveragePool", (input,), **onnx_attrs)
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:

@@ -20,8 +20,9 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
-from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.runtime import device as _dev
 from lazyvic.runtime.config import config
 from lazyvic.trace.composite import mark, recipe
 from lazyvic.trace.node import Node, live_nodes_count, parameter_nodes
@@ -100,12 +101,24 @@ def broadcast_shapes(a: tuple, b: tuple, opname: str = "broadcast") -> tuple:
     return tuple(out)
 
 
-def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
-    """Record one primitive: infer shape and dtype now, compute nothing."""
+def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
+    """Record one primitive: infer shape and dtype now, compute nothing.
+
+    The result is on its inputs' device; ``_device`` places an op without tensor inputs (a
+    random source). An op on Python scalars only (a broadcast constant) has no device yet
+    (None): it joins the trace of the op that reads it, and is computed on the CPU if it
+    is itself synced. Inputs on two devices raise DeviceError."""
     opdef = optable.OPS[opname]
     nodes = tuple([t._node for t in inputs])
+    device = _device
+    for n in nodes:
+        d = n.device
+        if d is not None and d != device:
+            if device is not None:
+                _device_mismatch(opname, nodes, _device)
+            device = d
     shape, dtype = opdef.infer(tuple([n.shape for n in nodes]), tuple([n.dtype for n in nodes]), attrs)
-    node = Node(opname, nodes, tuple(sorted(attrs.items())) if attrs else (), shape, dtype)
+    node = Node(opname, nodes, tuple(sorted(attrs.items())) if attrs else (), shape, dtype, device)
     out = Tensor._from_node(node)
     # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
     for t in inputs:
@@ -120,6 +133,13 @@ def _apply(opname: str, inputs: tuple, **attrs) -> "Tensor":
                         u._users.append(weakref.ref(out))
             break
     return out
+
+
+def _device_mismatch(opname: str, nodes: tuple, placed: str | None):
+    found = ", ".join(f"{n.device} {n.shape}" for n in nodes if n.device is not None)
+    where = f" (the op was asked to run on {placed})" if placed is not None else ""
+    raise DeviceError(f"{opname}: expected all tensors on one device, got {found}{where}; "
+                      f"move them with .to(device), .cuda() or .cpu()")
 
 
 # Binary primitives whose result has the operands' dtype and shape (no rule to run).
@@ -220,7 +240,12 @@ class Tensor:
 
     @property
     def device(self) -> str:
-        return "cpu"
+        """``"cpu"`` or ``"cuda"`` (see :meth:`to`)."""
+        return self._node.device or "cpu"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._node.device == "cuda"
 
     @property
     def is_lazy(self) -> bool:
@@ -259,12 +284,18 @@ class Tensor:
 
     # ----------------------------------------------------------- sync points
     def numpy(self) -> np.ndarray:
-        """Sync point: compute and return the value as a NumPy array (shares memory)."""
+        """Sync point: compute and return the value as a NumPy array.
+
+        On the CPU the array shares the tensor's memory. On CUDA it is a host copy (as
+        tinygrad's ``numpy()``; PyTorch asks for ``.cpu().numpy()``), counted in
+        ``lazyvic.metrics`` as device-to-host bytes."""
         node = self._node
         if node.op == "scalar":
             node.realize(np.array(node.value, dtype=node.dtype.np))
         elif node.op != "buffer":
             sync(self)
+        if node.device == "cuda":
+            return _dev.to_host(node.data, node.shape)
         return node.data
 
     def __array__(self, dtype=None, copy=None):
@@ -304,6 +335,8 @@ class Tensor:
         extra = ""
         if self.dtype not in (dt.float32, dt.int64, dt.bool_):
             extra += f", dtype={self.dtype!r}"
+        if self.device == "cuda":
+            extra += ", device='cuda:0'"
         if self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
@@ -340,6 +373,8 @@ class Tensor:
             value = value.expand(*self.shape)
         if value.dtype is not self.dtype:
             value = value.to(self.dtype)
+        if self._node.device is not None and value._node.device not in (self._node.device, None):
+            value = value.to(self.device)  # copy_ across devices, as in PyTorch
         if value.requires_grad and autograd.is_grad_enabled():
             _detach_history(self)
             self._node = value._node
@@ -401,7 +436,8 @@ class Tensor:
                 d = dt.scalar_dtype_for(d, other)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
-                return Tensor._from_node(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d))
+                return Tensor._from_node(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d,
+                                              node.device))
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
             return _apply(opname, (b, a) if reverse else (a, b))
@@ -630,17 +666,53 @@ class Tensor:
         return where(mask, value, self)
 
     def to(self, *args, **kwargs) -> "Tensor":
-        """``.to(dtype)`` casts; ``.to("cpu")`` is the identity (the CUDA device comes later)."""
-        target = kwargs.get("dtype", args[0] if args else None)
-        device = kwargs.get("device")
-        if isinstance(target, str) and target not in ("float32", "float64", "int32", "int64", "bool"):
-            device, target = target, None
-        if device is not None and str(device) != "cpu":
-            raise UnsupportedOpError(f"to: device {device!r} is not available (lazyvic has the 'cpu' device)")
-        if target is None:
-            return self
-        d = dt.get_dtype(target)
-        return self if d is self.dtype else _apply("cast", (self,), dtype=d)
+        """PyTorch's forms: ``.to(dtype)``, ``.to(device)``, ``.to(device, dtype)``,
+        ``.to(other)`` (its device and dtype), and the keywords ``device=``, ``dtype=``,
+        ``non_blocking=`` (ignored) and ``copy=``.
+
+        A cast is lazy. A device change (``"cpu"`` <-> ``"cuda"``, see
+        :mod:`lazyvic.runtime.device`) copies the value now: a pending source is computed
+        first (a sync point for it), the copy is counted in ``lazyvic.metrics``, and the
+        result is a realized tensor on the new device, differentiable (its gradient is copied
+        back). Returns ``self`` when nothing changes and ``copy`` is false.
+
+        Raises:
+            DeviceError: an unknown or unavailable device.
+            DTypeError: an unsupported dtype.
+        """
+        dtype, device, copy = kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif a is None:
+                continue
+            elif (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")) or isinstance(getattr(a, "type", None), str):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if device is not None:
+            target = _dev.canonical(device, "to")
+            if target != self.device:
+                out = _transfer(self, target)
+        if dtype is not None:
+            d = dt.get_dtype(dtype)
+            if d is not out.dtype:
+                out = _apply("cast", (out,), dtype=d)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def cuda(self, device=None) -> "Tensor":
+        """A copy on ``"cuda"`` (``self`` if it is there already); see :meth:`to`."""
+        return self.to("cuda" if device is None else device if isinstance(device, str) else f"cuda:{device}")
+
+    def cpu(self) -> "Tensor":
+        """A copy on the CPU (``self`` if it is there already); see :meth:`to`."""
+        return self.to("cpu")
 
     def type(self, dtype):
         return self.to(dtype)
@@ -659,9 +731,6 @@ class Tensor:
 
     def bool(self):
         return self != 0 if self.dtype is not dt.bool_ else self
-
-    def cpu(self):
-        return self
 
     # -------------------------------------------------------------- reductions
     def _reduce(self, opname: str, axes: tuple) -> "Tensor":
@@ -931,22 +1000,72 @@ class Tensor:
         return full_like(self, 1)
 
     def new_zeros(self, *size):
-        return zeros(*size, dtype=self.dtype)
+        return zeros(*size, dtype=self.dtype, device=self.device)
 
     def new_ones(self, *size):
-        return ones(*size, dtype=self.dtype)
+        return ones(*size, dtype=self.dtype, device=self.device)
 
     def new_full(self, size, value):
-        return full(size, value, dtype=self.dtype)
+        return full(size, value, dtype=self.dtype, device=self.device)
 
     def new_tensor(self, data):
-        return tensor(data, dtype=self.dtype)
+        return tensor(data, dtype=self.dtype, device=self.device)
 
 
 # ============================================================ module functions
+class _DeviceCopy:
+    """The autograd record of a copy between devices: its VJP copies the gradient back."""
+
+    name = "to_device"
+    differentiable = True
+
+    @staticmethod
+    def vjp(g, inputs, out, attrs):
+        return (g.to(attrs["device"]),)
+
+
+def _transfer(t: Tensor, target: str) -> Tensor:
+    """``t``'s value copied to device ``target`` now (computing a pending ``t`` first)."""
+    node = t._node
+    if node.pending:
+        sync(t)
+    if node.op == "scalar":
+        host = np.array(node.value, dtype=node.dtype.np)
+    elif node.device == "cuda":
+        host = _dev.to_host(node.data, node.shape)
+    else:
+        host = node.data
+    if target == "cuda":
+        out_node = Node.buffer(_dev.to_device(host), node.dtype, "cuda", node.shape)
+    else:
+        out_node = Node.buffer(host, node.dtype)
+    out = Tensor._from_node(out_node)
+    if t.requires_grad and autograd.is_grad_enabled():
+        out.requires_grad = True
+        out._ctx = (_DeviceCopy, (t,), (node,), {"device": t.device}, out_node)
+        if t._ctx is not None:
+            if t._users is None:
+                t._users = []
+            t._users.append(weakref.ref(out))
+    return out
+
+
+def _device_arg(device, opname: str) -> str:
+    return "cpu" if device is None else _dev.canonical(device, opname)
+
+
+def _placed(t: Tensor, device: str) -> Tensor:
+    """A realized CPU tensor made by a creation function, moved to ``device`` (a leaf)."""
+    if device == "cpu":
+        return t
+    out = Tensor._from_node(Node.buffer(_dev.to_device(t._node.data), t.dtype, device, t.shape))
+    out.requires_grad = t.requires_grad
+    return out
+
+
 def _check_index_bounds(opname: str, index: Tensor, shape: tuple, dim: int) -> None:
     """Raise at the op for a realized index out of range (a pending index is checked when it runs)."""
-    data = index._node.data if index._node.op == "buffer" else None
+    data = index._node.data if index._node.op == "buffer" and index._node.device == "cpu" else None
     if data is None or not data.size or data.dtype.kind not in "iu":
         return
     n = shape[dim]
@@ -1005,7 +1124,7 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
         a = a if a.dtype is d else a.to(d)
         return a, Tensor._from_node(Node.scalar(b, d))
     if isinstance(b, (list, tuple, np.ndarray)):
-        t = Tensor(b)
+        t = _placed(Tensor(b), a.device)  # array data joins the tensor's device
         return _promote_pair(a, t, opname)
     raise DTypeError(f"{opname}: unsupported operand of type {type(b).__name__}")
 
@@ -1247,95 +1366,108 @@ def _float_dtype(dtype) -> dt.DType:
     return d
 
 
-def _random(opname: str, shape: tuple, dtype, requires_grad: bool) -> Tensor:
+def _random(opname: str, shape: tuple, dtype, requires_grad: bool, device) -> Tensor:
     d = _float_dtype(dtype)
+    place = _device_arg(device, opname)
     seed, offset = _generator.take(math.prod(shape) + 1)
     s = Tensor._from_node(Node.scalar(seed, dt.int64))
     o = Tensor._from_node(Node.scalar(offset, dt.int64))
-    out = _apply(opname, (s, o), shape=shape, dtype=d)
+    out = _apply(opname, (s, o), _device=place, shape=shape, dtype=d)
     out.requires_grad = requires_grad
     return out
 
 
-def rand(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Uniform [0, 1) numbers from the seeded Philox stream (lazy)."""
-    return _random("rand", _shape_arg(size), dtype, requires_grad)
+def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """Uniform [0, 1) numbers from the seeded Philox stream (lazy; the same numbers on
+    every device)."""
+    return _random("rand", _shape_arg(size), dtype, requires_grad, device)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over the seeded Philox stream; lazy)."""
-    return _random("randn", _shape_arg(size), dtype, requires_grad)
+    return _random("randn", _shape_arg(size), dtype, requires_grad, device)
 
 
-def rand_like(x: Tensor, dtype=None) -> Tensor:
-    return rand(*x.shape, dtype=dtype or x.dtype)
+def rand_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return rand(*x.shape, dtype=dtype or x.dtype, device=device or x.device)
 
 
-def randn_like(x: Tensor, dtype=None) -> Tensor:
-    return randn(*x.shape, dtype=dtype or x.dtype)
+def randn_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return randn(*x.shape, dtype=dtype or x.dtype, device=device or x.device)
 
 
-def randint(low: int, high: int | None = None, size=(), dtype=None) -> Tensor:
+def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
     """Integers uniform in [low, high) (int64 by default)."""
     if high is None:
         low, high = 0, low
-    u = rand(*size, dtype=dt.float64)
+    u = rand(*size, dtype=dt.float64, device=device)
     return (u * (high - low)).to(dt.int64).clamp(max=high - low - 1).to(dtype or dt.int64) + low
 
 
-def randperm(n: int, dtype=None) -> Tensor:
+def randperm(n: int, dtype=None, device=None) -> Tensor:
     """A random permutation of 0..n-1 from the seeded stream (computed now: its order is data)."""
     from lazyvic.ops.source import uniform_bits
 
+    place = _device_arg(device, "randperm")
     seed, offset = _generator.take(n)
     keys = uniform_bits(n, seed, offset)
     perm = np.argsort(keys, kind="stable").astype(np.int64)
-    return Tensor(perm, dtype=dtype or dt.int64)
+    return _placed(Tensor(perm, dtype=dtype or dt.int64), place)
 
 
-def full(size, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of ``size`` filled with ``fill_value`` (lazy; the value is a scalar input)."""
+def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor of ``size`` filled with ``fill_value`` (lazy; the value is a scalar input).
+
+    ``device``: ``"cpu"`` (default) or ``"cuda"``; raises DeviceError for others."""
     shape = _shape_arg((size,) if isinstance(size, int) else tuple(size))
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.default_float
     d = dt.get_dtype(dtype)
-    out = Tensor._from_node(Node.scalar(fill_value, d))._broadcast_to(shape)
+    place = _device_arg(device, "full")
+    out = Tensor._from_node(Node.scalar(fill_value, d))
+    if place == "cpu":
+        out = out._broadcast_to(shape)
+    else:
+        out = _apply("expand", (out,), _device=place, shape=shape)
     if requires_grad:
         out.requires_grad_(True)
     return out
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    return full(_shape_arg(size), 0, dtype=dtype or dt.default_float, requires_grad=requires_grad)
+def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_shape_arg(size), 0, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    return full(_shape_arg(size), 1, dtype=dtype or dt.default_float, requires_grad=requires_grad)
+def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_shape_arg(size), 1, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def full_like(x: Tensor, fill_value, dtype=None) -> Tensor:
-    return full(x.shape, fill_value, dtype=dtype or x.dtype)
+def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+    """``full`` with ``x``'s shape, and its dtype and device unless given."""
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device)
 
 
-def zeros_like(x: Tensor, dtype=None) -> Tensor:
-    return full_like(x, 0, dtype)
+def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return full_like(x, 0, dtype, device)
 
 
-def ones_like(x: Tensor, dtype=None) -> Tensor:
-    return full_like(x, 1, dtype)
+def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return full_like(x, 1, dtype, device)
 
 
-def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
-    """A tensor holding a copy of ``data`` (nested lists, NumPy arrays, scalars).
+def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor holding a copy of ``data`` (nested lists, NumPy arrays, scalars, tensors).
 
     Python floats become float32, Python ints int64, NumPy arrays keep their dtype.
-    Raises DTypeError for unsupported dtypes (complex, strings, float16).
+    ``device``: ``"cpu"`` (default) or ``"cuda"`` (the copy goes straight there).
+    Raises DTypeError for unsupported dtypes (complex, strings, float16), DeviceError for
+    an unknown or unavailable device.
     """
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+    return _placed(Tensor(data, dtype=dtype, requires_grad=requires_grad), _device_arg(device, "tensor"))
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -1345,7 +1477,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return Tensor(array)
 
 
-def arange(start, end=None, step=1, dtype=None) -> Tensor:
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 for ints, else float32."""
     if end is None:
         start, end = 0, start
@@ -1353,7 +1485,9 @@ def arange(start, end=None, step=1, dtype=None) -> Tensor:
         raise ValueError("arange: step must be non-zero")
     is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = dt.get_dtype(dtype) if dtype is not None else (dt.int64 if is_int else dt.default_float)
+    place = _device_arg(device, "arange")
     t = Tensor(np.arange(start, end, step, dtype=np.float64 if not is_int else np.int64).astype(d.np), dtype=d)
+    t = _placed(t, place)
     if is_int:
         recipe(t, _arange_onnx, start=int(start), end=int(end), step=int(step), dtype=d.name)
     return t
@@ -1369,13 +1503,13 @@ def _arange_onnx(b, names, at) -> str:
     return out if at["dtype"] == "int64" else b.node("Cast", [out], to=b.onnx_dtype(at["dtype"]))
 
 
-def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True) -> "Tensor":
+def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True, device=None) -> "Tensor":
     """(rows, cols) bool: ``j - i <= diagonal`` (lower, as ``tril``) or ``>= diagonal`` (upper).
 
     A constant with an ONNX recipe (Range, Sub, LessOrEqual), so exports whose sizes follow a
     dynamic axis (a causal mask over the sequence) compute it in the graph."""
     make = np.tril if lower else np.triu
-    mask = Tensor(make(np.ones((rows, cols), dtype=bool), diagonal))
+    mask = _placed(Tensor(make(np.ones((rows, cols), dtype=bool), diagonal)), _device_arg(device, "band_mask"))
     return recipe(mask, _band_mask_onnx, rows=rows, cols=cols, diagonal=diagonal, lower=lower)
 
 
@@ -1387,18 +1521,18 @@ def _band_mask_onnx(b, names, at) -> str:
     return b.node("LessOrEqual" if at["lower"] else "GreaterOrEqual", [offset, diagonal])
 
 
-def eye(n: int, m: int | None = None, dtype=None) -> Tensor:
-    return Tensor(np.eye(n, m, dtype=dt.get_dtype(dtype or dt.default_float).np))
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    return _placed(Tensor(np.eye(n, m, dtype=dt.get_dtype(dtype or dt.default_float).np)), _device_arg(device, "eye"))
 
 
 def tril(x: Tensor, diagonal: int = 0) -> Tensor:
     r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=True), x, 0 if x.dtype.category < 2 else 0.0)
+    return where(band_mask(r, c, diagonal, lower=True, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
 
 
 def triu(x: Tensor, diagonal: int = 0) -> Tensor:
     r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=False), x, 0 if x.dtype.category < 2 else 0.0)
+    return where(band_mask(r, c, diagonal, lower=False, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
 
 
 # ---------------------------------------------------------------- sync
@@ -1413,19 +1547,31 @@ def sync(*tensors: Tensor) -> None:
     if not roots:
         _live_pending.clear()
         return
-    trace, inputs, scalars, out_nodes = cut(roots, _trace_flags())
+    # One trace per device (no pending graph spans two: copies are eager), CPU first; a
+    # constant without a device (made of Python scalars only) is computed on the CPU.
+    if all(n.device != "cuda" for n in roots):
+        groups = [("cpu", roots)]
+    else:
+        groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in _dev.DEVICES]
     try:
-        arrays = run(trace, inputs, scalars)
+        for device, group in groups:
+            if not group:
+                continue
+            trace, inputs, scalars, out_nodes = cut(group, _trace_flags(device))
+            arrays = run(trace, inputs, scalars)
+            for node, array in zip(out_nodes, arrays):
+                node.realize(array)
+                node.device = device
+                if device == "cpu":
+                    buffers.track(node, array)
     except Exception:
         # The failing tensors stay pending (a sync on one of them raises again), but they are
         # no longer swept into every later sync, so one bad op does not poison the session.
         _live_pending.clear()
         raise
-    for node, array in zip(out_nodes, arrays):
-        node.realize(array)
-        buffers.track(node, array)
     _live_pending.clear()
 
 
-def _trace_flags() -> tuple:
-    return ("cpu", "deterministic" if config.deterministic else "default")
+def _trace_flags(device: str = "cpu") -> tuple:
+    """The flags that enter every trace key: the device and the mode."""
+    return (device, "deterministic" if config.deterministic else "default")

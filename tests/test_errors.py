@@ -345,8 +345,13 @@ def test_unsupported_indexing_and_devices():
         x[lv.tensor([True, False, True])]
     with raises_at_op(errors.UnsupportedOpError, "one integer tensor"):
         x[lv.tensor([0]), lv.tensor([1])]
-    with raises_at_op(errors.UnsupportedOpError, "cuda"):
-        x.to("cuda")
+    if not lv.cuda.is_available():
+        with raises_at_op(errors.DeviceError, "not available"):
+            x.to("cuda")
+    with raises_at_op(errors.DeviceError, "one GPU"):
+        x.to("cuda:1")
+    with raises_at_op(errors.DeviceError, "unknown device 'tpu'"):
+        lv.zeros(2, device="tpu")
 
 
 def test_errors_leave_the_session_usable(mode):

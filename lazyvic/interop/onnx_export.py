@@ -41,6 +41,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import OnnxError, UnsupportedOpError
 from lazyvic.ops import OPS
+from lazyvic.runtime import device
 from lazyvic.trace import composite
 
 MIN_OPSET, MAX_OPSET = 13, 18
@@ -538,13 +539,14 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
             continue
         changing = len(row) > 1 and any(o.shape != node.shape for o in row[1:])
         if node.op == "buffer" and not (changing and base.usable_mark(node, opset)):
+            data = node.data if node.device != "cuda" else device.to_host(node.data, node.shape)
             if node in param_names:
-                names[node] = b.const(node.data, name=param_names[node])
+                names[node] = b.const(data, name=param_names[node])
             else:
                 if changing:
                     raise OnnxError(f"onnx export: a constant of shape {node.shape} used in "
                                     f"{node.scope or 'the call'} changes shape with a dynamic axis")
-                names[node] = b.const(node.data, "const")
+                names[node] = b.const(data, "const")
             continue
         if node.op == "scalar":
             if any(o.value != node.value for o in row[1:]):

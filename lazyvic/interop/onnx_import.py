@@ -134,8 +134,16 @@ def supported_ops() -> dict[str, tuple[int, ...]]:
 
 
 # ============================================================== per-node context
+def _tensor(data, dtype=None, device=None) -> Tensor:
+    """``lazyvic.tensor`` on the running model's device (constants made while a graph runs)."""
+    return lazyvic.tensor(data, dtype=dtype, device=device or _NodeContext.device)
+
+
 class _NodeContext:
     """One graph node ready to run: its attributes parsed once, errors that name it."""
+
+    # The device of the running OnnxModule (set by its forward): constants are made there.
+    device = "cpu"
 
     def __init__(self, proto, version: int, source: str, index: int):
         from onnx import helper
@@ -176,7 +184,7 @@ class _NodeContext:
         arr = np.asarray(value)
         if _lazyvic_dtype(arr.dtype) is None:
             raise self.error(f"lazyvic has no {arr.dtype} (it supports {_SUPPORTED_TYPES_TEXT})")
-        return lazyvic.tensor(arr, dtype=arr.dtype)
+        return _tensor(arr, dtype=arr.dtype, device=_NodeContext.device)
 
     def const(self, value, what: str) -> np.ndarray:
         """A constant's array; a Tensor that holds data gives its data; a pending one is synced."""
@@ -664,8 +672,8 @@ def _conv_transpose(ctx, a, w, b=None):
     x = _pad_spatial(x[(slice(None), slice(None)) + crop], [(max(lo, 0), max(hi, 0)) for lo, hi in edges], 0)
     m_per_group = weight.shape[1]
     kh, kw = weight.shape[2:]
-    flipped = weight.index_select(2, lazyvic.tensor(np.arange(kh - 1, -1, -1))).index_select(
-        3, lazyvic.tensor(np.arange(kw - 1, -1, -1)))
+    flipped = weight.index_select(2, _tensor(np.arange(kh - 1, -1, -1), device=weight.device)).index_select(
+        3, _tensor(np.arange(kw - 1, -1, -1), device=weight.device))
     w2 = flipped.reshape(groups, c // groups, m_per_group, kh, kw).transpose(1, 2)
     w2 = w2.reshape(groups * m_per_group, c // groups, kh, kw)
     y = F.conv2d(x, w2, bias, stride=1, padding=0, dilation=tuple(dilations), groups=groups)
@@ -688,7 +696,7 @@ def _max_pool_indices(x: Tensor, views: list, pairs, kernel, strides, dilations,
             flat = flat * spatial[axis] + (grids[axis] + offs[axis] - pairs[axis][0])
         table.append(planes + flat)
     which = lazyvic.stack(views, 0).argmax(0, keepdim=True)  # (1, N, C, *out): first maximum
-    return lazyvic.tensor(np.stack(table)).gather(0, which).reshape(*which.shape[1:])
+    return _tensor(np.stack(table), device=which.device).gather(0, which).reshape(*which.shape[1:])
 
 
 @_register("MaxPool", (12, 22))
@@ -972,7 +980,7 @@ def _slice(ctx, a, starts, ends, axes=None, steps=None):
     x = x[tuple(p if isinstance(p, slice) else slice(None) for p in plan)]
     for axis, p in enumerate(plan):
         if not isinstance(p, slice):  # negative step: pick the indices in order
-            x = x.index_select(axis, lazyvic.tensor(p)) if p.size else _empty_along(x, axis)
+            x = x.index_select(axis, _tensor(p)) if p.size else _empty_along(x, axis)
     return x
 
 
@@ -1001,7 +1009,7 @@ def _gather(ctx, a, idx):
         arr = _gather_indices(ctx, np.asarray(ctx.const(idx, "indices")), n)
         if arr.ndim == 0:
             return x[(slice(None),) * axis + (int(arr),)]
-        index = lazyvic.tensor(arr.reshape(-1))
+        index = _tensor(arr.reshape(-1))
         shape = arr.shape
     else:
         index = idx.to(dt.int64)
@@ -1185,7 +1193,7 @@ def _argmax(ctx, a):
         x = x.to(dt.int32)
     if ctx.attr("select_last_index", 0):
         n = x.shape[axis]
-        flipped = x.index_select(axis, lazyvic.tensor(np.arange(n - 1, -1, -1, dtype=np.int64)))
+        flipped = x.index_select(axis, _tensor(np.arange(n - 1, -1, -1, dtype=np.int64)))
         return (n - 1) - flipped.argmax(axis, keepdim=keep)
     return x.argmax(axis, keepdim=keep)
 
@@ -1435,7 +1443,7 @@ def _pad(ctx, a, pads, value=None, axes=None):
         if b or e:
             if x.shape[axis] == 0 or (mode == "reflect" and max(b, e) >= x.shape[axis]):
                 raise ctx.error(f"cannot {mode}-pad axis {axis} of size {x.shape[axis]} by {(b, e)}")
-            x = x.index_select(axis, lazyvic.tensor(_pad_indices(mode, x.shape[axis], b, e)))
+            x = x.index_select(axis, _tensor(_pad_indices(mode, x.shape[axis], b, e)))
     return x
 
 
@@ -1462,7 +1470,7 @@ def _gather_elements(ctx, a, idx):
     axis = ctx.axis(int(ctx.attr("axis", 0)), x.ndim)
     n = x.shape[axis]
     if _is_const(idx) or not idx.is_lazy:
-        index = lazyvic.tensor(_gather_indices(ctx, np.asarray(ctx.const(idx, "indices")), n))
+        index = _tensor(_gather_indices(ctx, np.asarray(ctx.const(idx, "indices")), n))
     else:
         index = idx.to(dt.int64)
         index = lazyvic.where(index < 0, index + n, index)
@@ -1539,7 +1547,7 @@ def _cumsum(ctx, a, axis_value):
     work = x if x.dtype.is_floating_point else x.to(dt.float64)  # exact integer sums below 2**53
     moved = work.transpose(axis, -1) if axis != x.ndim - 1 else work
     tri = _cumsum_matrix(n, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))).astype(work.dtype.np)
-    out = moved @ lazyvic.tensor(tri)
+    out = moved @ _tensor(tri)
     out = out.transpose(axis, -1) if axis != x.ndim - 1 else out
     return out.to(x.dtype)
 
@@ -1554,9 +1562,9 @@ def _one_hot(ctx, indices, depth, values):
     idx = idx.to(dt.int64) if idx.dtype is not dt.int64 else idx  # float indices truncate, as the spec casts
     idx = lazyvic.where(idx < 0, idx + depth, idx)
     axis = ctx.axis(int(ctx.attr("axis", -1)), idx.ndim + 1)
-    classes = lazyvic.tensor(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (idx.ndim - axis)))
+    classes = _tensor(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (idx.ndim - axis)))
     hot = idx.unsqueeze(axis) == classes
-    off, on = (lazyvic.tensor(v) for v in (vals[0], vals[1]))
+    off, on = (_tensor(v) for v in (vals[0], vals[1]))
     return lazyvic.where(hot, on, off)
 
 
@@ -1573,7 +1581,7 @@ def _group_norm(ctx, a, scale, bias):
     y = (gc * ((gc * gc).mean(2, keepdim=True) + float(ctx.attr("epsilon", 1e-5))).rsqrt()).reshape(*x.shape)
     w, b = ctx.tensor(scale), ctx.tensor(bias)
     if ctx.version < 21:  # GroupNormalization-18: scale and bias per group, not per channel
-        per_channel = lazyvic.tensor(np.repeat(np.arange(groups, dtype=np.int64), c // groups))
+        per_channel = _tensor(np.repeat(np.arange(groups, dtype=np.int64), c // groups))
         w, b = w.index_select(0, per_channel), b.index_select(0, per_channel)
     view = (c,) + (1,) * (x.ndim - 2)
     return y * w.reshape(*view) + b.reshape(*view)
@@ -1771,7 +1779,7 @@ def _attention(ctx, q, k, v, mask=None, past_key=None, past_value=None, nonpad=N
     if valid is not None:
         allowed = allowed & (j < np.array(valid)[:, None, None, None])
     if not allowed.all():
-        scores = scores + lazyvic.tensor(np.where(allowed, 0.0, -np.inf).astype(scores.dtype.np))
+        scores = scores + _tensor(np.where(allowed, 0.0, -np.inf).astype(scores.dtype.np))
     if mask is not None:
         m = ctx.tensor(mask)
         if m.shape[-1] < total:  # a mask may stop at the longest nonpad_kv_seqlen
@@ -1850,7 +1858,7 @@ def _gather_nd(ctx, a, indices):
     # Each tuple picks a slice of the flattened (batch, *head) axis of data.
     flat = (np.arange(math.prod(lead))[:, None] * math.prod(head)
             + (np.ravel_multi_index(tuple(np.moveaxis(tuples, -1, 0)), head) if k else 0)).reshape(-1)
-    picked = x.reshape(math.prod(lead) * math.prod(head), *rest).index_select(0, lazyvic.tensor(flat))
+    picked = x.reshape(math.prod(lead) * math.prod(head), *rest).index_select(0, _tensor(flat))
     return picked.reshape(*index.shape[:-1], *rest)
 
 
@@ -1888,7 +1896,7 @@ def _reverse_sequence(ctx, a, lengths):
     shape[t_axis], shape[b_axis] = t, b
     index = grid if t_axis < b_axis else grid.T
     index = np.broadcast_to(index.reshape(shape), x.shape)
-    return x.gather(t_axis, lazyvic.tensor(np.ascontiguousarray(index)))
+    return x.gather(t_axis, _tensor(np.ascontiguousarray(index)))
 
 
 # ------------------------------------------------------------------ recurrent layers (unrolled)
@@ -2002,7 +2010,7 @@ def _recurrent(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None, initial
                     go = go + ctx.tensor(peepholes)[d][hidden : 2 * hidden] * cn
                 hn = f(go) * hact(cn)
             if valid is not None:
-                keep = lazyvic.tensor(valid[t])
+                keep = _tensor(valid[t])
                 ys[t] = lazyvic.where(keep, hn, 0.0)
                 h, c = lazyvic.where(keep, hn, h), lazyvic.where(keep, cn, c)
             else:
@@ -2055,7 +2063,7 @@ def _einsum_prepare(t: Tensor, term: str, keep: set) -> tuple:
         n = t.shape[i]
         order = [k for k in range(t.ndim) if k not in (i, j)] + [i, j]
         t = t.permute(*order).reshape(*[t.shape[k] for k in order[:-2]], n * n)
-        t = t.index_select(t.ndim - 1, lazyvic.tensor(np.arange(n, dtype=np.int64) * (n + 1)))
+        t = t.index_select(t.ndim - 1, _tensor(np.arange(n, dtype=np.int64) * (n + 1)))
         term = "".join(term[k] for k in order[:-2]) + c
     unused = tuple(k for k, c in enumerate(term) if c not in keep)
     if unused:
@@ -2147,11 +2155,11 @@ def _scatter(ctx, data, indices, updates):
         raise ctx.error(f"updates shape {u.shape} does not fit the indices (expected {positions.shape})")
     flat_x, flat_u = x.reshape(-1), u.reshape(-1)
     if ctx.attr("reduction", "none") == "add":
-        return flat_x.scatter_add(0, lazyvic.tensor(positions.reshape(-1)), flat_u).reshape(*x.shape)
+        return flat_x.scatter_add(0, _tensor(positions.reshape(-1)), flat_u).reshape(*x.shape)
     source = np.full(math.prod(x.shape), -1, dtype=np.int64)
     source[positions.reshape(-1)] = np.arange(positions.size)
-    picked = flat_u.index_select(0, lazyvic.tensor(np.maximum(source, 0))) if positions.size else flat_x
-    return lazyvic.where(lazyvic.tensor(source >= 0), picked, flat_x).reshape(*x.shape)
+    picked = flat_u.index_select(0, _tensor(np.maximum(source, 0))) if positions.size else flat_x
+    return lazyvic.where(_tensor(source >= 0), picked, flat_x).reshape(*x.shape)
 
 
 # ------------------------------------------------------------------ Resize
@@ -2303,14 +2311,14 @@ def _resize(ctx, a, roi=None, scales=None, sizes=None):
             raise ctx.error(f"cannot resize axis {axis} from {n} to {m} elements")
         weights, outside = _resize_matrix(ctx, m, n, factors[axis], bounds[axis])
         if ctx.attr("mode", "nearest") == "nearest":
-            y = y.index_select(axis, lazyvic.tensor(weights.argmax(1).astype(np.int64)))
+            y = y.index_select(axis, _tensor(weights.argmax(1).astype(np.int64)))
         else:
             work = y if y.dtype.is_floating_point else y.to(dt.float64)
             moved = work.transpose(axis, -1)
-            y = (moved @ lazyvic.tensor(weights.T.astype(work.dtype.np))).transpose(axis, -1)
+            y = (moved @ _tensor(weights.T.astype(work.dtype.np))).transpose(axis, -1)
         if outside is not None and outside.any():
             mask = outside.reshape((m,) + (1,) * (y.ndim - axis - 1))
-            y = lazyvic.where(lazyvic.tensor(mask), extrapolation, y)
+            y = lazyvic.where(_tensor(mask), extrapolation, y)
     if not x.dtype.is_floating_point and y.dtype is not x.dtype:
         y = lazyvic.where(y < 0, y - 0.5, y + 0.5).to(x.dtype)
     return y
@@ -2524,7 +2532,7 @@ class OnnxModule(Module):
             if d.is_floating_point:
                 owner.register_parameter(attr, Parameter(zeros))
             else:
-                owner.register_buffer(attr, lazyvic.tensor(zeros, dtype=d))
+                owner.register_buffer(attr, _tensor(zeros, dtype=d))
             slots[t.name] = (owner, attr, d.is_floating_point)
         d = self.__dict__
         d["opset"] = opset
@@ -2581,7 +2589,7 @@ class OnnxModule(Module):
             if _lazyvic_dtype(arr.dtype) is None:
                 raise OnnxError(f"{source}: graph input '{name}' got an array of dtype {arr.dtype} "
                                 f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})")
-            t = lazyvic.tensor(arr, dtype=arr.dtype)
+            t = _tensor(arr, dtype=arr.dtype, device=_NodeContext.device)
         if t.dtype is not expected:
             raise OnnxError(f"{source}: graph input '{name}' expects {expected.name}, got {t.dtype.name}")
         if type_proto.HasField("shape"):
@@ -2606,22 +2614,28 @@ class OnnxModule(Module):
         if len(inputs) != len(self._onnx_inputs):
             raise OnnxError(f"{source}: the graph takes {len(self._onnx_inputs)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
-        env = {}
-        for (name, type_proto), value in zip(self._onnx_inputs, inputs):
-            env[name] = self._bind_input(name, type_proto, value)
-        for name, (owner, attr, is_param) in self._onnx_slots.items():
-            if is_param:
-                env[name] = owner._parameters[attr]
-            else:  # integer initializers are constants: shape arithmetic folds through them
-                env[name] = np.asarray(owner._buffers[attr].numpy())
-        for ctx in self._onnx_steps:
-            self._run_node(ctx, env)
-        outs = []
-        for name, type_proto in self._onnx_outputs:
-            value = env[name]
-            t = value if isinstance(value, Tensor) else lazyvic.tensor(value, dtype=value.dtype)
-            self._check_output(name, type_proto, t)
-            outs.append(t)
+        previous = _NodeContext.device
+        _NodeContext.device = next((p.device for p in self.parameters()), "cpu")  # where .to() put the model
+        try:
+            env = {}
+            for (name, type_proto), value in zip(self._onnx_inputs, inputs):
+                env[name] = self._bind_input(name, type_proto, value)
+            for name, (owner, attr, is_param) in self._onnx_slots.items():
+                if is_param:
+                    env[name] = owner._parameters[attr]
+                else:  # integer initializers are constants: shape arithmetic folds through them
+                    env[name] = np.asarray(owner._buffers[attr].numpy())
+            for ctx in self._onnx_steps:
+                self._run_node(ctx, env)
+            outs = []
+            for name, type_proto in self._onnx_outputs:
+                value = env[name]
+                t = value if isinstance(value, Tensor) else _tensor(value, dtype=value.dtype,
+                                                                           device=_NodeContext.device)
+                self._check_output(name, type_proto, t)
+                outs.append(t)
+        finally:
+            _NodeContext.device = previous
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_output(self, name, type_proto, t: Tensor) -> None:

@@ -158,8 +158,12 @@ def load_kernel(ks, cache_dir: Path, stats: dict):
 
 
 def _count(stats: dict, what: str, nbytes: int) -> None:
+    """Count one copy in the plan's stats and in lazyvic.metrics (``<what>_copies/_bytes``)."""
+    from lazyvic.runtime import device
+
     stats[what] = stats.get(what, 0) + 1
     stats[what + "_bytes"] = stats.get(what + "_bytes", 0) + int(nbytes)
+    device.count(what, nbytes)
 
 
 def to_device(a: np.ndarray, stats: dict):
@@ -170,8 +174,8 @@ def to_device(a: np.ndarray, stats: dict):
 
 
 def device_to_host(d, shape, stats: dict) -> np.ndarray:
-    """A host copy of flat device array ``d`` with ``shape`` (counted)."""
-    a = d.copy_to_host()
+    """A host copy of flat device array ``d`` (Numba or CuPy) with ``shape`` (counted)."""
+    a = d.copy_to_host() if hasattr(d, "copy_to_host") else _cupy().asnumpy(d)
     _count(stats, "device_to_host", a.nbytes)
     return a.reshape(shape)
 

@@ -111,11 +111,11 @@ class TinyGPT(nn.Module):
                 init.zeros_(p)
         self._positions = {}
 
-    def _pos(self, T: int) -> Tensor:
-        # One realized index per length: every step reads the same input (one plan).
-        p = self._positions.get(T)
+    def _pos(self, T: int, device: str = "cpu") -> Tensor:
+        # One realized index per length and device: every step reads the same input (one plan).
+        p = self._positions.get((T, device))
         if p is None:
-            p = self._positions[T] = arange(T)
+            p = self._positions[(T, device)] = arange(T, device=device)
         return p
 
     def forward(self, idx: Tensor, targets: Tensor | None = None):
@@ -125,7 +125,7 @@ class TinyGPT(nn.Module):
         if T > self.block_size:
             raise ShapeError(f"TinyGPT: sequence length {T} is longer than block_size {self.block_size}")
         tr = self.transformer
-        x = tr.drop(tr.wte(idx) + tr.wpe(self._pos(T)))
+        x = tr.drop(tr.wte(idx) + tr.wpe(self._pos(T, idx.device)))
         for block in tr.h:
             x = block(x)
         logits = self.lm_head(tr.ln_f(x))

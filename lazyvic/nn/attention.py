@@ -93,9 +93,9 @@ class MultiheadAttention(Module):
     def _masked(self, scores, attn_mask, key_padding_mask, is_causal, N, L, S):
         H = self.num_heads
         if attn_mask is None and is_causal:
-            scores = where(F._causal_mask(L, S), scores, -math.inf)
+            scores = where(F._causal_mask(L, S, scores.device), scores, -math.inf)
         if attn_mask is not None:
-            m = attn_mask if isinstance(attn_mask, Tensor) else Tensor(np.asarray(attn_mask))
+            m = attn_mask if isinstance(attn_mask, Tensor) else Tensor(np.asarray(attn_mask)).to(scores.device)
             if m.shape == (N * H, L, S):
                 m = m.reshape(N, H, L, S)
             elif m.shape != (L, S):
@@ -103,7 +103,8 @@ class MultiheadAttention(Module):
                                  f"got {m.shape}")
             scores = where(m, -math.inf, scores) if m.dtype.name == "bool" else scores + m.to(scores.dtype)
         if key_padding_mask is not None:
-            m = key_padding_mask if isinstance(key_padding_mask, Tensor) else Tensor(np.asarray(key_padding_mask))
+            m = key_padding_mask if isinstance(key_padding_mask, Tensor) else \
+                Tensor(np.asarray(key_padding_mask)).to(scores.device)
             if m.shape != (N, S):
                 raise ShapeError(f"MultiheadAttention: key_padding_mask must be ({N}, {S}), got {m.shape}")
             m = m.reshape(N, 1, 1, S)

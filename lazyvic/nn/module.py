@@ -9,6 +9,7 @@ import numpy as np
 
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
+from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor, _live_pending
 from lazyvic.trace import scope
 from lazyvic.trace.node import parameter_nodes
@@ -181,18 +182,47 @@ class Module:
                 p.grad = p.grad.zeros_like()
 
     def to(self, *args, **kwargs):
-        dtype = kwargs.get("dtype", args[0] if args and not isinstance(args[0], str) else None)
-        device = kwargs.get("device", args[0] if args and isinstance(args[0], str) else None)
-        if device is not None and str(device) != "cpu":
-            Tensor.to(Tensor(0.0), device)  # raises the device error
-        if dtype is not None:
-            with autograd.no_grad():
-                for p in self.parameters():
-                    if p.dtype.is_floating_point:
-                        p._node = p.to(dtype)._node
-                        parameter_nodes.add(p._node)
-                        _live_pending.add(p)
+        """Move and/or cast every parameter and buffer in place, as ``torch.nn.Module.to``:
+        ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)`` or keywords.
+        Parameters stay the same objects (an optimizer made before keeps working); their
+        ``.grad`` moves with them. A dtype applies to floating-point tensors only. Device
+        copies happen now (see ``Tensor.to``); returns ``self``.
+
+        Raises:
+            DeviceError: an unknown or unavailable device.
+        """
+        dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"Module.to: unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")) or isinstance(getattr(a, "type", None), str):
+                device = a
+            elif a is not None:
+                dtype = a
+        target = canonical(device, "Module.to") if device is not None else None
+        with autograd.no_grad():
+            for t in list(self.parameters()) + [b for b in self.buffers() if b is not None]:
+                value = t
+                if target is not None and t.device != target:
+                    value = value.to(target)
+                    if t.grad is not None:
+                        t.grad = t.grad.to(target)
+                if dtype is not None and t.dtype.is_floating_point:
+                    value = value.to(dtype)
+                if value is not t:
+                    t._node = value._node
+                    if t._is_parameter:
+                        parameter_nodes.add(t._node)
+                    if t._node.op != "buffer":
+                        _live_pending.add(t)
         return self
+
+    def cuda(self, device=None):
+        """Move every parameter and buffer to ``"cuda"`` (see :meth:`to`)."""
+        return self.to("cuda" if device is None else device if isinstance(device, str) else f"cuda:{device}")
 
     def float(self):
         from lazyvic import float32
@@ -205,7 +235,8 @@ class Module:
         return self.to(float64)
 
     def cpu(self):
-        return self
+        """Move every parameter and buffer to the CPU (see :meth:`to`)."""
+        return self.to("cpu")
 
     # ----------------------------------------------------------- state_dict
     def state_dict(self, prefix: str = "") -> "OrderedDict[str, Tensor]":
@@ -264,6 +295,8 @@ class Module:
                 value = v if isinstance(v, Tensor) else Tensor(np.asarray(v))
                 if value.dtype is not cur.dtype:
                     value = value.to(cur.dtype)
+                if value.device != cur.device:
+                    value = value.to(cur.device)  # PyTorch copies into the parameter's device
                 cur._node = value._node
                 if cur._is_parameter:
                     parameter_nodes.add(cur._node)

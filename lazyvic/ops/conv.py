@@ -182,7 +182,7 @@ def _flip_hw(w):
     from lazyvic.tensor import Tensor
 
     o, c, kh, kw = w.shape
-    rev = Tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw))
+    rev = Tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw)).to(w.device)
     return w.reshape(o * c, kh * kw)._gather(rev.expand(o * c, kh * kw), 1).reshape(o, c, kh, kw)
 
 

@@ -90,9 +90,10 @@ def _expand_vjp(g, x, out, at):
         # 0.1 ms for the (1024, 512) gradient of TinyGPT's MLP bias).
         from lazyvic.tensor import Tensor
 
-        ones = _ones_rows.get((rows, g.dtype.name))
+        key = (rows, g.dtype.name, g.device)
+        ones = _ones_rows.get(key)
         if ones is None:
-            ones = _ones_rows[(rows, g.dtype.name)] = Tensor(np.ones((1, rows), dtype=g.dtype.np))
+            ones = _ones_rows[key] = Tensor(np.ones((1, rows), dtype=g.dtype.np)).to(g.device)
         cols = g.reshape(rows, _numel(g.shape) // rows)
         return ((ones @ cols).reshape(*x[0].shape),)
     return (g._reduce("sum", axes),)

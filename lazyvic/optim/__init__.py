@@ -125,13 +125,13 @@ class Optimizer:
             arr = v.numpy() if isinstance(v, Tensor) else v
             if name == "step":  # PyTorch saves it as a 0-d tensor
                 return int(arr.item())
-            return Tensor(np.array(arr, dtype=p.dtype.np).reshape(p.shape))
+            return Tensor(np.array(arr, dtype=p.dtype.np).reshape(p.shape)).to(p.device)
         return copy.deepcopy(v)
 
     @staticmethod
     def _zeros(p: Tensor) -> Tensor:
         # Realized zeros keep the step's trace identical from the first step on.
-        return Tensor(np.zeros(p.shape, dtype=p.dtype.np))
+        return Tensor(np.zeros(p.shape, dtype=p.dtype.np)).to(p.device)
 
     def step(self):
         with autograd.no_grad(), scope.entered(f"optim.{type(self).__name__}"):

@@ -39,10 +39,11 @@ from lazyvic.runtime.config import config
 class _Entry:
     """One recording: the trace and where each of its input slots comes from."""
 
-    __slots__ = ("trace", "slots", "scalars", "watched", "out_nodes_index", "structure", "n_outputs")
+    __slots__ = ("trace", "slots", "scalars", "watched", "out_nodes_index", "structure", "n_outputs", "device")
 
-    def __init__(self, trace, slots, scalars, watched, structure, n_outputs):
+    def __init__(self, trace, slots, scalars, watched, structure, n_outputs, device: str = "cpu"):
         self.trace = trace
+        self.device = device  # where the outputs live
         self.slots = slots  # per input slot: ("arg", index) or ("const", array)
         self.scalars = scalars
         self.watched = watched  # [(weakref to Tensor, Node)]: values the replay assumes unchanged
@@ -87,7 +88,7 @@ class Compiled:
         for a in args:
             if isinstance(a, Tensor):
                 tensors.append(a)
-                key_args.append(("T", a.shape, a.dtype.name))
+                key_args.append(("T", a.shape, a.dtype.name, a.device))
             else:
                 try:
                     hash(a)
@@ -132,7 +133,9 @@ class Compiled:
         arrays = run(entry.trace, inputs, list(entry.scalars))
         self.replays += 1
         metrics.add("capture_replays")
-        outs = [Tensor(_node=Node.buffer(a, _dtype(a))) for a in arrays]
+        trace = entry.trace
+        outs = [Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entries[o][3]))
+                for a, o in zip(arrays, trace.outputs)]
         return _restructure(entry, outs)
 
     def _record(self, key, args):
@@ -148,13 +151,17 @@ class Compiled:
         if synced or not items or not all(isinstance(t, Tensor) for t in items):
             return self._refuse(key, out)
         roots = [t._node for t in items if t._node.pending]
+        devices = {n.device or "cpu" for n in roots}
+        if len(devices) > 1:
+            return self._refuse(key, out)  # outputs on two devices: two traces
+        device = devices.pop() if devices else "cpu"
         side_effects = {id(t) for t in _live_pending.pending()} - {id(t) for t in items}
         if len(roots) != len(items) or len({id(n) for n in roots}) != len(roots) or _has_side_effects(
                 side_effects, roots):
             return self._refuse(key, out)  # outputs that are inputs or constants, or updates beside them
-        trace, arrays, scalars, out_nodes = cut(roots, _flags())
+        trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
         if any(e[0] in ("rand", "randn") for e in trace.entries):
-            _realize(out_nodes, run(trace, arrays, scalars))
+            _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
             return self._refuse(key, out)
         by_id = {}
@@ -168,9 +175,9 @@ class Compiled:
             state = [*module.parameters(), *module.buffers()]
             watched = [(weakref.ref(t), t._node) for t in state if isinstance(t, Tensor)]
         structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
-        entry = _Entry(trace, slots, tuple(scalars), watched, structure, len(items))
+        entry = _Entry(trace, slots, tuple(scalars), watched, structure, len(items), device)
         arrays_out = run(trace, arrays, scalars)
-        _realize(out_nodes, arrays_out)
+        _realize(out_nodes, arrays_out, device)
         sync()  # anything else pending (nothing, unless the call left unrelated work)
         self._entries[key] = entry
         self.recordings += 1
@@ -195,12 +202,14 @@ def _has_side_effects(live_ids: set, roots: list) -> bool:
     return any(id(t._node) not in reachable for t in _live_pending.pending() if id(t) in live_ids)
 
 
-def _realize(nodes, arrays) -> None:
+def _realize(nodes, arrays, device: str) -> None:
     from lazyvic.runtime import buffers
 
     for node, array in zip(nodes, arrays):
         node.realize(array)
-        buffers.track(node, array)
+        node.device = device
+        if device == "cpu":
+            buffers.track(node, array)
 
 
 def _restructure(entry: _Entry, outs: list):
@@ -215,10 +224,10 @@ def _dtype(array):
     return dt.get_dtype(array.dtype)
 
 
-def _flags() -> tuple:
+def _flags(device: str = "cpu") -> tuple:
     from lazyvic.tensor import _trace_flags
 
-    return _trace_flags()
+    return _trace_flags(device)
 
 
 def compile(model_or_fn):  # noqa: A001 - PyTorch's name

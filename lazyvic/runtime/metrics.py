@@ -27,6 +27,10 @@ _COUNTERS = (
     "capture_recordings",
     "capture_replays",
     "capture_fallbacks",
+    "host_to_device_copies",
+    "host_to_device_bytes",
+    "device_to_host_copies",
+    "device_to_host_bytes",
 )
 
 counters: dict = dict.fromkeys(_COUNTERS, 0)
@@ -102,6 +106,8 @@ _SECTIONS = (
     ("times (s)", ("compile_seconds", "execute_seconds", "interpret_seconds")),
     ("cache", ("plans_cached", "kernels_on_disk")),
     ("memory", ("bytes_in", "bytes_out", "planned_peak_bytes")),
+    ("host/device copies", ("host_to_device_copies", "host_to_device_bytes", "device_to_host_copies",
+                            "device_to_host_bytes")),
 )
 
 

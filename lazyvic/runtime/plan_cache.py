@@ -15,6 +15,8 @@ import sys
 import time
 import warnings
 
+import numpy as np
+
 from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import execute
@@ -167,7 +169,10 @@ def describe_groups(plan) -> list[dict]:
 
 
 def _compile(trace):
-    from lazyvic.lowering import compile_trace
+    if _on_cuda(trace):
+        from lazyvic.lowering.cuda_plan import compile_trace_cuda as compile_trace
+    else:
+        from lazyvic.lowering import compile_trace
 
     t0 = time.perf_counter()
     plan = compile_trace(trace, config.cache_dir, config.debug)
@@ -223,6 +228,34 @@ def run(trace, inputs: list, scalars: list) -> list:
     return out
 
 
+def _on_cuda(trace) -> bool:
+    return trace.key[2][:1] == ("cuda",)
+
+
+def _input_shapes(trace) -> list:
+    shapes = [None] * trace.n_inputs
+    for op, attrs, _, shape, _ in trace.entries:
+        if op == "buffer":
+            shapes[attrs[0]] = shape
+    return shapes
+
+
+def _run_cuda_plan(plan, inputs: list, scalars: list) -> list:
+    """Run a CudaPlan; outputs are flat device arrays (see lazyvic.runtime.device)."""
+    from lazyvic.runtime import device
+
+    outs = plan.run(inputs, scalars, to_host=False)
+    return [device.to_device(o) if isinstance(o, np.ndarray) else device.storage(o) for o in outs]
+
+
+def _interpret_cuda(trace, inputs: list, scalars: list) -> list:
+    """A CUDA trace on the NumPy interpreter: host copies in, device copies out (counted)."""
+    from lazyvic.runtime import device
+
+    host = [device.to_host(a, shape) for a, shape in zip(inputs, _input_shapes(trace))]
+    return [device.to_device(o) for o in interpret(trace, host, scalars)]
+
+
 def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
     mode = config.compile
     if mode == "hot" and config.deterministic:
@@ -242,10 +275,11 @@ def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict
         if event is not None:
             event["compiled"] = True
             event["compile_seconds"] = time.perf_counter() - t0
+    on_cuda = _on_cuda(trace)
     if entry.plan is not None and mode != "never":
         plan = entry.plan
         t0 = time.perf_counter()
-        out = execute(plan, inputs, scalars, config.debug)
+        out = _run_cuda_plan(plan, inputs, scalars) if on_cuda else execute(plan, inputs, scalars, config.debug)
         dt = time.perf_counter() - t0
         metrics.add("execute_seconds", dt)
         metrics.add("compiled_runs")
@@ -261,7 +295,7 @@ def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict
         metrics.add("fallbacks")
         metrics.fallback_ops["<whole trace: " + entry.failed.split(":")[0] + ">"] += 1
     t0 = time.perf_counter()
-    out = interpret(trace, inputs, scalars)
+    out = _interpret_cuda(trace, inputs, scalars) if on_cuda else interpret(trace, inputs, scalars)
     dt = time.perf_counter() - t0
     metrics.add("interpret_seconds", dt)
     metrics.add("execute_seconds", dt)

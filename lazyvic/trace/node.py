@@ -1,8 +1,10 @@
 """Node: one vertex of the pending (lazy) graph.
 
 A node is either pending (``op`` with ``inputs``) or realized (``op ==
-"buffer"`` with ``data``, a C-contiguous NumPy array), or a Python scalar
-(``op == "scalar"`` with ``value``). When a cut realizes a pending node it is
+"buffer"`` with ``data``: a C-contiguous NumPy array on the CPU, a flat device array
+on CUDA, see :mod:`lazyvic.runtime.device`), or a Python scalar (``op == "scalar"``
+with ``value``). ``device`` is ``"cpu"`` or ``"cuda"`` (None for a scalar, which goes
+with any device); every input of a pending node is on its device. When a cut realizes a pending node it is
 turned into a buffer in place and drops its inputs, so the graph behind it is
 freed and every later op that refers to the node sees the data.
 """
@@ -30,9 +32,9 @@ def live_nodes_count() -> int:
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "scope", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "scope", "device", "__weakref__")
 
-    def __init__(self, op: str, inputs: tuple, attrs: tuple, shape: tuple, dtype):
+    def __init__(self, op: str, inputs: tuple, attrs: tuple, shape: tuple, dtype, device: str | None = "cpu"):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs  # sorted tuple of (name, value) pairs: hashable, part of the plan key
@@ -41,19 +43,21 @@ class Node:
         self.data = None
         self.value = None
         self.id = next(_counter)
+        self.device = device
         self.scope = _scope.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
         if op != "buffer" and op != "scalar":
             _pending[0] += 1
 
     @classmethod
-    def buffer(cls, array: np.ndarray, dtype) -> "Node":
-        n = cls("buffer", (), (), tuple(array.shape), dtype)
+    def buffer(cls, array: np.ndarray, dtype, device: str = "cpu", shape: tuple | None = None) -> "Node":
+        """A realized node; on ``"cuda"`` ``array`` is flat and ``shape`` gives the shape."""
+        n = cls("buffer", (), (), tuple(array.shape) if shape is None else tuple(shape), dtype, device)
         n.data = array
         return n
 
     @classmethod
     def scalar(cls, value, dtype) -> "Node":
-        n = cls("scalar", (), (), (), dtype)
+        n = cls("scalar", (), (), (), dtype, None)
         n.value = value
         return n
 
@@ -61,8 +65,9 @@ class Node:
     def pending(self) -> bool:
         return self.op != "buffer" and self.op != "scalar"
 
-    def realize(self, array: np.ndarray) -> None:
-        """Turn this pending node into a buffer holding ``array`` (drops the graph behind it)."""
+    def realize(self, array) -> None:
+        """Turn this pending node into a buffer holding ``array`` (drops the graph behind it;
+        a NumPy array on the CPU, a flat device array on CUDA)."""
         self.op = "buffer"
         self.inputs = ()
         self.attrs = ()
@@ -75,7 +80,8 @@ class Node:
         raise KeyError(name)
 
     def __repr__(self) -> str:
-        return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name})"
+        where = "" if self.device in ("cpu", None) else f", device={self.device}"
+        return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name}{where})"
 
 
 def reset_pending_count() -> None:

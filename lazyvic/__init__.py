@@ -50,5 +50,7 @@ from lazyvic import cuda, data, functional, models, nn, onnx, optim  # noqa: E40
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
 
 __version__ = "0.1.0"
+from lazyvic import amp  # noqa: E402
+from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
 from lazyvic.tools import viz  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402

@@ -25,6 +25,11 @@ def is_grad_enabled() -> bool:
     return getattr(_state, "enabled", True)
 
 
+def in_backward() -> bool:
+    """True while :func:`backward` records the VJPs (lazyvic.autocast leaves their products alone)."""
+    return getattr(_state, "in_backward", False)
+
+
 def set_grad_enabled(mode: bool) -> None:
     _state.enabled = bool(mode)
 
@@ -90,6 +95,17 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                     stack.append((i, False))
 
     grads = {id(root): grad}
+    previous, _state.in_backward = in_backward(), True
+    try:
+        _walk(order, grads, retain_graph)
+    finally:
+        _state.in_backward = previous
+
+
+def _walk(order: list, grads: dict, retain_graph: bool) -> None:
+    """Call the VJPs in reverse topological order, accumulating cotangents into ``grads``."""
+    from lazyvic.tensor import Tensor
+
     # Each VJP's nodes carry "<forward scope> (backward)"; the scope is restored after the walk.
     with no_grad(), scope.entered(scope.current):
         for t in reversed(order):

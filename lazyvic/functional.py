@@ -382,6 +382,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         raise ShapeError(f"conv2d: bias shape {bias.shape} does not fit weight shape {weight.shape}")
     _out_size("conv2d", h + 2 * padding[0], kh, stride[0], dilation[0], input.shape)
     _out_size("conv2d", w + 2 * padding[1], kw, stride[1], dilation[1], input.shape)
+    from lazyvic.amp import autocast_operands  # lazyvic.autocast: operands rounded to half (lazyvic/amp.py)
+
+    input, weight = autocast_operands(input, weight)
     y = _apply("conv2d", (input, weight), stride=stride, padding=(padding[0], padding[0], padding[1], padding[1]),
                dilation=dilation, groups=groups)
     if bias is not None:

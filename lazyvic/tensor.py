@@ -1157,6 +1157,9 @@ def matmul(a, b) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")
     a, b = _promote_pair(a._float(), b._float(), "matmul")
+    from lazyvic.amp import autocast_operands  # lazyvic.autocast: operands rounded to half (lazyvic/amp.py)
+
+    a, b = autocast_operands(a, b)
     squeeze_a = squeeze_b = False
     if a.ndim == 1:
         a, squeeze_a = a.reshape(1, a.shape[0]), True

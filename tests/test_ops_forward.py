@@ -333,6 +333,20 @@ def _():
     return got, _scatter_add_loops(base, idx, src, 0)
 
 
+@_case("round_float16")
+def _():
+    a = np.array([1 + 2.0**-11, 1 + 3 * 2.0**-11, 65519.0, 65520.0, 2.0**-25, 3 * 2.0**-25, -0.0, np.nan], np.float32)
+    expected = np.array([1.0, 1 + 2.0**-9, 65504.0, np.inf, 0.0, 2.0**-23, -0.0, np.nan], np.float32)
+    return lv.amp.round_to_precision(lv.tensor(a), lv.float16), expected
+
+
+@_case("round_bfloat16")
+def _():
+    a = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3961776e38, -0.0, np.nan], np.float32)
+    expected = np.array([1.0, 1 + 2.0**-6, np.inf, -0.0, np.nan], np.float32)
+    return lv.amp.round_to_precision(lv.tensor(a), lv.bfloat16), expected
+
+
 @pytest.mark.parametrize("opname", sorted(OPS))
 def test_primitive_forward(opname, mode):
     """Every primitive in the op table has a forward case, and it matches NumPy."""

@@ -193,7 +193,10 @@ def test_every_differentiable_primitive_has_a_vjp_case():
     for _, fn, arrays in VJP_CASES:
         leaves = [lv.tensor(a, requires_grad=True, dtype=lv.float64) for a in arrays]
         covered |= pending_ops(fn(*leaves))
+    # round_float16/round_bfloat16 are step functions (finite differences see 0): their VJP, the
+    # cotangent rounded as a cast to half and back rounds it, is checked in tests/test_amp.py.
     wanted = {name for name, op in OPS.items() if op.differentiable and op.vjp is not None}
+    wanted -= {"round_float16", "round_bfloat16"}
     assert wanted - covered == set()
     assert all(op.vjp is not None for op in OPS.values() if op.differentiable and op.kind != "source")
 

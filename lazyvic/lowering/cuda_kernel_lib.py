@@ -213,3 +213,62 @@ def matmul_kernel(tile: int, dtype):
 
     kernel = _matmul_kernels[key] = cuda.jit(matmul_tiled)
     return kernel
+
+
+# == autocast precisions (lazyvic/amp.py; issue 7 item 5) =================================
+# ``round_f16_*`` / ``round_bf16_*``: the CPU's kernel_lib functions of the same names, for
+# the device. Written with arithmetic and math.frexp/ldexp instead of bit casts (libdevice's
+# bit casts do not run under the CUDA simulator): the magnitude, in float64 (where every
+# float32 and its rounding constant are exact), gets added and removed a power of two whose
+# ulp is the target format's spacing at that magnitude, so the FPU rounds to nearest even.
+# Bit-identical with the CPU (tests/cuda/test_amp_cuda.py); NaN is returned unchanged.
+
+_F16_INF_FROM = 65520.0  # ties to even above 65504 (odd mantissa) round to 2**16: infinity
+_BF16_INF_FROM = (2.0 - 2.0**-8) * 2.0**127  # likewise above the largest bfloat16
+
+
+@cuda.jit(device=True)
+def _round_magnitude(a, emin, mbits):
+    """Finite float64 ``a >= 0`` rounded (ties to even) to a binary format with ``mbits``
+    stored mantissa bits and smallest normal exponent ``emin`` (no overflow check)."""
+    e = math.frexp(a)[1] - 1  # a in [2**e, 2**(e+1))
+    big = math.ldexp(1.0, max(e, emin) - mbits + 52)
+    return (a + big) - big
+
+
+@cuda.jit(device=True)
+def round_f16_f64(x):
+    if x != x:
+        return x
+    a = abs(x)
+    y = math.inf if a >= _F16_INF_FROM else _round_magnitude(a, -14, 10)
+    return math.copysign(y, x)
+
+
+@cuda.jit(device=True)
+def round_f16_f32(x):
+    if x != x:
+        return x
+    a = f64(abs(x))
+    y = math.inf if a >= _F16_INF_FROM else _round_magnitude(a, -14, 10)
+    return f32(math.copysign(y, f64(x)))
+
+
+@cuda.jit(device=True)
+def round_bf16_f32(x):
+    if x != x:
+        return x
+    a = f64(abs(x))
+    y = math.inf if a >= _BF16_INF_FROM else _round_magnitude(a, -126, 7)
+    return f32(math.copysign(y, f64(x)))
+
+
+@cuda.jit(device=True)
+def round_bf16_f64(x):
+    if x != x:
+        return x
+    if abs(x) >= _BF16_INF_FROM:
+        # Before the float32 cast, which would overflow: under the simulator that warns, and a
+        # warning adds __warningregistry__ to this module while other threads read its globals.
+        return math.copysign(math.inf, x)
+    return f64(round_bf16_f32(f32(x)))

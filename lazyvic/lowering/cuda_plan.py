@@ -66,7 +66,7 @@ from numba import cuda
 
 from lazyvic.lowering.cuda_kernel_lib import (b1, f32, f64, i32, i64, exp_f32, log_f32, tanh_f32, sigmoid_f32,
                                               sigmoid_f64, erf_f32, fmax, fmin, acc_add, acc_max, acc_min,
-                                              rand_f32, rand_f64)
+                                              rand_f32, rand_f64, round_f16_f32, round_f16_f64, round_bf16_f32, round_bf16_f64)
 
 
 """

@@ -317,3 +317,95 @@ def scatter_add_into(out, index, src, dim):
             stride *= out.shape[d]
         flat[off] += src[pos]
     return -1
+
+
+# -- autocast precisions: round to the nearest float16 / bfloat16, keep the dtype ------------
+# lazyvic has no half storage: ``lazyvic.autocast`` rounds matmul/conv operands with these and
+# multiplies in float32 (lazyvic/amp.py). Round-half-to-even on the bit pattern, as the
+# hardware conversions do; bit-identical with ops/elementwise.py's NumPy reference
+# (tests/test_amp.py). NaN is returned unchanged.
+#
+# - float16: IEEE 754 binary16 (1 sign, 5 exponent, 10 mantissa bits; max 65504, smallest
+#   normal 2**-14, subnormals spaced 2**-24). Normal magnitudes drop the low 13 (float32)
+#   or 42 (float64) mantissa bits, a carry moving into the exponent; below 2**-14 the value
+#   is rounded to a multiple of 2**-24 by adding and removing a constant whose ulp is 2**-24
+#   (the FPU rounds to nearest even); a rounded magnitude of 2**16 or more (from 65520 on)
+#   is infinity. float64 rounds directly to binary16 (NumPy's ``astype(np.float16)``).
+# - bfloat16: the top 16 bits of the float32 pattern (Google Brain's format; PyTorch's
+#   ``c10::BFloat16`` round_to_nearest_even): same exponent range as float32, 7 mantissa
+#   bits. float64 goes through float32 first, as PyTorch's conversion does.
+
+
+@intrinsic
+def bits_to_f64(typingctx, x):
+    """Reinterpret an int64 as float64."""
+    if x != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def f64_to_bits(typingctx, x):
+    """Reinterpret a float64 as int64."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+_F16_MIN_NORMAL = f32(2.0**-14)
+_F16_OVERFLOW = f32(65536.0)  # a rounded magnitude this large is past the largest binary16 (65504)
+_F16_SUBNORMAL_F32 = f32(0.5)  # ulp(0.5) = 2**-24 in float32
+_F16_SUBNORMAL_F64 = f64(2.0**28)  # ulp(2**28) = 2**-24 in float64
+_INF64 = f64(np.inf)
+
+
+@njit(error_model="numpy", cache=True)
+def round_f16_f32(x):
+    """float32 ``x`` rounded to the nearest binary16 value (ties to even), as float32."""
+    bits = f32_to_bits(x)
+    mag = bits & i32(0x7FFFFFFF)
+    normal = bits_to_f32(i32((mag + 0x0FFF + ((mag >> 13) & 1)) & -0x2000))
+    a = bits_to_f32(i32(mag))
+    sub = (a + _F16_SUBNORMAL_F32) - _F16_SUBNORMAL_F32
+    y = sub if a < _F16_MIN_NORMAL else normal
+    y = _INF if y >= _F16_OVERFLOW else y
+    y = -y if bits < 0 else y
+    return x if x != x else y
+
+
+@njit(error_model="numpy", cache=True)
+def round_f16_f64(x):
+    """float64 ``x`` rounded to the nearest binary16 value (ties to even), as float64."""
+    bits = f64_to_bits(x)
+    mag = bits & i64(0x7FFFFFFFFFFFFFFF)
+    normal = bits_to_f64(i64((mag + ((1 << 41) - 1) + ((mag >> 42) & 1)) & -(1 << 42)))
+    a = bits_to_f64(i64(mag))
+    sub = (a + _F16_SUBNORMAL_F64) - _F16_SUBNORMAL_F64
+    y = sub if a < f64(_F16_MIN_NORMAL) else normal
+    y = _INF64 if y >= f64(_F16_OVERFLOW) else y
+    y = -y if bits < 0 else y
+    return x if x != x else y
+
+
+@njit(error_model="numpy", cache=True)
+def round_bf16_f32(x):
+    """float32 ``x`` rounded to the nearest bfloat16 value (ties to even), as float32."""
+    bits = f32_to_bits(x)
+    mag = bits & i32(0x7FFFFFFF)
+    y = bits_to_f32(i32((mag + 0x7FFF + ((mag >> 16) & 1)) & -0x10000))
+    y = -y if bits < 0 else y
+    return x if x != x else y
+
+
+@njit(error_model="numpy", cache=True)
+def round_bf16_f64(x):
+    """float64 ``x`` rounded to float32, then to the nearest bfloat16 value, as float64."""
+    return x if x != x else f64(round_bf16_f32(f32(x)))

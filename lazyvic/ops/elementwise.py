@@ -259,3 +259,56 @@ def _where_vjp(g, x, out, at):
 
 register(OpDef("where", "elementwise", 3, _where_infer, lambda x, at: np.where(x[0], x[1], x[2]),
                lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}", _where_vjp, onnx=onnx_node("Where")))
+
+
+# --- autocast precisions ---------------------------------------------------
+# Round to the nearest float16 / bfloat16 value and keep the dtype: lazyvic has no half
+# storage, so lazyvic.autocast (lazyvic/amp.py) rounds matmul/conv operands with these and
+# multiplies in float32. Round-half-to-even; NaN is returned unchanged (payload included).
+# Kernels: kernel_lib.round_f16_* / round_bf16_* (CPU, bit tricks) and the cuda_kernel_lib
+# functions of the same names; both bit-identical with these references.
+def round_float16_reference(x: np.ndarray) -> np.ndarray:
+    """IEEE 754 binary16 rounding (NumPy's ``astype(np.float16)``: overflow to +-inf from
+    65520 on, subnormals below 2**-14), returned in ``x``'s dtype."""
+    with np.errstate(over="ignore"):
+        r = x.astype(np.float16).astype(x.dtype)
+    return np.where(np.isnan(x), x, r)
+
+
+def round_bfloat16_reference(x: np.ndarray) -> np.ndarray:
+    """bfloat16 rounding (Google Brain's format; PyTorch's ``c10::BFloat16``): the float32
+    bit pattern rounded to its top 16 bits, ties to even. float64 is rounded to float32
+    first, as PyTorch converts. Returned in ``x``'s dtype."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x32 = x.astype(np.float32)
+    bits = x32.view(np.uint32)
+    r = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    return np.where(np.isnan(x), x, r.view(np.float32).astype(x.dtype))
+
+
+def _round_vjp(opname):
+    # A cast to half and back rounds the gradient too: small gradients underflow to zero,
+    # which is what a loss scaler (lazyvic.amp.GradScaler) prevents.
+    def vjp(g, x, out, at):
+        from lazyvic.tensor import _apply
+
+        return (_apply(opname, (g,)),)
+
+    return vjp
+
+
+def _round_onnx(half_type: int, min_opset: int):
+    """Cast to the half type (a TensorProto enum) and back; None below ``min_opset``."""
+
+    def rule(b, names, at, shape, dtype):
+        if b.opset < min_opset:
+            return None
+        return b.node("Cast", [b.node("Cast", names, to=half_type)], to=b.onnx_dtype(dtype))
+
+    return rule
+
+
+unary("round_float16", round_float16_reference, lambda a, di, do: f"round_f16_{ALIAS[do.name]}({a[0]})",
+      _round_vjp("round_float16"), onnx=_round_onnx(10, 1))  # TensorProto.FLOAT16
+unary("round_bfloat16", round_bfloat16_reference, lambda a, di, do: f"round_bf16_{ALIAS[do.name]}({a[0]})",
+      _round_vjp("round_bfloat16"), onnx=_round_onnx(16, 13))  # BFLOAT16: Cast-13

@@ -17,6 +17,11 @@ that the logits after reload are bit-identical to those before saving.
 ``--save-at N`` also writes a full training checkpoint (model, optimizer,
 scheduler, both random generators, step) after step N; ``--resume PATH``
 continues from one and gives the same losses as a run that never stopped.
+
+``--device cuda`` trains on an NVIDIA GPU (``pip install -e ".[cuda]"``; with
+``NUMBA_ENABLE_CUDASIM=1`` on Numba's CUDA simulator, slowly, for tiny settings),
+and ``--amp`` adds mixed precision: ``lazyvic.autocast`` (float16 matmul operands,
+float32 accumulation) with ``lazyvic.amp.GradScaler``.
 """
 
 from __future__ import annotations
@@ -57,12 +62,15 @@ def parse_args(argv=None):
     p.add_argument("--save-at", type=int, default=None, help="write a training checkpoint after this step")
     p.add_argument("--resume", default=None, help="continue from a training checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar or samples")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--amp", action="store_true", help="mixed precision: autocast(float16) and a GradScaler")
     return p.parse_args(argv)
 
 
 def build(args, vocab_size: int):
     """Model, optimizer and schedule: linear warm-up, then cosine decay to lr/10."""
     model = TinyGPT(vocab_size, args.d_model, args.n_layer, args.n_head, args.block_size, args.dropout)
+    model.to(args.device)
     opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     warmup = max(1, min(args.warmup, args.steps - 1))
     sched = SequentialLR(opt, [LinearLR(opt, start_factor=0.01, total_iters=warmup),
@@ -79,18 +87,28 @@ def estimate_loss(model, ids: np.ndarray, args) -> float:
     with lazyvic.no_grad():
         for _ in range(args.eval_batches):
             x, y = get_batch(ids, args.batch_size, args.block_size, rng)
-            total += model(x, y)[1].item()
+            with lazyvic.autocast(enabled=args.amp):
+                total += model(x.to(args.device), y.to(args.device))[1].item()
     model.train()
     return total / args.eval_batches
 
 
-def train_step(model, opt, sched, x, y):
-    """Record one step (forward, backward, clipping, AdamW, schedule); returns the pending loss."""
-    _, loss = model(x, y)
+def train_step(model, opt, sched, x, y, scaler=None):
+    """Record one step (forward, backward, clipping, AdamW, schedule); returns the pending loss.
+
+    With ``--amp`` the forward runs under autocast and ``scaler`` (a GradScaler) scales the
+    loss, unscales the gradients before clipping and skips a step whose gradients overflowed
+    (that check is one sync); without it the scaler is disabled and changes nothing."""
+    if scaler is None:
+        scaler = lazyvic.amp.GradScaler(enabled=False)
+    with lazyvic.autocast(enabled=scaler.is_enabled()):
+        _, loss = model(x, y)
     opt.zero_grad()
-    loss.backward()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
     lazyvic.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+    scaler.step(opt)
+    scaler.update()
     sched.step()
     return loss
 
@@ -121,6 +139,7 @@ def train(args) -> dict:
     train_ids, val_ids = train_val_split(tok.encode(text), 0.1)
     model, opt, sched = build(args, tok.vocab_size)
     data_rng = np.random.default_rng(args.seed)
+    scaler = lazyvic.amp.GradScaler(args.device, enabled=args.amp)
     start = 0
     if args.resume:
         ck = lazyvic.load(args.resume)
@@ -139,7 +158,7 @@ def train(args) -> dict:
     bar = tqdm(range(start, args.steps), desc="train", disable=args.quiet, initial=start, total=args.steps)
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, args.block_size, data_rng)
-        loss = train_step(model, opt, sched, x, y)
+        loss = train_step(model, opt, sched, x.to(args.device), y.to(args.device), scaler)
         losses.append(loss.item())  # the sync point: the whole step runs here as one plan
         bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")
         if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
@@ -174,11 +193,12 @@ def main(argv=None) -> dict:
     out = Path(args.out)
     path = out / "tiny_gpt.safetensors"
     x, _ = get_batch(r["val_ids"], args.batch_size, args.block_size, np.random.default_rng(1))
+    x = x.to(args.device)
     with lazyvic.no_grad():
         before = model(x).numpy()
         lazyvic.save(model, path)
-        reloaded = lazyvic.load(path)  # rebuilds TinyGPT from the config stored in the file
-        reloaded.eval()
+        reloaded = lazyvic.load(path)  # rebuilds TinyGPT from the config stored in the file (on the CPU)
+        reloaded.eval().to(args.device)
         after = reloaded(x).numpy()
     identical = bool(np.array_equal(before, after))
     if not args.quiet:

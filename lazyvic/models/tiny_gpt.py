@@ -162,6 +162,7 @@ class TinyGPT(nn.Module):
 
             seed = list(_generator.take(4))  # (global seed, offset): advances the global stream
         rng = np.random.Generator(np.random.Philox(seed))
+        device = self.transformer.wte.weight.device  # the window goes where .to() put the model
         B, W = ids.shape[0], self.block_size
         window = np.zeros((B, W), dtype=np.int64)
         with autograd.no_grad():
@@ -170,7 +171,7 @@ class TinyGPT(nn.Module):
                 n = ctx.shape[1]
                 window[:, :n] = ctx
                 window[:, n:] = 0
-                logits = self(Tensor(window)).numpy()[:, n - 1, :].astype(np.float64)
+                logits = self(Tensor(window).to(device)).numpy()[:, n - 1, :].astype(np.float64)
                 ids = np.concatenate([ids, self._sample(logits, temperature, top_k, vocab, rng)], axis=1)
         return Tensor(ids)
 

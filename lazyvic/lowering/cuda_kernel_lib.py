@@ -16,8 +16,11 @@ CPU kernels (the op table's ``expr``), so this module defines the same names:
   and the GPU draw bit-identical numbers from one implementation.
 
 It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
-through movement ops, or im2col, made contiguous through an index map) and
-``matmul_kernel`` (a tiled product, used when CuPy is absent).
+through movement ops, or im2col, made contiguous through an index map),
+``matmul_kernel`` (a tiled product, used when CuPy is absent), the range check of
+indices (``index_check``), ``gather_dim`` (a gather at an index computed in the trace),
+scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``)
+and ``randn_kernel``.
 
 The guards on out-of-range arguments (``exp`` of a large value, ``log`` of zero or a
 negative number) give the IEEE results where Python's ``math`` would raise: Numba's
@@ -170,6 +173,197 @@ def gather_copy(out, src, index, zero):
     for n in range(cuda.grid(1), out.size, cuda.gridsize(1)):
         j = index[n]
         out[n] = src[j] if j >= 0 else zero
+
+
+# -- indices, scatter_add, randn ------------------------------------------------------
+# An index (or scatter source) read through movement ops is described by a *view*: its shape,
+# the strides of each axis in a reduced map (0 on the axes that a broadcast makes constant)
+# and that map (flat positions in the base buffer, -1 for a pad's zero; empty when the
+# reduced positions are the base buffer's own). An embedding's (N,) ids expanded to (N, D)
+# is thus read through N map entries, not N * D.
+
+
+@cuda.jit(device=True)
+def view_value(index, rmap, q):
+    """Element ``q`` of a reduced view (``rmap`` empty: the buffer's own element ``q``)."""
+    if rmap.size == 0:
+        return index[q]
+    j = rmap[q]
+    if j < 0:
+        return 0  # a pad's zero
+    return index[j]
+
+
+@cuda.jit(cache=True)
+def copy_view(out, src, src_map, zero):
+    """``out[n] = src[src_map[n]]`` (``zero`` where the map is -1; ``src[n]`` when the map is
+    empty): an operand through movement ops, or a plain copy, into contiguous ``out``."""
+    for n in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        if src_map.size == 0:
+            out[n] = src[n]
+        else:
+            j = src_map[n]
+            out[n] = src[j] if j >= 0 else zero
+
+
+@cuda.jit(cache=True)
+def fill(out, value):
+    for n in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        out[n] = value
+
+
+@cuda.jit(cache=True)
+def index_check(first, index, rmap, n, size):
+    """``first[0] = min(first[0], q)`` for each reduced position ``q < n`` whose index is outside
+    ``[0, size)``: the first bad index in C order (an integer minimum: the same whatever order
+    the threads run in). ``first[0]`` is ``n`` before (see index_check_value)."""
+    for q in range(cuda.grid(1), n, cuda.gridsize(1)):
+        v = view_value(index, rmap, q)
+        if v < 0 or v >= size:
+            cuda.atomic.min(first, 0, q)
+
+
+@cuda.jit(cache=True)
+def index_check_value(first, index, rmap, n):
+    """One thread, after index_check: ``first[2]`` = the position ``first[0]`` it found and
+    ``first[1]`` the index there; ``first[0]`` is set back to ``n`` for the next check."""
+    if cuda.grid(1) == 0:
+        q = first[0]
+        first[2] = q
+        if q < n:
+            first[1] = view_value(index, rmap, q)
+        first[0] = n
+
+
+@cuda.jit(cache=True)
+def gather_dim(out, x, x_map, index, rmap, shape, rstrides, xstrides, dim, zero):
+    """gather along ``dim`` (ops/index.py): ``out[p] = x[p with its coordinate at dim replaced by
+    index[p]]``; ``out`` has the index view's ``shape``, ``x`` (through ``x_map`` when not empty)
+    the C strides ``xstrides``. Indices are checked before (index_check)."""
+    for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        q = 0
+        xo = 0
+        r = p
+        for d in range(shape.size - 1, -1, -1):
+            c = r % shape[d]
+            r //= shape[d]
+            q += c * rstrides[d]
+            if d != dim:
+                xo += c * xstrides[d]
+        xo += view_value(index, rmap, q) * xstrides[dim]
+        if x_map.size:
+            xo = x_map[xo]
+        out[p] = x[xo] if xo >= 0 else zero
+
+
+@cuda.jit(cache=True)
+def scatter_keys(keys, index, rmap, shape, rstrides, ostrides, dim):
+    """``keys[p]``: the flat output position that position ``p`` of scatter_add's index view adds
+    to (its coordinate at ``dim`` replaced by the index), with the output's C strides."""
+    for p in range(cuda.grid(1), keys.size, cuda.gridsize(1)):
+        q = 0
+        o = 0
+        r = p
+        for d in range(shape.size - 1, -1, -1):
+            c = r % shape[d]
+            r //= shape[d]
+            q += c * rstrides[d]
+            if d != dim:
+                o += c * ostrides[d]
+        keys[p] = o + view_value(index, rmap, q) * ostrides[dim]
+
+
+@cuda.jit(cache=True)
+def scatter_add_sorted(out, src, src_map, order, skeys, col_out, col_src, row_stride, zero):
+    """scatter_add's additions, deterministic and without atomics.
+
+    ``order`` lists rows (index positions, or index rows along ``dim`` shared by every
+    column) stably sorted by their key ``skeys`` (output position, or its row's offset), so
+    the rows adding to one output are one run, in their original order. One thread per
+    (run, column) adds the run's sources to the output in that order: the order and the
+    roundings of the CPU's serial kernel (kernel_lib.scatter_add_into). Threads of the
+    same run are neighbours (column-major inside a run): coalesced loads of a row's source.
+    """
+    ncol = col_out.size
+    for t in range(cuda.grid(1), order.size * ncol, cuda.gridsize(1)):
+        k = t // ncol
+        if k > 0 and skeys[k] == skeys[k - 1]:
+            continue
+        c = t - k * ncol
+        o = skeys[k] + col_out[c]
+        acc = out[o]
+        e = k
+        while e < order.size and skeys[e] == skeys[k]:
+            s = order[e] * row_stride + col_src[c]
+            if src_map.size:
+                s = src_map[s]
+            acc = acc + (src[s] if s >= 0 else zero)
+            e += 1
+        out[o] = acc
+
+
+@cuda.jit(cache=True)
+def im2col_kernel(cols, x, x_map, dims, zero):
+    """conv2d's columns ``(G, Cg*kH*kW, N*oH*oW)`` of NCHW ``x`` (through ``x_map`` when not
+    empty; ``zero`` where a tap reads padding), each element's source computed from its
+    indices: no index map of the columns' size. ``dims``: (N, C, H, W, Cg, kH, kW, oH, oW,
+    sH, sW, pad top, pad left, dH, dW)."""
+    n, c, h, w, cg, kh, kw, oh, ow = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8]
+    sh, sw, pt, pl, dh, dw = dims[9], dims[10], dims[11], dims[12], dims[13], dims[14]
+    for p in range(cuda.grid(1), cols.size, cuda.gridsize(1)):
+        t = p
+        owi = t % ow
+        t //= ow
+        ohi = t % oh
+        t //= oh
+        ni = t % n
+        t //= n
+        kwi = t % kw
+        t //= kw
+        khi = t % kh
+        t //= kh
+        ci = t % cg
+        gi = t // cg
+        ih = ohi * sh - pt + khi * dh
+        iw = owi * sw - pl + kwi * dw
+        if ih < 0 or ih >= h or iw < 0 or iw >= w:
+            cols[p] = zero
+            continue
+        j = ((ni * c + gi * cg + ci) * h + ih) * w + iw
+        if x_map.size:
+            j = x_map[j]
+        cols[p] = x[j] if j >= 0 else zero
+
+
+@cuda.jit(cache=True)
+def conv_output_kernel(out, product, n, hw):
+    """conv2d's output ``(N, O, oH, oW)`` from the grouped product ``(G, O/G, N, oH*oW)``."""
+    o = out.size // (n * hw)
+    for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        s = p % hw
+        oc = (p // hw) % o
+        ni = p // (hw * o)
+        out[p] = product[(oc * n + ni) * hw + s]
+
+
+_TWO_PI = f64(2.0 * np.pi)
+_INV_2P32_P1 = f64(1.0 / 4294967297.0)
+
+
+@cuda.jit(cache=True)
+def randn_kernel(out, seed, offset):
+    """randn (ops/source.py): Box-Muller on words ``offset + 2m`` and ``offset + 2m + 1`` of the
+    Philox stream of ``seed``, in float64 as the reference, rounded to ``out``'s dtype: one
+    thread per pair. libdevice's float64 log/cos/sin may differ from the host's libm in the
+    last bit of the float64 value; the float32 results are the reference's."""
+    n = out.size
+    for m in range(cuda.grid(1), (n + 1) // 2, cuda.gridsize(1)):
+        u1 = (f64(philox_word(seed, offset + 2 * m)) + 1.0) * _INV_2P32_P1
+        u2 = f64(philox_word(seed, offset + 2 * m + 1)) * _TWO_M32
+        r = math.sqrt(-2.0 * math.log(u1))
+        out[2 * m] = r * math.cos(_TWO_PI * u2)
+        if 2 * m + 1 < n:
+            out[2 * m + 1] = r * math.sin(_TWO_PI * u2)
 
 
 _matmul_kernels: dict = {}

@@ -8,10 +8,14 @@ passes, the same fusion groups, the same memory plan. Only code generation
 - :class:`CudaMatmulStep` multiplies through CuPy (cuBLAS) when it is importable,
   else through a tiled ``@cuda.jit`` kernel (``cuda_kernel_lib.matmul_kernel``);
   operands read through movement ops are first made contiguous by one gather;
-- :class:`CudaConvStep` computes a conv2d as an im2col gather, the same grouped product
-  and a gather into the output layout (index maps made once per plan);
+- :class:`CudaConvStep` computes a conv2d as im2col columns (a kernel computing each
+  source address), the same grouped product and a kernel into the output layout;
+- :class:`CudaMaxPoolStep`, :class:`CudaRandnStep`, :class:`CudaGatherStep` (an index
+  computed in the trace), :class:`CudaScatterAddStep` (a fixed order, no atomics) and
+  :class:`CudaIndexCheckStep` (the range check of indices: a few bytes come back) run
+  fixed kernels of ``cuda_kernel_lib``;
 - :class:`HostStep` runs a CPU step (an op without a CUDA kernel yet: its NumPy
-  reference; scatter_add; the range checks of gather indices) on host copies of its
+  reference) on host copies of its
   operands and copies the result back. Host steps and every host/device transfer
   are counted in ``CudaPlan.stats``; the ops run as NumPy references are the plan's
   ``fallbacks``, as on the CPU.
@@ -42,10 +46,10 @@ import numpy as np
 from numba.core import types as numba_types
 
 from lazyvic import ops as optable
-from lazyvic.lowering import _chain, codegen_cuda, fuse_and_generate, kernel_lib
+from lazyvic.lowering import _chain, codegen_cuda, fuse_and_generate
 from lazyvic.lowering.kernel_cache import _write_atomic
 from lazyvic.lowering.memory import plan_memory
-from lazyvic.lowering.plan import IndexCheckStep, ReferenceStep, ScatterAddStep
+from lazyvic.lowering.plan import ReferenceStep
 
 # Launch sizes. They change no result (elementwise kernels are grid-stride loops, row
 # kernels fix their own block size and reduction order), only the speed. The simulator
@@ -219,18 +223,22 @@ class CudaKernelStep:
                                      *packed)
 
 
-def _index_map(entries, chain) -> np.ndarray | None:
-    """Flat positions in the base buffer of each element of an operand read through movement
-    ops (-1: a zero of a pad), computed once with the ops' own NumPy references; None when
-    the operand is its buffer."""
-    kind, base, ops, dtype = chain
-    if kind != "buffer" or not ops:
+def _operand_map(entries, chain) -> np.ndarray | None:
+    """Flat positions in the base of each element of an operand read through movement ops
+    (-1: a zero of a pad), computed once with the ops' own NumPy references; a scalar's base
+    is one element (every position 0). None when the operand reads its buffer as it is (no
+    op, or a reshape)."""
+    kind, base, ops, _ = chain
+    if not ops:
         return None
-    shape = entries[base][3]
+    shape = () if kind == "scalar" else entries[base][3]
     a = np.arange(1, math.prod(shape) + 1, dtype=np.int64).reshape(shape)
     for ref, attrs in ops:
         a = ref([a], attrs)
-    return np.ascontiguousarray(a, dtype=np.int64).reshape(-1) - 1
+    m = np.ascontiguousarray(a, dtype=np.int64).reshape(-1) - 1
+    if kind == "buffer" and m.size == math.prod(shape) and np.array_equal(m, np.arange(m.size)):
+        return None
+    return m
 
 
 def _gather(src, index, dense, dtype) -> None:
@@ -268,7 +276,7 @@ class CudaMatmulStep:
     m: int
     k: int
     n: int
-    maps: tuple = (None, None)  # index maps of the operands (see _index_map)
+    maps: tuple = (None, None)  # index maps of the operands (see _operand_map)
     scratch: list = field(default=None, repr=False)  # device: (map, contiguous copy) per operand
 
     def writes(self):
@@ -279,15 +287,25 @@ class CudaMatmulStep:
 
     def operand(self, which: int, plan, env, scalars):
         chain = (self.a, self.b)[which]
-        if chain[0] == "scalar":  # a Python number broadcast by movement ops: made on the host
+        if self.scratch is None:
+            self.scratch = [None, None]
+        if chain[0] == "scalar" and not any(ref is optable.OPS["pad"].reference for ref, _ in chain[2]):
+            # A Python number broadcast by movement ops (the gradient of a sum): filled on the device.
+            from lazyvic.lowering.cuda_kernel_lib import fill
+
+            if self.scratch[which] is None:
+                size = self.batch * (self.m * self.k if which == 0 else self.k * self.n)
+                self.scratch[which] = (None, _cuda().device_array(size, chain[3]))
+            dense = self.scratch[which][1]
+            fill[_launch(dense.size)](dense, np.dtype(chain[3]).type(scalars[chain[1]]))
+            return dense
+        if chain[0] == "scalar":  # a padded scalar: made on the host
             from lazyvic.lowering.plan import _view
 
             return to_device(_view({}, scalars, chain), plan.stats)
         index = self.maps[which]
         if index is None:
             return env[chain[1]]
-        if self.scratch is None:
-            self.scratch = [None, None]
         if self.scratch[which] is None:
             self.scratch[which] = (to_device(index, plan.stats), _cuda().device_array(index.size, chain[3]))
         dmap, dense = self.scratch[which]
@@ -299,38 +317,26 @@ class CudaMatmulStep:
         _matmul(env[self.out], a, b, self.batch, self.m, self.k, self.n, self.a[3])
 
 
-def _conv_maps(entries, root: int, x_chain, w_chain) -> tuple:
-    """Index maps of a conv2d on the device: im2col columns ``(G, Cg*kH*kW, N*oH*oW)`` of x
-    (-1 where a tap reads padding), w as ``(G, O/G, Cg*kH*kW)`` (None: its buffer as it is),
-    and the output ``(N, O, oH, oW)`` from the product ``(G, O/G, N*oH*oW)``."""
+def _conv_dims(entries, root: int) -> tuple:
+    """A conv2d's sizes as cuda_kernel_lib.im2col_kernel takes them."""
     _, attrs, inputs, out_shape, _ = entries[root]
     n, c, h, w = entries[inputs[0]][3]
-    o, cg, kh, kw = entries[inputs[1]][3]
-    g, oh, ow = attrs["groups"], out_shape[2], out_shape[3]
+    _, cg, kh, kw = entries[inputs[1]][3]
     (sh, sw), (pt, _, pl, _), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
-    grid = np.ix_(range(g), range(cg), range(kh), range(kw), range(n), range(oh), range(ow))
-    gi, ci, khi, kwi, ni, ohi, owi = grid
-    ih = ohi * sh - pt + khi * dh
-    iw = owi * sw - pl + kwi * dw
-    where = ((ni * c + gi * cg + ci) * h + ih) * w + iw
-    valid = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
-    cols = np.broadcast_to(np.where(valid, where, -1), (g, cg, kh, kw, n, oh, ow)).reshape(-1)
-    x_map = _index_map(entries, x_chain)
-    if x_map is not None:  # x read through movement ops: compose the two maps
-        cols = np.where(cols >= 0, x_map[np.maximum(cols, 0)], -1)
-    product = np.arange(g * (o // g) * n * oh * ow, dtype=np.int64).reshape(g, o // g, n, oh, ow)
-    out_map = np.ascontiguousarray(product.transpose(2, 0, 1, 3, 4)).reshape(-1)
-    return np.ascontiguousarray(cols, dtype=np.int64), _index_map(entries, w_chain), out_map
+    return (n, c, h, w, cg, kh, kw, out_shape[2], out_shape[3], sh, sw, pt, pl, dh, dw)
 
 
 @dataclass
 class CudaMaxPoolStep:
-    """max_pool2d on the device, one thread per output (cuda_kernel_lib.max_pool2d_kernel)."""
+    """max_pool2d on the device, one thread per output (cuda_kernel_lib.max_pool2d_kernel); an
+    input read through movement ops is first made contiguous by one gather."""
 
     name: str
     out: int
-    x: tuple  # the operand chain of a contiguous buffer
+    x: tuple  # the operand chain of a buffer
     dims: tuple  # (H, W, oH, oW, kH, kW, sH, sW, pH, pW)
+    x_map: np.ndarray | None = field(default=None, repr=False)  # see _operand_map
+    scratch: tuple = field(default=None, repr=False)  # device: (map, contiguous copy)
 
     def writes(self):
         return (self.out,)
@@ -341,16 +347,25 @@ class CudaMaxPoolStep:
     def __call__(self, plan, env, scalars):
         from lazyvic.lowering.cuda_kernel_lib import max_pool2d_kernel
 
-        out = env[self.out]
+        out, x = env[self.out], env[self.x[1]]
+        if self.x_map is not None:
+            if self.scratch is None:
+                self.scratch = (_device_int64(self.x_map, plan.stats),
+                                _cuda().device_array(self.x_map.size, self.x[3]))
+            _gather(x, self.scratch[0], self.scratch[1], self.x[3])
+            x = self.scratch[1]
         blocks, threads = _launch_1d(out.size)
-        max_pool2d_kernel[blocks, threads](out, env[self.x[1]], *self.dims)
+        max_pool2d_kernel[blocks, threads](out, x, *self.dims)
 
 
 @dataclass
 class CudaConvStep:
-    """conv2d on the device: im2col by one gather, the grouped product through
-    :func:`_matmul`, one gather into ``(N, O, oH, oW)``. The index maps are made once
-    per plan; the scratch arrays once, at the first run."""
+    """conv2d on the device: the im2col columns by one kernel that computes each element's
+    source from its indices (cuda_kernel_lib.im2col_kernel: no index map of the columns'
+    size), the grouped product through :func:`_matmul`, and one kernel placing the product
+    in ``(N, O, oH, oW)``. An operand read through movement ops goes through its index map
+    (x: inside the im2col kernel; w: one gather); a broadcast Python number (the gradient of
+    a sum) is filled on the device. The scratch arrays are made once, at the first run."""
 
     name: str
     out: int
@@ -360,38 +375,62 @@ class CudaConvStep:
     o_per_group: int
     k: int  # Cg * kH * kW
     columns: int  # N * oH * oW
-    maps: tuple = field(repr=False, default=())  # (cols, w or None, out) host index maps
+    dims: tuple = ()  # see _conv_dims
+    maps: tuple = field(repr=False, default=(None, None))  # x and w maps (see _operand_map) or None
     scratch: list = field(default=None, repr=False)
 
     def writes(self):
         return (self.out,)
 
     def reads(self):
-        return (self.x[1], self.w[1])
+        return tuple(c[1] for c in (self.x, self.w) if c[0] == "buffer")
+
+    def _prepare(self, stats: dict):
+        cuda, dtype = _cuda(), self.x[3]
+        n, c, h, w = self.dims[:4]
+        sizes = (n * c * h * w, self.groups * self.o_per_group * self.k)
+        dense = [cuda.device_array(size, dtype) if chain[0] == "scalar" or (which and m is not None) else None
+                 for which, (chain, m, size) in enumerate(zip((self.x, self.w), self.maps, sizes))]
+        self.scratch = [[_device_int64(() if m is None else m, stats) for m in self.maps], dense,
+                        _device_int64(self.dims, stats),
+                        cuda.device_array(self.k * self.groups * self.columns, dtype),
+                        cuda.device_array(self.groups * self.o_per_group * self.columns, dtype),
+                        _device_int64((), stats)]  # no map: x made dense
+
+    def operand(self, which: int, plan, env, scalars):
+        """Operand ``which`` as a flat device array, and the map the im2col kernel reads x through."""
+        from lazyvic.lowering.cuda_kernel_lib import copy_view, fill
+
+        chain, maps, dense = (self.x, self.w)[which], self.scratch[0], self.scratch[1][which]
+        zero = np.dtype(chain[3]).type(0)
+        if dense is None:  # a buffer (x: read through its map by the im2col kernel)
+            return env[chain[1]], maps[which]
+        if chain[0] == "scalar" and (self.maps[which] is None or not (self.maps[which] < 0).any()):
+            fill[_launch(dense.size)](dense, np.dtype(chain[3]).type(scalars[chain[1]]))
+        else:
+            copy_view[_launch(dense.size)](dense, _source(chain, env, scalars, plan), maps[which], zero)
+        return dense, self.scratch[5]
 
     def __call__(self, plan, env, scalars):
-        cuda, dtype = _cuda(), self.x[3]
+        from lazyvic.lowering.cuda_kernel_lib import conv_output_kernel, im2col_kernel
+
         if self.scratch is None:
-            cols_map, w_map, out_map = self.maps
-            self.scratch = [to_device(cols_map, plan.stats), cuda.device_array(cols_map.size, dtype),
-                            None if w_map is None else to_device(w_map, plan.stats),
-                            None if w_map is None else cuda.device_array(w_map.size, dtype),
-                            to_device(out_map, plan.stats), cuda.device_array(out_map.size, dtype)]
-        cols_map, cols, w_map, w_dense, out_map, product = self.scratch
-        _gather(env[self.x[1]], cols_map, cols, dtype)
-        w = env[self.w[1]]
-        if w_map is not None:
-            _gather(w, w_map, w_dense, dtype)
-            w = w_dense
+            self._prepare(plan.stats)
+        dtype, (_, _, dims, cols, product, _) = self.x[3], self.scratch
+        x, x_map = self.operand(0, plan, env, scalars)
+        w, _ = self.operand(1, plan, env, scalars)
+        im2col_kernel[_launch(cols.size)](cols, x, x_map, dims, np.dtype(dtype).type(0))
         _matmul(product, w, cols, self.groups, self.o_per_group, self.k, self.columns, dtype)
-        _gather(product, out_map, env[self.out], dtype)
+        out = env[self.out]
+        conv_output_kernel[_launch(out.size)](out, product, np.int64(self.dims[0]),
+                                              np.int64(self.dims[7] * self.dims[8]))
 
 
 @dataclass
 class HostStep:
     """A CPU plan step run on host copies of its operands; its results are copied back."""
 
-    step: object  # a lowering.plan step: ReferenceStep, ScatterAddStep, IndexCheckStep, ...
+    step: object  # a lowering.plan step: a ReferenceStep (an op with no device step)
     entries: list = field(repr=False)
 
     @property
@@ -415,6 +454,295 @@ class HostStep:
         for p in self.writes():
             _count(plan.stats, "host_to_device", host[p].nbytes)
             env[p].copy_to_device(np.ascontiguousarray(host[p]).reshape(-1))
+
+
+def _c_strides(shape) -> tuple:
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= size
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class _IndexView:
+    """An integer operand read through movement ops, as the device kernels of indices read it
+    (see cuda_kernel_lib, "indices, scatter_add, randn"): element ``p`` of the view (C order
+    over ``shape``) is element ``sum(coord_d * rstrides[d])`` of the reduced map ``rmap``
+    (None: of the base itself). Axes along which a broadcast repeats the same element have
+    stride 0, so an expanded index costs no map of its expanded size."""
+
+    shape: tuple
+    rstrides: tuple
+    rmap: np.ndarray | None
+    n: int  # elements of the reduced view
+
+
+def _index_view(entries, chain, shape) -> _IndexView:
+    kind, base, ops, _ = chain
+    if not ops:
+        strides = tuple(0 if n == 1 else s for n, s in zip(shape, _c_strides(shape)))
+        return _IndexView(tuple(shape), strides, None, math.prod(shape))
+    base_shape = () if kind == "scalar" else entries[base][3]
+    a = np.arange(math.prod(base_shape), dtype=np.int64).reshape(base_shape) + 1
+    for ref, attrs in ops:
+        a = ref([a], attrs)
+    a = np.asarray(a, dtype=np.int64) - 1
+    constant = [a.shape[d] == 1 or bool(np.all(a == a.take([0], axis=d))) for d in range(a.ndim)]
+    reduced = np.ascontiguousarray(a[tuple(0 if c else slice(None) for c in constant)]).reshape(-1)
+    kept = _c_strides([n for n, c in zip(a.shape, constant) if not c])
+    it = iter(kept)
+    rstrides = tuple(0 if c else next(it) for c in constant)
+    if kind == "buffer" and reduced.size == math.prod(base_shape) and np.array_equal(reduced, np.arange(reduced.size)):
+        reduced = None
+    return _IndexView(tuple(a.shape), rstrides, reduced, int(math.prod(a.shape[d] for d in range(a.ndim)
+                                                                       if not constant[d])))
+
+
+def _launch(n: int) -> tuple:
+    """:func:`_launch_1d`, with no more threads than elements (grid-stride kernels)."""
+    blocks, threads = _launch_1d(n)
+    return blocks, max(1, min(threads, n))
+
+
+def _device_int64(a, stats: dict) -> object:
+    """A flat device copy of host int64 data (a map, strides), made once per step (counted)."""
+    return to_device(np.asarray(a, dtype=np.int64), stats)
+
+
+def _source(chain, env, scalars, plan):
+    """The flat device array a chain reads: its buffer, or a one-element copy of its scalar."""
+    kind, base, _, dtype = chain
+    if kind == "buffer":
+        return env[base]
+    return to_device(np.array([scalars[base]], dtype=dtype), plan.stats)
+
+
+class _DeviceIndex:
+    """An :class:`_IndexView` on the device, and its range check."""
+
+    def __init__(self, view: _IndexView, stats: dict):
+        self.view = view
+        self.rmap = _device_int64(view.rmap if view.rmap is not None else np.zeros(0, np.int64), stats)
+        self.shape = _device_int64(view.shape, stats)
+        self.rstrides = _device_int64(view.rstrides, stats)
+        self.result = _device_int64([view.n, 0, view.n], stats)  # see cuda_kernel_lib.index_check_value
+
+    def check(self, plan, index, size: int, op: str) -> None:
+        """Raise lazyvic's IndexError for the first index outside ``[0, size)`` in C order of the
+        view, as the CPU plan's check does; only 24 bytes come back to the host."""
+        from lazyvic.errors import IndexError as LIndexError
+        from lazyvic.lowering.cuda_kernel_lib import index_check, index_check_value
+
+        n = np.int64(self.view.n)
+        if not n:
+            return
+        blocks, threads = _launch(int(n))
+        index_check[blocks, threads](self.result, index, self.rmap, n, np.int64(size))
+        index_check_value[1, 1](self.result, index, self.rmap, n)
+        _, value, first = device_to_host(self.result, (3,), plan.stats)
+        if first < n:
+            raise LIndexError(f"{op}: index {int(value)} out of range for dimension of size {size}")
+
+
+@dataclass
+class CudaIndexCheckStep:
+    """Range check of a gather index on the device, before the kernel that reads it unchecked
+    (lowering.plan.IndexCheckStep's rule and message)."""
+
+    name: str
+    index: tuple  # operand chain, as lowering.plan.MatmulStep's
+    size: int  # valid indices are 0 .. size - 1
+    op: str
+    view: _IndexView = field(repr=False)
+    device: _DeviceIndex = field(default=None, repr=False)
+
+    def writes(self):
+        return ()
+
+    def reads(self):
+        return (self.index[1],) if self.index[0] == "buffer" else ()
+
+    def __call__(self, plan, env, scalars):
+        if self.device is None:
+            self.device = _DeviceIndex(self.view, plan.stats)
+        self.device.check(plan, _source(self.index, env, scalars, plan), self.size, self.op)
+
+
+@dataclass
+class CudaGatherStep:
+    """A gather whose index is computed in the same trace (fusion makes it a library op): the
+    range check, then one thread per output element (cuda_kernel_lib.gather_dim)."""
+
+    name: str
+    out: int
+    x: tuple  # operand chains, as lowering.plan.MatmulStep's
+    index: tuple
+    dim: int
+    size: int  # x's size along dim
+    x_shape: tuple  # of x's view
+    x_map: np.ndarray | None = field(repr=False)
+    view: _IndexView = field(repr=False)
+    scratch: list = field(default=None, repr=False)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c[1] for c in (self.x, self.index) if c[0] == "buffer")
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda_kernel_lib import gather_dim
+
+        if self.scratch is None:
+            stats = plan.stats
+            self.scratch = [_DeviceIndex(self.view, stats),
+                            _device_int64(self.x_map if self.x_map is not None else (), stats),
+                            _device_int64(_c_strides(self.x_shape), stats)]
+        index_dev, x_map, x_strides = self.scratch
+        index = _source(self.index, env, scalars, plan)
+        index_dev.check(plan, index, self.size, "gather")
+        out = env[self.out]
+        blocks, threads = _launch(out.size)
+        gather_dim[blocks, threads](out, _source(self.x, env, scalars, plan), x_map, index, index_dev.rmap,
+                                    index_dev.shape, index_dev.rstrides, x_strides, np.int64(self.dim),
+                                    np.dtype(self.x[3]).type(0))
+
+
+@dataclass
+class CudaScatterAddStep:
+    """scatter_add on the device, deterministic and bit-identical to the CPU's serial kernel
+    (``kernel_lib.scatter_add_into``): each output adds its sources in the order of the
+    index's positions, with no atomics.
+
+    1. the output is a copy of the base; the indices are range-checked (as on the CPU);
+    2. a key per *row*: the output position each index position adds to; or, when the
+       index repeats along every axis but ``dim`` (an embedding's (N,) ids expanded to
+       (N, D)), one key per index row along ``dim``, shared by the D *columns*;
+    3. the rows are stably sorted by key: CuPy (a device sort) when importable, else on the
+       host (only the keys travel: N int64 for an embedding);
+    4. one thread per (run of equal keys, column) adds the run's sources in order
+       (cuda_kernel_lib.scatter_add_sorted): O(N * D) work for an embedding's backward.
+    """
+
+    name: str
+    out: int
+    base: tuple  # operand chains, as lowering.plan.MatmulStep's
+    index: tuple
+    src: tuple
+    dim: int
+    size: int  # the output's size along dim
+    base_map: np.ndarray | None = field(repr=False)
+    src_map: np.ndarray | None = field(repr=False)
+    view: _IndexView = field(repr=False)
+    key_view: _IndexView = field(repr=False)  # the positions that get a key (rows)
+    out_strides: tuple = ()
+    row_stride: int = 1  # a row's stride in the source (columns * ... when shared)
+    col_out: np.ndarray = field(default=None, repr=False)  # per column: output offset
+    col_src: np.ndarray = field(default=None, repr=False)  # per column: source offset
+    scratch: list = field(default=None, repr=False)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c[1] for c in (self.base, self.index, self.src) if c[0] == "buffer")
+
+    def _prepare(self, stats: dict):
+        cuda = _cuda()
+        rows = math.prod(self.key_view.shape)
+        check = _DeviceIndex(self.view, stats)
+        self.scratch = [check, check if self.key_view is self.view else _DeviceIndex(self.key_view, stats),
+                        _device_int64(self.base_map if self.base_map is not None else (), stats),
+                        _device_int64(self.src_map if self.src_map is not None else (), stats),
+                        _device_int64(self.out_strides, stats), _device_int64(self.col_out, stats),
+                        _device_int64(self.col_src, stats),
+                        cuda.device_array(rows, np.int64), cuda.device_array(rows, np.int64),
+                        cuda.device_array(rows, np.int64)]
+
+    def _sort(self, plan, keys, order, skeys):
+        """``order``: the rows stably sorted by ``keys``; ``skeys``: the keys in that order."""
+        cupy = _cupy()
+        if cupy is not None and not simulated():
+            k = cupy.asarray(keys)
+            perm = cupy.argsort(k)  # CuPy's sorts are stable (thrust)
+            return perm, k[perm]
+        host = device_to_host(keys, (keys.size,), plan.stats)
+        perm = np.argsort(host, kind="stable")
+        plan.stats["host_sorts"] = plan.stats.get("host_sorts", 0) + 1
+        for d, a in ((order, perm), (skeys, host[perm])):
+            _count(plan.stats, "host_to_device", a.nbytes)
+            d.copy_to_device(np.ascontiguousarray(a, dtype=np.int64))
+        return order, skeys
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda_kernel_lib import copy_view, fill, scatter_add_sorted, scatter_keys
+
+        if self.scratch is None:
+            self._prepare(plan.stats)
+        check, keyed, base_map, src_map, out_strides, col_out, col_src, keys, order, skeys = self.scratch
+        out, zero = env[self.out], np.dtype(self.src[3]).type(0)
+        blocks, threads = _launch(out.size)
+        if self.base[0] == "scalar" and (self.base_map is None or not (self.base_map < 0).any()):
+            fill[blocks, threads](out, np.dtype(self.base[3]).type(scalars[self.base[1]]))
+        else:
+            copy_view[blocks, threads](out, _source(self.base, env, scalars, plan), base_map, zero)
+        index = _source(self.index, env, scalars, plan)
+        check.check(plan, index, self.size, "scatter_add")
+        if not keys.size:
+            return
+        blocks, threads = _launch(keys.size)
+        scatter_keys[blocks, threads](keys, index, keyed.rmap, keyed.shape, keyed.rstrides, out_strides,
+                                      np.int64(self.dim))
+        order, skeys = self._sort(plan, keys, order, skeys)
+        blocks, threads = _launch(keys.size * self.col_out.size)
+        scatter_add_sorted[blocks, threads](out, _source(self.src, env, scalars, plan), src_map, order, skeys,
+                                            col_out, col_src, np.int64(self.row_stride), zero)
+
+
+def _scatter_add_step(entries, root: int, args: list) -> CudaScatterAddStep:
+    op, attrs, inputs, out_shape, _ = entries[root]
+    dim, shape = attrs["dim"], entries[inputs[1]][3]
+    view = _index_view(entries, args[1], shape)
+    out_strides = _c_strides(out_shape)
+    if all(s == 0 for d, s in enumerate(view.rstrides) if d != dim):
+        # The index repeats along every other axis: rows along dim, shared by the columns.
+        key_shape = tuple(n if d == dim else 1 for d, n in enumerate(shape))
+        key_view = _IndexView(key_shape, view.rstrides, view.rmap, view.n)
+        col_shape = tuple(1 if d == dim else n for d, n in enumerate(shape))
+        coords = np.indices(col_shape).reshape(len(shape), -1)
+        col_out = (coords * np.array(out_strides, dtype=np.int64)[:, None]).sum(0)
+        col_src = (coords * np.array(_c_strides(shape), dtype=np.int64)[:, None]).sum(0)
+        row_stride = math.prod(shape[dim + 1:])
+    else:
+        key_view, col_out, col_src, row_stride = view, np.zeros(1, np.int64), np.zeros(1, np.int64), 1
+    return CudaScatterAddStep(f"{op}{out_shape}", root, args[0], args[1], args[2], dim, out_shape[dim],
+                              _operand_map(entries, args[0]), _operand_map(entries, args[2]), view, key_view,
+                              out_strides, row_stride, col_out.astype(np.int64), col_src.astype(np.int64))
+
+
+@dataclass
+class CudaRandnStep:
+    """randn on the device (cuda_kernel_lib.randn_kernel): the CPU's Philox words and Box-Muller."""
+
+    name: str
+    out: int
+    seed: tuple  # operand chains of the (seed, offset) scalars
+    offset: tuple
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return ()
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda_kernel_lib import randn_kernel
+
+        out = env[self.out]
+        blocks, threads = _launch(max(1, (out.size + 1) // 2))
+        seed, offset = (np.dtype(c[3]).type(scalars[c[1]]) for c in (self.seed, self.offset))
+        randn_kernel[blocks, threads](out, seed, offset)
 
 
 @dataclass
@@ -525,9 +853,10 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
             for j in g.members:
                 if optable.OPS[entries[j][0]].kind == "gather":
                     x, index = entries[j][2]
-                    check = IndexCheckStep(f"check {entries[j][0]} index", _chain(entries, index, movement),
-                                           entries[x][3][entries[j][1]["dim"]], entries[j][0])
-                    steps.append(HostStep(check, entries))
+                    chain = _chain(entries, index, movement)
+                    steps.append(CudaIndexCheckStep(f"check {entries[j][0]} index", chain,
+                                                    entries[x][3][entries[j][1]["dim"]], entries[j][0],
+                                                    _index_view(entries, chain, entries[index][3])))
             kernel = load_kernel(ks, cache_dir, stats)
             steps.append(CudaKernelStep(ks.name, kernel, g.root, tuple(ks.buffers),
                                         tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
@@ -544,21 +873,29 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
         if kind == "matmul":
             a_shape = entries[inputs[0]][3]
             steps.append(CudaMatmulStep(f"matmul{shape}", g.root, args[0], args[1], math.prod(shape[:-2]), shape[-2],
-                                        a_shape[-1], shape[-1], (_index_map(entries, args[0]),
-                                                                 _index_map(entries, args[1]))))
-        elif kind == "conv" and args[0][0] == args[1][0] == "buffer":
+                                        a_shape[-1], shape[-1], (_operand_map(entries, args[0]),
+                                                                 _operand_map(entries, args[1]))))
+        elif kind == "conv":
             o, cg, kh, kw = entries[inputs[1]][3]
             steps.append(CudaConvStep(f"conv2d{shape}", g.root, args[0], args[1], attrs["groups"],
                                       o // attrs["groups"], cg * kh * kw, shape[0] * shape[2] * shape[3],
-                                      _conv_maps(entries, g.root, args[0], args[1])))
-        elif kind == "pool" and args[0][0] == "buffer" and not args[0][2]:
+                                      _conv_dims(entries, g.root),
+                                      (_operand_map(entries, args[0]), _operand_map(entries, args[1]))))
+        elif kind == "pool" and args[0][0] == "buffer":
             (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"], attrs["padding"]
             h, w = entries[inputs[0]][3][2:]
             steps.append(CudaMaxPoolStep(f"max_pool2d{shape}", g.root, args[0],
-                                         (h, w, shape[2], shape[3], kh, kw, sh, sw, ph, pw)))
+                                         (h, w, shape[2], shape[3], kh, kw, sh, sw, ph, pw),
+                                         _operand_map(entries, args[0])))
+        elif kind == "gather":
+            x_shape, index_shape = entries[inputs[0]][3], entries[inputs[1]][3]
+            steps.append(CudaGatherStep(f"{op}{shape}", g.root, args[0], args[1], attrs["dim"],
+                                        x_shape[attrs["dim"]], x_shape, _operand_map(entries, args[0]),
+                                        _index_view(entries, args[1], index_shape)))
         elif kind == "scatter":
-            steps.append(HostStep(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"],
-                                                 kernel_lib.scatter_add_into), entries))
+            steps.append(_scatter_add_step(entries, g.root, args))
+        elif op == "randn" and args[0][0] == args[1][0] == "scalar":
+            steps.append(CudaRandnStep(f"{op}{shape}", g.root, args[0], args[1]))
         else:
             steps.append(HostStep(ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference,
                                                 attrs, dtype), entries))

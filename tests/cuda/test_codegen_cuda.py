@@ -126,7 +126,7 @@ def case_gather_embedding(lv):
     idx = lv.tensor(np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64))
     weight = lv.tensor(_data(7, 5, seed=7))
     ids = lv.tensor(np.array([[1, 6, 0], [2, 2, 5]], dtype=np.int64))
-    computed = (x.argmax(1, keepdim=True) + 0)  # an index computed in the trace: a host step
+    computed = (x.argmax(1, keepdim=True) + 0)  # an index computed in the trace: a device gather step
     return [x.gather(1, idx) * 2.0, lv.functional.embedding(ids, weight) + 1.0, x.gather(1, computed)], "close"
 
 
@@ -205,11 +205,177 @@ def case_max_pool_ties_and_nan(lv):
     return [[f.max_pool2d(lv.tensor(x), 2)], [f.max_pool2d(lv.tensor(x), 3, stride=1, padding=1)]], "exact"
 
 
+def case_gather_computed_index(lv):
+    """Gathers whose index is computed in the trace (device gather steps): through an expand
+    (index_select), along dim 0 of a permuted input, and a 3-D gather along the middle axis."""
+    x = lv.tensor(_data(4, 6))
+    w = lv.tensor(_data(7, 5, seed=1))
+    t = lv.tensor(_data(3, 4, 5, seed=2))
+    rows = (x.argmax(1) + 1).clamp(max=6)  # (4,): the embedding's index_select, computed
+    down = (x.T.argmin(1, keepdim=True) + 0).expand(6, 3)  # (6, 3) rows of x.T, one per column
+    mid = (t.argmax(1, keepdim=True) + 2).clamp(max=3).expand(3, 2, 5)
+    return [w.index_select(0, rows) * 2.0, x.T.gather(0, down), t.gather(1, mid)], "exact"
+
+
+def case_scatter_add(lv):
+    """scatter_add on the device, bit for bit the CPU's serial order: duplicates of widely
+    different magnitudes (the order changes the rounding), the embedding backward (an index
+    repeated along the columns), an index broadcast along a leading axis, one narrower than
+    the output, a general 3-D index, sources and bases read through movement ops, integers."""
+    f = lv.functional
+    big = np.array([1e8, 1.0, -1e8, 3.0, 0.5, -2.0, 7.0, 1e-3], dtype=np.float32)
+    src = lv.tensor(np.stack([big, big[::-1] * 0.5, big * -0.25]).astype(np.float32))
+    base = lv.tensor(_data(4, 8))
+    dup = lv.tensor(np.array([[0, 2, 0, 0, 2, 3, 0, 1]] * 3, dtype=np.int64))
+    w = lv.tensor(_data(9, 6, seed=1), requires_grad=True)
+    ids = lv.tensor(np.array([[1, 8, 1, 0, 4], [4, 4, 1, 7, 1], [0, 1, 1, 8, 3]], dtype=np.int64))
+    c = lv.tensor(_data(3, 5, 6, seed=2) * 1000.0)
+    (f.embedding(ids, w) * c).sum().backward()
+    lead = lv.tensor(np.array([[2, 0, 2, 1, 2, 0, 2, 2]], dtype=np.int64)).expand(3, 8)
+    b3 = lv.tensor(_data(3, 4, 5, seed=3))
+    i3 = lv.tensor(np.random.default_rng(4).integers(0, 4, (2, 6, 4)))
+    s3 = lv.tensor(_data(4, 6, 2, seed=5))  # read permuted: (2, 6, 4)
+    ib = lv.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
+    return [[base._scatter_add(dup, src * 3.0, 0)[:3] * 1.0, base[:3]._scatter_add(lead, src, 1),
+             base[:3].T._scatter_add(lead.T, src.T, 0), base[:3].T._scatter_add(lead.T, src.T, 1),
+             ib._scatter_add(lv.tensor(np.array([[2, 2, 0, 1]], dtype=np.int64)), ib[:1] * 5, 0),
+             base._scatter_add(lv.tensor(np.array([[3], [3]], dtype=np.int64)).expand(2, 5), src[:2, 1:6], 0)],
+            [w.grad],
+            [b3._scatter_add(i3, s3.permute(2, 1, 0), 1),
+             b3.permute(1, 0, 2)._scatter_add(i3.permute(1, 0, 2), s3.permute(1, 2, 0), 0)]], "exact"
+
+
+def case_randn(lv):
+    """randn on the device: the CPU's Philox words and Box-Muller (odd sizes: a last half pair)."""
+    lv.manual_seed(77)
+    return [lv.randn(5, 7), lv.randn(3, 3) * 2.0 + 1.0, lv.randn(1)], "exact"
+
+
+def case_randn_float64(lv):
+    """float64 randn: libdevice's log/cos/sin may round the last bit otherwise than the host's."""
+    lv.manual_seed(78)
+    return [lv.randn(4, 5, dtype=lv.float64)], "close"
+
+
+def case_max_pool_of_a_view(lv):
+    """max_pool2d of an input read through movement ops: one gather, then the device kernel."""
+    x = lv.tensor(_data(2, 3, 5, 6))
+    return [lv.functional.max_pool2d(x.permute(0, 1, 3, 2), 2),
+            lv.functional.max_pool2d(x[:, :, 1:, ::2], 2, stride=1)], "exact"
+
+
+def case_matmul_of_a_constant(lv):
+    """A broadcast Python number as a matmul operand (the gradient of a sum) is filled on the device."""
+    x = lv.tensor(_data(5, 7))
+    w = lv.tensor(_data(7, 3, seed=1), requires_grad=True)
+    (x @ w).sum().backward()
+    return [[w.grad], [lv.full((4, 5), 0.5) @ x]], "close"
+
+
+def case_conv_of_a_constant(lv):
+    """conv2d with a broadcast Python number as an operand: a constant image, and the gradients
+    of a sum (their output gradient is a broadcast 1)."""
+    f = lv.functional
+    x = lv.tensor(_data(1, 2, 5, 5), requires_grad=True)
+    w = lv.tensor(_data(2, 2, 3, 3, seed=1), requires_grad=True)
+    f.conv2d(x, w, stride=2, padding=1).sum().backward()
+    return [[f.conv2d(lv.full((1, 2, 4, 4), 0.5), w, padding=1)], [x.grad, w.grad]], "close"
+
+
+def case_max_pool_of_a_constant(lv):
+    """max_pool2d of a broadcast Python number has no device step: a host step (a counted fallback)."""
+    return [lv.functional.max_pool2d(lv.full((1, 2, 4, 4), 0.5), 2)], "exact"
+
+
 CASES = [name for name in list(globals()) if name.startswith("case_")]
 
 
+# -- index errors (run in the subprocess) ---------------------------------------------------
+# Each builds a trace with valid indices, then runs the CPU plan and the CUDA plan with an
+# index input replaced by an out-of-range one: both must raise lazyvic's IndexError with the
+# same message. Returns a list of problems.
+
+
+def _errors_alike(trace, inputs, scalars, index, bad) -> list:
+    import lazyvic as lv
+    from lazyvic.lowering import compile_trace
+    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import execute
+
+    (slot,) = [k for k, a in enumerate(inputs) if a.dtype == index.dtype and np.array_equal(a, index)]
+    bad_inputs = list(inputs)
+    bad_inputs[slot] = bad
+    messages = []
+    for run in (lambda: execute(compile_trace(trace), bad_inputs, scalars),
+                lambda: compile_trace_cuda(trace).run(bad_inputs, scalars)):
+        try:
+            run()
+            messages.append(None)
+        except lv.errors.IndexError as e:
+            messages.append(str(e))
+    if messages[0] is None or messages[0] != messages[1]:
+        return [f"CPU raised {messages[0]!r}, CUDA {messages[1]!r}"]
+    return []
+
+
+def check_index_errors(lv):
+    from lazyvic.trace.cut import cut
+
+    problems = []
+    w = lv.tensor(_data(7, 5))
+    ids = np.array([[1, 6, 0], [2, 2, 5]], dtype=np.int64)
+    trace, inputs, scalars, _ = cut([lv.functional.embedding(lv.tensor(ids), w)._node])
+    for bad in ([[1, 6, 0], [2, 9, -1]], [[-3, 6, 0], [2, 7, 5]]):  # the first in C order is named
+        problems += _errors_alike(trace, inputs, scalars, ids, np.array(bad, dtype=np.int64))
+    x = lv.tensor(_data(4, 6))
+    idx = np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64)
+    trace, inputs, scalars, _ = cut([x.T.gather(0, lv.tensor(idx).T * 1)._node])  # a computed index
+    problems += _errors_alike(trace, inputs, scalars, idx, np.array([[0, 5], [1, 1], [4, 2], [3, 6]]))
+    base = lv.tensor(_data(4, 8))
+    sidx = np.array([[0, 2, 0, 3, 1, 1, 0, 2]], dtype=np.int64)
+    trace, inputs, scalars, _ = cut([base._scatter_add(lv.tensor(sidx).expand(3, 8), base[:3] * 2.0, 0)._node])
+    problems += _errors_alike(trace, inputs, scalars, sidx, np.array([[0, 2, 0, 3, 4, 1, -1, 2]]))
+    sidx = np.array([[0, 2, 0], [3, 1, 1]], dtype=np.int64)
+    trace, inputs, scalars, _ = cut([base._scatter_add(lv.tensor(sidx), base[:2, :3] * 2.0, 1)._node])
+    problems += _errors_alike(trace, inputs, scalars, sidx, np.array([[0, 2, 0], [3, 8, 11]]))
+    return problems
+
+
+def check_scatter_layout(lv):
+    """An embedding's backward sorts its N ids once for all D columns: N keys, N map entries
+    (not N * D), one thread per (run of equal ids, column)."""
+    from lazyvic.lowering.cuda_plan import CudaScatterAddStep, compile_trace_cuda
+    from lazyvic.trace.cut import cut
+
+    w = lv.tensor(_data(9, 6), requires_grad=True)
+    ids = lv.tensor(np.array([[1, 8, 1, 0, 4], [4, 4, 1, 7, 1]], dtype=np.int64))
+    lv.functional.embedding(ids, w).sum().backward()
+    trace, _, _, _ = cut([w.grad._node])
+    (step,) = [s for s in compile_trace_cuda(trace).steps if isinstance(s, CudaScatterAddStep)]
+    layout = (step.key_view.n, step.col_out.size, None if step.view.rmap is None else step.view.rmap.size)
+    return [] if layout == (10, 6, None) else [f"keys, columns, map entries: {layout}, expected (10, 6, None)"]
+
+
+def check_conv_has_no_column_map(lv):
+    """conv2d's im2col kernel computes each source address: besides the operands, only its 15
+    sizes go to the device (no int64 map of the columns' size, 36 x 60 here)."""
+    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.trace.cut import cut
+
+    x, w = _data(2, 4, 5, 6), _data(3, 4, 3, 3, seed=1)
+    trace, inputs, scalars, _ = cut([lv.functional.conv2d(lv.tensor(x), lv.tensor(w), padding=1)._node])
+    plan = compile_trace_cuda(trace)
+    plan.run(inputs, scalars)
+    sent = plan.stats["host_to_device_bytes"]
+    return [] if sent == x.nbytes + w.nbytes + 15 * 8 else [f"{sent} bytes sent to the device"]
+
+
+CHECKS = [name for name in list(globals()) if name.startswith("check_")]
+
+
 # Cases also run with other launch sizes (grid, elementwise block, matmul tile): same bits.
-LAUNCH_CASES = ("case_reductions", "case_argmax", "case_matmul", "case_mlp_train_step")
+LAUNCH_CASES = ("case_reductions", "case_argmax", "case_matmul", "case_mlp_train_step", "case_gather_computed_index",
+                "case_scatter_add")
 
 
 def _other_launch(plan, inputs, scalars, got) -> list:
@@ -268,13 +434,14 @@ def _run_cases() -> None:
                 rec["skip"] = how
                 print(json.dumps(rec), flush=True)
                 continue
-            problems, kernels, steps, host_steps, fallbacks, stats = [], [], [], [], [], {}
+            problems, kernels, steps, host_steps, fallbacks, stats, out_bytes = [], [], [], [], [], {}, 0
             for trace_outs in outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
                 expected = execute(compile_trace(trace), inputs, scalars)
                 plan: CudaPlan = compile_trace_cuda(trace)
                 got = plan.run(inputs, scalars)
                 again = plan.run(inputs, scalars)
+                out_bytes += sum(g.nbytes for g in got + again)
                 problems += _compare(expected, got, again, how)
                 if name in LAUNCH_CASES:
                     problems += _other_launch(plan, inputs, scalars, got)
@@ -287,7 +454,14 @@ def _run_cases() -> None:
                     stats[k] = stats.get(k, 0) + v
             rec.update(problems=problems, kernels=[s.name for s in kernels], steps=steps,
                        rows_kernels=sum(s.kind == "rows" for s in kernels), kinds=[s.kind for s in kernels],
-                       host_steps=host_steps, fallbacks=fallbacks, stats=stats)
+                       host_steps=host_steps, fallbacks=fallbacks, stats=stats, output_bytes=out_bytes)
+        except Exception:  # noqa: BLE001 - reported to the parent test
+            rec["error"] = traceback.format_exc()
+        print(json.dumps(rec), flush=True)
+    for name in CHECKS:
+        rec = {"case": name}
+        try:
+            rec["problems"] = globals()[name](lv)
         except Exception:  # noqa: BLE001 - reported to the parent test
             rec["error"] = traceback.format_exc()
         print(json.dumps(rec), flush=True)
@@ -347,10 +521,44 @@ def test_reduction_layouts(results):
 
 
 def test_fallbacks_are_counted(results):
-    """A gather at an index computed in the same trace has no kernel: a counted host step."""
-    rec = results["case_gather_embedding"]
+    """A max_pool2d of a constant (a broadcast scalar) has no device step: a counted host step."""
+    rec = results["case_max_pool_of_a_constant"]
     assert "error" not in rec, rec.get("error")
-    assert rec["fallbacks"] == ["gather"] and any("gather" in s for s in rec["host_steps"]), rec
+    assert rec["fallbacks"] == ["max_pool2d"] and any("max_pool2d" in s for s in rec["host_steps"]), rec
+
+
+@pytest.mark.parametrize("case", ["case_gather_embedding", "case_gather_computed_index", "case_scatter_add",
+                                  "case_randn", "case_randn_float64", "case_max_pool_of_a_view",
+                                  "case_matmul_of_a_constant", "case_conv_of_a_constant"])
+def test_indices_random_and_pool_views_run_on_the_device(results, case):
+    """gathers (index computed in the trace or not), their range checks, scatter_add, randn,
+    max_pool2d of a view and products of constants have device steps: no host step, no fallback."""
+    rec = results[case]
+    assert "error" not in rec, rec.get("error")
+    assert not rec["host_steps"] and not rec["fallbacks"] and "host_steps_run" not in rec["stats"], rec
+
+
+def test_index_checks_bring_back_a_few_bytes(results):
+    """Each gather's range check runs on the device: 24 bytes come back per check and run, the
+    rest of the copies to the host are the outputs (3 checks, 2 runs)."""
+    rec = results["case_gather_embedding"]
+    assert rec["steps"].count("check gather index") == 2 and "gather(4, 1)" in rec["steps"], rec
+    assert rec["stats"]["device_to_host_bytes"] == rec["output_bytes"] + 2 * 3 * 24, rec
+
+
+@pytest.mark.parametrize("check", ["check_scatter_layout", "check_conv_has_no_column_map"])
+def test_device_layouts(results, check):
+    rec = results[check]
+    assert "error" not in rec, rec.get("error")
+    assert not rec["problems"], rec
+
+
+def test_index_errors_match_the_cpu(results):
+    """Out-of-range indices found on the device raise lazyvic's IndexError with the CPU plan's
+    message (the first bad index in C order): inlined and computed gathers, scatter_add."""
+    rec = results["check_index_errors"]
+    assert "error" not in rec, rec.get("error")
+    assert not rec["problems"], rec
 
 
 def test_conv2d_runs_on_the_device(results):
@@ -373,8 +581,8 @@ def test_kernels_are_compiled_once_per_source(results):
 
 def test_transfers_are_counted(results):
     """Host steps copy their operands to the host and their results back, counted per plan."""
-    stats = results["case_gather_embedding"]["stats"]
-    assert stats["host_steps_run"] >= 3 and stats["device_to_host"] >= 3 and stats["host_to_device"] >= 3, stats
+    stats = results["case_max_pool_of_a_constant"]["stats"]
+    assert stats["host_steps_run"] >= 2 and stats["device_to_host"] >= 2 and stats["host_to_device"] >= 2, stats
 
 
 def test_codegen_cuda_source_is_stable():

@@ -680,19 +680,7 @@ class Tensor:
             DeviceError: an unknown or unavailable device.
             DTypeError: an unsupported dtype.
         """
-        dtype, device, copy = kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("copy", False)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif a is None:
-                continue
-            elif (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")) or isinstance(getattr(a, "type", None), str):
-                device = a
-            else:
-                dtype = a
+        device, dtype, copy = _to_args("to", args, kwargs)
         out = self
         if device is not None:
             target = _dev.canonical(device, "to")
@@ -1013,6 +1001,29 @@ class Tensor:
 
 
 # ============================================================ module functions
+_DTYPE_NAMES = frozenset(dt._BY_NAME) | {"float16", "half", "bfloat16"}  # "float16": autocast's DTypeError
+
+
+def _to_args(opname: str, args: tuple, kwargs: dict) -> tuple:
+    """``(device, dtype, copy)`` from the arguments of ``Tensor.to`` / ``Module.to`` (PyTorch's
+    forms: a device, a dtype, both, a tensor whose device and dtype are taken, keywords)."""
+    kwargs = dict(kwargs)
+    dtype, device, copy = kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None)
+    if kwargs:
+        raise TypeError(f"{opname}: unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif a is None:
+            continue
+        elif (isinstance(a, str) and a not in _DTYPE_NAMES) or isinstance(getattr(a, "type", None), str):
+            device = a  # "cuda", "cuda:0", a device object such as torch.device (others: DeviceError)
+        else:
+            dtype = a
+    return device, dtype, copy
+
+
 class _DeviceCopy:
     """The autograd record of a copy between devices: its VJP copies the gradient back."""
 
@@ -1132,8 +1143,6 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
 def where(condition, input, other) -> Tensor:
     """``input`` where ``condition`` is true, else ``other`` (broadcast together)."""
     cond = _as_tensor(condition, dt.bool_)
-    if cond.dtype is not dt.bool_:
-        cond = cond.bool()
     if isinstance(input, Tensor):
         a, b = _promote_pair(input, other, "where")
     elif isinstance(other, Tensor):
@@ -1141,6 +1150,13 @@ def where(condition, input, other) -> Tensor:
     else:
         d = dt.float32 if isinstance(input, float) or isinstance(other, float) else dt.int64
         a, b = _as_tensor(input, d), _as_tensor(other, d)
+    if not isinstance(condition, Tensor) and cond._node.op == "buffer":
+        # Array data as the condition joins the values' device, as array operands do (_promote_pair).
+        device = a._node.device or b._node.device
+        if device is not None:
+            cond = _placed(cond, device)
+    if cond.dtype is not dt.bool_:
+        cond = cond.bool()
     shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape, "where"), b.shape, "where")
     return _apply("where", (cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)))
 
@@ -1231,7 +1247,8 @@ def _wrap_negative_index(idx: Tensor, shape: tuple, axis: int) -> Tensor:
     if idx.dtype.category != 1 or axis >= len(shape):
         return idx  # the index op names the problem
     n = shape[axis]
-    data = idx._node.data if idx._node.op == "buffer" else None
+    # A pending index, or one in device memory, is wrapped lazily (the index op checks its range when it runs).
+    data = idx._node.data if idx._node.op == "buffer" and idx._node.device != "cuda" else None
     if data is None:
         return where(idx < 0, idx + n, idx)
     bad = data[(data < -n) | (data >= n)]
@@ -1257,6 +1274,8 @@ def _getitem(x: Tensor, index) -> Tensor:
         # Integer indices before the tensor drop their axes.
         axis = k - sum(1 for ix in index[:k] if not isinstance(ix, slice))
         idx = _wrap_negative_index(idx, rest.shape, axis)
+        if not isinstance(index[k], Tensor):
+            idx = _placed(idx, x.device)  # list or array indices join the indexed tensor's device
         if idx.ndim != 1:
             flat = rest.index_select(axis, idx.reshape(-1))
             return flat.reshape(*flat.shape[:axis], *idx.shape, *flat.shape[axis + 1 :])

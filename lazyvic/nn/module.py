@@ -10,7 +10,7 @@ import numpy as np
 from lazyvic import autograd
 from lazyvic.errors import CheckpointError
 from lazyvic.runtime.device import canonical
-from lazyvic.tensor import Tensor, _live_pending
+from lazyvic.tensor import Tensor, _live_pending, _to_args
 from lazyvic.trace import scope
 from lazyvic.trace.node import parameter_nodes
 
@@ -191,17 +191,7 @@ class Module:
         Raises:
             DeviceError: an unknown or unavailable device.
         """
-        dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"Module.to: unexpected keyword arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")) or isinstance(getattr(a, "type", None), str):
-                device = a
-            elif a is not None:
-                dtype = a
+        device, dtype, _ = _to_args("Module.to", args, kwargs)
         target = canonical(device, "Module.to") if device is not None else None
         with autograd.no_grad():
             for t in list(self.parameters()) + [b for b in self.buffers() if b is not None]:

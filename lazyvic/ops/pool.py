@@ -82,7 +82,7 @@ def _vjp(g, x, out, at):
     xp = inp._pad(pads)
     if ph or pw:
         inside = np.pad(np.ones(inp.shape[2:], dtype=bool), pads[2:])
-        xp = where(Tensor(inside), xp, -math.inf)
+        xp = where(Tensor(inside).to(inp.device), xp, -math.inf)
     masks = [(xp._slice(**v) == out).to(g.dtype) for v in _views(xp, at, out.shape[2:])]
     share = g / sum(masks[1:], masks[0])
     slice_vjp = OPS["slice"].vjp

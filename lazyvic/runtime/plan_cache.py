@@ -249,10 +249,13 @@ def _run_cuda_plan(plan, inputs: list, scalars: list) -> list:
 
 
 def _interpret_cuda(trace, inputs: list, scalars: list) -> list:
-    """A CUDA trace on the NumPy interpreter: host copies in, device copies out (counted)."""
+    """A CUDA trace on the NumPy interpreter: host copies in, device copies out (counted).
+    An input may already be a host array (a constant made of Python numbers, realized on the
+    CPU earlier in the same sync), as CudaPlan.run also takes."""
     from lazyvic.runtime import device
 
-    host = [device.to_host(a, shape) for a, shape in zip(inputs, _input_shapes(trace))]
+    host = [a if isinstance(a, np.ndarray) else device.to_host(a, shape)
+            for a, shape in zip(inputs, _input_shapes(trace))]
     return [device.to_device(o) for o in interpret(trace, host, scalars)]
 
 

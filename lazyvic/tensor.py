@@ -1569,12 +1569,14 @@ def sync(*tensors: Tensor) -> None:
     if not roots:
         _live_pending.clear()
         return
-    # One trace per device (no pending graph spans two: copies are eager), CPU first; a
-    # constant without a device (made of Python scalars only) is computed on the CPU.
+    # One trace per device (no pending graph spans two: copies are eager). CUDA first: a
+    # constant without a device (made of Python scalars only) that a CUDA op reads is then
+    # computed inside the CUDA trace, not copied there; if it is itself synced, it is
+    # computed (again) on the CPU.
     if all(n.device != "cuda" for n in roots):
         groups = [("cpu", roots)]
     else:
-        groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in _dev.DEVICES]
+        groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in ("cuda", "cpu")]
     try:
         for device, group in groups:
             if not group:

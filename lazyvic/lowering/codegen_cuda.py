@@ -31,6 +31,12 @@ rule outside the op table.
 
 Buffers are passed flat (1-D device arrays) and scalars as typed NumPy scalars
 (or packed into one device array per dtype), exactly as to the CPU kernels.
+
+Memory safety of inlined gathers: the range check of a gather's index runs on the device
+without waiting for its result (``cuda_plan``: the plan raises after its last step), so
+the kernel reading the index may see an out-of-range one. Each loaded index is clamped
+into ``[0, size)`` right where it is loaded: no out-of-bounds access, and a result that
+is never seen (the run raises). Valid indices are unchanged.
 """
 
 from __future__ import annotations
@@ -173,12 +179,50 @@ class _Layout:
         return out
 
 
+class _GatherRanges(dict):
+    """The emitter's ``dyn_size`` (loaded index variable -> the range it indexes), also keeping
+    each variable's smallest range: one index gathering from two dimensions of different
+    sizes is valid (the run does not raise) only below both."""
+
+    def __init__(self):
+        super().__init__()
+        self.smallest: dict = {}
+
+    def __setitem__(self, var, size):
+        self.smallest[var] = min(size, self.smallest.get(var, size))
+        super().__setitem__(var, size)
+
+
+def _clamp_gather_indices(lines: list, ranges: dict, clamped: set) -> list:
+    """``lines`` (strings, and ``(tag, body)`` passes) with each loaded gather index clamped
+    into its range on the line after its statement (see the module docstring); the clamped
+    variables are added to ``clamped``."""
+    out = []
+    for line in lines:
+        if isinstance(line, tuple):
+            out.append((line[0], _clamp_gather_indices(line[1], ranges, clamped)))
+            continue
+        out.append(line)
+        var, _, expr = line.partition(" = ")
+        if var in ranges:
+            cast = expr[: expr.index("(")]  # the statement's own type: the variable keeps it
+            out.append(f"{var} = {cast}(min(max({var}, 0), {max(ranges[var] - 1, 0)}))")
+            clamped.add(var)
+    return out
+
+
 def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     """Generate the CUDA kernel for ``group``; raises NeedsMaterialize to ask for a buffer
     (for the same reasons, at the same nodes, as ``codegen_cpu.generate``)."""
     em = _Emitter(entries, materialized, group)
+    em.dyn_size = _GatherRanges()
     em.build()
     em.merge_loops()
+    clamped: set = set()
+    em.row_lines = _clamp_gather_indices(em.row_lines, em.dyn_size.smallest, clamped)
+    if clamped != set(em.dyn_size.smallest):  # an index loaded otherwise than by one statement
+        raise RuntimeError(f"codegen_cuda: gather indices {sorted(set(em.dyn_size.smallest) - clamped)} "
+                           f"of group {group.root} could not be clamped")
     rows = any(isinstance(line, tuple) for line in em.row_lines)
     outer_size = math.prod(em.loop_sizes[d] for d in em.outer)
 

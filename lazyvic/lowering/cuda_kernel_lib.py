@@ -18,7 +18,8 @@ CPU kernels (the op table's ``expr``), so this module defines the same names:
 It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
 through movement ops, or im2col, made contiguous through an index map),
 ``matmul_kernel`` (a tiled product, used when CuPy is absent), the range check of
-indices (``index_check``), ``gather_dim`` (a gather at an index computed in the trace),
+indices (``index_check``: into the plan's error buffer, read once after the plan's last
+step), ``gather_dim`` (a gather at an index computed in the trace),
 scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``)
 and ``randn_kernel``.
 
@@ -212,34 +213,43 @@ def fill(out, value):
         out[n] = value
 
 
+@cuda.jit(device=True)
+def clamp_index(v, size):
+    """``v`` clamped into ``[0, size)``: kernels read indices before the plan has seen their range
+    check (cuda_plan raises after its last step), so a bad one must still read in bounds."""
+    return min(max(v, 0), size - 1)
+
+
 @cuda.jit(cache=True)
-def index_check(first, index, rmap, n, size):
-    """``first[0] = min(first[0], q)`` for each reduced position ``q < n`` whose index is outside
-    ``[0, size)``: the first bad index in C order (an integer minimum: the same whatever order
-    the threads run in). ``first[0]`` is ``n`` before (see index_check_value)."""
+def index_check(errors, at, index, rmap, n, size):
+    """``errors[at] = min(errors[at], q)`` for each reduced position ``q < n`` whose index is
+    outside ``[0, size)``: the first bad index in C order (an integer minimum: the same whatever
+    order the threads run in). ``errors[at]`` is ``n`` before (see index_check_value)."""
     for q in range(cuda.grid(1), n, cuda.gridsize(1)):
         v = view_value(index, rmap, q)
         if v < 0 or v >= size:
-            cuda.atomic.min(first, 0, q)
+            cuda.atomic.min(errors, at, q)
 
 
 @cuda.jit(cache=True)
-def index_check_value(first, index, rmap, n):
-    """One thread, after index_check: ``first[2]`` = the position ``first[0]`` it found and
-    ``first[1]`` the index there; ``first[0]`` is set back to ``n`` for the next check."""
+def index_check_value(errors, at, index, rmap, n):
+    """One thread, after index_check, while the index is still there: ``errors[at + 2]`` = the
+    position ``errors[at]`` it found (``n``: none) and ``errors[at + 1]`` the index there;
+    ``errors[at]`` is set back to ``n`` for the next run."""
     if cuda.grid(1) == 0:
-        q = first[0]
-        first[2] = q
+        q = errors[at]
+        errors[at + 2] = q
         if q < n:
-            first[1] = view_value(index, rmap, q)
-        first[0] = n
+            errors[at + 1] = view_value(index, rmap, q)
+        errors[at] = n
 
 
 @cuda.jit(cache=True)
-def gather_dim(out, x, x_map, index, rmap, shape, rstrides, xstrides, dim, zero):
+def gather_dim(out, x, x_map, index, rmap, shape, rstrides, xstrides, dim, size, zero):
     """gather along ``dim`` (ops/index.py): ``out[p] = x[p with its coordinate at dim replaced by
     index[p]]``; ``out`` has the index view's ``shape``, ``x`` (through ``x_map`` when not empty)
-    the C strides ``xstrides``. Indices are checked before (index_check)."""
+    the C strides ``xstrides`` and ``size > 0`` elements along ``dim``. Indices are checked by
+    index_check, and clamped here (clamp_index)."""
     for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
         q = 0
         xo = 0
@@ -250,16 +260,17 @@ def gather_dim(out, x, x_map, index, rmap, shape, rstrides, xstrides, dim, zero)
             q += c * rstrides[d]
             if d != dim:
                 xo += c * xstrides[d]
-        xo += view_value(index, rmap, q) * xstrides[dim]
+        xo += clamp_index(view_value(index, rmap, q), size) * xstrides[dim]
         if x_map.size:
             xo = x_map[xo]
         out[p] = x[xo] if xo >= 0 else zero
 
 
 @cuda.jit(cache=True)
-def scatter_keys(keys, index, rmap, shape, rstrides, ostrides, dim):
+def scatter_keys(keys, index, rmap, shape, rstrides, ostrides, dim, size):
     """``keys[p]``: the flat output position that position ``p`` of scatter_add's index view adds
-    to (its coordinate at ``dim`` replaced by the index), with the output's C strides."""
+    to (its coordinate at ``dim`` replaced by the index, clamped into the output's ``size > 0``
+    elements along ``dim``: see clamp_index), with the output's C strides."""
     for p in range(cuda.grid(1), keys.size, cuda.gridsize(1)):
         q = 0
         o = 0
@@ -270,7 +281,7 @@ def scatter_keys(keys, index, rmap, shape, rstrides, ostrides, dim):
             q += c * rstrides[d]
             if d != dim:
                 o += c * ostrides[d]
-        keys[p] = o + view_value(index, rmap, q) * ostrides[dim]
+        keys[p] = o + clamp_index(view_value(index, rmap, q), size) * ostrides[dim]
 
 
 @cuda.jit(cache=True)

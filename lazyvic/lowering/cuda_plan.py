@@ -12,8 +12,8 @@ passes, the same fusion groups, the same memory plan. Only code generation
   source address), the same grouped product and a kernel into the output layout;
 - :class:`CudaMaxPoolStep`, :class:`CudaRandnStep`, :class:`CudaGatherStep` (an index
   computed in the trace), :class:`CudaScatterAddStep` (a fixed order, no atomics) and
-  :class:`CudaIndexCheckStep` (the range check of indices: a few bytes come back) run
-  fixed kernels of ``cuda_kernel_lib``;
+  :class:`CudaIndexCheckStep` (the range check of indices) run fixed kernels of
+  ``cuda_kernel_lib``;
 - :class:`HostStep` runs a CPU step (an op without a CUDA kernel yet: its NumPy
   reference) on host copies of its
   operands and copies the result back. Host steps and every host/device transfer
@@ -25,6 +25,17 @@ Kernels are compiled once per canonical source: each source is written to
 once per process and compiled by numba-cuda, with its on-disk cache for later
 processes. ``numba.cuda`` is imported only when a plan is compiled, so this module
 loads on machines without CUDA.
+
+Index range checks do not stall the device: every check of a plan (an inlined gather's,
+a computed gather's, scatter_add's) writes the first bad position in C order, and the index
+there, into one small error buffer of the plan, and the kernels that read indices clamp
+them into range (no out-of-bounds access, whatever the data). After the last step the plan
+copies the buffer back once and raises lazyvic's IndexError for the first failing check in
+plan order, with the CPU plan's message. The tensors of a failed run stay pending
+(``lazyvic.tensor.sync``), so the clamped results are never seen.
+
+Small host data sent at each run (packed scalars, scalar operands) is sent again only when
+its bytes change; maps and sizes are sent once, at a step's first run.
 
 ``LAZYVIC_DEBUG=2`` prints each kernel's group, ``3`` its source.
 """
@@ -184,6 +195,31 @@ def device_to_host(d, shape, stats: dict) -> np.ndarray:
     return a.reshape(shape)
 
 
+class _DeviceCopy:
+    """A device copy of a small host array (a kernel's packed scalars, a scalar operand), sent
+    again only when the host bytes differ from the last ones sent (each send is counted).
+
+    The device array is rewritten in place by a blocking copy, which the device runs after the
+    work queued before it (one stream), so kernels queued earlier read the earlier values.
+    """
+
+    def __init__(self):
+        self.sent = None  # (dtype, bytes) of the last copy sent
+        self.array = None
+
+    def of(self, host: np.ndarray, stats: dict):
+        host = np.ascontiguousarray(host).reshape(-1)
+        key = (host.dtype.str, host.tobytes())
+        if key != self.sent:
+            if self.array is not None and self.array.size == host.size and self.array.dtype == host.dtype:
+                _count(stats, "host_to_device", host.nbytes)
+                self.array.copy_to_device(host)
+            else:
+                self.array = to_device(host, stats)
+            self.sent = key
+        return self.array
+
+
 def _launch_1d(n: int) -> tuple:
     threads = SIMULATOR_THREADS if simulated() else ELEMENTWISE_THREADS
     blocks = min(SIMULATOR_MAX_BLOCKS if simulated() else MAX_BLOCKS, max(1, -(-n // threads)))
@@ -203,6 +239,10 @@ class CudaKernelStep:
     threads: int | None  # a row kernel's block size (fixed by its source)
     source: str = field(repr=False, default="")
     extra_outs: tuple = ()
+    # An inlined gather from a dimension of size 0 with a non-empty index: its check fails at
+    # every run, and the kernel (which has nothing in range to read) is never launched.
+    never_runs: bool = False
+    sent: list = field(default=None, repr=False)  # a _DeviceCopy per packed group
 
     def reads(self):
         return self.buffers
@@ -216,7 +256,12 @@ class CudaKernelStep:
         return _launch_1d(self.size)
 
     def __call__(self, plan, env, scalars):
-        packed = [to_device(np.array([scalars[s] for s in slots], dtype=d), plan.stats) for d, slots in self.packed]
+        if self.never_runs:
+            return
+        if self.sent is None:
+            self.sent = [_DeviceCopy() for _ in self.packed]
+        packed = [copy.of(np.array([scalars[s] for s in slots], dtype=d), plan.stats)
+                  for copy, (d, slots) in zip(self.sent, self.packed)]
         blocks, threads = self.launch()
         self.kernel[blocks, threads](env[self.out], *[env[o] for o in self.extra_outs],
                                      *[env[b] for b in self.buffers], *[t(scalars[s]) for s, t in self.scalars],
@@ -299,10 +344,12 @@ class CudaMatmulStep:
             dense = self.scratch[which][1]
             fill[_launch(dense.size)](dense, np.dtype(chain[3]).type(scalars[chain[1]]))
             return dense
-        if chain[0] == "scalar":  # a padded scalar: made on the host
+        if chain[0] == "scalar":  # a padded scalar: made on the host, sent when it changes
             from lazyvic.lowering.plan import _view
 
-            return to_device(_view({}, scalars, chain), plan.stats)
+            if self.scratch[which] is None:
+                self.scratch[which] = _DeviceCopy()
+            return self.scratch[which].of(_view({}, scalars, chain), plan.stats)
         index = self.maps[which]
         if index is None:
             return env[chain[1]]
@@ -511,11 +558,13 @@ def _device_int64(a, stats: dict) -> object:
 
 
 def _source(chain, env, scalars, plan):
-    """The flat device array a chain reads: its buffer, or a one-element copy of its scalar."""
+    """The flat device array a chain reads: its buffer, or a one-element copy of its scalar
+    (one per plan and scalar slot, sent when the value changes)."""
     kind, base, _, dtype = chain
     if kind == "buffer":
         return env[base]
-    return to_device(np.array([scalars[base]], dtype=dtype), plan.stats)
+    copy = plan.scalar_copies.setdefault((base, np.dtype(dtype).str), _DeviceCopy())
+    return copy.of(np.array([scalars[base]], dtype=dtype), plan.stats)
 
 
 class _DeviceIndex:
@@ -526,29 +575,27 @@ class _DeviceIndex:
         self.rmap = _device_int64(view.rmap if view.rmap is not None else np.zeros(0, np.int64), stats)
         self.shape = _device_int64(view.shape, stats)
         self.rstrides = _device_int64(view.rstrides, stats)
-        self.result = _device_int64([view.n, 0, view.n], stats)  # see cuda_kernel_lib.index_check_value
 
-    def check(self, plan, index, size: int, op: str) -> None:
-        """Raise lazyvic's IndexError for the first index outside ``[0, size)`` in C order of the
-        view, as the CPU plan's check does; only 24 bytes come back to the host."""
-        from lazyvic.errors import IndexError as LIndexError
+    def check(self, plan, index, size: int, check: int) -> None:
+        """Find the first index outside ``[0, size)`` in C order of the view, as the CPU plan's
+        check does, into check ``check`` of the plan's error buffer; nothing comes back now
+        (see :meth:`CudaPlan.raise_index_error`)."""
         from lazyvic.lowering.cuda_kernel_lib import index_check, index_check_value
 
         n = np.int64(self.view.n)
         if not n:
             return
+        at = np.int64(CudaPlan.ERROR_WORDS * check)
         blocks, threads = _launch(int(n))
-        index_check[blocks, threads](self.result, index, self.rmap, n, np.int64(size))
-        index_check_value[1, 1](self.result, index, self.rmap, n)
-        _, value, first = device_to_host(self.result, (3,), plan.stats)
-        if first < n:
-            raise LIndexError(f"{op}: index {int(value)} out of range for dimension of size {size}")
+        index_check[blocks, threads](plan.errors, at, index, self.rmap, n, np.int64(size))
+        index_check_value[1, 1](plan.errors, at, index, self.rmap, n)
 
 
 @dataclass
 class CudaIndexCheckStep:
-    """Range check of a gather index on the device, before the kernel that reads it unchecked
-    (lowering.plan.IndexCheckStep's rule and message)."""
+    """Range check of a gather index on the device, before the kernel that reads it (clamped:
+    see codegen_cuda); lowering.plan.IndexCheckStep's rule and message, raised after the plan's
+    last step."""
 
     name: str
     index: tuple  # operand chain, as lowering.plan.MatmulStep's
@@ -556,6 +603,7 @@ class CudaIndexCheckStep:
     op: str
     view: _IndexView = field(repr=False)
     device: _DeviceIndex = field(default=None, repr=False)
+    check: int = -1  # its place in the plan's error buffer (set by _compile)
 
     def writes(self):
         return ()
@@ -563,16 +611,20 @@ class CudaIndexCheckStep:
     def reads(self):
         return (self.index[1],) if self.index[0] == "buffer" else ()
 
+    def index_check(self) -> tuple:
+        return self.op, self.size, self.view.n
+
     def __call__(self, plan, env, scalars):
         if self.device is None:
             self.device = _DeviceIndex(self.view, plan.stats)
-        self.device.check(plan, _source(self.index, env, scalars, plan), self.size, self.op)
+        self.device.check(plan, _source(self.index, env, scalars, plan), self.size, self.check)
 
 
 @dataclass
 class CudaGatherStep:
     """A gather whose index is computed in the same trace (fusion makes it a library op): the
-    range check, then one thread per output element (cuda_kernel_lib.gather_dim)."""
+    range check, then one thread per output element (cuda_kernel_lib.gather_dim, clamping the
+    indices)."""
 
     name: str
     out: int
@@ -584,12 +636,16 @@ class CudaGatherStep:
     x_map: np.ndarray | None = field(repr=False)
     view: _IndexView = field(repr=False)
     scratch: list = field(default=None, repr=False)
+    check: int = -1  # its place in the plan's error buffer (set by _compile)
 
     def writes(self):
         return (self.out,)
 
     def reads(self):
         return tuple(c[1] for c in (self.x, self.index) if c[0] == "buffer")
+
+    def index_check(self) -> tuple:
+        return "gather", self.size, self.view.n
 
     def __call__(self, plan, env, scalars):
         from lazyvic.lowering.cuda_kernel_lib import gather_dim
@@ -601,12 +657,14 @@ class CudaGatherStep:
                             _device_int64(_c_strides(self.x_shape), stats)]
         index_dev, x_map, x_strides = self.scratch
         index = _source(self.index, env, scalars, plan)
-        index_dev.check(plan, index, self.size, "gather")
+        index_dev.check(plan, index, self.size, self.check)
         out = env[self.out]
+        if not self.size:  # nothing to read: a non-empty index fails its check
+            return
         blocks, threads = _launch(out.size)
         gather_dim[blocks, threads](out, _source(self.x, env, scalars, plan), x_map, index, index_dev.rmap,
                                     index_dev.shape, index_dev.rstrides, x_strides, np.int64(self.dim),
-                                    np.dtype(self.x[3]).type(0))
+                                    np.int64(self.size), np.dtype(self.x[3]).type(0))
 
 
 @dataclass
@@ -615,7 +673,8 @@ class CudaScatterAddStep:
     (``kernel_lib.scatter_add_into``): each output adds its sources in the order of the
     index's positions, with no atomics.
 
-    1. the output is a copy of the base; the indices are range-checked (as on the CPU);
+    1. the output is a copy of the base; the indices are range-checked (as on the CPU, but
+       raised after the plan's last step: the keys clamp the indices into range);
     2. a key per *row*: the output position each index position adds to; or, when the
        index repeats along every axis but ``dim`` (an embedding's (N,) ids expanded to
        (N, D)), one key per index row along ``dim``, shared by the D *columns*;
@@ -641,12 +700,16 @@ class CudaScatterAddStep:
     col_out: np.ndarray = field(default=None, repr=False)  # per column: output offset
     col_src: np.ndarray = field(default=None, repr=False)  # per column: source offset
     scratch: list = field(default=None, repr=False)
+    check: int = -1  # its place in the plan's error buffer (set by _compile)
 
     def writes(self):
         return (self.out,)
 
     def reads(self):
         return tuple(c[1] for c in (self.base, self.index, self.src) if c[0] == "buffer")
+
+    def index_check(self) -> tuple:
+        return "scatter_add", self.size, self.view.n
 
     def _prepare(self, stats: dict):
         cuda = _cuda()
@@ -688,12 +751,12 @@ class CudaScatterAddStep:
         else:
             copy_view[blocks, threads](out, _source(self.base, env, scalars, plan), base_map, zero)
         index = _source(self.index, env, scalars, plan)
-        check.check(plan, index, self.size, "scatter_add")
-        if not keys.size:
+        check.check(plan, index, self.size, self.check)
+        if not keys.size or not self.size:  # nothing to add to: a non-empty index fails its check
             return
         blocks, threads = _launch(keys.size)
         scatter_keys[blocks, threads](keys, index, keyed.rmap, keyed.shape, keyed.rstrides, out_strides,
-                                      np.int64(self.dim))
+                                      np.int64(self.dim), np.int64(self.size))
         order, skeys = self._sort(plan, keys, order, skeys)
         blocks, threads = _launch(keys.size * self.col_out.size)
         scatter_add_sorted[blocks, threads](out, _source(self.src, env, scalars, plan), src_map, order, skeys,
@@ -749,6 +812,11 @@ class CudaRandnStep:
 class CudaPlan:
     """A plan whose steps run on device arrays; see :meth:`run`."""
 
+    # Words of the error buffer per index check: the running first bad position, the index
+    # there, the position found by the last run (the view's size: none); see
+    # cuda_kernel_lib.index_check and index_check_value.
+    ERROR_WORDS = 3
+
     name: str
     entries: list = field(repr=False)
     steps: list = field(repr=False)
@@ -760,6 +828,10 @@ class CudaPlan:
     stats: dict = field(default_factory=dict)
     pool: list = field(default=None, repr=False)  # device slots, allocated at the first run
     env_template: list = field(default=None, repr=False)
+    checks: list = field(default_factory=list, repr=False)  # per index check, in plan order: (op, size, n)
+    errors: object = field(default=None, repr=False)  # device int64, ERROR_WORDS per check
+    errors_reset: bool = field(default=False, repr=False)  # send the buffer (again) before the next checks
+    scalar_copies: dict = field(default_factory=dict, repr=False)  # (slot, dtype) -> _DeviceCopy (see _source)
 
     @property
     def kernels(self) -> list:
@@ -778,14 +850,44 @@ class CudaPlan:
             n = math.prod(shape)
             env[pos] = self.pool[slot][: n * dtype.itemsize].view(dtype.np) if n else cuda.device_array(0, dtype.np)
         self.env_template = env
+        self.errors_reset = True
+
+    def _fresh_errors(self) -> None:
+        """Send the error buffer with no error found (at the first run, or after a run stopped
+        by an exception inside a step: a check may have left its running minimum set)."""
+        words = np.zeros((len(self.checks), self.ERROR_WORDS), np.int64)
+        for k, (_, _, n) in enumerate(self.checks):
+            words[k, 0] = words[k, 2] = n
+        if self.errors is None:
+            self.errors = to_device(words, self.stats)
+        else:
+            _count(self.stats, "host_to_device", words.nbytes)
+            self.errors.copy_to_device(words.reshape(-1))
+        self.errors_reset = False
+
+    def raise_index_error(self) -> None:
+        """Copy the error buffer back (one copy for all the checks) and raise lazyvic's IndexError
+        for the first failing check in plan order, with the CPU plan's message. The buffer is
+        ready for the next run already: each check's second kernel resets its minimum."""
+        from lazyvic.errors import IndexError as LIndexError
+
+        found = device_to_host(self.errors, (len(self.checks), self.ERROR_WORDS), self.stats)
+        for (op, size, n), (_, value, first) in zip(self.checks, found):
+            if first < n:
+                raise LIndexError(f"{op}: index {int(value)} out of range for dimension of size {size}")
 
     def run(self, inputs: list, scalars: list, to_host: bool = True) -> list:
         """Run the plan. ``inputs``: per input slot, a host (NumPy) or C-contiguous device
         array; ``scalars``: per scalar slot, a Python number. Returns per trace output a
-        NumPy array (``to_host``) or a device array of the output's shape."""
+        NumPy array (``to_host``) or a device array of the output's shape.
+
+        Raises lazyvic's IndexError, after the last step, when an index is out of range (see
+        the module docstring)."""
         cuda = _cuda()
         if self.pool is None:
             self._prepare()
+        if self.checks and self.errors_reset:
+            self._fresh_errors()
         env = self.env_template[:]
         for pos, slot in self.input_pos:
             a = inputs[slot]
@@ -793,8 +895,14 @@ class CudaPlan:
         for kind, pos, dtype in self.outputs:
             if kind == "buffer" and env[pos] is None:
                 env[pos] = cuda.device_array(math.prod(self.entries[pos][3]), dtype.np)
-        for step in self.steps:
-            step(self, env, scalars)
+        try:
+            for step in self.steps:
+                step(self, env, scalars)
+        except BaseException:
+            self.errors_reset = True
+            raise
+        if self.checks:
+            self.raise_index_error()
         outs, given = [], set()
         for kind, pos, dtype in self.outputs:
             if kind == "scalar":
@@ -850,18 +958,21 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
         kind = optable.OPS[op].kind
         if g.root in sources:
             ks = sources[g.root]
+            never_runs = False
             for j in g.members:
                 if optable.OPS[entries[j][0]].kind == "gather":
                     x, index = entries[j][2]
                     chain = _chain(entries, index, movement)
-                    steps.append(CudaIndexCheckStep(f"check {entries[j][0]} index", chain,
-                                                    entries[x][3][entries[j][1]["dim"]], entries[j][0],
-                                                    _index_view(entries, chain, entries[index][3])))
+                    check = CudaIndexCheckStep(f"check {entries[j][0]} index", chain,
+                                               entries[x][3][entries[j][1]["dim"]], entries[j][0],
+                                               _index_view(entries, chain, entries[index][3]))
+                    never_runs |= check.size == 0 and check.view.n > 0
+                    steps.append(check)
             kernel = load_kernel(ks, cache_dir, stats)
             steps.append(CudaKernelStep(ks.name, kernel, g.root, tuple(ks.buffers),
                                         tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
                                         tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.kind, ks.size,
-                                        ks.threads, ks.source, tuple(g.extra_roots)))
+                                        ks.threads, ks.source, tuple(g.extra_roots), never_runs))
             if debug >= 2:
                 print(f"[lazyvic] cuda kernel {ks.name} ({ks.kind}, {ks.size} x {ks.threads or 'grid-stride'}): "
                       f"space {g.space_shape} reduce {g.space_axes} stages {len(g.stages)} ops {len(g.members)}",
@@ -901,6 +1012,11 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
                                                 attrs, dtype), entries))
             fallbacks.append(op)
 
+    checks = []  # the plan's error buffer: one place per index check, in plan order
+    for step in steps:
+        if hasattr(step, "index_check"):
+            step.check = len(checks)
+            checks.append(step.index_check())
     out_specs = []
     for o in outputs:
         if entries[o][0] == "scalar":
@@ -915,4 +1031,5 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
                          {p for p, _ in input_pos}, frozenset(p for p, slot in input_pos if slot in trace.param_slots))
     name = "cuda_plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     stats["compile_seconds"] = time.perf_counter() - t0
-    return CudaPlan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)
+    return CudaPlan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats,
+                    checks=checks)

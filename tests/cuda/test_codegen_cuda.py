@@ -291,30 +291,38 @@ CASES = [name for name in list(globals()) if name.startswith("case_")]
 
 
 # -- index errors (run in the subprocess) ---------------------------------------------------
-# Each builds a trace with valid indices, then runs the CPU plan and the CUDA plan with an
-# index input replaced by an out-of-range one: both must raise lazyvic's IndexError with the
-# same message. Returns a list of problems.
+# Each builds a trace with valid indices, then runs the CPU plan and the CUDA plan with index
+# inputs replaced by out-of-range ones: both must raise lazyvic's IndexError with the same
+# message. The CUDA plan reads the bad indices (clamped: the simulator would raise on an
+# out-of-bounds access) and raises after its last step; run again with the good indices, it
+# gives the CPU's results. Returns a list of problems.
 
 
-def _errors_alike(trace, inputs, scalars, index, bad) -> list:
+def _errors_alike(trace, inputs, scalars, *replaced) -> list:
+    """``replaced``: pairs (a good index input, the bad array put in its place)."""
     import lazyvic as lv
     from lazyvic.lowering import compile_trace
     from lazyvic.lowering.cuda_plan import compile_trace_cuda
     from lazyvic.runtime.executor import execute
 
-    (slot,) = [k for k, a in enumerate(inputs) if a.dtype == index.dtype and np.array_equal(a, index)]
     bad_inputs = list(inputs)
-    bad_inputs[slot] = bad
+    for index, bad in replaced:
+        (slot,) = [k for k, a in enumerate(inputs) if a.dtype == index.dtype and np.array_equal(a, index)]
+        bad_inputs[slot] = bad
+    plan = compile_trace_cuda(trace)
     messages = []
     for run in (lambda: execute(compile_trace(trace), bad_inputs, scalars),
-                lambda: compile_trace_cuda(trace).run(bad_inputs, scalars)):
+                lambda: plan.run(bad_inputs, scalars), lambda: plan.run(bad_inputs, scalars)):
         try:
             run()
             messages.append(None)
         except lv.errors.IndexError as e:
             messages.append(str(e))
-    if messages[0] is None or messages[0] != messages[1]:
-        return [f"CPU raised {messages[0]!r}, CUDA {messages[1]!r}"]
+    if messages[0] is None or messages.count(messages[0]) != 3:
+        return [f"CPU raised {messages[0]!r}, CUDA {messages[1]!r} then {messages[2]!r}"]
+    expected, got = execute(compile_trace(trace), inputs, scalars), plan.run(inputs, scalars)
+    if not all(np.allclose(g, e, rtol=RTOL, atol=ATOL) for e, g in zip(expected, got)):
+        return ["good indices after bad ones: other results than the CPU's"]
     return []
 
 
@@ -325,19 +333,129 @@ def check_index_errors(lv):
     w = lv.tensor(_data(7, 5))
     ids = np.array([[1, 6, 0], [2, 2, 5]], dtype=np.int64)
     trace, inputs, scalars, _ = cut([lv.functional.embedding(lv.tensor(ids), w)._node])
-    for bad in ([[1, 6, 0], [2, 9, -1]], [[-3, 6, 0], [2, 7, 5]]):  # the first in C order is named
-        problems += _errors_alike(trace, inputs, scalars, ids, np.array(bad, dtype=np.int64))
+    for bad in ([[1, 6, 0], [2, 9, -1]], [[-3, 6, 0], [2, 7, 5]], [[1, 10**6, 0], [2, 2, 5]]):
+        problems += _errors_alike(trace, inputs, scalars, (ids, np.array(bad, dtype=np.int64)))  # first in C order
+    # Two failing checks in one plan: the first in plan order is named, as on the CPU.
+    ids2 = np.array([[0, 3], [4, 4]], dtype=np.int64)
+    trace, inputs, scalars, _ = cut([(lv.functional.embedding(lv.tensor(ids), w).sum(1)
+                                      + lv.functional.embedding(lv.tensor(ids2), w).sum(1))._node])
+    problems += _errors_alike(trace, inputs, scalars, (ids, np.array([[1, 6, 0], [2, 8, 5]])),
+                              (ids2, np.array([[0, 3], [-2, 4]])))
     x = lv.tensor(_data(4, 6))
     idx = np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64)
     trace, inputs, scalars, _ = cut([x.T.gather(0, lv.tensor(idx).T * 1)._node])  # a computed index
-    problems += _errors_alike(trace, inputs, scalars, idx, np.array([[0, 5], [1, 1], [4, 2], [3, 6]]))
+    problems += _errors_alike(trace, inputs, scalars, (idx, np.array([[0, 5], [1, 1], [4, 2], [3, 6]])))
     base = lv.tensor(_data(4, 8))
     sidx = np.array([[0, 2, 0, 3, 1, 1, 0, 2]], dtype=np.int64)
     trace, inputs, scalars, _ = cut([base._scatter_add(lv.tensor(sidx).expand(3, 8), base[:3] * 2.0, 0)._node])
-    problems += _errors_alike(trace, inputs, scalars, sidx, np.array([[0, 2, 0, 3, 4, 1, -1, 2]]))
+    problems += _errors_alike(trace, inputs, scalars, (sidx, np.array([[0, 2, 0, 3, 4, 1, -1, 2]])))
     sidx = np.array([[0, 2, 0], [3, 1, 1]], dtype=np.int64)
     trace, inputs, scalars, _ = cut([base._scatter_add(lv.tensor(sidx), base[:2, :3] * 2.0, 1)._node])
-    problems += _errors_alike(trace, inputs, scalars, sidx, np.array([[0, 2, 0], [3, 8, 11]]))
+    problems += _errors_alike(trace, inputs, scalars, (sidx, np.array([[0, 2, 0], [3, 8, 11]])))
+    return problems
+
+
+def check_one_error_copy_per_run(lv):
+    """However many index checks a plan has, one copy of its error buffer comes back per run
+    (after the last step), besides the outputs."""
+    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.trace.cut import cut
+
+    problems = []
+    x = lv.tensor(_data(4, 6))
+    for n in (1, 4):
+        outs = [x.gather(1, lv.tensor(np.full((4, 2), k, np.int64))) * 2.0 for k in range(n)]
+        outs.append(x.gather(1, x.argmax(1, keepdim=True) + 0))  # a computed index: a device gather step
+        trace, inputs, scalars, _ = cut([t._node for t in outs])
+        plan = compile_trace_cuda(trace)
+        if len(plan.checks) != n + 1:
+            problems.append(f"{len(plan.checks)} checks, expected {n + 1}")
+        for _ in range(2):
+            before = dict(plan.stats)
+            plan.run(inputs, scalars)
+            copies, sent = (plan.stats[k] - before.get(k, 0) for k in ("device_to_host", "device_to_host_bytes"))
+            if (copies, sent) != (len(outs) + 1, 4 * 2 * 4 * n + 4 * 4 + 24 * (n + 1)):
+                problems.append(f"{n + 1} checks: {copies} copies, {sent} bytes back in a run")
+    return problems
+
+
+def check_bad_index_raises_after_the_plan(lv):
+    """Through the runtime on the "cuda" device: an out-of-range index computed in the trace (the
+    front end cannot check it) raises the CPU's IndexError from the compiled plan, after its last
+    step; the output stays pending and raises again at the next sync; the same plan with good
+    indices then gives the CPU's results."""
+    from lazyvic.runtime.config import config
+
+    x, w = _data(4, 6), _data(7, 5, seed=1)
+    rows = x.argmax(1)
+
+    def build(device, shift):
+        xs, ws = lv.tensor(x, device=device), lv.tensor(w, device=device)
+        index = xs.argmax(1) + lv.tensor(np.full(4, shift, np.int64), device=device)
+        return ws.index_select(0, index) * 2.0 + 1.0
+
+    problems, saved = [], config.compile
+    config.compile = "always"
+    try:
+        shift = 7 - int(rows.max())  # the first row reaching the largest argmax is out of range
+        messages = {}
+        for device in ("cpu", "cuda"):
+            y = build(device, shift)
+            for attempt in range(2):
+                before = lv.metrics.snapshot()
+                try:
+                    y.numpy()
+                    messages[device, attempt] = None
+                except lv.errors.IndexError as e:
+                    messages[device, attempt] = str(e)
+                back = lv.metrics.snapshot()["device_to_host_copies"] - before["device_to_host_copies"]
+                if device == "cuda" and back != 1:
+                    problems.append(f"{back} copies to the host in a failing run, expected 1 (the error buffer)")
+                if not y.is_lazy:
+                    problems.append(f"{device}: the output of a failing run is not pending")
+        expected = f"gather: index {int(rows.max()) + shift} out of range for dimension of size 7"
+        if set(messages.values()) != {expected}:
+            problems.append(f"messages {messages}, expected {expected!r}")
+        compiled = lv.metrics.snapshot()["plans_compiled"]
+        good = {device: build(device, 0).numpy() for device in ("cpu", "cuda")}
+        if not np.allclose(good["cuda"], good["cpu"], rtol=RTOL, atol=ATOL):
+            problems.append("good indices after bad ones: other results than the CPU's")
+        if not np.allclose(good["cpu"], w[rows] * 2.0 + 1.0, rtol=RTOL, atol=ATOL):
+            problems.append("the CPU's results are not the reference")
+        if lv.metrics.snapshot()["plans_compiled"] != compiled:
+            problems.append("the good run compiled a new plan instead of running the failed one again")
+    finally:
+        config.compile = saved
+    return problems
+
+
+def check_packed_scalars_are_sent_when_they_change(lv):
+    """A kernel's packed scalars (more than PACK_SCALARS: an optimizer's constants) go to the
+    device at the first run and again only when their values change."""
+    from numba import cuda
+
+    from lazyvic.lowering import compile_trace
+    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import execute
+    from lazyvic.trace.cut import cut
+
+    y = lv.tensor(_data(3, 5))
+    for k in range(12):
+        y = y * (1.0 + k / 100.0) + k / 10.0
+    trace, inputs, scalars, _ = cut([y._node])
+    plan = compile_trace_cuda(trace)
+    groups = sum(len(s.packed) for s in plan.kernels)
+    device_inputs = [cuda.to_device(a) for a in inputs]  # not counted: only the plan's own copies
+    problems = [] if groups else ["no packed scalars"]
+    changed = [v * 1.5 for v in scalars]
+    for values, sends in ((scalars, groups), (scalars, 0), (changed, groups), (changed, 0), (scalars, groups)):
+        before = plan.stats.get("host_to_device", 0)
+        got = plan.run(device_inputs, values)
+        if plan.stats.get("host_to_device", 0) - before != sends:
+            problems.append(f"{plan.stats.get('host_to_device', 0) - before} copies to the device, expected {sends}")
+        (expected,) = execute(compile_trace(trace), inputs, values)
+        if not np.allclose(got[0], expected, rtol=RTOL, atol=ATOL):
+            problems.append("results differ from the CPU plan's with the same scalars")
     return problems
 
 
@@ -435,6 +553,7 @@ def _run_cases() -> None:
                 print(json.dumps(rec), flush=True)
                 continue
             problems, kernels, steps, host_steps, fallbacks, stats, out_bytes = [], [], [], [], [], {}, 0
+            runs = out_copies = 0
             for trace_outs in outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
                 expected = execute(compile_trace(trace), inputs, scalars)
@@ -442,6 +561,7 @@ def _run_cases() -> None:
                 got = plan.run(inputs, scalars)
                 again = plan.run(inputs, scalars)
                 out_bytes += sum(g.nbytes for g in got + again)
+                runs, out_copies = runs + 2, out_copies + len(got + again)
                 problems += _compare(expected, got, again, how)
                 if name in LAUNCH_CASES:
                     problems += _other_launch(plan, inputs, scalars, got)
@@ -454,7 +574,8 @@ def _run_cases() -> None:
                     stats[k] = stats.get(k, 0) + v
             rec.update(problems=problems, kernels=[s.name for s in kernels], steps=steps,
                        rows_kernels=sum(s.kind == "rows" for s in kernels), kinds=[s.kind for s in kernels],
-                       host_steps=host_steps, fallbacks=fallbacks, stats=stats, output_bytes=out_bytes)
+                       host_steps=host_steps, fallbacks=fallbacks, stats=stats, output_bytes=out_bytes,
+                       plan_runs=runs, output_copies=out_copies)
         except Exception:  # noqa: BLE001 - reported to the parent test
             rec["error"] = traceback.format_exc()
         print(json.dumps(rec), flush=True)
@@ -538,12 +659,22 @@ def test_indices_random_and_pool_views_run_on_the_device(results, case):
     assert not rec["host_steps"] and not rec["fallbacks"] and "host_steps_run" not in rec["stats"], rec
 
 
-def test_index_checks_bring_back_a_few_bytes(results):
-    """Each gather's range check runs on the device: 24 bytes come back per check and run, the
-    rest of the copies to the host are the outputs (3 checks, 2 runs)."""
+def test_index_checks_bring_back_one_copy_per_run(results):
+    """Each gather's range check runs on the device into the plan's error buffer (24 bytes per
+    check), which comes back in one copy per run: the other copies to the host are the outputs
+    (3 checks, 2 runs)."""
     rec = results["case_gather_embedding"]
     assert rec["steps"].count("check gather index") == 2 and "gather(4, 1)" in rec["steps"], rec
-    assert rec["stats"]["device_to_host_bytes"] == rec["output_bytes"] + 2 * 3 * 24, rec
+    assert rec["stats"]["device_to_host"] == rec["output_copies"] + rec["plan_runs"], rec
+    assert rec["stats"]["device_to_host_bytes"] == rec["output_bytes"] + rec["plan_runs"] * 3 * 24, rec
+
+
+@pytest.mark.parametrize("check", ["check_one_error_copy_per_run", "check_bad_index_raises_after_the_plan",
+                                   "check_packed_scalars_are_sent_when_they_change"])
+def test_device_copies_and_deferred_index_errors(results, check):
+    rec = results[check]
+    assert "error" not in rec, rec.get("error")
+    assert not rec["problems"], rec
 
 
 @pytest.mark.parametrize("check", ["check_scatter_layout", "check_conv_has_no_column_map"])

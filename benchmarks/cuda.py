@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
@@ -66,6 +65,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from _common import source_fingerprint
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -363,20 +363,6 @@ def _loadavg():
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         return None
-
-
-def source_fingerprint() -> dict:
-    """git HEAD and a hash of lazyvic's sources (uncommitted edits included)."""
-    h = hashlib.sha1()
-    for f in sorted((ROOT / "lazyvic").rglob("*.py")):
-        h.update(str(f.relative_to(ROOT)).encode())
-        h.update(f.read_bytes())
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        head = None
-    return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}
 
 
 def run_child(spec: dict) -> dict:

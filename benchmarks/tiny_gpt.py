@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import source_fingerprint
 from run import _delta  # run.py (beside this file): the change of lazyvic's metrics counters
 
 HERE = Path(__file__).resolve().parent
@@ -523,21 +523,6 @@ def wait_for_quiet(max_wait_s: float, threshold: float = QUIET_CORES) -> tuple:
         if other is None or other < threshold or waited >= max_wait_s:
             return waited, other
         time.sleep(2.0)
-
-
-def source_fingerprint() -> dict:
-    """git HEAD and a hash of lazyvic's sources (uncommitted edits included): others commit
-    to this checkout while benchmarks run, and every child imports the sources anew."""
-    h = hashlib.sha1()
-    for f in sorted((ROOT / "lazyvic").rglob("*.py")):
-        h.update(str(f.relative_to(ROOT)).encode())
-        h.update(f.read_bytes())
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        head = None
-    return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}
 
 
 def run_child(spec: dict, env_extra: dict, max_wait_s: float) -> dict:

@@ -1,0 +1,25 @@
+"""Standard-library helpers shared by the benchmark harnesses (imports neither lazyvic nor
+torch, so a parent process can use them)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_fingerprint() -> dict:
+    """git HEAD and a hash of lazyvic's sources (uncommitted edits included): others commit
+    to this checkout while benchmarks run, and every child imports the sources anew."""
+    h = hashlib.sha1()
+    for f in sorted((ROOT / "lazyvic").rglob("*.py")):
+        h.update(str(f.relative_to(ROOT)).encode())
+        h.update(f.read_bytes())
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        head = None
+    return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}

@@ -92,3 +92,26 @@ def test_cpu_tensors_and_device_specs():
         x.to(device="tpu")
     with pytest.raises(DeviceError, match="unknown device"):
         lv.zeros(2, device="gpu")
+
+
+# ------------------------------------------------------------------ on a real GPU with CuPy
+
+
+def test_cupy_storage_and_cublas_matmul():
+    """With CuPy and a GPU (the ``cuda`` extra): CUDA tensors are CuPy arrays and a matmul
+    plan multiplies through CuPy (cuBLAS), matching NumPy. The simulator has no CuPy path."""
+    cupy = pytest.importorskip("cupy", reason="CuPy-backed storage and cuBLAS need the cuda extra and a GPU")
+    if not lv.cuda.is_available() or lv.cuda.is_simulated():
+        pytest.skip("CuPy-backed storage and cuBLAS need a real GPU (not available here)")
+    from lazyvic.runtime.config import config
+
+    prev, config.compile = config.compile, "always"
+    try:
+        x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+        a = lv.tensor(x, device="cuda")
+        y = (a @ a.T).relu()
+        lv.sync(y)
+        assert isinstance(y._node.data, cupy.ndarray)
+        np.testing.assert_allclose(y.numpy(), np.maximum(x @ x.T, 0), rtol=1e-4, atol=1e-4)
+    finally:
+        config.compile = prev

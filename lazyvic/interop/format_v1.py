@@ -50,6 +50,7 @@ import safetensors.numpy
 from lazyvic import dtypes as dt
 from lazyvic.errors import CheckpointError, DTypeError
 from lazyvic.nn.module import Module
+from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
 
 FORMAT_NAME = "lazyvic"
@@ -251,7 +252,7 @@ def _write_atomic(path: str, chunks: list) -> None:
 # ------------------------------------------------------------------------- load
 
 
-def load(path: str | os.PathLike, model: Module | None = None):
+def load(path: str | os.PathLike, model: Module | None = None, map_location=None):
     """Read a lazyvic format v1 file written by :func:`save`.
 
     The header is validated before any tensor is decoded, and every tensor is decoded
@@ -275,14 +276,24 @@ def load(path: str | os.PathLike, model: Module | None = None):
             model's class differs from the recorded one; the module cannot be rebuilt
             without ``model=``; or ``load_state_dict`` finds missing, unexpected or
             mis-shaped keys (then no parameter is changed).
+        DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
+
+    ``map_location`` (``torch.load``'s name): None or ``"cpu"`` (tensors on the CPU, as
+    saved), ``"cuda"`` (the loaded tensors, or the rebuilt module, on the GPU), or a
+    ``{"cpu": device}`` dict. With ``model``, the values go to the model's own device.
     """
     path = os.fspath(path)
+    if isinstance(map_location, dict):
+        map_location = map_location.get("cpu", "cpu")  # a lazyvic file holds host tensors
+    device = canonical(map_location, "load") if map_location is not None else "cpu"
     blob = _read(path)
     metadata = _parse_header(path, blob)
     kind = metadata["kind"]
     dtype_names = _json_field(path, metadata, "dtypes")
     tensors = _decode_tensors(path, blob, dtype_names)
     del blob
+    if device != "cpu" and kind == "state":
+        tensors = {name: t.to(device) for name, t in tensors.items()}
     if kind == "state":
         if model is not None:
             raise CheckpointError(
@@ -290,7 +301,10 @@ def load(path: str | os.PathLike, model: Module | None = None):
                 f"lazyvic.interop.load(path) and pass it to model.load_state_dict yourself"
             )
         return _StateDecoder(path, tensors).decode(_json_field(path, metadata, "structure"))
-    return _load_module(path, metadata, tensors, model)
+    module = _load_module(path, metadata, tensors, model)
+    if model is None and device != "cpu":
+        module.to(device)
+    return module
 
 
 def _read(path: str) -> bytes:

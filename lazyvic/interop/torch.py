@@ -85,7 +85,9 @@ import safetensors.numpy
 from lazyvic.errors import CheckpointError, DTypeError
 from lazyvic.interop.format_v1 import _write_atomic
 from lazyvic.nn.module import Parameter
+from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
+from lazyvic.tensor import tensor as _tensor
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
@@ -256,10 +258,11 @@ ADMITTED_GLOBALS.update((f"torch.{name}", _TorchDType(name)) for name in (*_STOR
 class _Storage:
     """One storage of the file: its dtype, its element count and (once known) its data."""
 
-    __slots__ = ("key", "dtype_name", "numel", "data")
+    __slots__ = ("key", "dtype_name", "numel", "data", "location")
 
     def __init__(self, key: str, dtype_name: str | None, numel: int, data: np.ndarray | None):
         self.key, self.dtype_name, self.numel, self.data = key, dtype_name, numel, data
+        self.location = "cpu"  # where torch saved it ("cpu", "cuda:0", ...): map_location reads it
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -321,7 +324,10 @@ class RestrictedUnpickler(pickle.Unpickler):
             )
         if not (isinstance(key, str) and isinstance(location, str) and type(numel) is int and numel >= 0):
             raise CheckpointError(f"{self._path}: malformed storage persistent id {_short(pid)}")
-        return self._storages(key, storage_type, numel, pid)
+        storage = self._storages(key, storage_type, numel, pid)
+        if isinstance(storage, _Storage):
+            storage.location = location
+        return storage
 
     # The rebuild functions, with torch's signatures (torch/_utils.py).
     def _rebuild_tensor_v2(self, storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
@@ -361,6 +367,20 @@ class RestrictedUnpickler(pickle.Unpickler):
         return Parameter(data, requires_grad=bool(requires_grad) and data.dtype.is_floating_point)
 
 
+def _placement(path: str, map_location):
+    """``map_location`` as a function of a storage's saved location -> "cpu" | "cuda"."""
+    if map_location is None:
+        return lambda location: "cpu"
+    if isinstance(map_location, dict):
+        table = {str(k): canonical(v, "load") for k, v in map_location.items()}
+        return lambda location: table[location] if location in table else canonical(location, "load")
+    if callable(map_location):
+        raise CheckpointError(f"{path}: map_location as a function is not supported; give a device "
+                              f"(\"cpu\", \"cuda\") or a {{saved location: device}} dict")
+    device = canonical(map_location, "load")
+    return lambda location: device
+
+
 def _is_int_tuple(value) -> bool:
     return isinstance(value, tuple) and all(type(v) is int for v in value)
 
@@ -387,9 +407,11 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
     are sliced at their offsets, so the data is copied once, into the result. Record
     CRCs are checked for ``data.pkl`` only.
 
-    ``map_location`` is accepted for compatibility with ``torch.load``: None, "cpu", a
-    device string ("cuda:0", "mps"), a ``{from: to}`` dict or a callable; lazyvic runs on
-    the CPU, so every tensor is loaded to the CPU whatever it says.
+    ``map_location`` places the tensors, as ``torch.load``'s does: None (lazyvic's default:
+    every tensor on the CPU, where torch would restore the saved device), a device
+    (``"cpu"``, ``"cuda"``, ``"cuda:0"`` or a device object) for every tensor, or a
+    ``{saved location: device}`` dict such as ``{"cuda:0": "cpu"}`` (saved locations it does
+    not name keep their device). A callable is not supported. Ignored with ``as_numpy``.
 
     Raises:
         CheckpointError: naming the file and the problem: no such file or unreadable; not
@@ -398,9 +420,12 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
             ``data/<key>`` record; a global outside :data:`ADMITTED_GLOBALS` (e.g.
             ``os.system``) or a persistent id that is not a storage tuple; an unknown
             storage type; a dtype lazyvic cannot represent (complex, quantized, float8);
-            a storage too short for a tensor's size, stride and offset.
+            a storage too short for a tensor's size, stride and offset; a callable
+            ``map_location``.
+        DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
     """
     path = os.fspath(path)
+    place = _placement(path, map_location)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -414,7 +439,7 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
             raise CheckpointError(f"{path} is not a PyTorch checkpoint: the file is empty")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            reader = _Reader(path, mm, as_numpy)
+            reader = _Reader(path, mm, as_numpy, place)
             if head == ZIP_MAGIC:
                 return reader.load_zip()
             return reader.load_legacy(f)
@@ -429,8 +454,9 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
 class _Reader:
     """Turns storages and rebuild calls into arrays or Tensors for one file."""
 
-    def __init__(self, path: str, mm: mmap.mmap, as_numpy: bool):
+    def __init__(self, path: str, mm: mmap.mmap, as_numpy: bool, place=None):
         self.path, self.mm, self.as_numpy = path, mm, as_numpy
+        self.place = place or (lambda location: "cpu")  # saved location -> lazyvic device
         self.byteorder = "<"
 
     # ----------------------------------------------------------------- zip format
@@ -661,7 +687,8 @@ class _Reader:
                 f"maximum; lazyvic has no uint64 (load it with as_numpy=True)"
             )
         array = np.array(view, dtype=target, order="C")  # the one copy, off the mapped file
-        return Tensor(array, requires_grad=requires_grad and target.kind == "f")
+        return _tensor(array, requires_grad=requires_grad and target.kind == "f",
+                              device=self.place(storage.location))
 
 
 def _no_storages(path: str):

@@ -337,6 +337,30 @@ def check_state_dict_cuda_to_cpu_through_save(lv):
         assert t.numpy().tobytes() == c.numpy().tobytes() == a.numpy().tobytes(), name
 
 
+def check_map_location_loads_onto_the_device(lv):
+    """lazyvic.load and the PyTorch checkpoint reader place tensors with map_location."""
+    from lazyvic.interop import torch as torch_io
+
+    lv.manual_seed(3)
+    model = _net(lv)
+    with tempfile.TemporaryDirectory() as tmp:
+        lv.save(model.state_dict(), Path(tmp) / "state.lazyvic")
+        gpt = lv.models.TinyGPT(vocab_size=11, d_model=8, n_layer=1, n_head=2, block_size=4)
+        lv.save(gpt, Path(tmp) / "module.lazyvic")  # rebuilt from its config
+        torch_io.save(model.state_dict(), Path(tmp) / "state.pt")
+        state = lv.load(Path(tmp) / "state.lazyvic", map_location="cuda")
+        module = lv.load(Path(tmp) / "module.lazyvic", map_location="cuda")
+        from_torch = torch_io.load(Path(tmp) / "state.pt", map_location="cuda")
+        mapped = torch_io.load(Path(tmp) / "state.pt", map_location={"cpu": "cuda:0"})
+    for name, t in model.state_dict().items():
+        for got in (state[name], from_torch[name], mapped[name]):
+            assert got.device == "cuda", name
+            assert got.numpy().tobytes() == t.numpy().tobytes(), name
+    rebuilt = module.state_dict()
+    for name, t in gpt.state_dict().items():
+        assert rebuilt[name].device == "cuda" and rebuilt[name].numpy().tobytes() == t.numpy().tobytes(), name
+
+
 def check_load_state_dict_into_cuda_model(lv):
     lv.manual_seed(4)
     src = _net(lv)

@@ -96,7 +96,7 @@ def test_fixture_as_numpy(name, legacy, expected_arrays):
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_as_tensors(name, legacy, expected_arrays):
     info = EXPECTED[name]
-    loaded = torch_io.load(fixture_path(name, legacy), map_location="cuda:0")  # map_location: always CPU
+    loaded = torch_io.load(fixture_path(name, legacy), map_location={"cuda:0": "cpu"})  # the fixtures are CPU
     count = 0
 
     def visit(path, tensor, node):
@@ -563,3 +563,23 @@ def test_file_is_unmapped_after_load(legacy):
         assert "torch_ckpt" not in Path("/proc/self/maps").read_text()
     loaded["model"]["weight"][0, 0] = 123.0  # as_numpy arrays are writable copies, not the file
     assert torch_io.load(fixture_path("training", legacy), as_numpy=True)["model"]["weight"][0, 0] != 123.0
+
+
+def test_map_location_places_tensors_or_says_why():
+    """None and "cpu" load to the CPU; a dict maps saved locations (CPU here) to devices; a
+    callable is refused; "cuda" without a GPU raises DeviceError (with one: tensors there)."""
+    path = fixture_path(NAMES[0], False)
+    tensors = []
+    for where in (None, "cpu", {"cpu": "cpu"}):
+        walk(EXPECTED[NAMES[0]]["structure"], torch_io.load(path, map_location=where),
+             lambda p, t, n: tensors.append(t))
+    assert len(tensors) >= 3 and all(t.device == "cpu" for t in tensors)
+    with pytest.raises(lv.errors.CheckpointError, match="map_location as a function"):
+        torch_io.load(path, map_location=lambda storage, location: storage)
+    with pytest.raises(lv.errors.DeviceError, match="unknown device 'mps'"):
+        torch_io.load(path, map_location="mps")
+    if not lv.cuda.is_available():
+        with pytest.raises(lv.errors.DeviceError, match="not available"):
+            torch_io.load(path, map_location="cuda")
+        with pytest.raises(lv.errors.DeviceError, match="not available"):
+            torch_io.load(path, map_location={"cpu": "cuda:0"})

@@ -442,30 +442,33 @@ def _round_magnitude(a, emin, mbits):
 
 
 @cuda.jit(device=True)
+def _round_signed(x, inf_from, emin, mbits):
+    """Float64 ``x`` (not NaN) rounded as :func:`_round_magnitude`, infinite from ``inf_from``
+    on, with its sign."""
+    a = abs(x)
+    y = math.inf if a >= inf_from else _round_magnitude(a, emin, mbits)
+    return math.copysign(y, x)
+
+
+@cuda.jit(device=True)
 def round_f16_f64(x):
     if x != x:
         return x
-    a = abs(x)
-    y = math.inf if a >= _F16_INF_FROM else _round_magnitude(a, -14, 10)
-    return math.copysign(y, x)
+    return _round_signed(x, _F16_INF_FROM, -14, 10)
 
 
 @cuda.jit(device=True)
 def round_f16_f32(x):
     if x != x:
         return x
-    a = f64(abs(x))
-    y = math.inf if a >= _F16_INF_FROM else _round_magnitude(a, -14, 10)
-    return f32(math.copysign(y, f64(x)))
+    return f32(_round_signed(f64(x), _F16_INF_FROM, -14, 10))
 
 
 @cuda.jit(device=True)
 def round_bf16_f32(x):
     if x != x:
         return x
-    a = f64(abs(x))
-    y = math.inf if a >= _BF16_INF_FROM else _round_magnitude(a, -126, 7)
-    return f32(math.copysign(y, f64(x)))
+    return f32(_round_signed(f64(x), _BF16_INF_FROM, -126, 7))
 
 
 @cuda.jit(device=True)

@@ -23,3 +23,14 @@ def source_fingerprint() -> dict:
     except (OSError, subprocess.SubprocessError):
         head = None
     return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}
+
+
+def rate_cell(d: dict | None, key: str, fmt: str) -> str:
+    """A table cell for one runtime's summary ``d`` (median ``d[key]``, spread min..max over
+    ``d["n"]`` processes): "-" when it did not run, "error" when it failed."""
+    if not d:
+        return "-"
+    if "error" in d:
+        return "error"
+    spread = f" ({d['min']:.0f}..{d['max']:.0f})" if d["n"] > 1 else ""
+    return f"{d[key]:{fmt}}{spread}"

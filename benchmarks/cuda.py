@@ -65,7 +65,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from _common import source_fingerprint
+from _common import rate_cell, source_fingerprint
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -487,13 +487,7 @@ def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
     lazies = [rt for rt in runtimes if rt != "torch"]
 
     def cell(row, rt):
-        d = row.get(rt)
-        if not d:
-            return "-"
-        if "error" in d:
-            return "error"
-        spread = f" ({d['min']:.0f}..{d['max']:.0f})" if d["n"] > 1 else ""
-        return f"{d['rate']:.1f}{spread}"
+        return rate_cell(row.get(rt), "rate", ".1f")
 
     device = env["device"]
     headers = ["case (rate, median over processes)", *runtimes, *[f"{rt}/torch" for rt in lazies],

@@ -54,6 +54,7 @@ for p in (ROOT, ROOT / "tests"):  # benchmark the checkout; tests/_resnet_weight
         sys.path.insert(0, str(p))
 
 # The house harness (tiny_gpt.py, beside this file): quiet waits, CPU sampling, tables.
+from _common import rate_cell  # noqa: E402
 from tiny_gpt import (  # noqa: E402
     _loadavg,
     _ratio,
@@ -417,13 +418,7 @@ def summarize(recs: list) -> list:
 
 def print_summary(rows: list) -> None:
     def cell(row, rt):
-        d = row.get(rt)
-        if not d:
-            return "-"
-        if "error" in d:
-            return "error"
-        spread = f" ({d['min']:.0f}..{d['max']:.0f})" if d["n"] > 1 else ""
-        return f"{d['images_per_s']:.0f}{spread}"
+        return rate_cell(row.get(rt), "images_per_s", ".0f")
 
     def cores(row):
         xs = [x for rt in RUNTIMES for x in row.get(rt, {}).get("other_cores", []) if x is not None]

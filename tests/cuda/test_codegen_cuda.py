@@ -11,7 +11,6 @@ Shapes are tiny: the simulator runs every CUDA thread as a Python thread.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import traceback
@@ -19,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _simulator import simulator_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 2e-5, 2e-6
@@ -593,11 +595,7 @@ def _run_cases() -> None:
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
-    env.setdefault("LAZYVIC_CACHE_DIR", str(ROOT / ".cache" / "lazyvic"))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, __file__], cwd=ROOT, env=simulator_env(), capture_output=True, text=True,
                           timeout=300)
     recs = {}
     for line in proc.stdout.splitlines():

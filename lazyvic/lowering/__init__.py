@@ -100,6 +100,26 @@ def fuse_and_generate(trace, generate) -> tuple:
     return entries, outputs, groups, m, chain_nodes, sources
 
 
+def plan_layout(trace, entries, outputs, groups, steps) -> tuple:
+    """What every backend's plan needs once its steps are built: ``(out_specs, input_pos,
+    memory)`` — per trace output ``("scalar", slot, dtype)`` or ``("buffer", pos, dtype)``,
+    the ``(entry position, input slot)`` of each input, and the memory plan of the steps."""
+    out_specs = []
+    for o in outputs:
+        if entries[o][0] == "scalar":
+            out_specs.append(("scalar", entries[o][1][0], entries[o][4]))
+        else:
+            out_specs.append(("buffer", o, entries[o][4]))
+    input_pos = [(i, e[1][0]) for i, e in enumerate(entries) if e[0] == "buffer"]
+    out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
+    temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
+    temporaries -= out_set
+    steps_io = [(s.writes(), s.reads()) for s in steps]
+    memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos},
+                         frozenset(p for p, slot in input_pos if slot in trace.param_slots))
+    return out_specs, input_pos, memory
+
+
 def compile_trace(trace, cache_dir=None, debug: int = 0) -> Plan:
     """Lower a canonical trace to an executable :class:`Plan`."""
     # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
@@ -162,19 +182,7 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
                                        attrs, dtype))
             fallbacks.append(op)
 
-    out_specs = []
-    for o in outputs:
-        if entries[o][0] == "scalar":
-            out_specs.append(("scalar", entries[o][1][0], entries[o][4]))
-        else:
-            out_specs.append(("buffer", o, entries[o][4]))
-    input_pos = [(i, e[1][0]) for i, e in enumerate(entries) if e[0] == "buffer"]
-    out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
-    temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
-    temporaries -= out_set
-    steps_io = [(s.writes(), s.reads()) for s in steps]
-    memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos},
-                         frozenset(p for p, slot in input_pos if slot in trace.param_slots))
+    out_specs, input_pos, memory = plan_layout(trace, entries, outputs, groups, steps)
     name = "plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     plan = Plan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats)
     # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread

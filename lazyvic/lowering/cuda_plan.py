@@ -57,9 +57,8 @@ import numpy as np
 from numba.core import types as numba_types
 
 from lazyvic import ops as optable
-from lazyvic.lowering import _chain, codegen_cuda, fuse_and_generate
+from lazyvic.lowering import _chain, codegen_cuda, fuse_and_generate, plan_layout
 from lazyvic.lowering.kernel_cache import _write_atomic
-from lazyvic.lowering.memory import plan_memory
 from lazyvic.lowering.plan import ReferenceStep
 
 # Launch sizes. They change no result (elementwise kernels are grid-stride loops, row
@@ -142,8 +141,11 @@ def simulated() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _cupy():
-    """CuPy when it is installed (looked for once), else None."""
+def cupy_on_gpu():
+    """CuPy when it is installed and a real GPU is in use (not the simulator; looked for
+    once), else None."""
+    if simulated():
+        return None
     try:
         import cupy
     except ImportError:
@@ -173,12 +175,10 @@ def load_kernel(ks, cache_dir: Path, stats: dict):
 
 
 def _count(stats: dict, what: str, nbytes: int) -> None:
-    """Count one copy in the plan's stats and in lazyvic.metrics (``<what>_copies/_bytes``)."""
-    from lazyvic.runtime import device
-
+    """Count one copy in the plan's stats (``<what>`` and ``<what>_bytes``; the runtime adds
+    what a run counted to lazyvic.metrics)."""
     stats[what] = stats.get(what, 0) + 1
     stats[what + "_bytes"] = stats.get(what + "_bytes", 0) + int(nbytes)
-    device.count(what, nbytes)
 
 
 def to_device(a: np.ndarray, stats: dict):
@@ -190,7 +190,7 @@ def to_device(a: np.ndarray, stats: dict):
 
 def device_to_host(d, shape, stats: dict) -> np.ndarray:
     """A host copy of flat device array ``d`` (Numba or CuPy) with ``shape`` (counted)."""
-    a = d.copy_to_host() if hasattr(d, "copy_to_host") else _cupy().asnumpy(d)
+    a = d.copy_to_host() if hasattr(d, "copy_to_host") else cupy_on_gpu().asnumpy(d)
     _count(stats, "device_to_host", a.nbytes)
     return a.reshape(shape)
 
@@ -297,8 +297,8 @@ def _gather(src, index, dense, dtype) -> None:
 def _matmul(c, a, b, batch: int, m: int, k: int, n: int, dtype) -> None:
     """``c = a @ b`` over flat C-contiguous (batch, m, k) and (batch, k, n) device arrays:
     CuPy (cuBLAS) when importable, else the tiled kernel of cuda_kernel_lib."""
-    cupy = _cupy()
-    if cupy is not None and not simulated():
+    cupy = cupy_on_gpu()
+    if cupy is not None:
         cupy.matmul(cupy.asarray(a).reshape(batch, m, k), cupy.asarray(b).reshape(batch, k, n),
                     out=cupy.asarray(c).reshape(batch, m, n))
         return
@@ -725,8 +725,8 @@ class CudaScatterAddStep:
 
     def _sort(self, plan, keys, order, skeys):
         """``order``: the rows stably sorted by ``keys``; ``skeys``: the keys in that order."""
-        cupy = _cupy()
-        if cupy is not None and not simulated():
+        cupy = cupy_on_gpu()
+        if cupy is not None:
             k = cupy.asarray(keys)
             perm = cupy.argsort(k)  # CuPy's sorts are stable (thrust)
             return perm, k[perm]
@@ -1017,18 +1017,7 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
         if hasattr(step, "index_check"):
             step.check = len(checks)
             checks.append(step.index_check())
-    out_specs = []
-    for o in outputs:
-        if entries[o][0] == "scalar":
-            out_specs.append(("scalar", entries[o][1][0], entries[o][4]))
-        else:
-            out_specs.append(("buffer", o, entries[o][4]))
-    input_pos = [(i, e[1][0]) for i, e in enumerate(entries) if e[0] == "buffer"]
-    out_set = {o for o in outputs if entries[o][0] not in ("buffer", "scalar")}
-    temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
-    temporaries -= out_set
-    memory = plan_memory(entries, [(s.writes(), s.reads()) for s in steps], temporaries, out_set,
-                         {p for p, _ in input_pos}, frozenset(p for p, slot in input_pos if slot in trace.param_slots))
+    out_specs, input_pos, memory = plan_layout(trace, entries, outputs, groups, steps)
     name = "cuda_plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     stats["compile_seconds"] = time.perf_counter() - t0
     return CudaPlan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats,

@@ -86,21 +86,17 @@ def canonical(device, opname: str = "to") -> str:
 
 
 def simulated() -> bool:
-    from numba import config as numba_config
+    """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    from lazyvic.lowering.cuda_plan import simulated as lowering_simulated
 
-    return bool(numba_config.ENABLE_CUDASIM)
+    return lowering_simulated()
 
 
-@functools.lru_cache(maxsize=None)
 def cupy():
     """CuPy when it is importable and a real GPU is in use (not the simulator), else None."""
-    if simulated():
-        return None
-    try:
-        import cupy as cp
-    except ImportError:
-        return None
-    return cp
+    from lazyvic.lowering.cuda_plan import cupy_on_gpu
+
+    return cupy_on_gpu()
 
 
 def count(direction: str, nbytes: int) -> None:

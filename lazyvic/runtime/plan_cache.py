@@ -240,11 +240,22 @@ def _input_shapes(trace) -> list:
     return shapes
 
 
+_COPIES = ("host_to_device", "device_to_host")
+
+
 def _run_cuda_plan(plan, inputs: list, scalars: list) -> list:
-    """Run a CudaPlan; outputs are flat device arrays (see lazyvic.runtime.device)."""
+    """Run a CudaPlan; outputs are flat device arrays (see lazyvic.runtime.device). The copies
+    the plan counted in its stats during the run (an index error included) go to metrics."""
     from lazyvic.runtime import device
 
-    outs = plan.run(inputs, scalars, to_host=False)
+    stats = plan.stats
+    before = [(stats.get(d, 0), stats.get(d + "_bytes", 0)) for d in _COPIES]
+    try:
+        outs = plan.run(inputs, scalars, to_host=False)
+    finally:
+        for d, (n, nbytes) in zip(_COPIES, before):
+            metrics.add(d + "_copies", stats.get(d, 0) - n)
+            metrics.add(d + "_bytes", stats.get(d + "_bytes", 0) - nbytes)
     return [device.to_device(o) if isinstance(o, np.ndarray) else device.storage(o) for o in outs]
 
 

@@ -23,20 +23,23 @@ from __future__ import annotations
 import numpy as np
 
 # BERT-small (Turc et al. 2019, "Well-Read Students Learn Better"; google/bert_uncased_L-4_H-512_A-8).
-BERT_SMALL = dict(vocab=30522, hidden=512, layers=4, heads=8, intermediate=2048, max_positions=512,
-                  type_vocab=2, eps=1e-12)
+BERT_SMALL = dict(
+    vocab=30522, hidden=512, layers=4, heads=8, intermediate=2048, max_positions=512, type_vocab=2, eps=1e-12
+)
 # For CPU validation of the harness (--tiny): the same code at toy sizes.
-BERT_TINY = dict(vocab=1000, hidden=64, layers=2, heads=4, intermediate=256, max_positions=64,
-                 type_vocab=2, eps=1e-12)
+BERT_TINY = dict(vocab=1000, hidden=64, layers=2, heads=4, intermediate=256, max_positions=64, type_vocab=2, eps=1e-12)
 
 
 def state_shapes(cfg: dict) -> list:
     """(key, shape) of the state_dict, in module order."""
     h, i = cfg["hidden"], cfg["intermediate"]
-    out = [("embeddings.word_embeddings.weight", (cfg["vocab"], h)),
-           ("embeddings.position_embeddings.weight", (cfg["max_positions"], h)),
-           ("embeddings.token_type_embeddings.weight", (cfg["type_vocab"], h)),
-           ("embeddings.LayerNorm.weight", (h,)), ("embeddings.LayerNorm.bias", (h,))]
+    out = [
+        ("embeddings.word_embeddings.weight", (cfg["vocab"], h)),
+        ("embeddings.position_embeddings.weight", (cfg["max_positions"], h)),
+        ("embeddings.token_type_embeddings.weight", (cfg["type_vocab"], h)),
+        ("embeddings.LayerNorm.weight", (h,)),
+        ("embeddings.LayerNorm.bias", (h,)),
+    ]
     for n in range(cfg["layers"]):
         p = f"encoder.layer.{n}."
         for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
@@ -99,8 +102,11 @@ def bert_model(lib: str, cfg: dict):
             n, s = ids.shape
             if token_type_ids is None:
                 token_type_ids = self.token_type_ids[:, :s].expand(n, s)
-            x = (self.word_embeddings(ids) + self.position_embeddings(self.position_ids[:, :s])
-                 + self.token_type_embeddings(token_type_ids))
+            x = (
+                self.word_embeddings(ids)
+                + self.position_embeddings(self.position_ids[:, :s])
+                + self.token_type_embeddings(token_type_ids)
+            )
             return self.LayerNorm(x)
 
     class SelfAttention(nn.Module):

@@ -18,8 +18,12 @@ def source_fingerprint() -> dict:
         h.update(str(f.relative_to(ROOT)).encode())
         h.update(f.read_bytes())
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
+        head = (
+            subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         head = None
     return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}

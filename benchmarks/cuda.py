@@ -82,10 +82,26 @@ MAX_EXTRA_WARMUP = 20  # lazyvic: warm-up steps beyond --warmup while plans stil
 GOALS = {"resnet": (400.0, "img/s"), "bert": (1200.0, "seq/s")}  # issue 7, on an A100-class GPU
 # Sizes: the issue's (default) and toy ones for validating the harness on a CPU (--tiny).
 SIZES = {
-    "full": dict(resnet=dict(width=64, classes=1000, image=224, batch=64), bert="BERT_SMALL", seq=128,
-                 bert_batches=(1, 32), reps=3, warmup=5, windows=3, iters=20),
-    "tiny": dict(resnet=dict(width=8, classes=10, image=64, batch=4), bert="BERT_TINY", seq=32,
-                 bert_batches=(1, 8), reps=1, warmup=4, windows=2, iters=3),
+    "full": dict(
+        resnet=dict(width=64, classes=1000, image=224, batch=64),
+        bert="BERT_SMALL",
+        seq=128,
+        bert_batches=(1, 32),
+        reps=3,
+        warmup=5,
+        windows=3,
+        iters=20,
+    ),
+    "tiny": dict(
+        resnet=dict(width=8, classes=10, image=64, batch=4),
+        bert="BERT_TINY",
+        seq=32,
+        bert_batches=(1, 8),
+        reps=1,
+        warmup=4,
+        windows=2,
+        iters=3,
+    ),
 }
 
 
@@ -197,8 +213,13 @@ def child_probe(spec: dict, rec: dict) -> None:
 # ---------------------------------------------------------------------- child: ResNet-18
 def resnet_data(r: dict) -> list:
     rng = np.random.default_rng(SEED + 1)
-    return [(rng.standard_normal((r["batch"], 3, r["image"], r["image"])).astype(np.float32),
-             rng.integers(0, r["classes"], size=r["batch"], dtype=np.int64)) for _ in range(N_BATCHES)]
+    return [
+        (
+            rng.standard_normal((r["batch"], 3, r["image"], r["image"])).astype(np.float32),
+            rng.integers(0, r["classes"], size=r["batch"], dtype=np.int64),
+        )
+        for _ in range(N_BATCHES)
+    ]
 
 
 def _resnet_twin_module(r: dict):
@@ -348,7 +369,9 @@ def child_main(spec: dict) -> dict:
     rec = {"spec": spec, "pid": os.getpid(), "loadavg_start": _loadavg()}
     t0 = time.perf_counter()
     try:
-        {"probe": child_probe, "resnet": child_resnet, "bert": child_bert, "bert_ref": child_bert_reference}[spec["case"]](spec, rec)
+        {"probe": child_probe, "resnet": child_resnet, "bert": child_bert, "bert_ref": child_bert_reference}[
+            spec["case"]
+        ](spec, rec)
     except Exception as e:  # noqa: BLE001 - reported in the table (first line) and the JSON (traceback)
         rec["error"] = f"{type(e).__module__}.{type(e).__qualname__}: {e}".splitlines()[0]
         rec["traceback"] = traceback.format_exc()
@@ -375,8 +398,11 @@ def run_child(spec: dict) -> dict:
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout or "").strip()
             last = tail.splitlines()[-1] if tail else ""
-            return {"spec": spec, "error": f"child exited with {proc.returncode}: {last}"[:300],
-                    "stderr_tail": tail[-3000:]}
+            return {
+                "spec": spec,
+                "error": f"child exited with {proc.returncode}: {last}"[:300],
+                "stderr_tail": tail[-3000:],
+            }
         rec = json.loads(Path(out_path).read_text())
     except subprocess.TimeoutExpired:
         return {"spec": spec, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -389,7 +415,7 @@ def run_child(spec: dict) -> dict:
 def _label(spec: dict) -> str:
     if spec["case"] == "resnet":
         r = spec["resnet"]
-        return (f"resnet18 train b{r['batch']} {r['image']}px w{r['width']}" + (" amp" if spec["amp"] else " fp32"))
+        return f"resnet18 train b{r['batch']} {r['image']}px w{r['width']}" + (" amp" if spec["amp"] else " fp32")
     return f"bert b{spec['batch']} s{spec['seq']} h{spec['bert']['hidden']}x{spec['bert']['layers']} fp32"
 
 
@@ -399,8 +425,10 @@ def _progress(rec: dict) -> None:
     if "error" in rec:
         msg = "ERROR " + rec["error"]
     else:
-        msg = (f"{rec['rate']:10.1f} {unit} (windows {', '.join(f'{t:.3f}' for t in rec['window_s'])} s; "
-               f"warm-up {sum(rec['warmup_step_s']):.1f} s; process {rec.get('process_wall_s', 0):.1f} s)")
+        msg = (
+            f"{rec['rate']:10.1f} {unit} (windows {', '.join(f'{t:.3f}' for t in rec['window_s'])} s; "
+            f"warm-up {sum(rec['warmup_step_s']):.1f} s; process {rec.get('process_wall_s', 0):.1f} s)"
+        )
     print(f"  {_label(spec) + ' / ' + spec['runtime']:<52} {msg}", flush=True)
 
 
@@ -444,8 +472,13 @@ def summarize(recs: list, runtimes: tuple) -> list:
                     row[rt] = {"error": errs[0]}
                 continue
             rates = [r["rate"] for r in ok]
-            d = row[rt] = {"rate": statistics.median(rates), "min": min(rates), "max": max(rates), "n": len(rates),
-                           "precision": ok[0].get("precision")}
+            d = row[rt] = {
+                "rate": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "n": len(rates),
+                "precision": ok[0].get("precision"),
+            }
             if errs:
                 d["errors"] = errs
             if case == "resnet":
@@ -471,16 +504,31 @@ def _per_step(rec: dict) -> dict:
     w = rec.get("warmup_counters", {})
     traces = c.get("traces", 0)
     comp, interp = c.get("compiled_runs", 0), c.get("interpreted_runs", 0)
-    mode = "no trace" if not traces else "compiled" if comp == traces else \
-        "interpreted" if interp == traces else f"mixed {comp}c/{interp}i"
+    mode = (
+        "no trace"
+        if not traces
+        else "compiled"
+        if comp == traces
+        else "interpreted"
+        if interp == traces
+        else f"mixed {comp}c/{interp}i"
+    )
     if c.get("capture_replays"):
         mode += f", {c['capture_replays'] / n:g} replays/step"
-    return {"traces": traces / n, "mode": mode,
-            "h2d_bytes": c.get("host_to_device_bytes", 0) / n, "h2d_copies": c.get("host_to_device_copies", 0) / n,
-            "d2h_bytes": c.get("device_to_host_bytes", 0) / n, "d2h_copies": c.get("device_to_host_copies", 0) / n,
-            "fallbacks": c.get("fallbacks", 0) / n, "fallback_ops": c.get("fallback_ops", {}),
-            "warmup_steps": rec["warmup_steps"], "warmup_compile_s": w.get("compile_seconds", 0.0),
-            "warmup_kernels": w.get("kernels_compiled", 0), "warmup_kernels_loaded": w.get("kernels_loaded", 0)}
+    return {
+        "traces": traces / n,
+        "mode": mode,
+        "h2d_bytes": c.get("host_to_device_bytes", 0) / n,
+        "h2d_copies": c.get("host_to_device_copies", 0) / n,
+        "d2h_bytes": c.get("device_to_host_bytes", 0) / n,
+        "d2h_copies": c.get("device_to_host_copies", 0) / n,
+        "fallbacks": c.get("fallbacks", 0) / n,
+        "fallback_ops": c.get("fallback_ops", {}),
+        "warmup_steps": rec["warmup_steps"],
+        "warmup_compile_s": w.get("compile_seconds", 0.0),
+        "warmup_kernels": w.get("kernels_compiled", 0),
+        "warmup_kernels_loaded": w.get("kernels_loaded", 0),
+    }
 
 
 def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
@@ -490,23 +538,44 @@ def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
         return rate_cell(row.get(rt), "rate", ".1f")
 
     device = env["device"]
-    headers = ["case (rate, median over processes)", *runtimes, *[f"{rt}/torch" for rt in lazies],
-               "goal (A100)", "note"]
+    headers = [
+        "case (rate, median over processes)",
+        *runtimes,
+        *[f"{rt}/torch" for rt in lazies],
+        "goal (A100)",
+        "note",
+    ]
     table = []
     for row in rows:
-        note = "; ".join(f"{rt}: {row[rt]['precision']}" for rt in runtimes
-                         if row.get(rt, {}).get("precision"))
+        note = "; ".join(f"{rt}: {row[rt]['precision']}" for rt in runtimes if row.get(rt, {}).get("precision"))
         goal = f">= {row['goal']:.0f} {row['unit']}"
-        table.append([row["case"], *[cell(row, rt) for rt in runtimes],
-                      *[_ratio(row.get(f"ratio_{rt}")) for rt in lazies], goal, note])
+        table.append(
+            [
+                row["case"],
+                *[cell(row, rt) for rt in runtimes],
+                *[_ratio(row.get(f"ratio_{rt}")) for rt in lazies],
+                goal,
+                note,
+            ]
+        )
     print()
-    print(f"Throughput on {device} ({env.get('gpu') or env.get('cpu')}); ratios lazyvic / torch eager "
-          f"(above 1: lazyvic is faster); the goals are the issue's, for an A100-class GPU"
-          + ("; --tiny sizes, not the issue's" if env["tiny"] else ""))
+    print(
+        f"Throughput on {device} ({env.get('gpu') or env.get('cpu')}); ratios lazyvic / torch eager "
+        f"(above 1: lazyvic is faster); the goals are the issue's, for an A100-class GPU"
+        + ("; --tiny sizes, not the issue's" if env["tiny"] else "")
+    )
     print_table(headers, table)
 
-    headers = ["lazyvic per timed step", "traces", "mode", "H2D bytes (copies)", "D2H bytes (copies)",
-               "fallbacks", "warm-up: steps, compile", "fallback_ops (ops run on the host / interpreted)"]
+    headers = [
+        "lazyvic per timed step",
+        "traces",
+        "mode",
+        "H2D bytes (copies)",
+        "D2H bytes (copies)",
+        "fallbacks",
+        "warm-up: steps, compile",
+        "fallback_ops (ops run on the host / interpreted)",
+    ]
     table = []
     for row in rows:
         for rt in lazies:
@@ -514,11 +583,19 @@ def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
             if not p:
                 continue
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(p["fallback_ops"].items(), key=lambda kv: -kv[1]))
-            table.append([f"{row['case']} / {rt}", f"{p['traces']:g}", p["mode"],
-                          f"{_bytes(p['h2d_bytes'])} ({p['h2d_copies']:g})",
-                          f"{_bytes(p['d2h_bytes'])} ({p['d2h_copies']:g})", f"{p['fallbacks']:g}",
-                          f"{p['warmup_steps']}, {p['warmup_compile_s']:.1f} s ({p['warmup_kernels']} kernels compiled, "
-                          f"{p['warmup_kernels_loaded']} loaded)", ops or "none"])
+            table.append(
+                [
+                    f"{row['case']} / {rt}",
+                    f"{p['traces']:g}",
+                    p["mode"],
+                    f"{_bytes(p['h2d_bytes'])} ({p['h2d_copies']:g})",
+                    f"{_bytes(p['d2h_bytes'])} ({p['d2h_copies']:g})",
+                    f"{p['fallbacks']:g}",
+                    f"{p['warmup_steps']}, {p['warmup_compile_s']:.1f} s ({p['warmup_kernels']} kernels compiled, "
+                    f"{p['warmup_kernels_loaded']} loaded)",
+                    ops or "none",
+                ]
+            )
     if table:
         print()
         print_table(headers, table)
@@ -530,14 +607,21 @@ def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
             if losses:
                 txt = "; ".join(f"{rt} " + ", ".join(f"{v:.4f}" for v in ls) for rt, ls in losses.items())
                 skipped = ", ".join(f"{rt} {row[rt]['skipped_steps']}" for rt in losses)
-                print(f"  {row['case']}: loss of steps 1-3: {txt} (steps GradScaler skipped for inf/NaN "
-                      f"gradients: {skipped})")
+                print(
+                    f"  {row['case']}: loss of steps 1-3: {txt} (steps GradScaler skipped for inf/NaN "
+                    f"gradients: {skipped})"
+                )
         else:
-            diffs = {rt: row[rt]["max_abs_diff_vs_torch"] for rt in runtimes
-                     if row.get(rt, {}).get("max_abs_diff_vs_torch") is not None}
-            print(f"  {row['case']}: max |output - PyTorch's float32 output on the CPU| (checked before timing, "
-                  f"tolerance {BERT_TOL:g}): " + (", ".join(f"{rt} {v:.1e}" for rt, v in diffs.items())
-                                                  or "not checked (no reference)"))
+            diffs = {
+                rt: row[rt]["max_abs_diff_vs_torch"]
+                for rt in runtimes
+                if row.get(rt, {}).get("max_abs_diff_vs_torch") is not None
+            }
+            print(
+                f"  {row['case']}: max |output - PyTorch's float32 output on the CPU| (checked before timing, "
+                f"tolerance {BERT_TOL:g}): "
+                + (", ".join(f"{rt} {v:.1e}" for rt, v in diffs.items()) or "not checked (no reference)")
+            )
         for rt in runtimes:
             d = row.get(rt, {})
             for err in ([d["error"]] if "error" in d else []) + d.get("errors", []):
@@ -547,9 +631,12 @@ def print_summary(rows: list, runtimes: tuple, env: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where both runtimes run (default cuda)")
-    ap.add_argument("--tiny", action="store_true",
-                    help="toy sizes (ResNet width 8 on 64x64, BERT 2x64 at seq 32), 1 process per row: "
-                         "to validate the harness on a CPU")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes (ResNet width 8 on 64x64, BERT 2x64 at seq 32), 1 process per row: "
+        "to validate the harness on a CPU",
+    )
     ap.add_argument("--only", choices=("resnet", "bert"), help="run one case only")
     ap.add_argument("--reps", type=int, help="processes per runtime and row (default 3; tiny 1)")
     ap.add_argument("--iters", type=int, help="steps per timed window (default 20; tiny 3)")
@@ -577,8 +664,12 @@ def main(argv=None) -> int:
     seq = args.seq or size["seq"]
     if seq > bert_cfg["max_positions"]:
         ap.error(f"--seq {seq} is longer than the model's {bert_cfg['max_positions']} positions")
-    common = dict(device=args.device, warmup=args.warmup if args.warmup is not None else size["warmup"],
-                  windows=args.windows or size["windows"], iters=args.iters or size["iters"])
+    common = dict(
+        device=args.device,
+        warmup=args.warmup if args.warmup is not None else size["warmup"],
+        windows=args.windows or size["windows"],
+        iters=args.iters or size["iters"],
+    )
     reps = args.reps or size["reps"]
 
     probe = run_child({"case": "probe", "device": args.device, "torch": not args.no_torch})
@@ -586,14 +677,26 @@ def main(argv=None) -> int:
         print(f"cuda.py: {probe['error']}", file=sys.stderr)
         return 2
     use_torch = not args.no_torch and probe.get("torch_device_ok", False)
-    env = {"device": args.device, "tiny": args.tiny, "gpu": probe.get("gpu"), "lazyvic": probe.get("lazyvic"),
-           "numba": probe.get("numba"), "torch": probe.get("torch"), "cpu": f"{platform.machine()}, "
-           f"{os.cpu_count()} cores", "python": platform.python_version(), "loadavg": _loadavg(),
-           "started": f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "sources": source_fingerprint()}
-    print(f"lazyvic {env['lazyvic']} (numba {env['numba']}) vs torch {env['torch']} on {args.device}: "
-          f"{env['gpu'] or env['cpu']}{' (simulated)' if probe.get('simulated') else ''}; "
-          f"{reps} process(es) per row, {common['warmup']} warm-up steps, {common['windows']} windows of "
-          f"{common['iters']} steps; load {env['loadavg']}; {env['started']}", flush=True)
+    env = {
+        "device": args.device,
+        "tiny": args.tiny,
+        "gpu": probe.get("gpu"),
+        "lazyvic": probe.get("lazyvic"),
+        "numba": probe.get("numba"),
+        "torch": probe.get("torch"),
+        "cpu": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "loadavg": _loadavg(),
+        "started": f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "sources": source_fingerprint(),
+    }
+    print(
+        f"lazyvic {env['lazyvic']} (numba {env['numba']}) vs torch {env['torch']} on {args.device}: "
+        f"{env['gpu'] or env['cpu']}{' (simulated)' if probe.get('simulated') else ''}; "
+        f"{reps} process(es) per row, {common['warmup']} warm-up steps, {common['windows']} windows of "
+        f"{common['iters']} steps; load {env['loadavg']}; {env['started']}",
+        flush=True,
+    )
     if not args.no_torch and not use_torch:
         print(f"  torch rows skipped: torch {probe.get('torch')} cannot run on {args.device}", flush=True)
 
@@ -601,8 +704,11 @@ def main(argv=None) -> int:
         specs = []
         if args.only in (None, "resnet"):
             rts = ("lazyvic", "torch") if use_torch else ("lazyvic",)
-            specs += [dict(common, case="resnet", runtime=rt, resnet=resnet, batch=resnet["batch"], amp=not args.no_amp)
-                      for _ in range(reps) for rt in rts]
+            specs += [
+                dict(common, case="resnet", runtime=rt, resnet=resnet, batch=resnet["batch"], amp=not args.no_amp)
+                for _ in range(reps)
+                for rt in rts
+            ]
         if args.only in (None, "bert"):
             rts = ("lazyvic",) + (() if args.no_compile else ("lazyvic.compile",)) + (("torch",) if use_torch else ())
             batches = args.batch or size["bert_batches"]
@@ -611,15 +717,27 @@ def main(argv=None) -> int:
                 if "error" in ref:
                     print(f"  BERT reference (torch, cpu, float32) failed, outputs not checked: {ref['error']}")
             for batch in batches:
-                specs += [dict(common, case="bert", runtime=rt, bert=bert_cfg, batch=batch, seq=seq,
-                               ref=str(Path(tmp) / f"bert_b{batch}.npy")) for _ in range(reps) for rt in rts]
+                specs += [
+                    dict(
+                        common,
+                        case="bert",
+                        runtime=rt,
+                        bert=bert_cfg,
+                        batch=batch,
+                        seq=seq,
+                        ref=str(Path(tmp) / f"bert_b{batch}.npy"),
+                    )
+                    for _ in range(reps)
+                    for rt in rts
+                ]
         recs = []
         for spec in specs:
             rec = run_child(spec)
             _progress(rec)
             recs.append(rec)
-    runtimes = tuple(rt for rt in ("lazyvic", "lazyvic.compile", "torch")
-                     if any(r["spec"]["runtime"] == rt for r in recs))
+    runtimes = tuple(
+        rt for rt in ("lazyvic", "lazyvic.compile", "torch") if any(r["spec"]["runtime"] == rt for r in recs)
+    )
     rows = summarize(recs, runtimes)
     print_summary(rows, runtimes, env)
     if args.json:

@@ -103,8 +103,9 @@ def state_keys_and_shapes() -> list:
 
 
 def _bn(prefix: str, c: int) -> list:
-    return [(f"{prefix}.{k}", (c,)) for k in ("weight", "bias", "running_mean", "running_var")] + \
-        [(f"{prefix}.num_batches_tracked", ())]
+    return [(f"{prefix}.{k}", (c,)) for k in ("weight", "bias", "running_mean", "running_var")] + [
+        (f"{prefix}.num_batches_tracked", ())
+    ]
 
 
 def weights() -> dict:
@@ -132,8 +133,9 @@ def torch_resnet18():
             self.bn2 = nn.BatchNorm2d(planes)
             self.downsample = None
             if stride != 1 or inplanes != planes:
-                self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
-                                                nn.BatchNorm2d(planes))
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+                )
 
         def forward(self, x):
             out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
@@ -149,8 +151,11 @@ def torch_resnet18():
             inplanes = WIDTH
             for i in range(4):
                 planes, stride = WIDTH * 2**i, 1 if i == 0 else 2
-                setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(inplanes, planes, stride),
-                                                             BasicBlock(planes, planes)))
+                setattr(
+                    self,
+                    f"layer{i + 1}",
+                    nn.Sequential(BasicBlock(inplanes, planes, stride), BasicBlock(planes, planes)),
+                )
                 inplanes = planes
             self.avgpool = nn.AdaptiveAvgPool2d(1)
             self.fc = nn.Linear(inplanes, CLASSES)
@@ -173,9 +178,16 @@ def export_onnx(workdir: Path) -> dict:
     model = torch_resnet18()
     path = workdir / "resnet18.onnx"
     with torch.no_grad():
-        torch.onnx.export(model, (torch.from_numpy(images(1)),), str(path), dynamo=False, opset_version=13,
-                          input_names=["input"], output_names=["logits"],
-                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+        torch.onnx.export(
+            model,
+            (torch.from_numpy(images(1)),),
+            str(path),
+            dynamo=False,
+            opset_version=13,
+            input_names=["input"],
+            output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        )
         ref = {f"b{b}": model(torch.from_numpy(images(b))).numpy() for b in BATCHES}
     np.savez(workdir / "reference_logits.npz", **ref)
     import onnx
@@ -255,6 +267,7 @@ def child_resnet(spec: dict, rec: dict) -> None:
         def run():
             with torch.no_grad():
                 return model(x).numpy()
+
     t_first = time.perf_counter()
     y = run()
     rec["first_call_s"] = time.perf_counter() - t_first
@@ -280,12 +293,14 @@ def child_conv(spec: dict, rec: dict) -> None:
 
         x, w = lv.tensor(x_np, requires_grad=backward), lv.tensor(w_np, requires_grad=backward)
         if backward:
+
             def run():
                 x.grad = w.grad = None
                 F.conv2d(x, w, stride=s, padding=p).sum().backward()
                 lv.sync(x.grad, w.grad)
                 return w.grad.numpy()
         else:
+
             def run():
                 return F.conv2d(x, w, stride=s, padding=p).numpy()
     elif rt == "torch":
@@ -294,11 +309,13 @@ def child_conv(spec: dict, rec: dict) -> None:
         torch.set_num_threads(THREADS)
         x, w = torch.from_numpy(x_np).requires_grad_(backward), torch.from_numpy(w_np).requires_grad_(backward)
         if backward:
+
             def run():
                 x.grad = w.grad = None
                 torch.nn.functional.conv2d(x, w, stride=s, padding=p).sum().backward()
                 return w.grad.numpy()
         else:
+
             def run():
                 with torch.no_grad():
                     return torch.nn.functional.conv2d(x, w, stride=s, padding=p).numpy()
@@ -308,9 +325,13 @@ def child_conv(spec: dict, rec: dict) -> None:
         from onnx import TensorProto, helper, numpy_helper
 
         node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[s, s], pads=[p, p, p, p])
-        graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_np.shape)],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, o, None, None])],
-                                  [numpy_helper.from_array(w_np, "w")])
+        graph = helper.make_graph(
+            [node],
+            "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_np.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, o, None, None])],
+            [numpy_helper.from_array(w_np, "w")],
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
         model.ir_version = 7  # what opset 13 came with (this onnx writes IR versions onnxruntime may not read yet)
         so = ort.SessionOptions()
@@ -320,6 +341,7 @@ def child_conv(spec: dict, rec: dict) -> None:
 
         def run():
             return sess.run(None, {"x": x_np})[0]
+
     a = cpu_sample()
     times = _time(run, spec["iters"], warmup=5)
     rec["other_cores_timed"] = other_cores(a, cpu_sample())
@@ -353,8 +375,11 @@ def run_child(spec: dict, max_wait_s: float, env_extra: dict) -> dict:
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
         if proc.returncode != 0:
-            return {"spec": spec, "error": f"child exited with {proc.returncode}",
-                    "stderr_tail": (proc.stderr or proc.stdout or "")[-3000:]}
+            return {
+                "spec": spec,
+                "error": f"child exited with {proc.returncode}",
+                "stderr_tail": (proc.stderr or proc.stdout or "")[-3000:],
+            }
         rec = json.loads(Path(out_path).read_text())
     except subprocess.TimeoutExpired:
         return {"spec": spec, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -377,8 +402,10 @@ def _progress(rec: dict) -> None:
         msg = "ERROR " + rec["error"] + "\n" + rec.get("stderr_tail", "")[-1500:]
     else:
         oc = rec.get("other_cores_timed")
-        msg = (f"{rec['images_per_s']:9.1f} img/s (median {rec['timed']['median_s'] * 1e3:.3f} ms; "
-               f"other cores {'-' if oc is None else f'{oc:.2f}'}; waited {rec['quiet_wait_s']:.0f} s)")
+        msg = (
+            f"{rec['images_per_s']:9.1f} img/s (median {rec['timed']['median_s'] * 1e3:.3f} ms; "
+            f"other cores {'-' if oc is None else f'{oc:.2f}'}; waited {rec['quiet_wait_s']:.0f} s)"
+        )
     print(f"  {_label(spec) + ' / ' + spec['runtime']:<42} {msg}", flush=True)
 
 
@@ -397,9 +424,14 @@ def summarize(recs: list) -> list:
             errs = [r["error"] for r in mine if r["spec"]["runtime"] == rt and "error" in r]
             if ok:
                 ips = [r["images_per_s"] for r in ok]
-                row[rt] = {"images_per_s": statistics.median(ips), "min": min(ips), "max": max(ips), "n": len(ips),
-                           "other_cores": [r.get("other_cores_timed") for r in ok],
-                           "max_abs_diff_vs_torch": max((r.get("max_abs_diff_vs_torch", 0.0) for r in ok), default=None)}
+                row[rt] = {
+                    "images_per_s": statistics.median(ips),
+                    "min": min(ips),
+                    "max": max(ips),
+                    "n": len(ips),
+                    "other_cores": [r.get("other_cores_timed") for r in ok],
+                    "max_abs_diff_vs_torch": max((r.get("max_abs_diff_vs_torch", 0.0) for r in ok), default=None),
+                }
                 if "checksum" in ok[0]:
                     row[rt]["output_sum"] = ok[0]["checksum"]
                 if rt == "lazyvic" and "lazyvic_model" in ok[0]:
@@ -424,24 +456,45 @@ def print_summary(rows: list) -> None:
         xs = [x for rt in RUNTIMES for x in row.get(rt, {}).get("other_cores", []) if x is not None]
         return f"{statistics.median(xs):.2f}/{max(xs):.2f}" if xs else "-"
 
-    headers = ["case (images/s, median over processes)", *RUNTIMES, "lazyvic/ORT", "lazyvic/torch",
-               "compiled/ORT", "compiled/torch", "other cores med/max"]
-    table = [[r["case"], *[cell(r, rt) for rt in RUNTIMES], _ratio(r["ratio_vs_onnxruntime"]),
-              _ratio(r["ratio_vs_torch"]), _ratio(r.get("compiled_ratio_vs_onnxruntime")),
-              _ratio(r.get("compiled_ratio_vs_torch")), cores(r)] for r in rows]
+    headers = [
+        "case (images/s, median over processes)",
+        *RUNTIMES,
+        "lazyvic/ORT",
+        "lazyvic/torch",
+        "compiled/ORT",
+        "compiled/torch",
+        "other cores med/max",
+    ]
+    table = [
+        [
+            r["case"],
+            *[cell(r, rt) for rt in RUNTIMES],
+            _ratio(r["ratio_vs_onnxruntime"]),
+            _ratio(r["ratio_vs_torch"]),
+            _ratio(r.get("compiled_ratio_vs_onnxruntime")),
+            _ratio(r.get("compiled_ratio_vs_torch")),
+            cores(r),
+        ]
+        for r in rows
+    ]
     print()
     print_table(headers, table)
     for r in rows:
         if "lazyvic_model" in r:
             print(f"  {r['case']}: lazyvic ran {r['lazyvic_model']}")
-        diffs = {rt: r[rt]["max_abs_diff_vs_torch"] for rt in RUNTIMES
-                 if isinstance(r.get(rt), dict) and r[rt].get("max_abs_diff_vs_torch") is not None}
+        diffs = {
+            rt: r[rt]["max_abs_diff_vs_torch"]
+            for rt in RUNTIMES
+            if isinstance(r.get(rt), dict) and r[rt].get("max_abs_diff_vs_torch") is not None
+        }
         if diffs and r["case"].startswith("resnet"):
             print(f"  {r['case']}: max |logits - torch|: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
         sums = {rt: r[rt]["output_sum"] for rt in RUNTIMES if isinstance(r.get(rt), dict) and "output_sum" in r[rt]}
         if sums:
-            print(f"  {r['case']}: sum of the output (or weight gradient): "
-                  + ", ".join(f"{k} {v:.6g}" for k, v in sums.items()))
+            print(
+                f"  {r['case']}: sum of the output (or weight gradient): "
+                + ", ".join(f"{k} {v:.6g}" for k, v in sums.items())
+            )
 
 
 def main(argv=None) -> int:
@@ -450,8 +503,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=("resnet", "conv"), help="run one part only")
     ap.add_argument("--reps", type=int, help="processes per runtime and case (default 3; quick 1)")
     ap.add_argument("--iters", type=int, help="timed calls per process, at least (default 50; quick 20)")
-    ap.add_argument("--max-wait", type=float, metavar="S",
-                    help="before each child, wait up to S seconds for a quiet machine (default 60; quick 0)")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        metavar="S",
+        help="before each child, wait up to S seconds for a quiet machine (default 60; quick 0)",
+    )
     ap.add_argument("--no-backward", action="store_true", help="conv2d: forward only")
     ap.add_argument("--json", type=Path, help="write every record and the summary here")
     ap.add_argument("--keep-onnx", type=Path, metavar="DIR", help="write the ONNX file here (default: a temp dir)")
@@ -469,11 +526,17 @@ def main(argv=None) -> int:
     workdir = args.keep_onnx or Path(tempfile.mkdtemp(prefix="lazyvic-resnet18-"))
     workdir.mkdir(parents=True, exist_ok=True)
     # Numba's and lazyvic's caches stay where they are: a warm cache is the steady state measured.
-    env_extra = {"OMP_NUM_THREADS": str(THREADS), "NUMBA_NUM_THREADS": str(THREADS),
-                 "OPENBLAS_NUM_THREADS": str(THREADS)}
-    print(f"resnet18 benchmark: {platform.machine()}, {os.cpu_count()} cores, {THREADS} threads per runtime, "
-          f"{reps} process(es) per runtime and case, load {_loadavg()}, "
-          f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC", flush=True)
+    env_extra = {
+        "OMP_NUM_THREADS": str(THREADS),
+        "NUMBA_NUM_THREADS": str(THREADS),
+        "OPENBLAS_NUM_THREADS": str(THREADS),
+    }
+    print(
+        f"resnet18 benchmark: {platform.machine()}, {os.cpu_count()} cores, {THREADS} threads per runtime, "
+        f"{reps} process(es) per runtime and case, load {_loadavg()}, "
+        f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        flush=True,
+    )
     exported = run_child({"case": "export", "dir": str(workdir)}, 0, env_extra)
     if "error" in exported:
         print("ONNX export failed:\n" + exported.get("stderr_tail", ""))
@@ -483,14 +546,19 @@ def main(argv=None) -> int:
     if args.only in (None, "resnet"):
         for batch in BATCHES:
             for _ in range(reps):
-                specs += [{"case": "resnet", "runtime": rt, "batch": batch, "onnx": exported["onnx"], "iters": iters}
-                          for rt in RUNTIMES]
+                specs += [
+                    {"case": "resnet", "runtime": rt, "batch": batch, "onnx": exported["onnx"], "iters": iters}
+                    for rt in RUNTIMES
+                ]
     if args.only in (None, "conv"):
         for conv in CONVS:
             for backward in (False,) if args.no_backward else (False, True):
                 for _ in range(reps):
-                    specs += [{"case": "conv", "runtime": rt, "conv": conv[0], "backward": backward, "iters": iters}
-                              for rt in RUNTIMES if rt != "lazyvic.compile" and not (backward and rt == "onnxruntime")]
+                    specs += [
+                        {"case": "conv", "runtime": rt, "conv": conv[0], "backward": backward, "iters": iters}
+                        for rt in RUNTIMES
+                        if rt != "lazyvic.compile" and not (backward and rt == "onnxruntime")
+                    ]
     recs = []
     for spec in specs:
         rec = run_child(spec, max_wait, env_extra)
@@ -499,8 +567,13 @@ def main(argv=None) -> int:
     rows = summarize(recs)
     print_summary(rows)
     if args.json:
-        args.json.write_text(json.dumps({"records": recs, "summary": rows, "export": exported,
-                                         "sources": source_fingerprint()}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"records": recs, "summary": rows, "export": exported, "sources": source_fingerprint()},
+                indent=1,
+                default=str,
+            )
+        )
     return 0
 
 

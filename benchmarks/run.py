@@ -89,11 +89,11 @@ def tcompile(fn):
 class Settings:
     def __init__(self, quick: bool):
         self.quick = quick
-        self.lv_warmup = 3 if quick else 4           # >= 3: interpret, compile, steady
-        self.compile_warmup = 3                      # torch.compile compiles on call 1
+        self.lv_warmup = 3 if quick else 4  # >= 3: interpret, compile, steady
+        self.compile_warmup = 3  # torch.compile compiles on call 1
         self.eager_warmup = 1 if quick else 2
         self.min_reps = 3 if quick else 5
-        self.budget_s = 0.75 if quick else 4.0       # timed repeats stop past this (after min_reps)
+        self.budget_s = 0.75 if quick else 4.0  # timed repeats stop past this (after min_reps)
 
 
 def measure(fn, warmup: int, min_reps: int, max_reps: int, budget_s: float, check_at: int | None):
@@ -153,12 +153,12 @@ class Case:
 
     name = ""
     title = ""
-    unit = ""            # GB/s, GFLOP/s, steps/s, us/op
+    unit = ""  # GB/s, GFLOP/s, steps/s, us/op
     notes = ""
     max_reps_quick = 20
     max_reps_full = 50
     check_at: int | None = None
-    tol = 1e-4           # reported, not enforced: max abs err / max(1, max |ref|)
+    tol = 1e-4  # reported, not enforced: max abs err / max(1, max |ref|)
 
     def sizes(self, quick: bool) -> list:
         raise NotImplementedError
@@ -183,8 +183,12 @@ class Case:
         raise ValueError(self.unit)
 
     def setup(self, backend: str, size):
-        meth = {"lazyvic": self.lazyvic, "numpy": self.numpy, "torch": self.torch_eager,
-                "torch.compile": self.torch_compile}[backend]
+        meth = {
+            "lazyvic": self.lazyvic,
+            "numpy": self.numpy,
+            "torch": self.torch_eager,
+            "torch.compile": self.torch_compile,
+        }[backend]
         return meth(size)
 
     def lazyvic(self, size):
@@ -242,6 +246,7 @@ class Elementwise(Case):
         def run():
             t = x * a + b
             return t * 0.5 * (1.0 + np_erf(t * SQRT1_2)) * c
+
         return run
 
     def _torch_fn(self):
@@ -289,6 +294,7 @@ class Softmax(_RowsCase):
         def run():
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             return e / e.sum(axis=-1, keepdims=True)
+
         return run
 
     def torch_eager(self, s):
@@ -305,8 +311,10 @@ class LayerNormGelu(_RowsCase):
     name = "layernorm_gelu"
     title = "gelu(layer_norm(x))"
     unit = "GB/s"
-    notes = ("float32, layer norm over the last axis WITH affine (weight, bias of shape (cols,)), "
-             "eps=1e-5, then exact gelu; GB/s = 2*4*rows*cols bytes (x read + y write)")
+    notes = (
+        "float32, layer norm over the last axis WITH affine (weight, bias of shape (cols,)), "
+        "eps=1e-5, then exact gelu; GB/s = 2*4*rows*cols bytes (x read + y write)"
+    )
     EPS = 1e-5
 
     def _data(self, s):
@@ -330,6 +338,7 @@ class LayerNormGelu(_RowsCase):
             var = x.var(axis=-1, keepdims=True)
             y = (x - mu) / np.sqrt(var + eps) * w + b
             return y * 0.5 * (1.0 + np_erf(y * SQRT1_2))
+
         return run
 
     def _torch_fn(self, s):
@@ -364,7 +373,7 @@ class Matmul(Case):
         return f"n={n}"
 
     def work(self, n):
-        return 2.0 * n ** 3
+        return 2.0 * n**3
 
     def _ab(self, n):
         r = _rng()
@@ -394,8 +403,10 @@ class MLPStep(Case):
     name = "mlp_step"
     title = "MLP train step"
     unit = "steps/s"
-    notes = ("64-128-10, ReLU, cross-entropy (mean), SGD lr=0.1, batch 128, random float32 data "
-             "(8 batches cycled); check = loss of the 3rd step (after 2 updates)")
+    notes = (
+        "64-128-10, ReLU, cross-entropy (mean), SGD lr=0.1, batch 128, random float32 data "
+        "(8 batches cycled); check = loss of the 3rd step (after 2 updates)"
+    )
     IN, HID, OUT, BATCH, LR, NBATCH = 64, 128, 10, 128, 0.1, 8
     max_reps_quick = 100
     max_reps_full = 1000
@@ -416,8 +427,11 @@ class MLPStep(Case):
 
         def lin(i, o):
             bound = 1.0 / math.sqrt(i)
-            return (r.uniform(-bound, bound, (o, i)).astype(np.float32),
-                    r.uniform(-bound, bound, (o,)).astype(np.float32))
+            return (
+                r.uniform(-bound, bound, (o, i)).astype(np.float32),
+                r.uniform(-bound, bound, (o,)).astype(np.float32),
+            )
+
         W1, b1 = lin(self.IN, self.HID)
         W2, b2 = lin(self.HID, self.OUT)
         xs = [r.standard_normal((self.BATCH, self.IN), dtype=np.float32) for _ in range(self.NBATCH)]
@@ -443,6 +457,7 @@ class MLPStep(Case):
             opt.step()
             lv.sync(loss)  # the mark step: forward, backward and update in one trace
             return loss
+
         return step
 
     def numpy(self, b):
@@ -471,13 +486,15 @@ class MLPStep(Case):
             for p, g in zip(params, (gW1, gb1, gW2, gb2)):
                 p -= lr * g  # in place
             return loss
+
         return step
 
     def _torch_setup(self):
         params, xs, ys = self._init()
         W1, b1, W2, b2 = params
-        model = torch.nn.Sequential(torch.nn.Linear(self.IN, self.HID), torch.nn.ReLU(),
-                                    torch.nn.Linear(self.HID, self.OUT))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(self.IN, self.HID), torch.nn.ReLU(), torch.nn.Linear(self.HID, self.OUT)
+        )
         with torch.no_grad():
             for p, v in zip(model.parameters(), (W1, b1, W2, b2)):
                 p.copy_(torch.from_numpy(v))
@@ -496,6 +513,7 @@ class MLPStep(Case):
             loss.backward()
             opt.step()
             return loss
+
         return step
 
     def torch_eager(self, b):
@@ -514,9 +532,11 @@ class OpChain(Case):
     name = "op_chain"
     title = "1000-op chain"
     unit = "us/op"
-    notes = ("16 float32 elements; 500 x (x = x * 1.0001; x = x + 0.0001). lazyvic: build 1000 lazy "
-             "ops + one sync (cached plan); NumPy / torch eager: run the 1000 ops; torch.compile: "
-             "call of the cached compiled 1000-op function")
+    notes = (
+        "16 float32 elements; 500 x (x = x * 1.0001; x = x + 0.0001). lazyvic: build 1000 lazy "
+        "ops + one sync (cached plan); NumPy / torch eager: run the 1000 ops; torch.compile: "
+        "call of the cached compiled 1000-op function"
+    )
     N, OPS = 16, 1000
     max_reps_quick = 30
     max_reps_full = 200
@@ -659,8 +679,14 @@ def run_one(case: Case, backend: str, size, st: Settings) -> dict:
         fn = None  # noqa: F841 - drop the closure's buffers before the next backend
         gc.collect()
     med = statistics.median(times)
-    row.update(times_s=[round(t, 9) for t in times], reps=len(times), warmup=warmup, median_s=med,
-               min_s=min(times), throughput=case.throughput(size, med))
+    row.update(
+        times_s=[round(t, 9) for t in times],
+        reps=len(times),
+        warmup=warmup,
+        median_s=med,
+        min_s=min(times),
+        throughput=case.throughput(size, med),
+    )
     row["_checked"] = checked
     return row
 
@@ -728,8 +754,17 @@ def _trunc(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-COLS = [("case", 14), ("size", 18), ("backend", 13), ("median", 10), ("min", 10), ("throughput", 16),
-        ("lv/this", 8), ("check", 9), ("note", 0)]
+COLS = [
+    ("case", 14),
+    ("size", 18),
+    ("backend", 13),
+    ("median", 10),
+    ("min", 10),
+    ("throughput", 16),
+    ("lv/this", 8),
+    ("check", 9),
+    ("note", 0),
+]
 
 
 def format_row(r: dict, first: bool) -> str:
@@ -858,16 +893,27 @@ def write_json(path: Path, payload: dict) -> None:
 
 def main(argv=None) -> int:
     names = [c.name for c in CASES]
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="cases: " + ", ".join(names))
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="cases: " + ", ".join(names),
+    )
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a minute)")
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=names, help="run only these cases")
-    ap.add_argument("--backends", nargs="+", metavar="NAME", choices=BACKENDS,
-                    help=f"run only these backends (default: all of {', '.join(BACKENDS)})")
+    ap.add_argument(
+        "--backends",
+        nargs="+",
+        metavar="NAME",
+        choices=BACKENDS,
+        help=f"run only these backends (default: all of {', '.join(BACKENDS)})",
+    )
     ap.add_argument("--no-torch", action="store_true", help="do not import torch")
-    ap.add_argument("--json", default=str(HERE / "results" / "latest.json"), metavar="PATH",
-                    help="where to write the results (default: benchmarks/results/latest.json)")
+    ap.add_argument(
+        "--json",
+        default=str(HERE / "results" / "latest.json"),
+        metavar="PATH",
+        help="where to write the results (default: benchmarks/results/latest.json)",
+    )
     args = ap.parse_args(argv)
 
     _import_torch(args.no_torch)
@@ -881,19 +927,27 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
 
     print(f"lazyvic benchmarks ({'quick' if args.quick else 'full'})  {env['date']}")
-    print(f"  python {env['python']}, numpy {env['numpy']}, numba {env.get('numba')} "
-          f"({env.get('numba_threads')} threads), torch {env['torch']}"
-          + (f" ({env['torch_threads']} threads)" if torch is not None else "")
-          + f", {env['cpu_count']} cpus")
-    print(f"  lazyvic {env['lazyvic']}, LAZYVIC_COMPILE={env.get('lazyvic_compile_mode')}; "
-          f"numpy erf: {env['erf_for_numpy']}")
-    print(f"  median of timed repeats after warm-up (lazyvic: {st.lv_warmup} warm-up runs, "
-          f"torch.compile: {st.compile_warmup}, others: {st.eager_warmup})")
+    print(
+        f"  python {env['python']}, numpy {env['numpy']}, numba {env.get('numba')} "
+        f"({env.get('numba_threads')} threads), torch {env['torch']}"
+        + (f" ({env['torch_threads']} threads)" if torch is not None else "")
+        + f", {env['cpu_count']} cpus"
+    )
+    print(
+        f"  lazyvic {env['lazyvic']}, LAZYVIC_COMPILE={env.get('lazyvic_compile_mode')}; "
+        f"numpy erf: {env['erf_for_numpy']}"
+    )
+    print(
+        f"  median of timed repeats after warm-up (lazyvic: {st.lv_warmup} warm-up runs, "
+        f"torch.compile: {st.compile_warmup}, others: {st.eager_warmup})"
+    )
     load = env.get("loadavg_1m")
     if load is not None:
         busy = load > 0.5 * (os.cpu_count() or 1)
-        print(f"  load average (1 min) at start: {load:.2f}"
-              + ("  ** WARNING: the machine is busy; timings will be noisy **" if busy else ""))
+        print(
+            f"  load average (1 min) at start: {load:.2f}"
+            + ("  ** WARNING: the machine is busy; timings will be noisy **" if busy else "")
+        )
     print("  lv/this = t_this / t_lazyvic: >1 means lazyvic is faster; check: vs NumPy, max abs err / max(1, |ref|)")
     print()
     print(header())
@@ -929,9 +983,23 @@ def main(argv=None) -> int:
     print()
     print("lazyvic metrics snapshot (whole run):")
     if lv is not None:
-        keys = ["traces", "cache_hits", "cache_misses", "plans_compiled", "kernels_compiled", "kernels_loaded",
-                "compile_seconds", "execute_seconds", "interpret_seconds", "interpreted_runs", "compiled_runs",
-                "fallbacks", "fallback_ops", "plans_cached", "ops_traced"]
+        keys = [
+            "traces",
+            "cache_hits",
+            "cache_misses",
+            "plans_compiled",
+            "kernels_compiled",
+            "kernels_loaded",
+            "compile_seconds",
+            "execute_seconds",
+            "interpret_seconds",
+            "interpreted_runs",
+            "compiled_runs",
+            "fallbacks",
+            "fallback_ops",
+            "plans_cached",
+            "ops_traced",
+        ]
         for k in keys + [k for k in snap if k not in keys]:
             if k in snap:
                 v = snap[k]

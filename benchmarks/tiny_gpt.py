@@ -45,10 +45,10 @@ if str(ROOT) not in sys.path:  # benchmark the checkout, installed or not
 RUNTIMES = ("lazyvic", "torch", "torch.compile")
 CASES = ("train", "first-step", "generate")
 SEED = 0
-N_BATCHES = 8          # random batches, cycled
+N_BATCHES = 8  # random batches, cycled
 GEN_TOKENS = 200
 CHILD_TIMEOUT_S = 1200
-QUIET_CORES = 0.3      # a child starts once other processes use less than this (or after --max-wait)
+QUIET_CORES = 0.3  # a child starts once other processes use less than this (or after --max-wait)
 
 
 # ----------------------------------------------------------------- configuration
@@ -71,14 +71,22 @@ def init_weights(cfg: dict) -> dict:
     shapes = {"transformer.wte.weight": (V, d), "transformer.wpe.weight": (T, d)}
     for i in range(L):
         p = f"transformer.h.{i}."
-        shapes.update({
-            p + "ln_1.weight": (d,), p + "ln_1.bias": (d,),
-            p + "attn.c_attn.weight": (3 * d, d), p + "attn.c_attn.bias": (3 * d,),
-            p + "attn.c_proj.weight": (d, d), p + "attn.c_proj.bias": (d,),
-            p + "ln_2.weight": (d,), p + "ln_2.bias": (d,),
-            p + "mlp.c_fc.weight": (4 * d, d), p + "mlp.c_fc.bias": (4 * d,),
-            p + "mlp.c_proj.weight": (d, 4 * d), p + "mlp.c_proj.bias": (d,),
-        })
+        shapes.update(
+            {
+                p + "ln_1.weight": (d,),
+                p + "ln_1.bias": (d,),
+                p + "attn.c_attn.weight": (3 * d, d),
+                p + "attn.c_attn.bias": (3 * d,),
+                p + "attn.c_proj.weight": (d, d),
+                p + "attn.c_proj.bias": (d,),
+                p + "ln_2.weight": (d,),
+                p + "ln_2.bias": (d,),
+                p + "mlp.c_fc.weight": (4 * d, d),
+                p + "mlp.c_fc.bias": (4 * d,),
+                p + "mlp.c_proj.weight": (d, 4 * d),
+                p + "mlp.c_proj.bias": (d,),
+            }
+        )
     shapes.update({"transformer.ln_f.weight": (d,), "transformer.ln_f.bias": (d,), "lm_head.weight": (V, d)})
     rng = np.random.default_rng(SEED)
     out = {}
@@ -133,8 +141,9 @@ def torch_tiny_gpt(cfg: dict):
             H = self.n_head
             q, k, v = self.c_attn(x).split(C, dim=2)
             q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                               is_causal=True)
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )
             y = y.transpose(1, 2).contiguous().view(B, T, C)
             return self.resid_dropout(self.c_proj(y))
 
@@ -165,13 +174,15 @@ def torch_tiny_gpt(cfg: dict):
         def __init__(self, vocab_size, d_model, n_layer, n_head, block_size, dropout):
             super().__init__()
             self.block_size = block_size
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(vocab_size, d_model),
-                wpe=nn.Embedding(block_size, d_model),
-                drop=nn.Dropout(dropout),
-                h=nn.ModuleList([Block(d_model, n_head, dropout) for _ in range(n_layer)]),
-                ln_f=nn.LayerNorm(d_model),
-            ))
+            self.transformer = nn.ModuleDict(
+                dict(
+                    wte=nn.Embedding(vocab_size, d_model),
+                    wpe=nn.Embedding(block_size, d_model),
+                    drop=nn.Dropout(dropout),
+                    h=nn.ModuleList([Block(d_model, n_head, dropout) for _ in range(n_layer)]),
+                    ln_f=nn.LayerNorm(d_model),
+                )
+            )
             self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
 
         def forward(self, idx, targets=None):
@@ -217,6 +228,7 @@ class LazyvicRuntime:
             opt.step()
             opt.zero_grad()
             return loss.item()  # the sync: forward, backward, clip and update in one trace
+
         return step
 
     def generator(self, cfg: dict):
@@ -233,9 +245,14 @@ class LazyvicRuntime:
 
         from lazyvic.runtime.config import config
 
-        out = {"lazyvic": getattr(self.lv, "__version__", None), "numba": numba.__version__,
-               "numba_threads": numba.config.NUMBA_NUM_THREADS, "lazyvic_compile_mode": config.compile,
-               "lazyvic_cache_dir": str(config.cache_dir), "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+        out = {
+            "lazyvic": getattr(self.lv, "__version__", None),
+            "numba": numba.__version__,
+            "numba_threads": numba.config.NUMBA_NUM_THREADS,
+            "lazyvic_compile_mode": config.compile,
+            "lazyvic_cache_dir": str(config.cache_dir),
+            "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
+        }
         try:
             out["numba_threading_layer"] = numba.threading_layer()
         except ValueError:  # no parallel kernel has run yet
@@ -273,6 +290,7 @@ class TorchRuntime:
             opt.step()
             opt.zero_grad()
             return loss.item()
+
         return step
 
     def generator(self, cfg: dict):
@@ -292,6 +310,7 @@ class TorchRuntime:
                 nxt = logits[:, -1, :].argmax(dim=-1, keepdim=True)
                 idx = torch.cat((idx, nxt), dim=1)
             return idx.numpy()
+
         return generate
 
     def counters(self) -> dict:
@@ -303,8 +322,11 @@ class TorchRuntime:
 
     def info(self) -> dict:
         torch = self.torch
-        out = {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-               "torch_interop_threads": torch.get_num_interop_threads()}
+        out = {
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "torch_interop_threads": torch.get_num_interop_threads(),
+        }
         if self.compiled:
             import torch._functorch.config as fconfig
             import torch._inductor.config as iconfig
@@ -388,8 +410,15 @@ def _stats(times: list) -> dict:
 
     def pct(q):
         return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-    return {"median_s": statistics.median(s), "mean_s": statistics.fmean(s), "min_s": s[0], "max_s": s[-1],
-            "p10_s": pct(0.1), "p90_s": pct(0.9)}
+
+    return {
+        "median_s": statistics.median(s),
+        "mean_s": statistics.fmean(s),
+        "min_s": s[0],
+        "max_s": s[-1],
+        "p10_s": pct(0.1),
+        "p90_s": pct(0.9),
+    }
 
 
 def child_main(spec: dict) -> dict:
@@ -501,12 +530,12 @@ class Plan:
 
     def __init__(self, args):
         q = args.quick
-        self.warmup = 5                                # lazyvic: interpret, compile, then steady
+        self.warmup = 5  # lazyvic: interpret, compile, then steady
         self.steps = args.steps or (10 if q else 100)  # timed training steps per process
-        self.reps = args.reps or (1 if q else 5)       # processes per runtime and case
+        self.reps = args.reps or (1 if q else 5)  # processes per runtime and case
         self.first_reps = args.reps or (1 if q else 3)  # cold+warm pairs for the first step
         self.first_steps = 3
-        self.gens = 1 if q else 3                      # timed generations per process
+        self.gens = 1 if q else 3  # timed generations per process
         self.tokens = GEN_TOKENS
         self.max_wait = args.max_wait if args.max_wait is not None else (0 if q else 120)
 
@@ -547,8 +576,12 @@ def _run_child(spec: dict, env_extra: dict) -> dict:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout or "")[-3000:]
-            return {"spec": spec, "error": f"child exited with {proc.returncode}", "stderr_tail": tail,
-                    "process_wall_s": wall}
+            return {
+                "spec": spec,
+                "error": f"child exited with {proc.returncode}",
+                "stderr_tail": tail,
+                "process_wall_s": wall,
+            }
         rec = json.loads(Path(out_path).read_text())
         rec["process_wall_s"] = wall
         if proc.stderr.strip():
@@ -562,8 +595,11 @@ def _run_child(spec: dict, env_extra: dict) -> dict:
 
 def cache_env(d: Path) -> dict:
     """Every on-disk compile cache of both runtimes inside ``d``."""
-    return {"LAZYVIC_CACHE_DIR": str(d / "lazyvic"), "NUMBA_CACHE_DIR": str(d / "numba"),
-            "TORCHINDUCTOR_CACHE_DIR": str(d / "inductor")}
+    return {
+        "LAZYVIC_CACHE_DIR": str(d / "lazyvic"),
+        "NUMBA_CACHE_DIR": str(d / "numba"),
+        "TORCHINDUCTOR_CACHE_DIR": str(d / "inductor"),
+    }
 
 
 def _progress(label: str, rec: dict) -> None:
@@ -579,8 +615,11 @@ def _progress(label: str, rec: dict) -> None:
         msg = "?"
     oc = rec.get("other_cores_timed")
     other = "-" if oc is None else f"{oc:.2f}"
-    print(f"  {label:<40} {msg}  [{rec.get('process_wall_s', 0):.1f} s; waited {rec.get('quiet_wait_s', 0):.0f} s; "
-          f"other cores {other}]", flush=True)
+    print(
+        f"  {label:<40} {msg}  [{rec.get('process_wall_s', 0):.1f} s; waited {rec.get('quiet_wait_s', 0):.0f} s; "
+        f"other cores {other}]",
+        flush=True,
+    )
 
 
 def run_train(plan: Plan, runtimes: list, cache: Path, dropout: float) -> list:
@@ -599,8 +638,14 @@ def run_generate(plan: Plan, runtimes: list, cache: Path, dropout: float, gen_dy
     recs = []
     for rep in range(plan.reps):
         for rt in runtimes:
-            spec = dict(case="generate", runtime=rt, dropout=dropout, tokens=plan.tokens, gens=plan.gens,
-                        gen_dynamic=gen_dynamic)
+            spec = dict(
+                case="generate",
+                runtime=rt,
+                dropout=dropout,
+                tokens=plan.tokens,
+                gens=plan.gens,
+                gen_dynamic=gen_dynamic,
+            )
             rec = run_child(spec, cache_env(cache), plan.max_wait)
             rec["rep"] = rep
             _progress(f"generate {rt} #{rep + 1}", rec)
@@ -658,8 +703,13 @@ def _cores(xs) -> str:
 
 def _select(recs, case, rt, **match):
     """(records that succeeded, error messages of those that failed) for one row."""
-    mine = [r for r in recs if r["spec"]["case"] == case and r["spec"]["runtime"] == rt
-            and all(r["spec"].get(k) == v for k, v in match.items())]
+    mine = [
+        r
+        for r in recs
+        if r["spec"]["case"] == case
+        and r["spec"]["runtime"] == rt
+        and all(r["spec"].get(k) == v for k, v in match.items())
+    ]
     return [r for r in mine if "error" not in r], [r["error"] for r in mine if "error" in r] or ["not run"]
 
 
@@ -679,10 +729,11 @@ def summarize_train(recs: list, runtimes: list) -> dict:
             out[rt] = {"error": err[0]}
             continue
         rates = [r["steps_per_s"] for r in ok]
-        step_ms = [t * 1e3 for r in ok for t in r["step_times_s"][r["spec"]["warmup"]:]]
+        step_ms = [t * 1e3 for r in ok for t in r["step_times_s"][r["spec"]["warmup"] :]]
         pooled = _stats(step_ms)
         out[rt] = {
-            "steps_per_s": _med(rates), "steps_per_s_runs": rates,
+            "steps_per_s": _med(rates),
+            "steps_per_s_runs": rates,
             "steps_per_s_mean_runs": [r["steps_per_s_mean"] for r in ok],
             "step_ms_pooled": {k[:-2]: v for k, v in pooled.items()},
             "other_cores_runs": [r["other_cores_timed"] for r in ok],
@@ -693,7 +744,8 @@ def summarize_train(recs: list, runtimes: list) -> dict:
         }
         if rt == "lazyvic":  # time inside the plan's kernels; the rest is tracing, autograd and the cut
             out[rt]["execute_ms_per_step"] = _med(
-                [r["timed_counters"].get("execute_seconds", 0.0) * 1e3 / r["spec"]["steps"] for r in ok])
+                [r["timed_counters"].get("execute_seconds", 0.0) * 1e3 / r["spec"]["steps"] for r in ok]
+            )
     lv = out.get("lazyvic", {}).get("steps_per_s")
     ref_loss = out.get("lazyvic", {}).get("losses_first_3")
     for rt in runtimes:
@@ -707,9 +759,11 @@ def summarize_train(recs: list, runtimes: list) -> dict:
 
 def print_train(s: dict, plan: Plan) -> None:
     print()
-    print(f"training step (batch {TRAIN['batch']}, forward + backward + clip + AdamW, loss.item() each step): "
-          f"{plan.warmup} warm-up steps, then {plan.steps} timed; steps/s = 1 / median step time; "
-          f"median over {plan.reps} process(es)")
+    print(
+        f"training step (batch {TRAIN['batch']}, forward + backward + clip + AdamW, loss.item() each step): "
+        f"{plan.warmup} warm-up steps, then {plan.steps} timed; steps/s = 1 / median step time; "
+        f"median over {plan.reps} process(es)"
+    )
     rows = []
     for rt, r in s.items():
         if "error" in r:
@@ -721,18 +775,37 @@ def print_train(s: dict, plan: Plan) -> None:
             note.append(f"{r['execute_ms_per_step']:.1f} ms/step executing the plan")
         if "loss_max_abs_diff_vs_lazyvic" in r:
             note.append(f"loss of steps 1-3 vs lazyvic: max diff {r['loss_max_abs_diff_vs_lazyvic']:.1e}")
-        rows.append([rt, f"{r['steps_per_s']:.2f}", _spread(r["steps_per_s_runs"], lambda x: f"{x:.2f}"),
-                     f"{1e3 / r['steps_per_s']:.1f}", f"{p['p10']:.1f}/{p['p90']:.1f}/{p['max']:.0f}",
-                     _cores(r["other_cores_runs"]),
-                     _ratio(r.get("lazyvic_ratio")) if rt != "lazyvic" else "", "; ".join(note)])
-    print_table(["runtime", "steps/s", "spread", "ms/step", "step ms p10/p90/max", "other cores med/max",
-                 "lazyvic/this", "note"], rows)
+        rows.append(
+            [
+                rt,
+                f"{r['steps_per_s']:.2f}",
+                _spread(r["steps_per_s_runs"], lambda x: f"{x:.2f}"),
+                f"{1e3 / r['steps_per_s']:.1f}",
+                f"{p['p10']:.1f}/{p['p90']:.1f}/{p['max']:.0f}",
+                _cores(r["other_cores_runs"]),
+                _ratio(r.get("lazyvic_ratio")) if rt != "lazyvic" else "",
+                "; ".join(note),
+            ]
+        )
+    print_table(
+        [
+            "runtime",
+            "steps/s",
+            "spread",
+            "ms/step",
+            "step ms p10/p90/max",
+            "other cores med/max",
+            "lazyvic/this",
+            "note",
+        ],
+        rows,
+    )
 
 
 def summarize_first(recs: list, runtimes: list) -> list:
     rows = []
     for rt in runtimes:
-        for kind in (["none"] if rt == "torch" else ["empty", "warm"]):
+        for kind in ["none"] if rt == "torch" else ["empty", "warm"]:
             ok, err = _select(recs, "first-step", rt, cache=kind)
             row = {"runtime": rt, "cache": kind}
             if not ok:
@@ -742,17 +815,19 @@ def summarize_first(recs: list, runtimes: list) -> list:
             # lazyvic (hot mode) interprets step 1 and compiles its plan in step 2; torch.compile
             # compiles in step 1: "to first compiled" is where each has run its compiled code once.
             n_first = 2 if rt == "lazyvic" else 1
-            row.update({
-                "steps_to_first_compiled": n_first,
-                "step1_s_runs": [r["step_times_s"][0] for r in ok],
-                "first_compiled_s_runs": [sum(r["step_times_s"][:n_first]) for r in ok],
-                "next_step_s_runs": [r["step_times_s"][n_first] for r in ok],
-                "import_s_runs": [r["import_s"] for r in ok],
-                "setup_s_runs": [r["model_setup_s"] + r["trainer_setup_s"] for r in ok],
-                "process_wall_s_runs": [r["process_wall_s"] for r in ok],
-                "other_cores_runs": [r["other_cores_timed"] for r in ok],
-                "counters_runs": [r["timed_counters"] for r in ok],
-            })
+            row.update(
+                {
+                    "steps_to_first_compiled": n_first,
+                    "step1_s_runs": [r["step_times_s"][0] for r in ok],
+                    "first_compiled_s_runs": [sum(r["step_times_s"][:n_first]) for r in ok],
+                    "next_step_s_runs": [r["step_times_s"][n_first] for r in ok],
+                    "import_s_runs": [r["import_s"] for r in ok],
+                    "setup_s_runs": [r["model_setup_s"] + r["trainer_setup_s"] for r in ok],
+                    "process_wall_s_runs": [r["process_wall_s"] for r in ok],
+                    "other_cores_runs": [r["other_cores_timed"] for r in ok],
+                    "counters_runs": [r["timed_counters"] for r in ok],
+                }
+            )
             rows.append(row)
     lv = {r["cache"]: _med(r["first_compiled_s_runs"]) for r in rows if r["runtime"] == "lazyvic" and "error" not in r}
     for r in rows:
@@ -765,8 +840,10 @@ def summarize_first(recs: list, runtimes: list) -> list:
 
 def print_first(rows: list, plan: Plan) -> None:
     print()
-    print(f"first training step in a fresh process; median over {plan.first_reps} process(es) per row "
-          f"('empty': new cache dirs; 'warm': the next process, same dirs)")
+    print(
+        f"first training step in a fresh process; median over {plan.first_reps} process(es) per row "
+        f"('empty': new cache dirs; 'warm': the next process, same dirs)"
+    )
     out = []
     for r in rows:
         if "error" in r:
@@ -785,14 +862,39 @@ def print_first(rows: list, plan: Plan) -> None:
             note += "; lazyvic/this vs lazyvic empty / warm"
         else:
             ratio = _ratio(r["lazyvic_ratio"].get(r["cache"]))
-        out.append([r["runtime"], r["cache"], f"{_med(r['step1_s_runs']):.2f}",
-                    f"{_med(r['first_compiled_s_runs']):.2f}",
-                    _spread(r["first_compiled_s_runs"], lambda x: f"{x:.1f}" if x >= 1 else f"{x:.3f}"),
-                    f"{_med(r['next_step_s_runs']) * 1e3:.0f}", f"{_med(r['import_s_runs']):.2f}",
-                    f"{_med(r['setup_s_runs']):.2f}", f"{_med(r['process_wall_s_runs']):.1f}",
-                    _cores(r["other_cores_runs"]), ratio, note])
-    print_table(["runtime", "cache", "step 1 s", "to 1st compiled s", "spread", "next step ms", "import s",
-                 "setup s", "process s", "other cores med/max", "lazyvic/this", "note"], out)
+        out.append(
+            [
+                r["runtime"],
+                r["cache"],
+                f"{_med(r['step1_s_runs']):.2f}",
+                f"{_med(r['first_compiled_s_runs']):.2f}",
+                _spread(r["first_compiled_s_runs"], lambda x: f"{x:.1f}" if x >= 1 else f"{x:.3f}"),
+                f"{_med(r['next_step_s_runs']) * 1e3:.0f}",
+                f"{_med(r['import_s_runs']):.2f}",
+                f"{_med(r['setup_s_runs']):.2f}",
+                f"{_med(r['process_wall_s_runs']):.1f}",
+                _cores(r["other_cores_runs"]),
+                ratio,
+                note,
+            ]
+        )
+    print_table(
+        [
+            "runtime",
+            "cache",
+            "step 1 s",
+            "to 1st compiled s",
+            "spread",
+            "next step ms",
+            "import s",
+            "setup s",
+            "process s",
+            "other cores med/max",
+            "lazyvic/this",
+            "note",
+        ],
+        out,
+    )
 
 
 def summarize_generate(recs: list, runtimes: list) -> dict:
@@ -803,16 +905,24 @@ def summarize_generate(recs: list, runtimes: list) -> dict:
             out[rt] = {"error": err[0]}
             continue
         rates = [r["tokens_per_s"] for r in ok]
-        out[rt] = {"tokens_per_s": _med(rates), "tokens_per_s_runs": rates,
-                   "first_generation_s_runs": [r["first_generation_s"] for r in ok],
-                   "other_cores_runs": [r["other_cores_timed"] for r in ok],
-                   "warmup_counters": ok[0]["warmup_counters"], "timed_counters": ok[0]["timed_counters"],
-                   "mode": ok[0].get("lazyvic_mode"), "tokens": ok[0]["tokens"],
-                   "tokens_stable": all(r["tokens_stable"] for r in ok)}
+        out[rt] = {
+            "tokens_per_s": _med(rates),
+            "tokens_per_s_runs": rates,
+            "first_generation_s_runs": [r["first_generation_s"] for r in ok],
+            "other_cores_runs": [r["other_cores_timed"] for r in ok],
+            "warmup_counters": ok[0]["warmup_counters"],
+            "timed_counters": ok[0]["timed_counters"],
+            "mode": ok[0].get("lazyvic_mode"),
+            "tokens": ok[0]["tokens"],
+            "tokens_stable": all(r["tokens_stable"] for r in ok),
+        }
         if rt == "lazyvic":
             out[rt]["execute_ms_per_token"] = _med(
-                [r["timed_counters"].get("execute_seconds", 0.0) * 1e3 / (r["spec"]["gens"] * r["spec"]["tokens"])
-                 for r in ok])
+                [
+                    r["timed_counters"].get("execute_seconds", 0.0) * 1e3 / (r["spec"]["gens"] * r["spec"]["tokens"])
+                    for r in ok
+                ]
+            )
     lv = out.get("lazyvic", {})
     for rt in runtimes:
         r = out[rt]
@@ -820,15 +930,18 @@ def summarize_generate(recs: list, runtimes: list) -> dict:
             continue
         r["lazyvic_ratio"] = lv["tokens_per_s"] / r["tokens_per_s"]
         r["first_token_differing_from_lazyvic"] = next(
-            (i for i, (a, b) in enumerate(zip(r["tokens"], lv["tokens"])) if a != b), None)
+            (i for i, (a, b) in enumerate(zip(r["tokens"], lv["tokens"])) if a != b), None
+        )
     return out
 
 
 def print_generate(s: dict, plan: Plan) -> None:
     print()
-    print(f"greedy generation: {plan.tokens} new tokens from a 1-token prompt, batch 1; 1 warm-up generation, "
-          f"then {plan.gens} timed per process; tokens/s = {plan.tokens} / median time; "
-          f"median over {plan.reps} process(es)")
+    print(
+        f"greedy generation: {plan.tokens} new tokens from a 1-token prompt, batch 1; 1 warm-up generation, "
+        f"then {plan.gens} timed per process; tokens/s = {plan.tokens} / median time; "
+        f"median over {plan.reps} process(es)"
+    )
     rows = []
     for rt, r in s.items():
         if "error" in r:
@@ -840,17 +953,29 @@ def print_generate(s: dict, plan: Plan) -> None:
         if "execute_ms_per_token" in r:
             note.append(f"{r['execute_ms_per_token']:.2f} ms/token executing the plan")
         if rt == "torch.compile":
-            note.append(f"graphs compiled: {r['warmup_counters'].get('dynamo_unique_graphs', 0)} in warm-up, "
-                        f"{r['timed_counters'].get('dynamo_unique_graphs', 0)} while timed")
+            note.append(
+                f"graphs compiled: {r['warmup_counters'].get('dynamo_unique_graphs', 0)} in warm-up, "
+                f"{r['timed_counters'].get('dynamo_unique_graphs', 0)} while timed"
+            )
         if "first_token_differing_from_lazyvic" in r:
             i = r["first_token_differing_from_lazyvic"]
             note.append("same tokens as lazyvic" if i is None else f"tokens differ from lazyvic's from #{i}")
-        rows.append([rt, f"{r['tokens_per_s']:.1f}", _spread(r["tokens_per_s_runs"], lambda x: f"{x:.0f}"),
-                     f"{1e3 / r['tokens_per_s']:.2f}", f"{_med(r['first_generation_s_runs']):.2f}",
-                     _cores(r["other_cores_runs"]),
-                     _ratio(r.get("lazyvic_ratio")) if rt != "lazyvic" else "", "; ".join(note)])
-    print_table(["runtime", "tokens/s", "spread", "ms/token", "warm-up gen s", "other cores med/max",
-                 "lazyvic/this", "note"], rows)
+        rows.append(
+            [
+                rt,
+                f"{r['tokens_per_s']:.1f}",
+                _spread(r["tokens_per_s_runs"], lambda x: f"{x:.0f}"),
+                f"{1e3 / r['tokens_per_s']:.2f}",
+                f"{_med(r['first_generation_s_runs']):.2f}",
+                _cores(r["other_cores_runs"]),
+                _ratio(r.get("lazyvic_ratio")) if rt != "lazyvic" else "",
+                "; ".join(note),
+            ]
+        )
+    print_table(
+        ["runtime", "tokens/s", "spread", "ms/token", "warm-up gen s", "other cores med/max", "lazyvic/this", "note"],
+        rows,
+    )
 
 
 # ---------------------------------------------------------------------- main
@@ -862,22 +987,36 @@ def write_json(path: Path, payload: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer steps, 1 process per row (a smoke test)")
-    ap.add_argument("--only", nargs="+", choices=CASES, metavar="CASE",
-                    help=f"run only these cases: {', '.join(CASES)}")
-    ap.add_argument("--json", default=str(HERE / "results" / "tiny_gpt.json"), metavar="PATH",
-                    help="results file (default: benchmarks/results/tiny_gpt.json)")
+    ap.add_argument(
+        "--only", nargs="+", choices=CASES, metavar="CASE", help=f"run only these cases: {', '.join(CASES)}"
+    )
+    ap.add_argument(
+        "--json",
+        default=str(HERE / "results" / "tiny_gpt.json"),
+        metavar="PATH",
+        help="results file (default: benchmarks/results/tiny_gpt.json)",
+    )
     ap.add_argument("--steps", type=int, help="timed training steps per process (default 100; quick 10)")
     ap.add_argument("--reps", type=int, help="processes per runtime and row (default 5, first step 3; quick 1)")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout of the model (default 0.0)")
     ap.add_argument("--no-torch", action="store_true", help="lazyvic only (no torch child processes)")
-    ap.add_argument("--gen-dynamic", choices=("auto", "true", "false"), default="auto",
-                    help="torch.compile's dynamic= for generation (auto: None, the default)")
-    ap.add_argument("--max-wait", type=float, metavar="S",
-                    help="before each child, wait up to S seconds for other processes to use less than "
-                         f"{QUIET_CORES} cores (default 120; quick 0)")
+    ap.add_argument(
+        "--gen-dynamic",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="torch.compile's dynamic= for generation (auto: None, the default)",
+    )
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        metavar="S",
+        help="before each child, wait up to S seconds for other processes to use less than "
+        f"{QUIET_CORES} cores (default 120; quick 0)",
+    )
     ap.add_argument("--keep-cache", action="store_true", help="keep the temporary cache directories")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -893,24 +1032,37 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if not args.only or c in args.only]
     gen_dynamic = {"auto": None, "true": True, "false": False}[args.gen_dynamic]
     cfg = model_config(args.dropout)
-    env = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
-           "platform": platform.platform(), "cpu_count": os.cpu_count(), "numpy": np.__version__,
-           "loadavg_1m_start": _loadavg(),
-           "env": {k: os.environ[k] for k in ("LAZYVIC_COMPILE", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS",
-                                               "OMP_WAIT_POLICY") if k in os.environ}}
+    env = {
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+        "loadavg_1m_start": _loadavg(),
+        "env": {
+            k: os.environ[k]
+            for k in ("LAZYVIC_COMPILE", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+            if k in os.environ
+        },
+    }
     n_params = sum(int(np.prod(a.shape)) for a in init_weights(cfg).values())
     print(f"TinyGPT benchmark ({'quick' if args.quick else 'full'})  {env['date']}")
-    print(f"  vocab {cfg['vocab_size']}, d_model {cfg['d_model']}, {cfg['n_layer']} layers, {cfg['n_head']} heads, "
-          f"block {cfg['block_size']}, batch {TRAIN['batch']}, dropout {cfg['dropout']}; {n_params:,} parameters; "
-          f"AdamW lr {TRAIN['lr']} wd {TRAIN['weight_decay']}, clip {TRAIN['clip']}")
-    print(f"  python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cpus; one fresh process per "
-          f"measurement; load average at start {env['loadavg_1m_start']}")
+    print(
+        f"  vocab {cfg['vocab_size']}, d_model {cfg['d_model']}, {cfg['n_layer']} layers, {cfg['n_head']} heads, "
+        f"block {cfg['block_size']}, batch {TRAIN['batch']}, dropout {cfg['dropout']}; {n_params:,} parameters; "
+        f"AdamW lr {TRAIN['lr']} wd {TRAIN['weight_decay']}, clip {TRAIN['clip']}"
+    )
+    print(
+        f"  python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cpus; one fresh process per "
+        f"measurement; load average at start {env['loadavg_1m_start']}"
+    )
     sources = source_fingerprint()
     env["sources_start"] = sources
-    print(f"  lazyvic sources: git HEAD {sources['git_head']}, sha1 of lazyvic/**/*.py {sources['lazyvic_sources_sha1']}")
+    print(
+        f"  lazyvic sources: git HEAD {sources['git_head']}, sha1 of lazyvic/**/*.py {sources['lazyvic_sources_sha1']}"
+    )
     print("  ratios: lazyvic/this = t_this / t_lazyvic (>1: lazyvic faster)")
-    payload = {"env": env, "config": cfg, "train_config": TRAIN, "quick": args.quick, "plan": vars(plan),
-               "records": []}
+    payload = {"env": env, "config": cfg, "train_config": TRAIN, "quick": args.quick, "plan": vars(plan), "records": []}
     json_path = Path(args.json)
     t_run = time.perf_counter()
     cache = Path(tempfile.mkdtemp(prefix="tiny_gpt-cache-"))
@@ -947,13 +1099,17 @@ def main(argv=None) -> int:
 
     print()
     layer = env.get("numba_threading_layer") or "not started: no parallel kernel ran"
-    print(f"lazyvic {env.get('lazyvic')}, numba {env.get('numba')} ({env.get('numba_threads')} threads, "
-          f"threading layer {layer}), LAZYVIC_COMPILE={env.get('lazyvic_compile_mode')}; "
-          f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads); "
-          f"load average start/end {env['loadavg_1m_start']}/{env['loadavg_1m_end']}")
+    print(
+        f"lazyvic {env.get('lazyvic')}, numba {env.get('numba')} ({env.get('numba_threads')} threads, "
+        f"threading layer {layer}), LAZYVIC_COMPILE={env.get('lazyvic_compile_mode')}; "
+        f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads); "
+        f"load average start/end {env['loadavg_1m_start']}/{env['loadavg_1m_end']}"
+    )
     if env["sources_changed_during_run"]:
-        print("** WARNING: lazyvic's sources changed during the run; rows may mix versions "
-              "(see 'sources' in each JSON record) **")
+        print(
+            "** WARNING: lazyvic's sources changed during the run; rows may mix versions "
+            "(see 'sources' in each JSON record) **"
+        )
     if "train" in payload:
         print_train(payload["train"], plan)
     if "first_step" in payload:

@@ -84,8 +84,10 @@ def main(argv=None) -> None:
     fixed = lazyvic.explain(run_fixed, x, args.steps)
     print(fixed)
     np.testing.assert_allclose(trap.result, fixed.result, rtol=1e-5)
-    print(f"\ntrap: {trap.misses} misses, {len(trap.plans)} plans compiled; "
-          f"fixed: {fixed.misses} misses, {len(fixed.plans)} plans compiled")
+    print(
+        f"\ntrap: {trap.misses} misses, {len(trap.plans)} plans compiled; "
+        f"fixed: {fixed.misses} misses, {len(fixed.plans)} plans compiled"
+    )
 
     path = draw_tiny_gpt_step(out, args.full)
     print(f"drew a TinyGPT training step to {path}")

@@ -76,12 +76,16 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     mlp = check_digits_mlp(args.fixtures)
-    print(f"digits MLP  (digits_mlp.pt): max |lazyvic - torch| = {mlp['max_abs_diff']:.3g}; "
-          f"test accuracy {mlp['accuracy']:.4f} (torch {mlp['torch_accuracy']:.4f}, "
-          f"{mlp['same_predictions']}/{mlp['n_test']} predictions identical)")
+    print(
+        f"digits MLP  (digits_mlp.pt): max |lazyvic - torch| = {mlp['max_abs_diff']:.3g}; "
+        f"test accuracy {mlp['accuracy']:.4f} (torch {mlp['torch_accuracy']:.4f}, "
+        f"{mlp['same_predictions']}/{mlp['n_test']} predictions identical)"
+    )
     gpt = check_tiny_gpt(args.fixtures)
-    print(f"TinyGPT     (tiny_gpt.pt, iter {gpt['iter_num']}): max |lazyvic - torch| = "
-          f"{gpt['max_abs_diff']:.3g} over logits {gpt['shape']}")
+    print(
+        f"TinyGPT     (tiny_gpt.pt, iter {gpt['iter_num']}): max |lazyvic - torch| = "
+        f"{gpt['max_abs_diff']:.3g} over logits {gpt['shape']}"
+    )
     ok = mlp["max_abs_diff"] <= args.tol and gpt["max_abs_diff"] <= args.tol
     print("OK: lazyvic matches PyTorch" if ok else f"FAILED: a difference exceeds --tol {args.tol:g}")
     return {"ok": ok, "digits_mlp": mlp, "tiny_gpt": gpt}

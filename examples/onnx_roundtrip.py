@@ -79,8 +79,10 @@ def main(argv=None) -> dict:
     lazyvic.onnx.export(model, x_test[:1], first, dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
     ort_logits = run_onnxruntime(first, x_test)
     diff = float(np.abs(ort_logits - logits).max())
-    print(f"2. exported {first} ({first.stat().st_size:,} bytes); onnxruntime on the {len(x_test)} test images: "
-          f"max |difference| {diff:.2e}, accuracy {accuracy(ort_logits, y_test):.3f}")
+    print(
+        f"2. exported {first} ({first.stat().st_size:,} bytes); onnxruntime on the {len(x_test)} test images: "
+        f"max |difference| {diff:.2e}, accuracy {accuracy(ort_logits, y_test):.3f}"
+    )
     if diff > 1e-4:
         raise SystemExit(f"onnxruntime and lazyvic disagree by {diff}")
 
@@ -98,8 +100,13 @@ def main(argv=None) -> dict:
     print(f"4. fine-tuned the imported model 1 epoch: loss {loss:.4f}, test accuracy {accuracy(tuned, y_test):.3f}")
 
     second = out / "digits_mlp_finetuned.onnx"
-    lazyvic.onnx.export(imported, x_test[:1], second, input_names=["input"],
-                        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    lazyvic.onnx.export(
+        imported,
+        x_test[:1],
+        second,
+        input_names=["input"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+    )
     ort_tuned = run_onnxruntime(second, x_test)
     diff = float(np.abs(ort_tuned - tuned).max())
     print(f"5. exported again to {second}; onnxruntime agrees to {diff:.2e}")

@@ -64,8 +64,9 @@ def main(argv=None) -> dict:
     for epoch in range(args.epochs):
         order = rng.permutation(n)
         total_loss, correct = 0.0, 0
-        bar = tqdm(range(0, n, args.batch_size), desc=f"epoch {epoch + 1:2d}/{args.epochs}",
-                   disable=args.quiet, leave=False)
+        bar = tqdm(
+            range(0, n, args.batch_size), desc=f"epoch {epoch + 1:2d}/{args.epochs}", disable=args.quiet, leave=False
+        )
         for start in bar:
             idx = order[start : start + args.batch_size]
             xb, yb = lazyvic.from_numpy(x_train[idx]), lazyvic.from_numpy(y_train[idx])
@@ -82,20 +83,25 @@ def main(argv=None) -> dict:
                 misses_after_first_step = lazyvic.metrics.snapshot()["cache_misses"]
             bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         if not args.quiet:
-            tqdm.write(f"epoch {epoch + 1:2d}/{args.epochs}  loss {total_loss / n:.4f}  "
-                       f"train acc {correct / n:.4f}")
+            tqdm.write(f"epoch {epoch + 1:2d}/{args.epochs}  loss {total_loss / n:.4f}  train acc {correct / n:.4f}")
     train_seconds = time.perf_counter() - t0
     train_misses = lazyvic.metrics.snapshot()["cache_misses"] - misses_after_first_step
     acc = evaluate(model, x_test, y_test)
     snap = lazyvic.metrics.snapshot()
     print(f"test accuracy: {acc:.4f} ({len(y_test)} images)")
     print(f"training time: {train_seconds:.2f} s for {args.epochs} epochs")
-    print(f"plan cache: {snap['traces']} traces, {snap['cache_hits']} hits, {snap['cache_misses']} misses "
-          f"({train_misses} in training after the first step), "
-          f"{snap['kernels_compiled']} kernels compiled, {snap['kernels_loaded']} loaded from disk, "
-          f"compile {snap['compile_seconds']:.2f} s, fallbacks {snap['fallbacks']}")
-    return {"accuracy": acc, "metrics": snap, "train_misses_after_first_step": train_misses,
-            "train_seconds": train_seconds}
+    print(
+        f"plan cache: {snap['traces']} traces, {snap['cache_hits']} hits, {snap['cache_misses']} misses "
+        f"({train_misses} in training after the first step), "
+        f"{snap['kernels_compiled']} kernels compiled, {snap['kernels_loaded']} loaded from disk, "
+        f"compile {snap['compile_seconds']:.2f} s, fallbacks {snap['fallbacks']}"
+    )
+    return {
+        "accuracy": acc,
+        "metrics": snap,
+        "train_misses_after_first_step": train_misses,
+        "train_seconds": train_seconds,
+    }
 
 
 if __name__ == "__main__":

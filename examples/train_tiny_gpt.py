@@ -73,9 +73,14 @@ def build(args, vocab_size: int):
     model.to(args.device)
     opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     warmup = max(1, min(args.warmup, args.steps - 1))
-    sched = SequentialLR(opt, [LinearLR(opt, start_factor=0.01, total_iters=warmup),
-                               CosineAnnealingLR(opt, T_max=max(1, args.steps - warmup), eta_min=args.lr / 10)],
-                         milestones=[warmup])
+    sched = SequentialLR(
+        opt,
+        [
+            LinearLR(opt, start_factor=0.01, total_iters=warmup),
+            CosineAnnealingLR(opt, T_max=max(1, args.steps - warmup), eta_min=args.lr / 10),
+        ],
+        milestones=[warmup],
+    )
     return model, opt, sched
 
 
@@ -114,16 +119,19 @@ def train_step(model, opt, sched, x, y, scaler=None):
 
 
 def save_checkpoint(path: Path, model, opt, sched, step: int, data_rng, tok) -> None:
-    lazyvic.save({
-        "model": model.state_dict(),
-        "config": model.config,
-        "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict(),
-        "step": step,
-        "data_rng": data_rng.bit_generator.state,
-        "rng": lazyvic.get_rng_state(),
-        "tokenizer": tok.to_config(),
-    }, path)
+    lazyvic.save(
+        {
+            "model": model.state_dict(),
+            "config": model.config,
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "step": step,
+            "data_rng": data_rng.bit_generator.state,
+            "rng": lazyvic.get_rng_state(),
+            "tokenizer": tok.to_config(),
+        },
+        path,
+    )
 
 
 def train(args) -> dict:
@@ -168,8 +176,15 @@ def train(args) -> dict:
         if args.save_at is not None and step + 1 == args.save_at:
             save_checkpoint(out / f"checkpoint_{step + 1}.safetensors", model, opt, sched, step + 1, data_rng, tok)
     train_seconds = time.perf_counter() - t0
-    return dict(model=model, tok=tok, val_ids=val_ids, losses=losses, evals=evals, train_seconds=train_seconds,
-                steps=args.steps - start)
+    return dict(
+        model=model,
+        tok=tok,
+        val_ids=val_ids,
+        losses=losses,
+        evals=evals,
+        train_seconds=train_seconds,
+        steps=args.steps - start,
+    )
 
 
 def main(argv=None) -> dict:
@@ -178,9 +193,11 @@ def main(argv=None) -> dict:
     model, tok = r["model"], r["tok"]
     snap = lazyvic.metrics.snapshot()
     if not args.quiet and r["losses"]:
-        print(f"trained {r['steps']} steps in {r['train_seconds']:.1f}s ({r['steps'] / r['train_seconds']:.1f} "
-              f"steps/s); loss {r['losses'][0]:.3f} -> {np.mean(r['losses'][-50:]):.3f} "
-              f"(ln(vocab) = {math.log(tok.vocab_size):.3f})")
+        print(
+            f"trained {r['steps']} steps in {r['train_seconds']:.1f}s ({r['steps'] / r['train_seconds']:.1f} "
+            f"steps/s); loss {r['losses'][0]:.3f} -> {np.mean(r['losses'][-50:]):.3f} "
+            f"(ln(vocab) = {math.log(tok.vocab_size):.3f})"
+        )
 
     model.eval()
     prompt = tok.encode("The ")[None, :]
@@ -205,18 +222,30 @@ def main(argv=None) -> dict:
         print(f"saved {path} ({path.stat().st_size / 1e6:.2f} MB); logits after reload identical: {identical}")
         plans = [p for p in lazyvic.metrics.plans() if p["memory"]]
         peak = max(plans, key=lambda p: p["memory"]["peak"]) if plans else None
-        print(f"plan cache: {snap['traces']} traces, {snap['cache_hits']} hits, {snap['cache_misses']} misses, "
-              f"{snap['kernels_compiled']} kernels compiled, {snap['kernels_loaded']} loaded from disk "
-              f"({snap['compile_seconds']:.1f}s), {snap['fallbacks']} fallbacks")
+        print(
+            f"plan cache: {snap['traces']} traces, {snap['cache_hits']} hits, {snap['cache_misses']} misses, "
+            f"{snap['kernels_compiled']} kernels compiled, {snap['kernels_loaded']} loaded from disk "
+            f"({snap['compile_seconds']:.1f}s), {snap['fallbacks']} fallbacks"
+        )
         if peak:
             m = peak["memory"]
-            print(f"training-step plan: {peak['kernels']} kernels, planned peak {m['peak'] / 1e6:.1f} MB "
-                  f"(inputs {m['inputs'] / 1e6:.1f}, parameters {m['parameters'] / 1e6:.1f}, temporaries "
-                  f"{m['temporaries'] / 1e6:.1f}, outputs {m['outputs'] / 1e6:.1f})")
+            print(
+                f"training-step plan: {peak['kernels']} kernels, planned peak {m['peak'] / 1e6:.1f} MB "
+                f"(inputs {m['inputs'] / 1e6:.1f}, parameters {m['parameters'] / 1e6:.1f}, temporaries "
+                f"{m['temporaries'] / 1e6:.1f}, outputs {m['outputs'] / 1e6:.1f})"
+            )
     if not identical:
         raise SystemExit("logits after reload differ from those before saving")
-    return dict(losses=r["losses"], evals=r["evals"], sample=text, identical=identical, before=before,
-                train_seconds=r["train_seconds"], metrics=snap, path=str(path))
+    return dict(
+        losses=r["losses"],
+        evals=r["evals"],
+        sample=text,
+        identical=identical,
+        before=before,
+        train_seconds=r["train_seconds"],
+        metrics=snap,
+        path=str(path),
+    )
 
 
 if __name__ == "__main__":

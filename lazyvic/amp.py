@@ -39,8 +39,16 @@ from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError
 from lazyvic.tensor import Tensor, _apply
 
-__all__ = ["AutocastDType", "float16", "bfloat16", "autocast", "is_autocast_enabled", "get_autocast_dtype",
-           "round_to_precision", "GradScaler"]
+__all__ = [
+    "AutocastDType",
+    "float16",
+    "bfloat16",
+    "autocast",
+    "is_autocast_enabled",
+    "get_autocast_dtype",
+    "round_to_precision",
+    "GradScaler",
+]
 
 
 class AutocastDType:
@@ -72,8 +80,14 @@ class AutocastDType:
 
 float16 = AutocastDType("float16", "round_float16", 10, 65504.0)
 bfloat16 = AutocastDType("bfloat16", "round_bfloat16", 7, float((2.0 - 2.0**-7) * 2.0**127))
-_BY_NAME = {"float16": float16, "half": float16, "bfloat16": bfloat16,
-            "torch.float16": float16, "torch.half": float16, "torch.bfloat16": bfloat16}
+_BY_NAME = {
+    "float16": float16,
+    "half": float16,
+    "bfloat16": bfloat16,
+    "torch.float16": float16,
+    "torch.half": float16,
+    "torch.bfloat16": bfloat16,
+}
 
 
 def get_precision(x) -> AutocastDType:
@@ -149,8 +163,9 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
         DTypeError: for a dtype other than float16/bfloat16. ValueError: for an unknown device.
     """
 
-    def __init__(self, device_type: str | None = None, dtype=None, enabled: bool = True,
-                 cache_enabled: bool | None = None):
+    def __init__(
+        self, device_type: str | None = None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None
+    ):
         if isinstance(device_type, AutocastDType) and dtype is None:
             device_type, dtype = None, device_type
         if device_type is not None and str(device_type).split(":")[0] not in ("cpu", "cuda"):
@@ -221,11 +236,20 @@ class GradScaler:
         the first argument (use ``init_scale=``).
     """
 
-    def __init__(self, device: str = "cpu", init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True):
+    def __init__(
+        self,
+        device: str = "cpu",
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ):
         if isinstance(device, (int, float)):
-            raise TypeError("GradScaler: the first argument is the device, as in torch.amp.GradScaler; "
-                            f"pass init_scale={device!r} by keyword")
+            raise TypeError(
+                "GradScaler: the first argument is the device, as in torch.amp.GradScaler; "
+                f"pass init_scale={device!r} by keyword"
+            )
         if growth_factor <= 1.0:
             raise ValueError(f"GradScaler: growth_factor must be > 1, got {growth_factor}")
         if not 0.0 < backoff_factor < 1.0:
@@ -256,8 +280,9 @@ class GradScaler:
                 return type(v)(apply(u) for u in v)
             if isinstance(v, Iterable) and not isinstance(v, (str, bytes)):
                 return [apply(u) for u in v]
-            raise ValueError(f"GradScaler.scale: outputs must be a Tensor or an iterable of Tensors, "
-                             f"got {type(v).__name__}")
+            raise ValueError(
+                f"GradScaler.scale: outputs must be a Tensor or an iterable of Tensors, got {type(v).__name__}"
+            )
 
         return apply(outputs)
 
@@ -393,9 +418,13 @@ class GradScaler:
         ``_growth_tracker`` (plain numbers); ``{}`` when disabled."""
         if not self._enabled:
             return {}
-        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
-                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
-                "_growth_tracker": self._growth_tracker}
+        return {
+            "scale": self.get_scale(),
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "_growth_tracker": self._growth_tracker,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore what :meth:`state_dict` (here or PyTorch's) returned; values may be numbers
@@ -403,8 +432,9 @@ class GradScaler:
         if not self._enabled:
             return
         if len(state_dict) == 0:
-            raise RuntimeError("The source state dict is empty, possibly because it was saved "
-                               "from a disabled instance of GradScaler.")
+            raise RuntimeError(
+                "The source state dict is empty, possibly because it was saved from a disabled instance of GradScaler."
+            )
 
         def number(v):
             return v.item() if hasattr(v, "item") else v
@@ -417,6 +447,8 @@ class GradScaler:
         self._growth_tracker = int(number(state_dict["_growth_tracker"]))
 
     def __repr__(self) -> str:
-        return (f"GradScaler(scale={self.get_scale()}, growth_factor={self._growth_factor}, "
-                f"backoff_factor={self._backoff_factor}, growth_interval={self._growth_interval}, "
-                f"enabled={self._enabled})")
+        return (
+            f"GradScaler(scale={self.get_scale()}, growth_factor={self._growth_factor}, "
+            f"backoff_factor={self._backoff_factor}, growth_interval={self._growth_interval}, "
+            f"enabled={self._enabled})"
+        )

@@ -55,8 +55,10 @@ def _viz(args) -> int:
     try:
         from lazyvic.tools.viz import viz_script
     except ImportError as e:
-        print(f"lazyvic viz: the visualizer is not available ({e}); lazyvic.tools.viz.viz_script is needed",
-              file=sys.stderr)
+        print(
+            f"lazyvic viz: the visualizer is not available ({e}); lazyvic.tools.viz.viz_script is needed",
+            file=sys.stderr,
+        )
         return 2
     path = viz_script(args.script, args.args, args.out)
     print(path)

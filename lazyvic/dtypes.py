@@ -74,13 +74,12 @@ def get_dtype(x) -> DType:
         return _BY_NP[npd]
     half = npd.name if npd is not None else x if isinstance(x, str) else getattr(x, "name", None)
     if half in ("float16", "bfloat16"):  # lazyvic.float16 / bfloat16 (lazyvic/amp.py) or their names
-        raise DTypeError(f"{half} is an autocast precision only: lazyvic has no {half} tensors (it supports "
-                         + ", ".join(d.name for d in ALL)
-                         + f"); use lazyvic.autocast(dtype=lazyvic.{half}) to round matmul/conv inputs to it")
-    raise DTypeError(
-        f"unsupported dtype {x!r}: lazyvic supports "
-        + ", ".join(d.name for d in ALL)
-    )
+        raise DTypeError(
+            f"{half} is an autocast precision only: lazyvic has no {half} tensors (it supports "
+            + ", ".join(d.name for d in ALL)
+            + f"); use lazyvic.autocast(dtype=lazyvic.{half}) to round matmul/conv inputs to it"
+        )
+    raise DTypeError(f"unsupported dtype {x!r}: lazyvic supports " + ", ".join(d.name for d in ALL))
 
 
 def promote(a: DType, b: DType) -> DType:

@@ -90,8 +90,9 @@ def nll_loss(logp: Tensor, target: Tensor, reduction: str = "mean", ignore_index
     raise ValueError(f"nll_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
 
 
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", ignore_index: int = -100,
-                  label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor, target: Tensor, reduction: str = "mean", ignore_index: int = -100, label_smoothing: float = 0.0
+) -> Tensor:
     """Cross-entropy of (N, C) logits against (N,) int64 class indices.
 
     ``mean`` divides by the number of targets that are not ``ignore_index`` (PyTorch's rule).
@@ -99,8 +100,9 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", ignore
     """
     expected = input.shape[:1] + input.shape[2:]
     if input.ndim < 2 or target.shape != expected:
-        raise ShapeError(f"cross_entropy: expected logits (N, C, ...) and target {expected}, "
-                         f"got {input.shape} and {target.shape}")
+        raise ShapeError(
+            f"cross_entropy: expected logits (N, C, ...) and target {expected}, got {input.shape} and {target.shape}"
+        )
     if target.dtype.category != 1:
         raise DTypeError(f"cross_entropy: target must be an integer tensor of class indices, got {target.dtype.name}")
     if input.ndim > 2:  # (N, C, d1, ...) -> (N*d1*..., C)
@@ -174,8 +176,10 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tenso
     """
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim or any(p < 0 for p in pad):
-        raise ValueError(f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
-                         f"(input {input.shape}), got {pad}")
+        raise ValueError(
+            f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
+            f"(input {input.shape}), got {pad}"
+        )
     if mode not in _PAD_MODES:
         raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
     pairs = [(0, 0)] * input.ndim
@@ -193,8 +197,10 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tenso
                 n = input.shape[axis]
                 limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
                 if limit is not None and max(before, after) > limit:
-                    raise ValueError(f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
-                                     f"size {n} (input {input.shape})")
+                    raise ValueError(
+                        f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
+                        f"size {n} (input {input.shape})"
+                    )
                 idx = np.pad(np.arange(n), (before, after), mode=_PAD_MODES[mode])
                 y = y.index_select(axis, Tensor(idx).to(input.device))
     pads_onnx = Tensor(np.array([b for b, _ in pairs] + [a for _, a in pairs], dtype=np.int64))
@@ -261,9 +267,15 @@ def _causal_mask(L: int, S: int, device: str = "cpu") -> Tensor:
     return m
 
 
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None) -> Tensor:
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value`` (Vaswani et al. 2017; PyTorch's function).
 
     Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); leading
@@ -276,18 +288,24 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     ``is_causal`` are given.
     """
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-        raise ShapeError(f"scaled_dot_product_attention: query, key and value need at least 2 dims, got "
-                         f"{query.shape}, {key.shape}, {value.shape}")
+        raise ShapeError(
+            f"scaled_dot_product_attention: query, key and value need at least 2 dims, got "
+            f"{query.shape}, {key.shape}, {value.shape}"
+        )
     L, E = query.shape[-2:]
     S = key.shape[-2]
     if key.shape[-1] != E or value.shape[-2] != S:
-        raise ShapeError(f"scaled_dot_product_attention: expected query (..., L, E), key (..., S, E), value "
-                         f"(..., S, Ev); got {query.shape}, {key.shape}, {value.shape}")
+        raise ShapeError(
+            f"scaled_dot_product_attention: expected query (..., L, E), key (..., S, E), value "
+            f"(..., S, Ev); got {query.shape}, {key.shape}, {value.shape}"
+        )
     try:
         batch = broadcast_shapes(broadcast_shapes(query.shape[:-2], key.shape[:-2]), value.shape[:-2])
     except ShapeError:
-        raise ShapeError(f"scaled_dot_product_attention: the batch dimensions of query {query.shape}, key "
-                         f"{key.shape} and value {value.shape} do not broadcast together") from None
+        raise ShapeError(
+            f"scaled_dot_product_attention: the batch dimensions of query {query.shape}, key "
+            f"{key.shape} and value {value.shape} do not broadcast together"
+        ) from None
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     scores = (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(E) if scale is None else scale)
@@ -302,11 +320,14 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         except ShapeError:
             fits = False
         if not fits:
-            raise ShapeError(f"scaled_dot_product_attention: attn_mask of shape {attn_mask.shape} does not "
-                             f"broadcast to the scores' shape {scores_shape}")
+            raise ShapeError(
+                f"scaled_dot_product_attention: attn_mask of shape {attn_mask.shape} does not "
+                f"broadcast to the scores' shape {scores_shape}"
+            )
         if attn_mask.dtype.category == 1:
-            raise DTypeError(f"scaled_dot_product_attention: attn_mask must be bool or floating point, got "
-                             f"{attn_mask.dtype.name}")
+            raise DTypeError(
+                f"scaled_dot_product_attention: attn_mask must be bool or floating point, got {attn_mask.dtype.name}"
+            )
         if attn_mask.dtype is dt.bool_:
             scores = where(attn_mask, scores, -math.inf)
         else:
@@ -354,8 +375,9 @@ def _check_4d(name: str, x: Tensor) -> None:
         raise ShapeError(f"{name}: expected input (N, C, H, W), got shape {x.shape}")
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+def conv2d(
+    input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1
+) -> Tensor:
     """2-D cross-correlation, as ``torch.nn.functional.conv2d``.
 
     input (N, C, H, W), weight (O, C/groups, kH, kW), bias (O,) -> (N, O, oH, oW) with
@@ -373,11 +395,15 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     n, c, h, w = input.shape
     o, cg, kh, kw = weight.shape
     if groups < 1 or c % groups or o % groups:
-        raise ShapeError(f"conv2d: groups={groups} must divide input channels {c} and output channels {o} "
-                         f"(input {input.shape}, weight {weight.shape})")
+        raise ShapeError(
+            f"conv2d: groups={groups} must divide input channels {c} and output channels {o} "
+            f"(input {input.shape}, weight {weight.shape})"
+        )
     if cg * groups != c:
-        raise ShapeError(f"conv2d: input {input.shape} has {c} channels, weight {weight.shape} expects "
-                         f"{cg * groups} (C/groups={cg}, groups={groups})")
+        raise ShapeError(
+            f"conv2d: input {input.shape} has {c} channels, weight {weight.shape} expects "
+            f"{cg * groups} (C/groups={cg}, groups={groups})"
+        )
     if bias is not None and bias.shape != (o,):
         raise ShapeError(f"conv2d: bias shape {bias.shape} does not fit weight shape {weight.shape}")
     _out_size("conv2d", h + 2 * padding[0], kh, stride[0], dilation[0], input.shape)
@@ -385,15 +411,29 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     from lazyvic.amp import autocast_operands  # lazyvic.autocast: operands rounded to half (lazyvic/amp.py)
 
     input, weight = autocast_operands(input, weight)
-    y = _apply("conv2d", (input, weight), stride=stride, padding=(padding[0], padding[0], padding[1], padding[1]),
-               dilation=dilation, groups=groups)
+    y = _apply(
+        "conv2d",
+        (input, weight),
+        stride=stride,
+        padding=(padding[0], padding[0], padding[1], padding[1]),
+        dilation=dilation,
+        groups=groups,
+    )
     if bias is not None:
         b = bias.reshape(1, o, 1, 1)
         # The add recorded directly (the generic broadcasting path cost 2.5 us more per call:
         # 50 us of a 1.1 ms ResNet-18 forward at batch 1); mixed dtypes take the generic path.
         y = _apply("add", (y, _apply("expand", (b,), shape=y.shape))) if b.dtype is y.dtype else y + b
-    return mark(y, "Conv", (input, weight, bias), kernel_shape=[kh, kw], strides=list(stride),
-                pads=[padding[0], padding[1], padding[0], padding[1]], dilations=list(dilation), group=groups)
+    return mark(
+        y,
+        "Conv",
+        (input, weight, bias),
+        kernel_shape=[kh, kw],
+        strides=list(stride),
+        pads=[padding[0], padding[1], padding[0], padding[1]],
+        dilations=list(dilation),
+        group=groups,
+    )
 
 
 def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
@@ -404,7 +444,10 @@ def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
     if any(2 * p > k for p, k in zip(padding, kernel)):
         raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
     hp, wp = x.shape[2] + 2 * padding[0], x.shape[3] + 2 * padding[1]
-    out_hw = (_out_size(name, hp, kernel[0], stride[0], 1, x.shape), _out_size(name, wp, kernel[1], stride[1], 1, x.shape))
+    out_hw = (
+        _out_size(name, hp, kernel[0], stride[0], 1, x.shape),
+        _out_size(name, wp, kernel[1], stride[1], 1, x.shape),
+    )
     return kernel, stride, padding, out_hw
 
 
@@ -414,8 +457,14 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
     implicit padding is -inf. Gradients go to the window maximum (split between exact ties)."""
     kernel, stride, padding, out_hw = _pool_args("max_pool2d", input, kernel_size, stride, padding)
     y = _apply("max_pool2d", (input,), kernel=kernel, stride=stride, padding=padding)  # lazyvic/ops/pool.py
-    return mark(y, "MaxPool", (input,), kernel_shape=list(kernel), strides=list(stride),
-                pads=[padding[0], padding[1], padding[0], padding[1]])
+    return mark(
+        y,
+        "MaxPool",
+        (input,),
+        kernel_shape=list(kernel),
+        strides=list(stride),
+        pads=[padding[0], padding[1], padding[0], padding[1]],
+    )
 
 
 def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
@@ -425,14 +474,21 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, count_include
     kernel, stride, padding, out_hw = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
     pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
     total = stack(_windows(input._pad(pads), kernel, stride, (1, 1), out_hw), dim=0).sum(0)
-    onnx_attrs = dict(kernel_shape=list(kernel), strides=list(stride), count_include_pad=int(count_include_pad),
-                      pads=[padding[0], padding[1], padding[0], padding[1]])
+    onnx_attrs = dict(
+        kernel_shape=list(kernel),
+        strides=list(stride),
+        count_include_pad=int(count_include_pad),
+        pads=[padding[0], padding[1], padding[0], padding[1]],
+    )
     if count_include_pad or padding == (0, 0):
         return mark(total * (1.0 / (kernel[0] * kernel[1])), "AveragePool", (input,), **onnx_attrs)
     inside = np.pad(np.ones(input.shape[2:]), pads[2:])
     (kh, kw), (sh, sw) = kernel, stride
-    count = sum(inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
-                for i in range(kh) for j in range(kw))
+    count = sum(
+        inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    )
     divisor = Tensor((1.0 / count).astype(input.dtype.np)).to(input.device)
     return mark(total * divisor, "AveragePool", (input,), **onnx_attrs)
 
@@ -454,17 +510,26 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         if o == n:
             continue
         # Windows of one axis at a time: the mean over a rectangle is the mean of the row means.
-        cells = [y.narrow(axis, (i * n) // o, -(-((i + 1) * n) // o) - (i * n) // o).mean(axis, keepdim=True)
-                 for i in range(o)]
+        cells = [
+            y.narrow(axis, (i * n) // o, -(-((i + 1) * n) // o) - (i * n) // o).mean(axis, keepdim=True)
+            for i in range(o)
+        ]
         y = cells[0] if o == 1 else cat(cells, axis)
     if y.shape[2:] == (1, 1):
         return mark(y, "GlobalAveragePool", (input,))
     return y
 
 
-def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
-               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
-               eps: float = 1e-5) -> Tensor:
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     """Batch normalization over channel axis 1, as ``torch.nn.functional.batch_norm``.
 
     input (N, C, ...); running_mean, running_var, weight, bias (C,). In training the batch mean
@@ -475,8 +540,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if input.ndim < 2:
         raise ShapeError(f"batch_norm: expected input (N, C, ...), got shape {input.shape}")
     c = input.shape[1]
-    for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias)):
+    for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         if t is not None and t.shape != (c,):
             raise ShapeError(f"batch_norm: {what} shape {t.shape} does not fit input {input.shape} ({c} channels)")
     axes = (0, *range(2, input.ndim))
@@ -484,7 +548,9 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if training:
         count = input.numel() // c
         if count <= 1:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {input.shape}")
+            raise ValueError(
+                f"batch_norm: expected more than 1 value per channel when training, got input {input.shape}"
+            )
         mean = input.mean(axes, keepdim=True)
         xc = input - mean
         var = (xc * xc).mean(axes, keepdim=True)
@@ -509,7 +575,28 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
 
 __all__ = [
-    "relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "softmax", "log_softmax", "one_hot",
-    "nll_loss", "cross_entropy", "mse_loss", "linear", "dropout", "pad", "layer_norm", "_norm_axis", "embedding",
-    "scaled_dot_product_attention", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "silu",
+    "leaky_relu",
+    "softmax",
+    "log_softmax",
+    "one_hot",
+    "nll_loss",
+    "cross_entropy",
+    "mse_loss",
+    "linear",
+    "dropout",
+    "pad",
+    "layer_norm",
+    "_norm_axis",
+    "embedding",
+    "scaled_dot_product_attention",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "batch_norm",
 ]

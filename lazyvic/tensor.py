@@ -138,8 +138,10 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
 def _device_mismatch(opname: str, nodes: tuple, placed: str | None):
     found = ", ".join(f"{n.device} {n.shape}" for n in nodes if n.device is not None)
     where = f" (the op was asked to run on {placed})" if placed is not None else ""
-    raise DeviceError(f"{opname}: expected all tensors on one device, got {found}{where}; "
-                      f"move them with .to(device), .cuda() or .cpu()")
+    raise DeviceError(
+        f"{opname}: expected all tensors on one device, got {found}{where}; "
+        f"move them with .to(device), .cuda() or .cpu()"
+    )
 
 
 # Binary primitives whose result has the operands' dtype and shape (no rule to run).
@@ -307,7 +309,9 @@ class Tensor:
     def item(self):
         """Sync point: the value of a one-element tensor as a Python number."""
         if self.numel() != 1:
-            raise ShapeError(f"item: only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+            raise ShapeError(
+                f"item: only one-element tensors can be converted to Python scalars, got shape {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -436,8 +440,9 @@ class Tensor:
                 d = dt.scalar_dtype_for(d, other)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
-                return Tensor._from_node(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d,
-                                              node.device))
+                return Tensor._from_node(
+                    Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device)
+                )
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
             return _apply(opname, (b, a) if reverse else (a, b))
@@ -756,7 +761,9 @@ class Tensor:
         axes = _norm_axes(dim, self.ndim, "var")
         n = math.prod(self.shape[a] for a in axes)
         centered = self - self.mean(axes, keepdim=True)
-        return (centered * centered).sum(axes, keepdim) * (1.0 / max(n - correction, 0) if n > correction else float("nan"))
+        return (centered * centered).sum(axes, keepdim) * (
+            1.0 / max(n - correction, 0) if n > correction else float("nan")
+        )
 
     def std(self, dim=None, keepdim: bool = False, correction: int = 1, unbiased=None) -> "Tensor":
         return self.var(dim, keepdim, correction, unbiased).sqrt()
@@ -855,9 +862,7 @@ class Tensor:
         if len(sizes) < self.ndim:
             raise ShapeError(f"expand: cannot expand shape {self.shape} to {sizes}")
         lead = len(sizes) - self.ndim
-        shape = tuple(
-            (self.shape[i - lead] if s == -1 else s) if i >= lead else s for i, s in enumerate(sizes)
-        )
+        shape = tuple((self.shape[i - lead] if s == -1 else s) if i >= lead else s for i, s in enumerate(sizes))
         for i in range(self.ndim):
             if self.shape[i] != 1 and self.shape[i] != shape[i + lead]:
                 raise ShapeError(f"expand: cannot expand shape {self.shape} to {sizes}")
@@ -914,8 +919,11 @@ class Tensor:
     def split(self, split_size, dim: int = 0):
         d = _norm_axis(dim, self.ndim, "split")
         n = self.shape[d]
-        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-            if isinstance(split_size, int) else list(split_size)
+        sizes = (
+            [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+            if isinstance(split_size, int)
+            else list(split_size)
+        )
         if sum(sizes) != n:
             raise ShapeError(f"split: sizes {sizes} do not add up to {n} along dim {dim} of {self.shape}")
         out, start = [], 0
@@ -1101,7 +1109,9 @@ def _to_array(data, dtype) -> tuple:
         if dtype is None and arr.dtype == np.float64:
             arr = arr.astype(np.float32)  # Python floats -> default float dtype
     if arr.dtype.kind in "OUSVcM" or arr.dtype == np.float16:
-        raise DTypeError(f"tensor: unsupported dtype {arr.dtype} (lazyvic supports bool, int32, int64, float32, float64)")
+        raise DTypeError(
+            f"tensor: unsupported dtype {arr.dtype} (lazyvic supports bool, int32, int64, float32, float64)"
+        )
     d = dt.get_dtype(dtype) if dtype is not None else dt.get_dtype(arr.dtype) if arr.dtype in dt._BY_NP else None
     if d is None:
         if arr.dtype.kind in "iu":
@@ -1182,7 +1192,9 @@ def matmul(a, b) -> Tensor:
     if b.ndim == 1:
         b, squeeze_b = b.reshape(b.shape[0], 1), True
     if a.shape[-1] != b.shape[-2]:
-        raise ShapeError(f"matmul: shapes {shape_a} and {shape_b} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})")
+        raise ShapeError(
+            f"matmul: shapes {shape_a} and {shape_b} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})"
+        )
     if b.ndim == 2 and a.ndim > 2:
         # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product. One BLAS call
         # instead of one per batch item, and the VJP for b is one product over all rows
@@ -1253,8 +1265,10 @@ def _wrap_negative_index(idx: Tensor, shape: tuple, axis: int) -> Tensor:
         return where(idx < 0, idx + n, idx)
     bad = data[(data < -n) | (data >= n)]
     if bad.size:
-        raise LIndexError(f"__getitem__: index {int(bad.ravel()[0])} is out of bounds for dimension {axis} "
-                          f"with size {n} (indexed shape {shape})")
+        raise LIndexError(
+            f"__getitem__: index {int(bad.ravel()[0])} is out of bounds for dimension {axis} "
+            f"with size {n} (indexed shape {shape})"
+        )
     return Tensor(np.where(data < 0, data + n, data), dtype=idx.dtype) if (data < 0).any() else idx
 
 
@@ -1366,8 +1380,9 @@ def set_rng_state(state) -> None:
     Raises ValueError for anything but two non-negative integers."""
     arr = np.asarray(state.numpy() if isinstance(state, Tensor) else state)
     if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any() or int(arr[0]) >= 1 << 63:
-        raise ValueError(f"set_rng_state: expected [seed, offset] as two non-negative integers with "
-                         f"seed < 2**63, got {arr!r}")
+        raise ValueError(
+            f"set_rng_state: expected [seed, offset] as two non-negative integers with seed < 2**63, got {arr!r}"
+        )
     _generator.seed, _generator.offset = int(arr[0]), int(arr[1])
 
 
@@ -1443,7 +1458,9 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
     ``device``: ``"cpu"`` (default) or ``"cuda"``; raises DeviceError for others."""
     shape = _shape_arg((size,) if isinstance(size, int) else tuple(size))
     if dtype is None:
-        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.default_float
+        dtype = (
+            dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.default_float
+        )
     d = dt.get_dtype(dtype)
     place = _device_arg(device, "full")
     out = Tensor._from_node(Node.scalar(fill_value, d))

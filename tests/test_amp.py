@@ -20,21 +20,66 @@ from lazyvic.ops.elementwise import round_bfloat16_reference, round_float16_refe
 # -- reference values ------------------------------------------------------------------------
 _ULP16 = 2.0**-10  # binary16 spacing in [1, 2)
 F16_EDGES = [
-    0.0, -0.0, 1.0, -1.0,
-    1 + _ULP16 / 2, 1 + 3 * _ULP16 / 2, -(1 + _ULP16 / 2), 1 + _ULP16 / 2 + 2.0**-20,  # ties to even, just above
-    2048.0 + 1.0, 2048.0 + 3.0, 2049.5,  # ties at the 1.0 spacing of [2048, 4096)
-    65504.0, 65519.0, 65519.996, 65520.0, -65520.0, 65536.0, 1e5, 3.4e38,  # largest value and overflow
-    2.0**-14, 2.0**-14 - 2.0**-25, 2.0**-14 - 2.0**-26,  # smallest normal and just below
-    2.0**-24, 2.0**-25, 3 * 2.0**-25, 5 * 2.0**-25, 2.0**-25 + 2.0**-40, -(2.0**-25), 2.0**-30,  # subnormals
-    1e-45, 1.17549435e-38,  # float32 subnormal and smallest normal: 0
-    np.inf, -np.inf, np.nan, -np.nan,
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    1 + _ULP16 / 2,
+    1 + 3 * _ULP16 / 2,
+    -(1 + _ULP16 / 2),
+    1 + _ULP16 / 2 + 2.0**-20,  # ties to even, just above
+    2048.0 + 1.0,
+    2048.0 + 3.0,
+    2049.5,  # ties at the 1.0 spacing of [2048, 4096)
+    65504.0,
+    65519.0,
+    65519.996,
+    65520.0,
+    -65520.0,
+    65536.0,
+    1e5,
+    3.4e38,  # largest value and overflow
+    2.0**-14,
+    2.0**-14 - 2.0**-25,
+    2.0**-14 - 2.0**-26,  # smallest normal and just below
+    2.0**-24,
+    2.0**-25,
+    3 * 2.0**-25,
+    5 * 2.0**-25,
+    2.0**-25 + 2.0**-40,
+    -(2.0**-25),
+    2.0**-30,  # subnormals
+    1e-45,
+    1.17549435e-38,  # float32 subnormal and smallest normal: 0
+    np.inf,
+    -np.inf,
+    np.nan,
+    -np.nan,
 ]
 _ULPB = 2.0**-7
 BF16_EDGES = [
-    0.0, -0.0, 1.0, 1 + _ULPB / 2, 1 + 3 * _ULPB / 2, -(1 + 3 * _ULPB / 2), 1 + _ULPB / 2 + 2.0**-20,
-    65504.0, 65520.0, 3.3895314e38, 3.3961776e38, 3.4028235e38, -3.4028235e38,  # largest bf16, tie to inf
-    2.0**-126, 1e-40, 1e-45, 2.0**-133, 2.0**-134, 3 * 2.0**-134,  # subnormals
-    np.inf, -np.inf, np.nan,
+    0.0,
+    -0.0,
+    1.0,
+    1 + _ULPB / 2,
+    1 + 3 * _ULPB / 2,
+    -(1 + 3 * _ULPB / 2),
+    1 + _ULPB / 2 + 2.0**-20,
+    65504.0,
+    65520.0,
+    3.3895314e38,
+    3.3961776e38,
+    3.4028235e38,
+    -3.4028235e38,  # largest bf16, tie to inf
+    2.0**-126,
+    1e-40,
+    1e-45,
+    2.0**-133,
+    2.0**-134,
+    3 * 2.0**-134,  # subnormals
+    np.inf,
+    -np.inf,
+    np.nan,
 ]
 
 
@@ -141,13 +186,16 @@ def test_rounding_keeps_nan_and_rejects_integers():
         lv.amp.round_to_precision(x, lv.float32)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: lv.tensor([1.0], dtype=lv.float16),
-    lambda: lv.tensor([1.0]).to(lv.bfloat16),
-    lambda: lv.tensor([1.0]).to("float16"),
-    lambda: lv.zeros(2, dtype="bfloat16"),
-    lambda: lv.dtypes.get_dtype(np.float16),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: lv.tensor([1.0], dtype=lv.float16),
+        lambda: lv.tensor([1.0]).to(lv.bfloat16),
+        lambda: lv.tensor([1.0]).to("float16"),
+        lambda: lv.zeros(2, dtype="bfloat16"),
+        lambda: lv.dtypes.get_dtype(np.float16),
+    ],
+)
 def test_half_dtypes_are_autocast_precisions_only(make):
     with pytest.raises(DTypeError, match="autocast precision only"):
         make()
@@ -362,8 +410,15 @@ def test_grad_scaler_matches_torch(opt):
 def test_grad_scaler_schedule_without_torch():
     """PyTorch's rule by hand: growth after 2 clean steps, backoff and a skipped step on inf."""
     log, *_ = _scaler_run("lazyvic", steps=7, inf_at=(2, 5))
-    assert log == [(256.0, False), (512.0, False), (256.0, True), (256.0, False), (512.0, False),
-                   (256.0, True), (256.0, False)]
+    assert log == [
+        (256.0, False),
+        (512.0, False),
+        (256.0, True),
+        (256.0, False),
+        (512.0, False),
+        (256.0, True),
+        (256.0, False),
+    ]
 
 
 def test_grad_scaler_errors_state_dict_and_disabled():
@@ -387,8 +442,13 @@ def test_grad_scaler_errors_state_dict_and_disabled():
     with pytest.raises(RuntimeError, match="Closure"):
         scaler.step(opt, closure=lambda: None)
     state = scaler.state_dict()
-    assert state == {"scale": 8.0, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 3,
-                     "_growth_tracker": 1}
+    assert state == {
+        "scale": 8.0,
+        "growth_factor": 4.0,
+        "backoff_factor": 0.25,
+        "growth_interval": 3,
+        "_growth_tracker": 1,
+    }
     other = lv.amp.GradScaler()
     other.load_state_dict(state)
     assert other.state_dict() == state

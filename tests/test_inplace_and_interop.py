@@ -15,8 +15,8 @@ def test_inplace_add_on_a_non_leaf_keeps_the_gradient():
 
 def test_inplace_update_that_reads_itself():
     x = lv.tensor([1.0, 2.0], requires_grad=True)
-    h = x * x          # dh/dx = 2x
-    h.add_(h * 3.0)    # h = 4 x^2
+    h = x * x  # dh/dx = 2x
+    h.add_(h * 3.0)  # h = 4 x^2
     h.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 8 * np.array([1.0, 2.0]))
 
@@ -48,8 +48,8 @@ def test_bitwise_ops_on_integers_are_refused():
 def test_inplace_update_after_another_op_read_the_old_value():
     x = lv.tensor([1.0, -2.0, 3.0], requires_grad=True)
     h = x * 1.0
-    a = h.relu()   # reads h before the update
-    h *= 2.0       # h = 2x
+    a = h.relu()  # reads h before the update
+    h *= 2.0  # h = 2x
     (a + h).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), (np.array([1.0, -2.0, 3.0]) > 0) + 2.0)
 

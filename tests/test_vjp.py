@@ -125,9 +125,16 @@ VJP_CASES = [
     ("matmul_3d_1d", lambda a, b: a.matmul(b), [_r(2, 2, 3), _r(3, seed=1)]),
     # conv2d (its VJP is written with conv2d: transposed for the input, by the gradient for the weight)
     ("conv2d_stride_pad", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [_r(2, 3, 6, 5), _r(4, 3, 3, 3, seed=1)]),
-    ("conv2d_groups_dilation", lambda x, w: F.conv2d(x, w, padding=(2, 0), dilation=2, groups=2),
-     [_r(1, 4, 5, 6), _r(2, 2, 3, 2, seed=1)]),
-    ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), [np.random.default_rng(4).permutation(50).reshape(1, 2, 5, 5) / 10.0]),
+    (
+        "conv2d_groups_dilation",
+        lambda x, w: F.conv2d(x, w, padding=(2, 0), dilation=2, groups=2),
+        [_r(1, 4, 5, 6), _r(2, 2, 3, 2, seed=1)],
+    ),
+    (
+        "max_pool2d",
+        lambda x: F.max_pool2d(x, 3, 2, 1),
+        [np.random.default_rng(4).permutation(50).reshape(1, 2, 5, 5) / 10.0],
+    ),
     # index ops
     ("gather_dup", lambda x: x.gather(1, lv.tensor(_IDX_DUP)), [_r(2, 4)]),
     ("gather_dim0", lambda x: x.gather(0, lv.tensor(_IDX_DUP)), [_r(3, 3)]),

@@ -151,7 +151,7 @@ def remap(
         new = key
         for p in prefixes:
             if new.startswith(p):
-                new = new[len(p):]
+                new = new[len(p) :]
         for i, (pat, repl) in enumerate(rules):
             new, n = pat.subn(repl, new)
             rule_hits[i] += n > 0
@@ -170,8 +170,9 @@ def remap(
     if strict:
         # Patterns are shown as written (repr would double every backslash).
         unused = [f"rule '{pat.pattern}' -> '{repl}'" for (pat, repl), n in zip(rules, rule_hits) if not n]
-        unused += [f"transform '{pat.pattern}' ({_name(fn)})"
-                   for (pat, fn), n in zip(transforms, transform_hits) if not n]
+        unused += [
+            f"transform '{pat.pattern}' ({_name(fn)})" for (pat, fn), n in zip(transforms, transform_hits) if not n
+        ]
         unused += [f"drop '{pat.pattern}'" for pat, n in zip(drop, drop_hits) if not n]
         if unused:
             raise CheckpointError(

@@ -171,16 +171,19 @@ class GraphBuilder:
         if not dynamic:
             return self.const(np.asarray([int(v) for v in values], dtype=np.int64), hint)
         if infer_one and len(dynamic) == 1:
-            return self.const(np.asarray([-1 if i in dynamic else int(v) for i, v in enumerate(values)],
-                                         dtype=np.int64), hint)
+            return self.const(
+                np.asarray([-1 if i in dynamic else int(v) for i, v in enumerate(values)], dtype=np.int64), hint
+            )
         parts = []
         for v in values:
             if not isinstance(v, SymInt):
                 parts.append(self.const(np.asarray([int(v)], dtype=np.int64), hint))
                 continue
             if not v.affine:
-                raise OnnxError(f"onnx export: {v.where} = {int(v)} is not an affine function of the dynamic axis "
-                                f"sizes (a product of two of them?), so those axes cannot all be dynamic")
+                raise OnnxError(
+                    f"onnx export: {v.where} = {int(v)} is not an affine function of the dynamic axis "
+                    f"sizes (a product of two of them?), so those axes cannot all be dynamic"
+                )
             offset = int(v) - sum(k * size for _, _, size, k in v.terms)
             total = None
             for input_name, axis, _, k in v.terms:
@@ -215,8 +218,9 @@ def _as_tensors(example_inputs) -> tuple:
         elif isinstance(x, np.ndarray):
             out.append(Tensor(x))
         else:
-            raise TypeError(f"onnx export: example input {i} is a {type(x).__name__}; expected a lazyvic Tensor "
-                            f"or a NumPy array")
+            raise TypeError(
+                f"onnx export: example input {i} is a {type(x).__name__}; expected a lazyvic Tensor or a NumPy array"
+            )
     return tuple(out)
 
 
@@ -226,8 +230,10 @@ def _flat_outputs(out) -> list:
     items = out if isinstance(out, (tuple, list)) else (out,)
     for i, t in enumerate(items):
         if not isinstance(t, Tensor):
-            raise TypeError(f"onnx export: output {i} of the call is a {type(t).__name__}; expected Tensors "
-                            f"(a Tensor or a tuple/list of Tensors)")
+            raise TypeError(
+                f"onnx export: output {i} of the call is a {type(t).__name__}; expected Tensors "
+                f"(a Tensor or a tuple/list of Tensors)"
+            )
     return list(items)
 
 
@@ -242,9 +248,11 @@ class _Recording:
         with autograd.no_grad(), composite.recording() as marks:
             self.outputs = _flat_outputs(fn(*inputs))
         if metrics.counters["traces"] != traces_before:
-            raise OnnxError("onnx export: the call ran a sync point (.item(), .numpy(), print, lazyvic.sync ...) "
-                            "while recording; its values would be frozen into the graph as constants. Keep "
-                            "data-dependent Python out of the exported forward")
+            raise OnnxError(
+                "onnx export: the call ran a sync point (.item(), .numpy(), print, lazyvic.sync ...) "
+                "while recording; its values would be frozen into the graph as constants. Keep "
+                "data-dependent Python out of the exported forward"
+            )
         self.marks = marks
         self.inputs = inputs
 
@@ -292,8 +300,9 @@ def _axes_spec(dynamic_axes, names: list, what: str) -> dict:
         elif isinstance(axes, (list, tuple)):
             spec[name] = {int(a): f"{name}_dim{int(a)}" for a in axes}
         else:
-            raise TypeError(f"onnx export: dynamic_axes[{name!r}] must be a dict {{axis: name}} or a list of axes, "
-                            f"got {axes!r}")
+            raise TypeError(
+                f"onnx export: dynamic_axes[{name!r}] must be a dict {{axis: name}} or a list of axes, got {axes!r}"
+            )
     return spec
 
 
@@ -301,8 +310,10 @@ def _symbolize(value, others: list, terms_of, where: str):
     """``value`` (ints, nested tuples) with every int that differs in ``others`` made a SymInt."""
     if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, (str, float, dt.DType)):
         if any(o != value for o in others):
-            raise OnnxError(f"onnx export: {where} changes with a dynamic axis ({value!r} vs "
-                            f"{[o for o in others]}); it cannot be exported with that axis dynamic")
+            raise OnnxError(
+                f"onnx export: {where} changes with a dynamic axis ({value!r} vs "
+                f"{[o for o in others]}); it cannot be exported with that axis dynamic"
+            )
         return value
     if isinstance(value, (int, np.integer)):
         if all(o == value for o in others):
@@ -325,8 +336,9 @@ def _symbolize(value, others: list, terms_of, where: str):
 # ------------------------------------------------------------------------------------------ export
 def _check_opset(opset_version) -> int:
     if not isinstance(opset_version, int) or not MIN_OPSET <= opset_version <= MAX_OPSET:
-        raise ValueError(f"onnx export: opset_version must be an int from {MIN_OPSET} to {MAX_OPSET}, "
-                         f"got {opset_version!r}")
+        raise ValueError(
+            f"onnx export: opset_version must be an int from {MIN_OPSET} to {MAX_OPSET}, got {opset_version!r}"
+        )
     return opset_version
 
 
@@ -339,8 +351,16 @@ def _default_names(given, n: int, base: str, what: str) -> list:
     return given
 
 
-def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, input_names=None, output_names=None,
-           dynamic_axes=None, check: bool = True):
+def export(
+    model_or_fn,
+    example_inputs,
+    path=None,
+    opset_version: int = 13,
+    input_names=None,
+    output_names=None,
+    dynamic_axes=None,
+    check: bool = True,
+):
     """Export a module or function to ONNX, as ``torch.onnx.export``.
 
     Args:
@@ -385,8 +405,9 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
             shape = inputs[in_names.index(name)].shape
             bad = [a for a in axes if not 0 <= a < len(shape)]
             if bad:
-                raise ValueError(f"onnx export: dynamic axis {bad[0]} of input {name!r} is out of range for "
-                                 f"shape {shape}")
+                raise ValueError(
+                    f"onnx export: dynamic axis {bad[0]} of input {name!r} is out of range for shape {shape}"
+                )
 
     is_module = isinstance(model_or_fn, Module)
     was_training = is_module and model_or_fn.training
@@ -421,8 +442,10 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     out_names = _default_names(output_names, len(base.outputs), "output", "output_names")
     for name in dyn:
         if name not in in_names and name not in out_names:
-            raise ValueError(f"onnx export: dynamic_axes names {name!r}, which is neither an input "
-                             f"({in_names}) nor an output ({out_names})")
+            raise ValueError(
+                f"onnx export: dynamic_axes names {name!r}, which is neither an input "
+                f"({in_names}) nor an output ({out_names})"
+            )
     b = GraphBuilder(opset)
     graph = _emit(b, base, variants, inputs, in_names, out_names, param_names, opset)
     dim_names = {(n, a): d for n, axes in dyn.items() for a, d in axes.items()}
@@ -441,14 +464,20 @@ def export(model_or_fn, example_inputs, path=None, opset_version: int = 13, inpu
     name = type(model_or_fn).__name__ if is_module else getattr(model_or_fn, "__name__", "function")
     g = onnx.helper.make_graph(b.nodes, name, graph_inputs, graph_outputs, initializer=b.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
-    model = onnx.helper.make_model(g, opset_imports=opsets, producer_name="lazyvic", producer_version=__version__,
-                                   ir_version=onnx.helper.find_min_ir_version_for(opsets))
+    model = onnx.helper.make_model(
+        g,
+        opset_imports=opsets,
+        producer_name="lazyvic",
+        producer_version=__version__,
+        ir_version=onnx.helper.find_min_ir_version_for(opsets),
+    )
     if check:
         try:
             onnx.checker.check_model(model, full_check=True)
         except Exception as e:  # the checker's own exception types vary across onnx versions
-            raise OnnxError(f"onnx export: the exported {name} fails onnx.checker (a lazyvic bug, please report "
-                            f"it): {e}") from None
+            raise OnnxError(
+                f"onnx export: the exported {name} fails onnx.checker (a lazyvic bug, please report it): {e}"
+            ) from None
     if path is not None:
         _write_atomic(model, Path(os.fspath(path)))
     return model
@@ -484,8 +513,10 @@ def _record_variants(fn, inputs: tuple, in_names: list, dyn: dict) -> list:
                 except Exception as e:  # the call refuses that size (a fixed ONNX input, a block size)
                     error = e
             if rec is None:
-                raise OnnxError(f"onnx export: axis {axis} of {name!r} cannot be dynamic: the call fails when it "
-                                f"has size {other} instead of {size}: {error}") from error
+                raise OnnxError(
+                    f"onnx export: axis {axis} of {name!r} cannot be dynamic: the call fails when it "
+                    f"has size {other} instead of {size}: {error}"
+                ) from error
             variants.append((name, axis, size, other, rec))
             joint = _with_size(joint, i, axis, other)
     if len(variants) > 1:
@@ -496,16 +527,26 @@ def _record_variants(fn, inputs: tuple, in_names: list, dyn: dict) -> list:
     return variants
 
 
-def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_names: list, out_names: list,
-          param_names: dict, opset: int) -> list:
+def _emit(
+    b: GraphBuilder,
+    base: _Recording,
+    variants: list,
+    inputs: tuple,
+    in_names: list,
+    out_names: list,
+    param_names: dict,
+    opset: int,
+) -> list:
     """Write the nodes of ``base`` into ``b``; returns (shape, dtype name, changing axes) per output."""
     order = _order(base, opset)
     others = [_order(v[-1], opset) for v in variants]
     for (name, axis, *_), o in zip(variants, others):
         if len(o) != len(order) or any(x.op != y.op for x, y in zip(order, o)):
             what = f"axis {axis} of {name!r} changes size" if name else "every dynamic axis changes size at once"
-            raise OnnxError(f"onnx export: the recorded graph changes structure when {what}, so it cannot be "
-                            f"exported with those axes dynamic")
+            raise OnnxError(
+                f"onnx export: the recorded graph changes structure when {what}, so it cannot be "
+                f"exported with those axes dynamic"
+            )
     rows = list(zip(order, *others)) if others else [(n,) for n in order]
 
     def terms_of(value, other_values, where):
@@ -544,14 +585,18 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
                 names[node] = b.const(data, name=param_names[node])
             else:
                 if changing:
-                    raise OnnxError(f"onnx export: a constant of shape {node.shape} used in "
-                                    f"{node.scope or 'the call'} changes shape with a dynamic axis")
+                    raise OnnxError(
+                        f"onnx export: a constant of shape {node.shape} used in "
+                        f"{node.scope or 'the call'} changes shape with a dynamic axis"
+                    )
                 names[node] = b.const(data, "const")
             continue
         if node.op == "scalar":
             if any(o.value != node.value for o in row[1:]):
-                raise OnnxError(f"onnx export: the scalar {node.value!r} used in {node.scope or 'the call'} changes "
-                                f"with a dynamic axis (a mean over it?), so that axis cannot be dynamic")
+                raise OnnxError(
+                    f"onnx export: the scalar {node.value!r} used in {node.scope or 'the call'} changes "
+                    f"with a dynamic axis (a mean over it?), so that axis cannot be dynamic"
+                )
             names[node] = b.const(np.asarray(node.value, dtype=node.dtype.np), "scalar")
             continue
         mark = base.usable_mark(node, opset)
@@ -560,8 +605,10 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
             if len(row) > 1:
                 others_marks = [v[-1].usable_mark(o, opset) for v, o in zip(variants, row[1:])]
                 if any(m is None or m.op_type != mark.op_type for m in others_marks):
-                    raise OnnxError(f"onnx export: {mark.op_type} in {node.scope or 'the call'} is recorded "
-                                    f"differently when a dynamic axis changes size, so that axis cannot be dynamic")
+                    raise OnnxError(
+                        f"onnx export: {mark.op_type} in {node.scope or 'the call'} is recorded "
+                        f"differently when a dynamic axis changes size, so that axis cannot be dynamic"
+                    )
                 others_attrs = [m.attrs for m in others_marks]
                 attrs = _symbolize(attrs, others_attrs, terms_of, f"{mark.op_type} in {node.scope or 'the call'}")
             ins = [None if i is None else names[i] for i in mark.inputs]
@@ -584,16 +631,23 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
         names[node] = out
     if unsupported:
         listed = "; ".join(f"{op} (in {', '.join(sorted(set(where)))})" for op, where in sorted(unsupported.items()))
-        hint = " Random ops come from dropout or rand in training mode: export in eval mode." if (
-            "rand" in unsupported or "randn" in unsupported) else ""
+        hint = (
+            " Random ops come from dropout or rand in training mode: export in eval mode."
+            if ("rand" in unsupported or "randn" in unsupported)
+            else ""
+        )
         raise UnsupportedOpError(f"onnx export: no ONNX form at opset {opset} for: {listed}.{hint}")
 
     b.scope = None
     result = []
     for i, (t, out_name) in enumerate(zip(base.outputs, out_names)):
         value = names[t._node]
-        if value in in_names or value in out_names[:i] or value in b.constants or (
-                value in out_names and out_names.index(value) != i):
+        if (
+            value in in_names
+            or value in out_names[:i]
+            or value in b.constants
+            or (value in out_names and out_names.index(value) != i)
+        ):
             b.claim(out_name)
             b.nodes.append(b._onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
         else:
@@ -608,8 +662,26 @@ def _emit(b: GraphBuilder, base: _Recording, variants: list, inputs: tuple, in_n
 
 
 # ONNX ops that broadcast their inputs numpy-style (multidirectional broadcasting).
-_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual",
-                           "Greater", "GreaterOrEqual", "Where", "And", "Or", "Xor"})
+_BROADCASTING = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Max",
+        "Min",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "Where",
+        "And",
+        "Or",
+        "Xor",
+    }
+)
 
 
 def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
@@ -674,7 +746,7 @@ def _broadcast(shapes: list):
     rank = max(len(s) for s in shapes)
     out = []
     for axis in range(rank):
-        dims = {k for s in shapes for k in _sym_key(s[len(s) - rank + axis:][:1]) if len(s) - rank + axis >= 0}
+        dims = {k for s in shapes for k in _sym_key(s[len(s) - rank + axis :][:1]) if len(s) - rank + axis >= 0}
         big = {d for d in dims if d != (1, ())}
         if len(big) > 1:
             return None

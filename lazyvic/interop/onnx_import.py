@@ -299,8 +299,14 @@ def _pow(ctx, a, b):
 
 
 _UNARY_FOLDS = {
-    "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Exp": np.exp,
-    "Log": np.log, "Not": np.logical_not, "Relu": lambda a: np.maximum(a, 0).astype(a.dtype),
+    "Neg": np.negative,
+    "Abs": np.abs,
+    "Sqrt": np.sqrt,
+    "Reciprocal": np.reciprocal,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Not": np.logical_not,
+    "Relu": lambda a: np.maximum(a, 0).astype(a.dtype),
 }
 
 
@@ -398,8 +404,10 @@ def _cast_check(ctx):
 
 
 @_register(
-    "Cast", (13, 19, 21, 23, 24, 25, 28),
-    fold=lambda ctx, a: a.astype(_ELEM_DTYPES[ctx.attr("to")].np), check=_cast_check,
+    "Cast",
+    (13, 19, 21, 23, 24, 25, 28),
+    fold=lambda ctx, a: a.astype(_ELEM_DTYPES[ctx.attr("to")].np),
+    check=_cast_check,
 )
 def _cast(ctx, a):
     return ctx.tensor(a).to(_ELEM_DTYPES[ctx.attr("to")])
@@ -412,8 +420,7 @@ def _cast_like_target(ctx, like) -> dt.DType:
     return target
 
 
-@_register("CastLike", (15, 19, 21, 23, 24, 25),
-           fold=lambda ctx, a, like: a.astype(_cast_like_target(ctx, like).np))
+@_register("CastLike", (15, 19, 21, 23, 24, 25), fold=lambda ctx, a, like: a.astype(_cast_like_target(ctx, like).np))
 def _cast_like(ctx, a, like):
     return ctx.tensor(a).to(_cast_like_target(ctx, like))
 
@@ -435,8 +442,15 @@ def _gemm(ctx, a, b, c=None):
     if x.ndim != 2 or y.ndim != 2:
         raise ctx.error(f"A and B must be 2-D, got shapes {x.shape} and {y.shape}")
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-    if (ctx.attr("transB", 0) and not ctx.attr("transA", 0) and alpha == 1.0 and beta == 1.0
-            and x.dtype.is_floating_point and x.dtype == y.dtype and (c is None or ctx.tensor(c).ndim == 1)):
+    if (
+        ctx.attr("transB", 0)
+        and not ctx.attr("transA", 0)
+        and alpha == 1.0
+        and beta == 1.0
+        and x.dtype.is_floating_point
+        and x.dtype == y.dtype
+        and (c is None or ctx.tensor(c).ndim == 1)
+    ):
         # A linear layer (PyTorch's exporters write nn.Linear this way): through F.linear, so a
         # re-export writes one Gemm again.
         return F.linear(x, y, None if c is None else ctx.tensor(c))
@@ -577,8 +591,9 @@ def _spatial_attrs(ctx, n_spatial: int, kernel):
     strides = list(ctx.attr("strides", [1] * n_spatial))
     dilations = list(ctx.attr("dilations", [1] * n_spatial))
     if len(strides) != n_spatial or len(dilations) != n_spatial or len(kernel) != n_spatial:
-        raise ctx.error(f"kernel {list(kernel)}, strides {strides} and dilations {dilations} must have "
-                        f"{n_spatial} entries")
+        raise ctx.error(
+            f"kernel {list(kernel)}, strides {strides} and dilations {dilations} must have {n_spatial} entries"
+        )
     return strides, dilations
 
 
@@ -610,15 +625,25 @@ def _conv(ctx, a, w, b=None):
     pairs, _ = _spatial_pads(ctx, x.shape[4 - n_spatial :], kernel, strides, dilations)
     if one_d:
         kernel, strides, dilations, pairs = (
-            _lift_1d(kernel, 1), _lift_1d(strides, 1), _lift_1d(dilations, 1), [(0, 0), *pairs]
+            _lift_1d(kernel, 1),
+            _lift_1d(strides, 1),
+            _lift_1d(dilations, 1),
+            [(0, 0), *pairs],
         )
     padding = [0, 0]
     if all(p == q for p, q in pairs):
         padding = [p for p, _ in pairs]
     else:
         x = _pad_spatial(x, pairs, 0)
-    y = F.conv2d(x, weight, bias, stride=tuple(strides), padding=tuple(padding), dilation=tuple(dilations),
-                 groups=int(ctx.attr("group", 1)))
+    y = F.conv2d(
+        x,
+        weight,
+        bias,
+        stride=tuple(strides),
+        padding=tuple(padding),
+        dilation=tuple(dilations),
+        groups=int(ctx.attr("group", 1)),
+    )
     return y.squeeze(2) if one_d else y
 
 
@@ -673,7 +698,8 @@ def _conv_transpose(ctx, a, w, b=None):
     m_per_group = weight.shape[1]
     kh, kw = weight.shape[2:]
     flipped = weight.index_select(2, _tensor(np.arange(kh - 1, -1, -1), device=weight.device)).index_select(
-        3, _tensor(np.arange(kw - 1, -1, -1), device=weight.device))
+        3, _tensor(np.arange(kw - 1, -1, -1), device=weight.device)
+    )
     w2 = flipped.reshape(groups, c // groups, m_per_group, kh, kw).transpose(1, 2)
     w2 = w2.reshape(groups * m_per_group, c // groups, kh, kw)
     y = F.conv2d(x, w2, bias, stride=1, padding=0, dilation=tuple(dilations), groups=groups)
@@ -713,8 +739,13 @@ def _pool(ctx, a):
     strides, dilations = _spatial_attrs(ctx, n_spatial, kernel)
     pairs, extra = _spatial_pads(ctx, x.shape[2:], kernel, strides, dilations, bool(ctx.attr("ceil_mode", 0)))
     indices = ctx.op == "MaxPool" and ctx.wants_output(1)
-    simple = (n_spatial <= 2 and not indices and set(dilations) == {1} and not any(extra)
-              and all(p == q and 2 * p <= k for (p, q), k in zip(pairs, kernel)))
+    simple = (
+        n_spatial <= 2
+        and not indices
+        and set(dilations) == {1}
+        and not any(extra)
+        and all(p == q and 2 * p <= k for (p, q), k in zip(pairs, kernel))
+    )
     if simple:
         one_d = n_spatial == 1
         x2 = x.unsqueeze(2) if one_d else x
@@ -723,8 +754,9 @@ def _pool(ctx, a):
         if ctx.op == "MaxPool":
             y = F.max_pool2d(x2, tuple(k2), tuple(s2), tuple(p2))
         else:
-            y = F.avg_pool2d(x2, tuple(k2), tuple(s2), tuple(p2),
-                             count_include_pad=bool(ctx.attr("count_include_pad", 0)))
+            y = F.avg_pool2d(
+                x2, tuple(k2), tuple(s2), tuple(p2), count_include_pad=bool(ctx.attr("count_include_pad", 0))
+            )
         return y.squeeze(2) if one_d else y
     full_pairs = [(p, q + e) for (p, q), e in zip(pairs, extra)]
     if ctx.op == "MaxPool":
@@ -733,8 +765,9 @@ def _pool(ctx, a):
         y = lazyvic.stack(views, 0).amax(0)
         if not indices:
             return y
-        return y, _max_pool_indices(x, views, full_pairs, kernel, strides, dilations,
-                                    bool(ctx.attr("storage_order", 0)))
+        return y, _max_pool_indices(
+            x, views, full_pairs, kernel, strides, dilations, bool(ctx.attr("storage_order", 0))
+        )
     total = lazyvic.stack(_window_views(_pad_spatial(x, full_pairs, 0), kernel, strides, dilations), 0).sum(0)
     # The divisor per output cell: the input cells (and, with count_include_pad, the explicit
     # padding but not the ceil_mode overhang) that its window covers.
@@ -773,8 +806,9 @@ def _batch_norm(ctx, a, scale, bias, mean, var):
     x = ctx.tensor(a)
     eps = float(ctx.attr("epsilon", 1e-5))
     if not (ctx.version >= 14 and ctx.attr("training_mode", 0)):
-        return F.batch_norm(x, ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale), ctx.tensor(bias),
-                            training=False, eps=eps)
+        return F.batch_norm(
+            x, ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale), ctx.tensor(bias), training=False, eps=eps
+        )
     # training_mode=1: normalize with the batch statistics (biased variance); the optional outputs are
     # the updated running statistics, input * momentum + batch * (1 - momentum), as the spec writes.
     axes = (0, *range(2, x.ndim))
@@ -815,8 +849,9 @@ def _reshape_target(ctx, shape: tuple, target: list) -> tuple:
 _RESHAPE_VERSIONS = (13, 14, 19, 21, 23, 24, 25)
 
 
-@_register("Reshape", _RESHAPE_VERSIONS,
-           fold=lambda ctx, a, s: a.reshape(_reshape_target(ctx, a.shape, ctx.ints(s, "shape"))))
+@_register(
+    "Reshape", _RESHAPE_VERSIONS, fold=lambda ctx, a, s: a.reshape(_reshape_target(ctx, a.shape, ctx.ints(s, "shape")))
+)
 def _reshape(ctx, a, s):
     x = ctx.tensor(a)
     return x.reshape(*_reshape_target(ctx, x.shape, ctx.ints(s, "shape")))
@@ -1252,8 +1287,13 @@ def _mod(ctx, a, b):
 
 
 def _fold_logic(ctx, a, b):
-    fn = {"LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "And": np.logical_and,
-          "Or": np.logical_or, "Xor": np.logical_xor}[ctx.op]
+    fn = {
+        "LessOrEqual": np.less_equal,
+        "GreaterOrEqual": np.greater_equal,
+        "And": np.logical_and,
+        "Or": np.logical_or,
+        "Xor": np.logical_xor,
+    }[ctx.op]
     return np.asarray(fn(a, b))
 
 
@@ -1300,8 +1340,11 @@ def _activation(ctx, a):
         return y * float(ctx.attr("gamma", 1.05070102214813232421875)) if op == "Selu" else y
     if op == "Celu":
         alpha = float(ctx.attr("alpha", 1.0))
-        return x.relu() + ((x * (1.0 / alpha)).exp() - 1.0).minimum(0.0) * alpha if alpha != 1.0 else \
-            x.relu() + (x.exp() - 1.0).minimum(0.0)
+        return (
+            x.relu() + ((x * (1.0 / alpha)).exp() - 1.0).minimum(0.0) * alpha
+            if alpha != 1.0
+            else x.relu() + (x.exp() - 1.0).minimum(0.0)
+        )
     if op == "HardSigmoid":
         return (x * float(ctx.attr("alpha", 0.2)) + float(ctx.attr("beta", 0.5))).clamp(0.0, 1.0)
     if op == "HardSwish":
@@ -1404,8 +1447,11 @@ def _pad_indices(mode: str, n: int, before: int, after: int) -> np.ndarray:
 
 def _pad_plan(ctx, shape, pads_value, axes_value):
     pads = ctx.ints(pads_value, "pads")
-    axes = list(range(len(shape))) if axes_value is None else [
-        ctx.axis(a, len(shape), "axes entry") for a in ctx.ints(axes_value, "axes")]
+    axes = (
+        list(range(len(shape)))
+        if axes_value is None
+        else [ctx.axis(a, len(shape), "axes entry") for a in ctx.ints(axes_value, "axes")]
+    )
     if len(pads) != 2 * len(axes):
         raise ctx.error(f"pads {pads} must have 2 entries per padded axis ({len(axes)} axes)")
     plan = [(0, 0)] * len(shape)
@@ -1856,8 +1902,10 @@ def _gather_nd(ctx, a, indices):
     if ((tuples < 0) | (tuples >= np.array(head))).any():
         raise ctx.error(f"an index tuple is out of range for data shape {x.shape}")
     # Each tuple picks a slice of the flattened (batch, *head) axis of data.
-    flat = (np.arange(math.prod(lead))[:, None] * math.prod(head)
-            + (np.ravel_multi_index(tuple(np.moveaxis(tuples, -1, 0)), head) if k else 0)).reshape(-1)
+    flat = (
+        np.arange(math.prod(lead))[:, None] * math.prod(head)
+        + (np.ravel_multi_index(tuple(np.moveaxis(tuples, -1, 0)), head) if k else 0)
+    ).reshape(-1)
     picked = x.reshape(math.prod(lead) * math.prod(head), *rest).index_select(0, _tensor(flat))
     return picked.reshape(*index.shape[:-1], *rest)
 
@@ -1866,8 +1914,11 @@ def _gather_nd(ctx, a, indices):
 def _center_crop_pad(ctx, a, shape):
     x = ctx.tensor(a)
     target = ctx.ints(shape, "shape")
-    axes = list(range(x.ndim)) if ctx.attr("axes") is None else [
-        ctx.axis(int(v), x.ndim, "axes entry") for v in ctx.attr("axes")]
+    axes = (
+        list(range(x.ndim))
+        if ctx.attr("axes") is None
+        else [ctx.axis(int(v), x.ndim, "axes entry") for v in ctx.attr("axes")]
+    )
     if len(target) != len(axes):
         raise ctx.error(f"shape {target} has {len(target)} entries for {len(axes)} axes")
     for axis, size in zip(axes, target):
@@ -2232,8 +2283,11 @@ def _resize_taps(ctx, ratio: np.ndarray, scale: float) -> tuple:
     else:  # Keys' cubic convolution kernel with parameter a
         a = float(ctx.attr("cubic_coeff_a", -0.75))
         d2, d3 = dist * dist, dist * dist * dist
-        coeffs = np.where(dist <= 1, (a + 2) * d3 - (a + 3) * d2 + 1,
-                          np.where(dist < 2, a * d3 - 5 * a * d2 + 8 * a * dist - 4 * a, 0.0))
+        coeffs = np.where(
+            dist <= 1,
+            (a + 2) * d3 - (a + 3) * d2 + 1,
+            np.where(dist < 2, a * d3 - 5 * a * d2 + 8 * a * dist - 4 * a, 0.0),
+        )
     if antialias:
         coeffs = coeffs / coeffs.sum(1, keepdims=True)
     return first, coeffs
@@ -2250,8 +2304,9 @@ def _resize_matrix(ctx, m: int, n: int, scale: float, roi) -> tuple:
         total = coeffs.sum(1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
     weights = np.zeros((m, n))
-    np.add.at(weights, (np.repeat(np.arange(m), coeffs.shape[1]), np.clip(index, 0, n - 1).reshape(-1)),
-              coeffs.reshape(-1))  # taps past an edge repeat the edge value
+    np.add.at(
+        weights, (np.repeat(np.arange(m), coeffs.shape[1]), np.clip(index, 0, n - 1).reshape(-1)), coeffs.reshape(-1)
+    )  # taps past an edge repeat the edge value
     return weights, outside
 
 
@@ -2344,8 +2399,9 @@ def _read_model(model) -> tuple:
             proto = onnx.ModelProto()
             proto.ParseFromString(f.read())
     except Exception as e:
-        raise OnnxError(f"{path}: not a valid ONNX file (truncated or not ONNX): cannot parse the protobuf: "
-                        f"{type(e).__name__}") from None
+        raise OnnxError(
+            f"{path}: not a valid ONNX file (truncated or not ONNX): cannot parse the protobuf: {type(e).__name__}"
+        ) from None
     if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.opset_import:
         raise OnnxError(f"{path}: not an ONNX model (no IR version, graph or opset import; truncated or not ONNX)")
     try:
@@ -2354,8 +2410,10 @@ def _read_model(model) -> tuple:
         if any(uses_external_data(t) for t in proto.graph.initializer):
             load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
     except Exception as e:
-        raise OnnxError(f"{path}: cannot load the external data of its initializers (expected next to the model "
-                        f"in {os.path.dirname(os.path.abspath(path))}): {type(e).__name__}: {e}") from None
+        raise OnnxError(
+            f"{path}: cannot load the external data of its initializers (expected next to the model "
+            f"in {os.path.dirname(os.path.abspath(path))}): {type(e).__name__}: {e}"
+        ) from None
     return proto, source
 
 
@@ -2366,16 +2424,22 @@ def _initializer_arrays(proto, source: str) -> dict:
     arrays = {}
     for t in proto.graph.initializer:
         if uses_external_data(t):
-            raise OnnxError(f"{source}: initializer '{t.name}' refers to external data that was not loaded; "
-                            f"load from the file path so lazyvic reads it from the model's directory")
+            raise OnnxError(
+                f"{source}: initializer '{t.name}' refers to external data that was not loaded; "
+                f"load from the file path so lazyvic reads it from the model's directory"
+            )
         if t.data_type not in _ELEM_DTYPES:
-            raise OnnxError(f"{source}: initializer '{t.name}' has type {_elem_name(t.data_type)} "
-                            f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})")
+            raise OnnxError(
+                f"{source}: initializer '{t.name}' has type {_elem_name(t.data_type)} "
+                f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})"
+            )
         try:
             arr = np.asarray(numpy_helper.to_array(t))
         except Exception as e:
-            raise OnnxError(f"{source}: initializer '{t.name}' (shape {tuple(t.dims)}) has missing or bad data: "
-                            f"{type(e).__name__}: {e}") from None
+            raise OnnxError(
+                f"{source}: initializer '{t.name}' (shape {tuple(t.dims)}) has missing or bad data: "
+                f"{type(e).__name__}: {e}"
+            ) from None
         if arr.shape != tuple(t.dims):
             raise OnnxError(f"{source}: initializer '{t.name}' has {arr.size} values for shape {tuple(t.dims)}")
         arrays[t.name] = arr
@@ -2389,8 +2453,16 @@ def _strip_initializers(proto):
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
     for t in stripped.graph.initializer:
-        for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
-                      "string_data", "external_data"):
+        for field in (
+            "raw_data",
+            "float_data",
+            "int32_data",
+            "int64_data",
+            "double_data",
+            "uint64_data",
+            "string_data",
+            "external_data",
+        ):
             t.ClearField(field)
         t.data_location = 0
     return stripped
@@ -2467,13 +2539,17 @@ class OnnxModule(Module):
         if opset is None:
             raise UnsupportedOpError(f"{source}: the model imports no default-domain (ai.onnx) opset")
         if not MIN_OPSET <= opset <= MAX_OPSET:
-            raise UnsupportedOpError(f"{source}: opset {opset} is not supported (lazyvic imports default-domain "
-                                     f"opsets {MIN_OPSET} to {MAX_OPSET}; convert older models with "
-                                     f"onnx.version_converter.convert_version(model, 17))")
+            raise UnsupportedOpError(
+                f"{source}: opset {opset} is not supported (lazyvic imports default-domain "
+                f"opsets {MIN_OPSET} to {MAX_OPSET}; convert older models with "
+                f"onnx.version_converter.convert_version(model, 17))"
+            )
         if graph.sparse_initializer:
-            raise UnsupportedOpError(f"{source}: sparse initializers "
-                                     f"({', '.join(repr(t.values.name) for t in graph.sparse_initializer)}) "
-                                     f"are not supported")
+            raise UnsupportedOpError(
+                f"{source}: sparse initializers "
+                f"({', '.join(repr(t.values.name) for t in graph.sparse_initializer)}) "
+                f"are not supported"
+            )
         init_names = [t.name for t in graph.initializer]
         init_set = set(init_names)
         inputs = [vi for vi in graph.input if vi.name not in init_set]
@@ -2487,12 +2563,15 @@ class OnnxModule(Module):
             ctx = _NodeContext(node, 0, source, i)
             problem = self._node_problem(ctx, opsets)
             conv = _CONVERTERS.get(ctx.op)
-            if conv is not None and (ctx.op in _ALWAYS_CONSTANT or (
-                    conv.fold is not None and all(n in constants for n in node.input if n))):
+            if conv is not None and (
+                ctx.op in _ALWAYS_CONSTANT or (conv.fold is not None and all(n in constants for n in node.input if n))
+            ):
                 constants.update(n for n in node.output if n)
             elif conv is not None and conv.fold_only and problem is None:
-                problem = (f"{ctx.op} of a computed tensor (lazyvic has no {ctx.op} primitive: it folds {ctx.op} "
-                           f"of constants only, as in shape arithmetic)")
+                problem = (
+                    f"{ctx.op} of a computed tensor (lazyvic has no {ctx.op} primitive: it folds {ctx.op} "
+                    f"of constants only, as in shape arithmetic)"
+                )
             if problem is not None:
                 unsupported.setdefault(problem, []).append(ctx.name)
             for name in node.input:
@@ -2502,30 +2581,41 @@ class OnnxModule(Module):
             steps.append(ctx)
         if unsupported:
             lines = [f"{what}: nodes {', '.join(repr(n) for n in names)}" for what, names in unsupported.items()]
-            raise UnsupportedOpError(f"{source}: {len(unsupported)} unsupported op type(s):\n  " + "\n  ".join(lines)
-                                     + f"\n(lazyvic imports {', '.join(sorted(_CONVERTERS))})")
+            raise UnsupportedOpError(
+                f"{source}: {len(unsupported)} unsupported op type(s):\n  "
+                + "\n  ".join(lines)
+                + f"\n(lazyvic imports {', '.join(sorted(_CONVERTERS))})"
+            )
         if undefined:
             ctx, name = undefined[0]
-            raise OnnxError(f"{ctx.label()}: input '{name}' is not defined (not a graph input, an initializer or "
-                            f"the output of an earlier node; a missing initializer?)"
-                            + (f"; {len(undefined) - 1} more undefined inputs" if len(undefined) > 1 else ""))
+            raise OnnxError(
+                f"{ctx.label()}: input '{name}' is not defined (not a graph input, an initializer or "
+                f"the output of an earlier node; a missing initializer?)"
+                + (f"; {len(undefined) - 1} more undefined inputs" if len(undefined) > 1 else "")
+            )
         for out in graph.output:
             if out.name not in defined:
                 raise OnnxError(f"{source}: graph output '{out.name}' is not produced by any node")
         for vi in inputs:
             elem = vi.type.tensor_type.elem_type
             if not vi.type.HasField("tensor_type"):
-                raise UnsupportedOpError(f"{source}: graph input '{vi.name}' is not a tensor (sequences, maps and "
-                                         f"optionals are not supported)")
+                raise UnsupportedOpError(
+                    f"{source}: graph input '{vi.name}' is not a tensor (sequences, maps and "
+                    f"optionals are not supported)"
+                )
             if elem not in _ELEM_DTYPES:
-                raise OnnxError(f"{source}: graph input '{vi.name}' has type {_elem_name(elem)} "
-                                f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})")
+                raise OnnxError(
+                    f"{source}: graph input '{vi.name}' has type {_elem_name(elem)} "
+                    f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})"
+                )
         keys = state_dict_keys(init_names)
         slots = {}
         for t in graph.initializer:
             if t.data_type not in _ELEM_DTYPES:
-                raise OnnxError(f"{source}: initializer '{t.name}' has type {_elem_name(t.data_type)} "
-                                f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})")
+                raise OnnxError(
+                    f"{source}: initializer '{t.name}' has type {_elem_name(t.data_type)} "
+                    f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})"
+                )
             d = _ELEM_DTYPES[t.data_type]
             owner, attr = self._owner(keys[t.name])
             zeros = np.zeros(tuple(t.dims), dtype=d.np)
@@ -2561,8 +2651,10 @@ class OnnxModule(Module):
         except Exception:
             return f"{ctx.op} (no schema at opset {opset})"
         if ctx.version not in conv.versions:
-            return (f"{ctx.op} version {ctx.version} (at opset {opset}; lazyvic handles versions "
-                    f"{', '.join(map(str, sorted(conv.versions)))})")
+            return (
+                f"{ctx.op} version {ctx.version} (at opset {opset}; lazyvic handles versions "
+                f"{', '.join(map(str, sorted(conv.versions)))})"
+            )
         if conv.check is not None:
             return conv.check(ctx)
         return None
@@ -2587,8 +2679,10 @@ class OnnxModule(Module):
         else:
             arr = np.asarray(value)
             if _lazyvic_dtype(arr.dtype) is None:
-                raise OnnxError(f"{source}: graph input '{name}' got an array of dtype {arr.dtype} "
-                                f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})")
+                raise OnnxError(
+                    f"{source}: graph input '{name}' got an array of dtype {arr.dtype} "
+                    f"(lazyvic supports {_SUPPORTED_TYPES_TEXT})"
+                )
             t = _tensor(arr, dtype=arr.dtype, device=_NodeContext.device)
         if t.dtype is not expected:
             raise OnnxError(f"{source}: graph input '{name}' expects {expected.name}, got {t.dtype.name}")
@@ -2599,8 +2693,9 @@ class OnnxModule(Module):
                 not d.HasField("dim_value") or d.dim_value == s for d, s in zip(dims, t.shape)
             )
             if not fits:
-                raise OnnxError(f"{source}: graph input '{name}' has shape {t.shape}, but the graph declares "
-                                f"{declared}")
+                raise OnnxError(
+                    f"{source}: graph input '{name}' has shape {t.shape}, but the graph declares {declared}"
+                )
         return t
 
     def forward(self, *inputs):
@@ -2612,8 +2707,10 @@ class OnnxModule(Module):
         """
         source = self._onnx_source
         if len(inputs) != len(self._onnx_inputs):
-            raise OnnxError(f"{source}: the graph takes {len(self._onnx_inputs)} inputs "
-                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+            raise OnnxError(
+                f"{source}: the graph takes {len(self._onnx_inputs)} inputs "
+                f"({', '.join(self.input_names)}), got {len(inputs)}"
+            )
         previous = _NodeContext.device
         _NodeContext.device = next((p.device for p in self.parameters()), "cpu")  # where .to() put the model
         try:
@@ -2630,8 +2727,11 @@ class OnnxModule(Module):
             outs = []
             for name, type_proto in self._onnx_outputs:
                 value = env[name]
-                t = value if isinstance(value, Tensor) else _tensor(value, dtype=value.dtype,
-                                                                           device=_NodeContext.device)
+                t = (
+                    value
+                    if isinstance(value, Tensor)
+                    else _tensor(value, dtype=value.dtype, device=_NodeContext.device)
+                )
                 self._check_output(name, type_proto, t)
                 outs.append(t)
         finally:
@@ -2644,8 +2744,10 @@ class OnnxModule(Module):
         dims = type_proto.shape.dim
         if len(dims) != t.ndim or any(d.HasField("dim_value") and d.dim_value != s for d, s in zip(dims, t.shape)):
             declared = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
-            raise OnnxError(f"{self._onnx_source}: graph output '{name}' has shape {t.shape}, but the graph "
-                            f"declares {declared} (inconsistent shapes in the model)")
+            raise OnnxError(
+                f"{self._onnx_source}: graph output '{name}' has shape {t.shape}, but the graph "
+                f"declares {declared} (inconsistent shapes in the model)"
+            )
 
     @staticmethod
     def _run_node(ctx: _NodeContext, env: dict) -> None:
@@ -2660,8 +2762,10 @@ class OnnxModule(Module):
         except (OnnxError, UnsupportedOpError):
             raise
         except (LazyvicError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-            raise ctx.error(f"{type(e).__name__}: {e} (input shapes "
-                            f"{', '.join(str(_shape_of(a)) if a is not None else '-' for a in args)})") from None
+            raise ctx.error(
+                f"{type(e).__name__}: {e} (input shapes "
+                f"{', '.join(str(_shape_of(a)) if a is not None else '-' for a in args)})"
+            ) from None
         outs = out if isinstance(out, tuple) else (out,)
         for i, name in enumerate(ctx.outputs):
             if not name:
@@ -2674,8 +2778,10 @@ class OnnxModule(Module):
             env[name] = value
 
     def extra_repr(self) -> str:
-        return (f"source={self._onnx_source!r}, opset={self.opset}, inputs={self.input_names}, "
-                f"outputs={self.output_names}, nodes={len(self._onnx_steps)}")
+        return (
+            f"source={self._onnx_source!r}, opset={self.opset}, inputs={self.input_names}, "
+            f"outputs={self.output_names}, nodes={len(self._onnx_steps)}"
+        )
 
 
 # ============================================================== entry point

@@ -375,8 +375,10 @@ def _placement(path: str, map_location):
         table = {str(k): canonical(v, "load") for k, v in map_location.items()}
         return lambda location: table[location] if location in table else canonical(location, "load")
     if callable(map_location):
-        raise CheckpointError(f"{path}: map_location as a function is not supported; give a device "
-                              f"(\"cpu\", \"cuda\") or a {{saved location: device}} dict")
+        raise CheckpointError(
+            f"{path}: map_location as a function is not supported; give a device "
+            f'("cpu", "cuda") or a {{saved location: device}} dict'
+        )
     device = canonical(map_location, "load")
     return lambda location: device
 
@@ -687,8 +689,7 @@ class _Reader:
                 f"maximum; lazyvic has no uint64 (load it with as_numpy=True)"
             )
         array = np.array(view, dtype=target, order="C")  # the one copy, off the mapped file
-        return _tensor(array, requires_grad=requires_grad and target.kind == "f",
-                              device=self.place(storage.location))
+        return _tensor(array, requires_grad=requires_grad and target.kind == "f", device=self.place(storage.location))
 
 
 def _no_storages(path: str):

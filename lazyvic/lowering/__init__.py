@@ -51,8 +51,20 @@ def _conv_step(entries, root: int, args: list) -> ConvStep:
     op, attrs, inputs, shape, dtype = entries[root]
     x_shape, w_shape = entries[inputs[0]][3], entries[inputs[1]][3]
     rows, cols = conv.taps(x_shape, w_shape, attrs, shape[2:])
-    return ConvStep(f"conv2d{shape}", root, args[0], args[1], attrs, im2col.im2col, im2col.pad_into, conv.conv_gemm,
-                    conv.taps, conv.tap_weights, conv.images_per_chunk, w_shape[1] * len(rows) * len(cols))
+    return ConvStep(
+        f"conv2d{shape}",
+        root,
+        args[0],
+        args[1],
+        attrs,
+        im2col.im2col,
+        im2col.pad_into,
+        conv.conv_gemm,
+        conv.taps,
+        conv.tap_weights,
+        conv.images_per_chunk,
+        w_shape[1] * len(rows) * len(cols),
+    )
 
 
 def _force(forced: set, e: NeedsMaterialize) -> None:
@@ -115,8 +127,14 @@ def plan_layout(trace, entries, outputs, groups, steps) -> tuple:
     temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
     temporaries -= out_set
     steps_io = [(s.writes(), s.reads()) for s in steps]
-    memory = plan_memory(entries, steps_io, temporaries, out_set, {p for p, _ in input_pos},
-                         frozenset(p for p, slot in input_pos if slot in trace.param_slots))
+    memory = plan_memory(
+        entries,
+        steps_io,
+        temporaries,
+        out_set,
+        {p for p, _ in input_pos},
+        frozenset(p for p, slot in input_pos if slot in trace.param_slots),
+    )
     return out_specs, input_pos, memory
 
 
@@ -152,16 +170,34 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
             for j in g.members:
                 if optable.OPS[entries[j][0]].kind == "gather":
                     x, index = entries[j][2]
-                    steps.append(IndexCheckStep(f"check {entries[j][0]} index", _chain(entries, index, lambda j: optable.OPS[entries[j][0]].kind == "movement"),
-                                                entries[x][3][entries[j][1]["dim"]], entries[j][0]))
+                    steps.append(
+                        IndexCheckStep(
+                            f"check {entries[j][0]} index",
+                            _chain(entries, index, lambda j: optable.OPS[entries[j][0]].kind == "movement"),
+                            entries[x][3][entries[j][1]["dim"]],
+                            entries[j][0],
+                        )
+                    )
             fn = kernel_cache.load(ks, cache_dir, [scalar_dtypes[s].name for s in ks.scalars], stats)
-            steps.append(KernelStep(ks.name, fn, g.root, tuple(ks.buffers),
-                                    tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
-                                    tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.source,
-                                    tuple(g.extra_roots), ks.parallel))
+            steps.append(
+                KernelStep(
+                    ks.name,
+                    fn,
+                    g.root,
+                    tuple(ks.buffers),
+                    tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                    tuple((np.dtype(d), slots) for d, slots in ks.packed),
+                    ks.source,
+                    tuple(g.extra_roots),
+                    ks.parallel,
+                )
+            )
             if debug >= 2:
-                print(f"[lazyvic] kernel {ks.name}: space {g.space_shape} reduce {g.space_axes} "
-                      f"stages {len(g.stages)} ops {len(g.members)}", file=sys.stderr)
+                print(
+                    f"[lazyvic] kernel {ks.name}: space {g.space_shape} reduce {g.space_axes} "
+                    f"stages {len(g.stages)} ops {len(g.members)}",
+                    file=sys.stderr,
+                )
             if debug >= 3:
                 print(ks.source, file=sys.stderr)
             continue
@@ -175,11 +211,11 @@ def _compile(trace, cache_dir, debug: int) -> Plan:
 
             steps.append(PoolStep(f"{op}{shape}", g.root, args[0], attrs, pool_kernels.max_pool2d))
         elif kind == "scatter":
-            steps.append(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"],
-                                        kernel_lib.scatter_add_into))
+            steps.append(ScatterAddStep(f"{op}{shape}", g.root, tuple(args), attrs["dim"], kernel_lib.scatter_add_into))
         else:
-            steps.append(ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference,
-                                       attrs, dtype))
+            steps.append(
+                ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference, attrs, dtype)
+            )
             fallbacks.append(op)
 
     out_specs, input_pos, memory = plan_layout(trace, entries, outputs, groups, steps)

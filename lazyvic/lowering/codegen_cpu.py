@@ -436,8 +436,9 @@ class _Emitter:
                 self.row_lines.append(f"{name} = {lit}")
             self.open_loop()
             v, _ = self.emit(sinputs[0], self.full_index(), ())
-            r_flat = flat([Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes],
-                          [self.shape[d] for d in self.axes])
+            r_flat = flat(
+                [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes], [self.shape[d] for d in self.axes]
+            )
             self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), self.e[sinputs[0]][4]))
             self.close_loop()
             self.stage_result[s] = names[0]
@@ -528,8 +529,12 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
         text = "\n".join(unpack + [text])
         scalar_slots = []
     outs = ["out"] + [f"out{k + 1}" for k in range(len(group.extra_roots))]
-    args = (outs + [em.bufs[b] for b in buffers] + [em.scals[s] for s in scalar_slots]
-            + [f"sp_{ALIAS[d]}" for d, _ in packed])
+    args = (
+        outs
+        + [em.bufs[b] for b in buffers]
+        + [em.scals[s] for s in scalar_slots]
+        + [f"sp_{ALIAS[d]}" for d, _ in packed]
+    )
     return text, buffers, scalar_slots, packed, args
 
 
@@ -596,27 +601,31 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         chunk = max(1, min(n_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
         n_chunks = -(-n_outer // chunk)
         chunk_args = [f"{a}[lo * {rebased[a]}:]" if rebased.get(a) else a for a in args]
-        source = "\n".join([
-            f"@njit(fastmath={fastmath}, {options})",
-            f"def KERNEL_NAME_rows({', '.join(args + ['lo', 'hi'])}):",
-            text,
-            "",
-            "",
-            f"@njit(parallel=True, {options})",
-            f"def KERNEL_NAME({', '.join(args)}):",
-            f"    for c in prange({n_chunks}):",
-            f"        lo = c * {chunk}",
-            f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
-            "",
-        ])
+        source = "\n".join(
+            [
+                f"@njit(fastmath={fastmath}, {options})",
+                f"def KERNEL_NAME_rows({', '.join(args + ['lo', 'hi'])}):",
+                text,
+                "",
+                "",
+                f"@njit(parallel=True, {options})",
+                f"def KERNEL_NAME({', '.join(args)}):",
+                f"    for c in prange({n_chunks}):",
+                f"        lo = c * {chunk}",
+                f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
+                "",
+            ]
+        )
     else:
-        source = "\n".join([f"@njit(fastmath={fastmath}, {options})", f"def KERNEL_NAME({', '.join(args)}):",
-                             text, ""])
+        source = "\n".join([f"@njit(fastmath={fastmath}, {options})", f"def KERNEL_NAME({', '.join(args)}):", text, ""])
     # The library version is part of the identity: a new kernel_lib never reuses old files.
     sha = hashlib.sha1((LIB_HASH + source).encode()).hexdigest()
     ops = [o for o in dict.fromkeys(em.ops_used)][:4]
     name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
-    arg_types = ([(entries[group.root][4].name, True)] + [(entries[x][4].name, True) for x in group.extra_roots]
-                 + [(entries[b][4].name, True) for b in buffers])
+    arg_types = (
+        [(entries[group.root][4].name, True)]
+        + [(entries[x][4].name, True) for x in group.extra_roots]
+        + [(entries[b][4].name, True) for b in buffers]
+    )
     return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)

@@ -61,7 +61,8 @@ SERIAL_ROW_MAX = 8
 
 # The device library is part of a kernel's identity, as kernel_lib is for CPU kernels.
 CUDA_LIB_HASH = hashlib.sha1(
-    (LIB_HASH + Path(__file__).with_name("cuda_kernel_lib.py").read_text()).encode()).hexdigest()[:16]
+    (LIB_HASH + Path(__file__).with_name("cuda_kernel_lib.py").read_text()).encode()
+).hexdigest()[:16]
 
 _NP_OF_ALIAS = {alias: name for name, alias in ALIAS.items()}
 
@@ -97,7 +98,7 @@ def _decode(var: str, dims: list, sizes: dict, indent: str) -> list:
     """Statements setting the loop index of each of ``dims`` from the flat index ``var``."""
     lines = []
     for k, d in enumerate(dims):
-        below = math.prod(sizes[e] for e in dims[k + 1:])
+        below = math.prod(sizes[e] for e in dims[k + 1 :])
         expr = var if below == 1 else f"{var} // {below}"
         if k:
             expr = f"{expr} % {sizes[d]}"
@@ -120,14 +121,19 @@ class _Layout:
             sop, _, sinputs, _, _ = entries[s]
             opdef = optable.OPS[sop]
             in_dtype = entries[sinputs[0]][4]
-            accs = [(f"a{k}{suffix}", _NP_OF_ALIAS[lit[: lit.index("(")]]) for suffix, lit in opdef.reduce_init(in_dtype)]
+            accs = [
+                (f"a{k}{suffix}", _NP_OF_ALIAS[lit[: lit.index("(")]]) for suffix, lit in opdef.reduce_init(in_dtype)
+            ]
             self.stage_accs.append((opdef, accs, in_dtype))
         # Arg-reductions merge partials in index order: contiguous chunks (see the module docstring).
         self.chunked = any(len(accs) > 1 for _, accs, _ in self.stage_accs)
 
     def shared_decls(self, indent: str) -> list:
-        return [f"{indent}sh_{name} = cuda.shared.array({self.threads}, {ALIAS[dtype]})"
-                for _, accs, _ in self.stage_accs for name, dtype in accs]
+        return [
+            f"{indent}sh_{name} = cuda.shared.array({self.threads}, {ALIAS[dtype]})"
+            for _, accs, _ in self.stage_accs
+            for name, dtype in accs
+        ]
 
     def render(self, lines, indent: str) -> list:
         out, npass = [], 0
@@ -168,8 +174,12 @@ class _Layout:
         names = [name for name, _ in accs]
         i1, i2 = indent + "    ", indent + "        "
         out = [f"{indent}sh_{n}[tid] = {n}" for n in names]
-        out += [f"{indent}cuda.syncthreads()", f"{indent}width = 1", f"{indent}while width < {self.threads}:",
-                f"{i1}if tid % (2 * width) == 0:"]
+        out += [
+            f"{indent}cuda.syncthreads()",
+            f"{indent}width = 1",
+            f"{indent}while width < {self.threads}:",
+            f"{i1}if tid % (2 * width) == 0:",
+        ]
         out += [f"{i2}b_{n} = sh_{n}[tid + width]" for n in names]
         out += [i2 + line for line in opdef.reduce_combine(names, f"b_{names[-1]}", f"b_{names[0]}", in_dtype)]
         out += [f"{i2}sh_{n}[tid] = {n}" for n in names]
@@ -221,8 +231,10 @@ def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     clamped: set = set()
     em.row_lines = _clamp_gather_indices(em.row_lines, em.dyn_size.smallest, clamped)
     if clamped != set(em.dyn_size.smallest):  # an index loaded otherwise than by one statement
-        raise RuntimeError(f"codegen_cuda: gather indices {sorted(set(em.dyn_size.smallest) - clamped)} "
-                           f"of group {group.root} could not be clamped")
+        raise RuntimeError(
+            f"codegen_cuda: gather indices {sorted(set(em.dyn_size.smallest) - clamped)} "
+            f"of group {group.root} could not be clamped"
+        )
     rows = any(isinstance(line, tuple) for line in em.row_lines)
     outer_size = math.prod(em.loop_sizes[d] for d in em.outer)
 
@@ -257,6 +269,9 @@ def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     ops = list(dict.fromkeys(em.ops_used))[:4]
     name = "kcu_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
-    arg_types = ([(entries[group.root][4].name, True)] + [(entries[x][4].name, True) for x in group.extra_roots]
-                 + [(entries[b][4].name, True) for b in buffers])
+    arg_types = (
+        [(entries[group.root][4].name, True)]
+        + [(entries[x][4].name, True) for x in group.extra_roots]
+        + [(entries[b][4].name, True) for b in buffers]
+    )
     return CudaKernelSource(name, source, sha, buffers, scalar_slots, packed, arg_types, kind, outer_size, threads)

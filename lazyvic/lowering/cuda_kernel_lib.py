@@ -38,9 +38,28 @@ from numba import cuda
 from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.kernel_lib import b1, f32, f64, i32, i64
 
-__all__ = ["b1", "f32", "f64", "i32", "i64", "exp_f32", "log_f32", "tanh_f32", "sigmoid_f32", "sigmoid_f64",
-           "erf_f32", "fmax", "fmin", "acc_add", "acc_max", "acc_min", "philox_word", "rand_f32", "rand_f64",
-           "max_pool2d_kernel"]
+__all__ = [
+    "b1",
+    "f32",
+    "f64",
+    "i32",
+    "i64",
+    "exp_f32",
+    "log_f32",
+    "tanh_f32",
+    "sigmoid_f32",
+    "sigmoid_f64",
+    "erf_f32",
+    "fmax",
+    "fmin",
+    "acc_add",
+    "acc_max",
+    "acc_min",
+    "philox_word",
+    "rand_f32",
+    "rand_f64",
+    "max_pool2d_kernel",
+]
 
 _EXP_HI = f32(88.72283905206835)
 _EXP_LO = f32(-103.97208)  # below: the float32 result underflows to zero

@@ -260,12 +260,18 @@ class CudaKernelStep:
             return
         if self.sent is None:
             self.sent = [_DeviceCopy() for _ in self.packed]
-        packed = [copy.of(np.array([scalars[s] for s in slots], dtype=d), plan.stats)
-                  for copy, (d, slots) in zip(self.sent, self.packed)]
+        packed = [
+            copy.of(np.array([scalars[s] for s in slots], dtype=d), plan.stats)
+            for copy, (d, slots) in zip(self.sent, self.packed)
+        ]
         blocks, threads = self.launch()
-        self.kernel[blocks, threads](env[self.out], *[env[o] for o in self.extra_outs],
-                                     *[env[b] for b in self.buffers], *[t(scalars[s]) for s, t in self.scalars],
-                                     *packed)
+        self.kernel[blocks, threads](
+            env[self.out],
+            *[env[o] for o in self.extra_outs],
+            *[env[b] for b in self.buffers],
+            *[t(scalars[s]) for s, t in self.scalars],
+            *packed,
+        )
 
 
 def _operand_map(entries, chain) -> np.ndarray | None:
@@ -299,8 +305,11 @@ def _matmul(c, a, b, batch: int, m: int, k: int, n: int, dtype) -> None:
     CuPy (cuBLAS) when importable, else the tiled kernel of cuda_kernel_lib."""
     cupy = cupy_on_gpu()
     if cupy is not None:
-        cupy.matmul(cupy.asarray(a).reshape(batch, m, k), cupy.asarray(b).reshape(batch, k, n),
-                    out=cupy.asarray(c).reshape(batch, m, n))
+        cupy.matmul(
+            cupy.asarray(a).reshape(batch, m, k),
+            cupy.asarray(b).reshape(batch, k, n),
+            out=cupy.asarray(c).reshape(batch, m, n),
+        )
         return
     from lazyvic.lowering.cuda_kernel_lib import matmul_kernel
 
@@ -397,8 +406,7 @@ class CudaMaxPoolStep:
         out, x = env[self.out], env[self.x[1]]
         if self.x_map is not None:
             if self.scratch is None:
-                self.scratch = (_device_int64(self.x_map, plan.stats),
-                                _cuda().device_array(self.x_map.size, self.x[3]))
+                self.scratch = (_device_int64(self.x_map, plan.stats), _cuda().device_array(self.x_map.size, self.x[3]))
             _gather(x, self.scratch[0], self.scratch[1], self.x[3])
             x = self.scratch[1]
         blocks, threads = _launch_1d(out.size)
@@ -436,13 +444,18 @@ class CudaConvStep:
         cuda, dtype = _cuda(), self.x[3]
         n, c, h, w = self.dims[:4]
         sizes = (n * c * h * w, self.groups * self.o_per_group * self.k)
-        dense = [cuda.device_array(size, dtype) if chain[0] == "scalar" or (which and m is not None) else None
-                 for which, (chain, m, size) in enumerate(zip((self.x, self.w), self.maps, sizes))]
-        self.scratch = [[_device_int64(() if m is None else m, stats) for m in self.maps], dense,
-                        _device_int64(self.dims, stats),
-                        cuda.device_array(self.k * self.groups * self.columns, dtype),
-                        cuda.device_array(self.groups * self.o_per_group * self.columns, dtype),
-                        _device_int64((), stats)]  # no map: x made dense
+        dense = [
+            cuda.device_array(size, dtype) if chain[0] == "scalar" or (which and m is not None) else None
+            for which, (chain, m, size) in enumerate(zip((self.x, self.w), self.maps, sizes))
+        ]
+        self.scratch = [
+            [_device_int64(() if m is None else m, stats) for m in self.maps],
+            dense,
+            _device_int64(self.dims, stats),
+            cuda.device_array(self.k * self.groups * self.columns, dtype),
+            cuda.device_array(self.groups * self.o_per_group * self.columns, dtype),
+            _device_int64((), stats),
+        ]  # no map: x made dense
 
     def operand(self, which: int, plan, env, scalars):
         """Operand ``which`` as a flat device array, and the map the im2col kernel reads x through."""
@@ -469,8 +482,9 @@ class CudaConvStep:
         im2col_kernel[_launch(cols.size)](cols, x, x_map, dims, np.dtype(dtype).type(0))
         _matmul(product, w, cols, self.groups, self.o_per_group, self.k, self.columns, dtype)
         out = env[self.out]
-        conv_output_kernel[_launch(out.size)](out, product, np.int64(self.dims[0]),
-                                              np.int64(self.dims[7] * self.dims[8]))
+        conv_output_kernel[_launch(out.size)](
+            out, product, np.int64(self.dims[0]), np.int64(self.dims[7] * self.dims[8])
+        )
 
 
 @dataclass
@@ -542,8 +556,9 @@ def _index_view(entries, chain, shape) -> _IndexView:
     rstrides = tuple(0 if c else next(it) for c in constant)
     if kind == "buffer" and reduced.size == math.prod(base_shape) and np.array_equal(reduced, np.arange(reduced.size)):
         reduced = None
-    return _IndexView(tuple(a.shape), rstrides, reduced, int(math.prod(a.shape[d] for d in range(a.ndim)
-                                                                       if not constant[d])))
+    return _IndexView(
+        tuple(a.shape), rstrides, reduced, int(math.prod(a.shape[d] for d in range(a.ndim) if not constant[d]))
+    )
 
 
 def _launch(n: int) -> tuple:
@@ -652,9 +667,11 @@ class CudaGatherStep:
 
         if self.scratch is None:
             stats = plan.stats
-            self.scratch = [_DeviceIndex(self.view, stats),
-                            _device_int64(self.x_map if self.x_map is not None else (), stats),
-                            _device_int64(_c_strides(self.x_shape), stats)]
+            self.scratch = [
+                _DeviceIndex(self.view, stats),
+                _device_int64(self.x_map if self.x_map is not None else (), stats),
+                _device_int64(_c_strides(self.x_shape), stats),
+            ]
         index_dev, x_map, x_strides = self.scratch
         index = _source(self.index, env, scalars, plan)
         index_dev.check(plan, index, self.size, self.check)
@@ -662,9 +679,19 @@ class CudaGatherStep:
         if not self.size:  # nothing to read: a non-empty index fails its check
             return
         blocks, threads = _launch(out.size)
-        gather_dim[blocks, threads](out, _source(self.x, env, scalars, plan), x_map, index, index_dev.rmap,
-                                    index_dev.shape, index_dev.rstrides, x_strides, np.int64(self.dim),
-                                    np.int64(self.size), np.dtype(self.x[3]).type(0))
+        gather_dim[blocks, threads](
+            out,
+            _source(self.x, env, scalars, plan),
+            x_map,
+            index,
+            index_dev.rmap,
+            index_dev.shape,
+            index_dev.rstrides,
+            x_strides,
+            np.int64(self.dim),
+            np.int64(self.size),
+            np.dtype(self.x[3]).type(0),
+        )
 
 
 @dataclass
@@ -715,13 +742,18 @@ class CudaScatterAddStep:
         cuda = _cuda()
         rows = math.prod(self.key_view.shape)
         check = _DeviceIndex(self.view, stats)
-        self.scratch = [check, check if self.key_view is self.view else _DeviceIndex(self.key_view, stats),
-                        _device_int64(self.base_map if self.base_map is not None else (), stats),
-                        _device_int64(self.src_map if self.src_map is not None else (), stats),
-                        _device_int64(self.out_strides, stats), _device_int64(self.col_out, stats),
-                        _device_int64(self.col_src, stats),
-                        cuda.device_array(rows, np.int64), cuda.device_array(rows, np.int64),
-                        cuda.device_array(rows, np.int64)]
+        self.scratch = [
+            check,
+            check if self.key_view is self.view else _DeviceIndex(self.key_view, stats),
+            _device_int64(self.base_map if self.base_map is not None else (), stats),
+            _device_int64(self.src_map if self.src_map is not None else (), stats),
+            _device_int64(self.out_strides, stats),
+            _device_int64(self.col_out, stats),
+            _device_int64(self.col_src, stats),
+            cuda.device_array(rows, np.int64),
+            cuda.device_array(rows, np.int64),
+            cuda.device_array(rows, np.int64),
+        ]
 
     def _sort(self, plan, keys, order, skeys):
         """``order``: the rows stably sorted by ``keys``; ``skeys``: the keys in that order."""
@@ -755,12 +787,22 @@ class CudaScatterAddStep:
         if not keys.size or not self.size:  # nothing to add to: a non-empty index fails its check
             return
         blocks, threads = _launch(keys.size)
-        scatter_keys[blocks, threads](keys, index, keyed.rmap, keyed.shape, keyed.rstrides, out_strides,
-                                      np.int64(self.dim), np.int64(self.size))
+        scatter_keys[blocks, threads](
+            keys, index, keyed.rmap, keyed.shape, keyed.rstrides, out_strides, np.int64(self.dim), np.int64(self.size)
+        )
         order, skeys = self._sort(plan, keys, order, skeys)
         blocks, threads = _launch(keys.size * self.col_out.size)
-        scatter_add_sorted[blocks, threads](out, _source(self.src, env, scalars, plan), src_map, order, skeys,
-                                            col_out, col_src, np.int64(self.row_stride), zero)
+        scatter_add_sorted[blocks, threads](
+            out,
+            _source(self.src, env, scalars, plan),
+            src_map,
+            order,
+            skeys,
+            col_out,
+            col_src,
+            np.int64(self.row_stride),
+            zero,
+        )
 
 
 def _scatter_add_step(entries, root: int, args: list) -> CudaScatterAddStep:
@@ -776,12 +818,26 @@ def _scatter_add_step(entries, root: int, args: list) -> CudaScatterAddStep:
         coords = np.indices(col_shape).reshape(len(shape), -1)
         col_out = (coords * np.array(out_strides, dtype=np.int64)[:, None]).sum(0)
         col_src = (coords * np.array(_c_strides(shape), dtype=np.int64)[:, None]).sum(0)
-        row_stride = math.prod(shape[dim + 1:])
+        row_stride = math.prod(shape[dim + 1 :])
     else:
         key_view, col_out, col_src, row_stride = view, np.zeros(1, np.int64), np.zeros(1, np.int64), 1
-    return CudaScatterAddStep(f"{op}{out_shape}", root, args[0], args[1], args[2], dim, out_shape[dim],
-                              _operand_map(entries, args[0]), _operand_map(entries, args[2]), view, key_view,
-                              out_strides, row_stride, col_out.astype(np.int64), col_src.astype(np.int64))
+    return CudaScatterAddStep(
+        f"{op}{out_shape}",
+        root,
+        args[0],
+        args[1],
+        args[2],
+        dim,
+        out_shape[dim],
+        _operand_map(entries, args[0]),
+        _operand_map(entries, args[2]),
+        view,
+        key_view,
+        out_strides,
+        row_stride,
+        col_out.astype(np.int64),
+        col_src.astype(np.int64),
+    )
 
 
 @dataclass
@@ -922,7 +978,6 @@ class CudaPlan:
         return outs
 
 
-
 def _debug_level(debug) -> int:
     if debug is not None:
         return int(debug)
@@ -963,53 +1018,111 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
                 if optable.OPS[entries[j][0]].kind == "gather":
                     x, index = entries[j][2]
                     chain = _chain(entries, index, movement)
-                    check = CudaIndexCheckStep(f"check {entries[j][0]} index", chain,
-                                               entries[x][3][entries[j][1]["dim"]], entries[j][0],
-                                               _index_view(entries, chain, entries[index][3]))
+                    check = CudaIndexCheckStep(
+                        f"check {entries[j][0]} index",
+                        chain,
+                        entries[x][3][entries[j][1]["dim"]],
+                        entries[j][0],
+                        _index_view(entries, chain, entries[index][3]),
+                    )
                     never_runs |= check.size == 0 and check.view.n > 0
                     steps.append(check)
             kernel = load_kernel(ks, cache_dir, stats)
-            steps.append(CudaKernelStep(ks.name, kernel, g.root, tuple(ks.buffers),
-                                        tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
-                                        tuple((np.dtype(d), slots) for d, slots in ks.packed), ks.kind, ks.size,
-                                        ks.threads, ks.source, tuple(g.extra_roots), never_runs))
+            steps.append(
+                CudaKernelStep(
+                    ks.name,
+                    kernel,
+                    g.root,
+                    tuple(ks.buffers),
+                    tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                    tuple((np.dtype(d), slots) for d, slots in ks.packed),
+                    ks.kind,
+                    ks.size,
+                    ks.threads,
+                    ks.source,
+                    tuple(g.extra_roots),
+                    never_runs,
+                )
+            )
             if debug >= 2:
-                print(f"[lazyvic] cuda kernel {ks.name} ({ks.kind}, {ks.size} x {ks.threads or 'grid-stride'}): "
-                      f"space {g.space_shape} reduce {g.space_axes} stages {len(g.stages)} ops {len(g.members)}",
-                      file=sys.stderr)
+                print(
+                    f"[lazyvic] cuda kernel {ks.name} ({ks.kind}, {ks.size} x {ks.threads or 'grid-stride'}): "
+                    f"space {g.space_shape} reduce {g.space_axes} stages {len(g.stages)} ops {len(g.members)}",
+                    file=sys.stderr,
+                )
             if debug >= 3:
                 print(ks.source, file=sys.stderr)
             continue
         args = [_chain(entries, j, chain_nodes.__contains__) for j in inputs]
         if kind == "matmul":
             a_shape = entries[inputs[0]][3]
-            steps.append(CudaMatmulStep(f"matmul{shape}", g.root, args[0], args[1], math.prod(shape[:-2]), shape[-2],
-                                        a_shape[-1], shape[-1], (_operand_map(entries, args[0]),
-                                                                 _operand_map(entries, args[1]))))
+            steps.append(
+                CudaMatmulStep(
+                    f"matmul{shape}",
+                    g.root,
+                    args[0],
+                    args[1],
+                    math.prod(shape[:-2]),
+                    shape[-2],
+                    a_shape[-1],
+                    shape[-1],
+                    (_operand_map(entries, args[0]), _operand_map(entries, args[1])),
+                )
+            )
         elif kind == "conv":
             o, cg, kh, kw = entries[inputs[1]][3]
-            steps.append(CudaConvStep(f"conv2d{shape}", g.root, args[0], args[1], attrs["groups"],
-                                      o // attrs["groups"], cg * kh * kw, shape[0] * shape[2] * shape[3],
-                                      _conv_dims(entries, g.root),
-                                      (_operand_map(entries, args[0]), _operand_map(entries, args[1]))))
+            steps.append(
+                CudaConvStep(
+                    f"conv2d{shape}",
+                    g.root,
+                    args[0],
+                    args[1],
+                    attrs["groups"],
+                    o // attrs["groups"],
+                    cg * kh * kw,
+                    shape[0] * shape[2] * shape[3],
+                    _conv_dims(entries, g.root),
+                    (_operand_map(entries, args[0]), _operand_map(entries, args[1])),
+                )
+            )
         elif kind == "pool" and args[0][0] == "buffer":
             (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"], attrs["padding"]
             h, w = entries[inputs[0]][3][2:]
-            steps.append(CudaMaxPoolStep(f"max_pool2d{shape}", g.root, args[0],
-                                         (h, w, shape[2], shape[3], kh, kw, sh, sw, ph, pw),
-                                         _operand_map(entries, args[0])))
+            steps.append(
+                CudaMaxPoolStep(
+                    f"max_pool2d{shape}",
+                    g.root,
+                    args[0],
+                    (h, w, shape[2], shape[3], kh, kw, sh, sw, ph, pw),
+                    _operand_map(entries, args[0]),
+                )
+            )
         elif kind == "gather":
             x_shape, index_shape = entries[inputs[0]][3], entries[inputs[1]][3]
-            steps.append(CudaGatherStep(f"{op}{shape}", g.root, args[0], args[1], attrs["dim"],
-                                        x_shape[attrs["dim"]], x_shape, _operand_map(entries, args[0]),
-                                        _index_view(entries, args[1], index_shape)))
+            steps.append(
+                CudaGatherStep(
+                    f"{op}{shape}",
+                    g.root,
+                    args[0],
+                    args[1],
+                    attrs["dim"],
+                    x_shape[attrs["dim"]],
+                    x_shape,
+                    _operand_map(entries, args[0]),
+                    _index_view(entries, args[1], index_shape),
+                )
+            )
         elif kind == "scatter":
             steps.append(_scatter_add_step(entries, g.root, args))
         elif op == "randn" and args[0][0] == args[1][0] == "scalar":
             steps.append(CudaRandnStep(f"{op}{shape}", g.root, args[0], args[1]))
         else:
-            steps.append(HostStep(ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference,
-                                                attrs, dtype), entries))
+            steps.append(
+                HostStep(
+                    ReferenceStep(f"{op}{shape}", op, g.root, tuple(args), optable.OPS[op].reference, attrs, dtype),
+                    entries,
+                )
+            )
             fallbacks.append(op)
 
     checks = []  # the plan's error buffer: one place per index check, in plan order
@@ -1020,5 +1133,4 @@ def _compile(trace, cache_dir, debug: int) -> CudaPlan:
     out_specs, input_pos, memory = plan_layout(trace, entries, outputs, groups, steps)
     name = "cuda_plan_" + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     stats["compile_seconds"] = time.perf_counter() - t0
-    return CudaPlan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats,
-                    checks=checks)
+    return CudaPlan(name, entries, steps, input_pos, out_specs, memory, groups, tuple(fallbacks), stats, checks=checks)

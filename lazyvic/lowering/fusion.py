@@ -213,8 +213,14 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     # consumers first; a candidate below one picked in the same wave waits for the next
     # wave (the pick may leave it with a single kernel).
     while True:
-        multi = sorted((i for i, ks in r.items() if len(ks) > 1 and i not in stage_owner and i not in m
-                        and _cost(entries, m, i) > 1), reverse=True)
+        multi = sorted(
+            (
+                i
+                for i, ks in r.items()
+                if len(ks) > 1 and i not in stage_owner and i not in m and _cost(entries, m, i) > 1
+            ),
+            reverse=True,
+        )
         if not multi:
             break
         shadowed: set = set()
@@ -307,8 +313,15 @@ def merge_outputs(entries, groups: list, m: set) -> list:
         extras = []
         for i in sorted({i for j in c.members for i in entries[j][2] if i in position and i in m}):
             a = groups[position[i]]
-            if (a.space_axes or a.stages or a.extra_roots or is_library(entries, a.root) or i in merged
-                    or a.space_shape != c.space_shape or entries[i][3] != c.space_shape):
+            if (
+                a.space_axes
+                or a.stages
+                or a.extra_roots
+                or is_library(entries, a.root)
+                or i in merged
+                or a.space_shape != c.space_shape
+                or entries[i][3] != c.space_shape
+            ):
                 continue
             if any(r < n and r != position[i] for r in readers.get(i, ())):
                 continue  # a step before c reads it
@@ -317,7 +330,12 @@ def merge_outputs(entries, groups: list, m: set) -> list:
             extras.append(i)
             merged[i] = n
         if extras:
-            out[n] = FusionGroup(c.root, c.space_shape, c.space_axes, c.stages,
-                                 tuple(sorted(set(c.members) | {j for i in extras for j in groups[position[i]].members})),
-                                 tuple(extras))
+            out[n] = FusionGroup(
+                c.root,
+                c.space_shape,
+                c.space_axes,
+                c.stages,
+                tuple(sorted(set(c.members) | {j for i in extras for j in groups[position[i]].members})),
+                tuple(extras),
+            )
     return [g for g in out if g.root not in merged]

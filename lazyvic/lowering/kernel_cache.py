@@ -69,8 +69,11 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
 
     ``stats`` counts ``kernels_compiled`` / ``kernels_loaded`` (from Numba's disk cache).
     """
-    sig_types = ([types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types] + [_NB[d] for d in scalar_dtypes]
-                 + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed])
+    sig_types = (
+        [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
+        + [_NB[d] for d in scalar_dtypes]
+        + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed]
+    )
     key = (ks.sha, tuple(scalar_dtypes))
     fn = _loaded.get(key)
     if fn is not None:

@@ -76,8 +76,9 @@ def _binary_float_intrinsic(llvm_name: str, doc: str):
         def codegen(context, builder, signature, args):
             ty = args[0].type
             suffix = "f32" if ty == ir.FloatType() else "f64"
-            decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty]),
-                                                  f"{llvm_name}.{suffix}")
+            decl = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
+            )
             return builder.call(decl, args)
 
         return a(a, b), codegen
@@ -92,6 +93,7 @@ fmax = _binary_float_intrinsic("llvm.maximum", "Maximum that propagates NaN (tor
 fmin = _binary_float_intrinsic("llvm.minimum", "Minimum that propagates NaN (torch.minimum), vectorizable.")
 _maxnum = _binary_float_intrinsic("llvm.maxnum", "IEEE maxNum: the non-NaN operand.")
 _minnum = _binary_float_intrinsic("llvm.minnum", "IEEE minNum: the non-NaN operand.")
+
 
 def _accumulate_intrinsic(llvm_name: str | None, doc: str):
     """A float accumulation step whose instruction alone may be reassociated (``reassoc nsz``).
@@ -112,8 +114,9 @@ def _accumulate_intrinsic(llvm_name: str | None, doc: str):
                 return builder.fadd(args[0], args[1], flags=("reassoc", "nsz"))
             ty = args[0].type
             suffix = "f32" if ty == ir.FloatType() else "f64"
-            decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty]),
-                                                  f"{llvm_name}.{suffix}")
+            decl = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
+            )
             return builder.call(decl, args, fastmath=("reassoc", "nsz"))
 
         return a(a, b), codegen
@@ -191,7 +194,7 @@ def log_f32(x):
     m = m + m if small else m
     f = m - _ONE
     z = f * f
-    p = ((((((((_L0 * f + _L1) * f + _L2) * f + _L3) * f + _L4) * f + _L5) * f + _L6) * f + _L7) * f + _L8)
+    p = (((((((_L0 * f + _L1) * f + _L2) * f + _L3) * f + _L4) * f + _L5) * f + _L6) * f + _L7) * f + _L8
     ef = f32(e) - (f32(23.0) if sub else _ZERO)
     y = f * z * p - _HALF * z
     out = f + y + ef * _LN2
@@ -231,11 +234,28 @@ def sigmoid_f64(x):
 # erf(x) ~ x * P(x^2) / Q(x^2) on [-4, 4] (erf(4) = 1 - 1.5e-8): the rational
 # minimax coefficients of Eigen's generic_fast_erf_float. No exp, one division.
 _ERF_CLAMP = f32(4.0)
-_EA = tuple(f32(v) for v in (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-                             -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-                             -1.60960333262415e-02))
-_EB = tuple(f32(v) for v in (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-                             -7.37332916720468e-03, -1.42647390514189e-02))
+_EA = tuple(
+    f32(v)
+    for v in (
+        -2.72614225801306e-10,
+        2.77068142495902e-08,
+        -2.10102402082508e-06,
+        -5.69250639462346e-05,
+        -7.34990630326855e-04,
+        -2.95459980854025e-03,
+        -1.60960333262415e-02,
+    )
+)
+_EB = tuple(
+    f32(v)
+    for v in (
+        -1.45660718464996e-05,
+        -2.13374055278905e-04,
+        -1.68282697438203e-03,
+        -7.37332916720468e-03,
+        -1.42647390514189e-02,
+    )
+)
 _A13, _A11, _A9, _A7, _A5, _A3, _A1 = _EA
 _B8, _B6, _B4, _B2, _B0 = _EB
 

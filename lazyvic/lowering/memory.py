@@ -45,8 +45,9 @@ def nbytes(entry) -> int:
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
-def plan_memory(entries, steps_io: list, temporaries: set, outputs: set, inputs: set,
-                parameters: frozenset = frozenset()) -> MemoryPlan:
+def plan_memory(
+    entries, steps_io: list, temporaries: set, outputs: set, inputs: set, parameters: frozenset = frozenset()
+) -> MemoryPlan:
     """``steps_io``: per step, (positions written, positions read); ``parameters`` is the
     subset of ``inputs`` that holds parameter values.
 

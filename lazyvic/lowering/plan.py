@@ -47,9 +47,13 @@ class KernelStep:
         return (self.out,) + self.extra_outs
 
     def __call__(self, env, flat, scalars):
-        self.fn(flat[self.out], *[flat[o] for o in self.extra_outs], *[flat[b] for b in self.buffers],
-                *[t(scalars[s]) for s, t in self.scalars],
-                *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed])
+        self.fn(
+            flat[self.out],
+            *[flat[o] for o in self.extra_outs],
+            *[flat[b] for b in self.buffers],
+            *[t(scalars[s]) for s, t in self.scalars],
+            *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
+        )
 
 
 def _view(env, scalars, chain):
@@ -140,8 +144,12 @@ class ConvStep:
         rows, cols = self.taps(x_shape, w_shape, at, (oh, ow))
         # The live taps may read inside x only (1x1 inputs, stride-2 1x1 convolutions):
         # then im2col reads x itself, at offsets shifted by the padding.
-        inside = (rows[0] * dh - pt >= 0 and rows[-1] * dh + (oh - 1) * sh - pt < h
-                  and cols[0] * dw - pl >= 0 and cols[-1] * dw + (ow - 1) * sw - pl < wd)
+        inside = (
+            rows[0] * dh - pt >= 0
+            and rows[-1] * dh + (oh - 1) * sh - pt < h
+            and cols[0] * dw - pl >= 0
+            and cols[-1] * dw + (ow - 1) * sw - pl < wd
+        )
         if inside:
             padded = None
             offsets = [i * dh * wd + j * dw - pt * wd - pl for i in rows for j in cols]
@@ -156,9 +164,17 @@ class ConvStep:
         offsets = np.array(offsets, dtype=np.int64)
         r, per_image = c * offsets.size, oh * ow
         step = self.images_per_chunk(n, r, per_image, out.dtype.itemsize)
-        return [np.empty(r * step * per_image, dtype=out.dtype),
-                np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
-                padded, offsets, strides, rows, cols, step, r]
+        return [
+            np.empty(r * step * per_image, dtype=out.dtype),
+            np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
+            padded,
+            offsets,
+            strides,
+            rows,
+            cols,
+            step,
+            r,
+        ]
 
 
 @dataclass
@@ -228,8 +244,7 @@ class ScatterAddStep:
         np.copyto(out, base)
         bad = self.kernel(out, index, src, self.dim)
         if bad != -1:
-            raise LIndexError(f"scatter_add: index {int(bad)} out of range for dimension of size "
-                              f"{out.shape[self.dim]}")
+            raise LIndexError(f"scatter_add: index {int(bad)} out of range for dimension of size {out.shape[self.dim]}")
 
 
 @dataclass
@@ -288,9 +303,14 @@ class Plan:
         Plans whose products are large keep multithreaded BLAS, where its speed-up is
         worth more than the contention costs.
         """
-        flops = [2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps
-                 if isinstance(s, (MatmulStep, ConvStep))]
-        if any(isinstance(s, ConvStep) for s in self.steps) and flops and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS:
+        flops = [
+            2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps if isinstance(s, (MatmulStep, ConvStep))
+        ]
+        if (
+            any(isinstance(s, ConvStep) for s in self.steps)
+            and flops
+            and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
+        ):
             return True
         if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
             return False

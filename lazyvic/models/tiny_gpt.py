@@ -38,8 +38,7 @@ class CausalSelfAttention(nn.Module):
         H = self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -88,19 +87,34 @@ class TinyGPT(nn.Module):
     Raises ShapeError for an input longer than ``block_size`` or not 2-D.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 128, n_layer: int = 2, n_head: int = 4,
-                 block_size: int = 64, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        n_layer: int = 2,
+        n_head: int = 4,
+        block_size: int = 64,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        self.config = dict(vocab_size=vocab_size, d_model=d_model, n_layer=n_layer, n_head=n_head,
-                           block_size=block_size, dropout=dropout)
+        self.config = dict(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_layer=n_layer,
+            n_head=n_head,
+            block_size=block_size,
+            dropout=dropout,
+        )
         self.block_size = block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, d_model),
-            wpe=nn.Embedding(block_size, d_model),
-            drop=nn.Dropout(dropout),
-            h=nn.ModuleList([Block(d_model, n_head, dropout) for _ in range(n_layer)]),
-            ln_f=nn.LayerNorm(d_model),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(vocab_size, d_model),
+                wpe=nn.Embedding(block_size, d_model),
+                drop=nn.Dropout(dropout),
+                h=nn.ModuleList([Block(d_model, n_head, dropout) for _ in range(n_layer)]),
+                ln_f=nn.LayerNorm(d_model),
+            )
+        )
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -134,8 +148,9 @@ class TinyGPT(nn.Module):
         loss = F.cross_entropy(logits.reshape(B * T, logits.shape[-1]), targets.reshape(B * T))
         return logits, loss
 
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 seed: int | None = None) -> Tensor:
+    def generate(
+        self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, seed: int | None = None
+    ) -> Tensor:
         """Extend ``idx`` (B, T) int64 by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens).
 
         Each step runs the model on the last ``block_size`` tokens and samples from

@@ -34,15 +34,26 @@ class MultiheadAttention(Module):
     when ``need_weights=False``.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
-                 batch_first: bool = False, dtype=None):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim=None,
+        vdim=None,
+        batch_first: bool = False,
+        dtype=None,
+    ):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
-            raise ValueError("MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim != embed_dim "
-                             "are not supported")
+            raise ValueError(
+                "MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim != embed_dim are not supported"
+            )
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.dropout, self.batch_first = dropout, batch_first
         self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, dtype=dtype))
@@ -55,18 +66,30 @@ class MultiheadAttention(Module):
         if bias:
             init.zeros_(self.out_proj.bias)
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask=None, need_weights: bool = True,
-                attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask=None,
+        need_weights: bool = True,
+        attn_mask=None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ):
         if query.ndim != 3 or key.ndim != 3 or value.ndim != 3:
-            raise ShapeError(f"MultiheadAttention: expected 3-D query, key, value; got {query.shape}, "
-                             f"{key.shape}, {value.shape}")
+            raise ShapeError(
+                f"MultiheadAttention: expected 3-D query, key, value; got {query.shape}, {key.shape}, {value.shape}"
+            )
         if not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         N, L, E = query.shape
         S = key.shape[1]
         if E != self.embed_dim or key.shape != (N, S, E) or value.shape != (N, S, E):
-            raise ShapeError(f"MultiheadAttention(embed_dim={self.embed_dim}): got query {query.shape}, key "
-                             f"{key.shape}, value {value.shape} (batch first)")
+            raise ShapeError(
+                f"MultiheadAttention(embed_dim={self.embed_dim}): got query {query.shape}, key "
+                f"{key.shape}, value {value.shape} (batch first)"
+            )
         H, D = self.num_heads, self.head_dim
         w, b = self.in_proj_weight, self.in_proj_bias
         if query is key and key is value:  # self-attention: one projection
@@ -99,12 +122,16 @@ class MultiheadAttention(Module):
             if m.shape == (N * H, L, S):
                 m = m.reshape(N, H, L, S)
             elif m.shape != (L, S):
-                raise ShapeError(f"MultiheadAttention: attn_mask must be ({L}, {S}) or ({N * H}, {L}, {S}), "
-                                 f"got {m.shape}")
+                raise ShapeError(
+                    f"MultiheadAttention: attn_mask must be ({L}, {S}) or ({N * H}, {L}, {S}), got {m.shape}"
+                )
             scores = where(m, -math.inf, scores) if m.dtype.name == "bool" else scores + m.to(scores.dtype)
         if key_padding_mask is not None:
-            m = key_padding_mask if isinstance(key_padding_mask, Tensor) else \
-                Tensor(np.asarray(key_padding_mask)).to(scores.device)
+            m = (
+                key_padding_mask
+                if isinstance(key_padding_mask, Tensor)
+                else Tensor(np.asarray(key_padding_mask)).to(scores.device)
+            )
             if m.shape != (N, S):
                 raise ShapeError(f"MultiheadAttention: key_padding_mask must be ({N}, {S}), got {m.shape}")
             m = m.reshape(N, 1, 1, S)

@@ -244,12 +244,23 @@ class Conv2d(Module):
     with fan_in = in_channels/groups * kH * kW.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, dtype=None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        dtype=None,
+    ):
         super().__init__()
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: groups={groups} must divide in_channels={in_channels} "
-                             f"and out_channels={out_channels}")
+            raise ValueError(
+                f"Conv2d: groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}"
+            )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = F._pair(kernel_size, "Conv2d", "kernel_size")
         self.stride = F._pair(stride, "Conv2d", "stride")
@@ -269,8 +280,10 @@ class Conv2d(Module):
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, bias={self.bias is not None}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, bias={self.bias is not None}"
+        )
 
 
 class MaxPool2d(Module):
@@ -319,8 +332,15 @@ class _BatchNorm(Module):
     statistics cumulatively over the batches seen.
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, dtype=None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        dtype=None,
+    ):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -354,12 +374,15 @@ class _BatchNorm(Module):
                 momentum = 1.0 / float(self.num_batches_tracked.item())
         # Without running statistics even evaluation normalizes with the batch's, as in PyTorch.
         use_batch_stats = self.training or self.running_mean is None
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats,
-                            momentum, self.eps)
+        return F.batch_norm(
+            x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats, momentum, self.eps
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm1d(_BatchNorm):

@@ -266,8 +266,10 @@ class Module:
             if strict and missing:
                 lines.append("missing keys: " + ", ".join(f"{k} {own[k].shape}" for k in missing))
             if strict and unexpected:
-                lines.append("unexpected keys: " + ", ".join(
-                    f"{k} {tuple(getattr(state_dict[k], 'shape', ()))}" for k in unexpected))
+                lines.append(
+                    "unexpected keys: "
+                    + ", ".join(f"{k} {tuple(getattr(state_dict[k], 'shape', ()))}" for k in unexpected)
+                )
             lines.extend(problems)
             raise CheckpointError(
                 f"load_state_dict for {type(self).__name__}: nothing was loaded:\n  " + "\n  ".join(lines)

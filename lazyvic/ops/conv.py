@@ -47,8 +47,10 @@ def _infer(shapes, dtypes, at):
     oh = out_size(xs[2], ws[2], sh, pt, pb, dh)
     ow = out_size(xs[3], ws[3], sw, pl, pr, dw)
     if oh < 1 or ow < 1:
-        raise ShapeError(f"conv2d: kernel {ws[2:]} (dilation {at['dilation']}) larger than the padded input "
-                         f"{xs} (padding {at['padding']})")
+        raise ShapeError(
+            f"conv2d: kernel {ws[2:]} (dilation {at['dilation']}) larger than the padded input "
+            f"{xs} (padding {at['padding']})"
+        )
     if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
         raise DTypeError(f"conv2d: expected equal floating-point dtypes, got {dtypes[0].name} and {dtypes[1].name}")
     return (xs[0], ws[0], oh, ow), dtypes[0]
@@ -94,7 +96,9 @@ def im2col_reference(x: np.ndarray, tap_rows: list, tap_cols: list, at: dict, ou
     for a, i in enumerate(tap_rows):
         for b, j in enumerate(tap_cols):
             h0, w0 = i * dh, j * dw
-            cols[:, a, b] = xp[:, :, h0 : h0 + (oh - 1) * sh + 1 : sh, w0 : w0 + (ow - 1) * sw + 1 : sw].transpose(1, 0, 2, 3)
+            cols[:, a, b] = xp[:, :, h0 : h0 + (oh - 1) * sh + 1 : sh, w0 : w0 + (ow - 1) * sw + 1 : sw].transpose(
+                1, 0, 2, 3
+            )
     return cols.reshape(c * len(tap_rows) * len(tap_cols), n * oh * ow)
 
 
@@ -155,8 +159,9 @@ def _dt(a):
 def _conv(x, w, stride, padding, dilation, groups):
     from lazyvic.tensor import _apply
 
-    return _apply("conv2d", (x, w), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
-                  groups=groups)
+    return _apply(
+        "conv2d", (x, w), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups
+    )
 
 
 def _dilate(g, axis: int, s: int):
@@ -238,8 +243,14 @@ def _vjp(g, x, out, at):
 
 def _onnx(b, names, at, shape, dtype):
     pt, pb, pl, pr = at["padding"]
-    return b.node("Conv", list(names), strides=list(at["stride"]), pads=[pt, pl, pb, pr],
-                  dilations=list(at["dilation"]), group=at["groups"])
+    return b.node(
+        "Conv",
+        list(names),
+        strides=list(at["stride"]),
+        pads=[pt, pl, pb, pr],
+        dilations=list(at["dilation"]),
+        group=at["groups"],
+    )
 
 
 register(OpDef("conv2d", "conv", 2, _infer, _reference, vjp=_vjp, onnx=_onnx))

@@ -108,8 +108,9 @@ def unary(name, reference, expr, vjp, float_only=True, infer=None, onnx=None):
 
 def binary(name, reference, expr, vjp, infer=None, onnx=None):
     return register(
-        OpDef(name, "elementwise", 2, infer or _same(name), lambda x, attrs: reference(x[0], x[1]), expr, vjp,
-              onnx=onnx)
+        OpDef(
+            name, "elementwise", 2, infer or _same(name), lambda x, attrs: reference(x[0], x[1]), expr, vjp, onnx=onnx
+        )
     )
 
 
@@ -119,11 +120,30 @@ def _erf_ref(x):
 
 
 # --- unary -----------------------------------------------------------------
-unary("neg", np.negative, lambda a, di, do: f"-{a[0]}", lambda g, x, out, at: (-g,), infer=_no_bool("neg", _same("neg")), onnx=onnx_node("Neg"))
+unary(
+    "neg",
+    np.negative,
+    lambda a, di, do: f"-{a[0]}",
+    lambda g, x, out, at: (-g,),
+    infer=_no_bool("neg", _same("neg")),
+    onnx=onnx_node("Neg"),
+)
 unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp"))
 unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log"))
-unary("sqrt", np.sqrt, lambda a, di, do: f"math.sqrt({a[0]})", lambda g, x, out, at: (g * 0.5 / out,), onnx=onnx_node("Sqrt"))
-unary("tanh", np.tanh, _fn("tanh_f32", "math.tanh"), lambda g, x, out, at: (g * (1.0 - out * out),), onnx=onnx_node("Tanh"))
+unary(
+    "sqrt",
+    np.sqrt,
+    lambda a, di, do: f"math.sqrt({a[0]})",
+    lambda g, x, out, at: (g * 0.5 / out,),
+    onnx=onnx_node("Sqrt"),
+)
+unary(
+    "tanh",
+    np.tanh,
+    _fn("tanh_f32", "math.tanh"),
+    lambda g, x, out, at: (g * (1.0 - out * out),),
+    onnx=onnx_node("Tanh"),
+)
 unary(
     "sigmoid",
     lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
@@ -162,8 +182,19 @@ def _not_infer(shapes, dtypes, attrs):
     return shapes[0], dt.bool_
 
 
-register(OpDef("logical_not", "elementwise", 1, _not_infer, lambda x, at: np.logical_not(x[0]),
-               lambda a, di, do: f"not {a[0]}", None, differentiable=False, onnx=onnx_node("Not")))
+register(
+    OpDef(
+        "logical_not",
+        "elementwise",
+        1,
+        _not_infer,
+        lambda x, at: np.logical_not(x[0]),
+        lambda a, di, do: f"not {a[0]}",
+        None,
+        differentiable=False,
+        onnx=onnx_node("Not"),
+    )
+)
 
 
 def _cast_infer(shapes, dtypes, attrs):
@@ -178,14 +209,36 @@ def _cast_onnx(b, names, at, shape, dtype):
     return b.node("Cast", names, to=b.onnx_dtype(dtype))
 
 
-register(OpDef("cast", "elementwise", 1, _cast_infer, lambda x, at: x[0].astype(at["dtype"].np),
-               lambda a, di, do: f"{ALIAS[do.name]}({a[0]})", _cast_vjp, onnx=_cast_onnx))
+register(
+    OpDef(
+        "cast",
+        "elementwise",
+        1,
+        _cast_infer,
+        lambda x, at: x[0].astype(at["dtype"].np),
+        lambda a, di, do: f"{ALIAS[do.name]}({a[0]})",
+        _cast_vjp,
+        onnx=_cast_onnx,
+    )
+)
 
 # --- binary ----------------------------------------------------------------
 binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g), onnx=onnx_node("Add"))
-binary("sub", np.subtract, lambda a, di, do: f"{a[0]} - {a[1]}", lambda g, x, out, at: (g, -g),
-       infer=_no_bool("sub", _same("sub")), onnx=onnx_node("Sub"))
-binary("mul", np.multiply, lambda a, di, do: f"{a[0]} * {a[1]}", lambda g, x, out, at: (g * x[1], g * x[0]), onnx=onnx_node("Mul"))
+binary(
+    "sub",
+    np.subtract,
+    lambda a, di, do: f"{a[0]} - {a[1]}",
+    lambda g, x, out, at: (g, -g),
+    infer=_no_bool("sub", _same("sub")),
+    onnx=onnx_node("Sub"),
+)
+binary(
+    "mul",
+    np.multiply,
+    lambda a, di, do: f"{a[0]} * {a[1]}",
+    lambda g, x, out, at: (g * x[1], g * x[0]),
+    onnx=onnx_node("Mul"),
+)
 
 
 def _div_infer(shapes, dtypes, attrs):
@@ -195,8 +248,14 @@ def _div_infer(shapes, dtypes, attrs):
     return s, d
 
 
-binary("div", np.divide, lambda a, di, do: f"{a[0]} / {a[1]}",
-       lambda g, x, out, at: (g / x[1], -g * out / x[1]), infer=_div_infer, onnx=onnx_node("Div"))
+binary(
+    "div",
+    np.divide,
+    lambda a, di, do: f"{a[0]} / {a[1]}",
+    lambda g, x, out, at: (g / x[1], -g * out / x[1]),
+    infer=_div_infer,
+    onnx=onnx_node("Div"),
+)
 binary(
     "pow",
     lambda a, b: np.power(a, b),
@@ -219,7 +278,10 @@ def _minmax_vjp(first_wins):
 
 
 binary("maximum", np.maximum, lambda a, di, do: f"{_max(do)}({a[0]}, {a[1]})", _minmax_vjp(True), onnx=onnx_node("Max"))
-binary("minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False), onnx=onnx_node("Min"))
+binary(
+    "minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False), onnx=onnx_node("Min")
+)
+
 
 def _ne_onnx(b, names, at, shape, dtype):
     return b.node("Not", [b.node("Equal", names)])
@@ -234,8 +296,17 @@ for _name, _np, _sym, _onnx in (
     ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual")),
 ):
     register(
-        OpDef(_name, "elementwise", 2, _compare(_name), (lambda f: lambda x, at: f(x[0], x[1]))(_np),
-              (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym), None, differentiable=False, onnx=_onnx)
+        OpDef(
+            _name,
+            "elementwise",
+            2,
+            _compare(_name),
+            (lambda f: lambda x, at: f(x[0], x[1]))(_np),
+            (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym),
+            None,
+            differentiable=False,
+            onnx=_onnx,
+        )
     )
 
 
@@ -257,8 +328,18 @@ def _where_vjp(g, x, out, at):
     return None, g.where(x[0], zero), zero.where(x[0], g)
 
 
-register(OpDef("where", "elementwise", 3, _where_infer, lambda x, at: np.where(x[0], x[1], x[2]),
-               lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}", _where_vjp, onnx=onnx_node("Where")))
+register(
+    OpDef(
+        "where",
+        "elementwise",
+        3,
+        _where_infer,
+        lambda x, at: np.where(x[0], x[1], x[2]),
+        lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}",
+        _where_vjp,
+        onnx=onnx_node("Where"),
+    )
+)
 
 
 # --- autocast precisions ---------------------------------------------------
@@ -282,7 +363,7 @@ def round_bfloat16_reference(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         x32 = x.astype(np.float32)
     bits = x32.view(np.uint32)
-    r = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    r = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
     return np.where(np.isnan(x), x, r.view(np.float32).astype(x.dtype))
 
 
@@ -308,7 +389,17 @@ def _round_onnx(half_type: int, min_opset: int):
     return rule
 
 
-unary("round_float16", round_float16_reference, lambda a, di, do: f"round_f16_{ALIAS[do.name]}({a[0]})",
-      _round_vjp("round_float16"), onnx=_round_onnx(10, 1))  # TensorProto.FLOAT16
-unary("round_bfloat16", round_bfloat16_reference, lambda a, di, do: f"round_bf16_{ALIAS[do.name]}({a[0]})",
-      _round_vjp("round_bfloat16"), onnx=_round_onnx(16, 13))  # BFLOAT16: Cast-13
+unary(
+    "round_float16",
+    round_float16_reference,
+    lambda a, di, do: f"round_f16_{ALIAS[do.name]}({a[0]})",
+    _round_vjp("round_float16"),
+    onnx=_round_onnx(10, 1),
+)  # TensorProto.FLOAT16
+unary(
+    "round_bfloat16",
+    round_bfloat16_reference,
+    lambda a, di, do: f"round_bf16_{ALIAS[do.name]}({a[0]})",
+    _round_vjp("round_bfloat16"),
+    onnx=_round_onnx(16, 13),
+)  # BFLOAT16: Cast-13

@@ -1,7 +1,7 @@
 """Indexing primitives along one dimension (PyTorch semantics).
 
-    gather(x, index; dim)            out[..i..] = x[..index[..i..]..]   (index int64, shape of out)
-    scatter_add(base, index, src; dim)   base with src added at index positions
+gather(x, index; dim)            out[..i..] = x[..index[..i..]..]   (index int64, shape of out)
+scatter_add(base, index, src; dim)   base with src added at index positions
 """
 
 from __future__ import annotations
@@ -92,7 +92,15 @@ def _scatter_add_onnx(b, names, at, shape, dtype):
     return b.node("ScatterElements", _index_onnx(b, names, at), axis=at["dim"], reduction="add")
 
 
-register(OpDef("gather", "gather", 2, _gather_infer, _gather_ref, vjp=_gather_vjp,
-               onnx=lambda b, names, at, shape, dtype: b.node("GatherElements", _index_onnx(b, names, at),
-                                                              axis=at["dim"])))
+register(
+    OpDef(
+        "gather",
+        "gather",
+        2,
+        _gather_infer,
+        _gather_ref,
+        vjp=_gather_vjp,
+        onnx=lambda b, names, at, shape, dtype: b.node("GatherElements", _index_onnx(b, names, at), axis=at["dim"]),
+    )
+)
 register(OpDef("scatter_add", "scatter", 3, _scatter_infer, _scatter_ref, vjp=_scatter_vjp, onnx=_scatter_add_onnx))

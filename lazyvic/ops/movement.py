@@ -1,10 +1,10 @@
 """Movement primitives: views of their input, lowered to index math.
 
-    reshape(shape)                  same number of elements, row-major order
-    permute(perm)                   axes reordered
-    expand(shape)                   size-1 axes repeated (same rank)
-    slice(starts, stops, steps)     per-axis ranges, steps > 0, already normalized
-    pad(pads)                       ((before, after), ...) zeros added per axis
+reshape(shape)                  same number of elements, row-major order
+permute(perm)                   axes reordered
+expand(shape)                   size-1 axes repeated (same rank)
+slice(starts, stops, steps)     per-axis ranges, steps > 0, already normalized
+pad(pads)                       ((before, after), ...) zeros added per axis
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ def _expand_onnx(b, names, at, shape, dtype):
 
 def _slice_onnx(b, names, at, shape, dtype):
     src = b.shape_of(names[0])
-    axes = [i for i, (a, e, s, n) in enumerate(zip(at["starts"], at["stops"], at["steps"], src)) if (a, e, s) != (0, n, 1)]
+    axes = [
+        i for i, (a, e, s, n) in enumerate(zip(at["starts"], at["stops"], at["steps"], src)) if (a, e, s) != (0, n, 1)
+    ]
     if not axes:
         return b.node("Identity", names)
     pick = lambda key: b.ints([at[key][i] for i in axes], key)  # noqa: E731
@@ -144,12 +146,38 @@ def _pad_onnx(b, names, at, shape, dtype):
     return b.node("Pad", [names[0], b.ints(pads, "pads")], mode="constant")
 
 
-register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, at: x[0].reshape(at["shape"]),
-               vjp=lambda g, x, out, at: (g.reshape(x[0].shape),), onnx=_reshape_onnx))
-register(OpDef("permute", "movement", 1, _permute_infer, lambda x, at: x[0].transpose(at["perm"]), vjp=_permute_vjp,
-               onnx=lambda b, names, at, shape, dtype: b.node("Transpose", names, perm=list(at["perm"]))))
-register(OpDef("expand", "movement", 1, _expand_infer, lambda x, at: np.broadcast_to(x[0], at["shape"]),
-               vjp=_expand_vjp, onnx=_expand_onnx))
+register(
+    OpDef(
+        "reshape",
+        "movement",
+        1,
+        _reshape_infer,
+        lambda x, at: x[0].reshape(at["shape"]),
+        vjp=lambda g, x, out, at: (g.reshape(x[0].shape),),
+        onnx=_reshape_onnx,
+    )
+)
+register(
+    OpDef(
+        "permute",
+        "movement",
+        1,
+        _permute_infer,
+        lambda x, at: x[0].transpose(at["perm"]),
+        vjp=_permute_vjp,
+        onnx=lambda b, names, at, shape, dtype: b.node("Transpose", names, perm=list(at["perm"])),
+    )
+)
+register(
+    OpDef(
+        "expand",
+        "movement",
+        1,
+        _expand_infer,
+        lambda x, at: np.broadcast_to(x[0], at["shape"]),
+        vjp=_expand_vjp,
+        onnx=_expand_onnx,
+    )
+)
 register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref, vjp=_slice_vjp, onnx=_slice_onnx))
-register(OpDef("pad", "movement", 1, _pad_infer, lambda x, at: np.pad(x[0], at["pads"]), vjp=_pad_vjp,
-               onnx=_pad_onnx))
+register(OpDef("pad", "movement", 1, _pad_infer, lambda x, at: np.pad(x[0], at["pads"]), vjp=_pad_vjp, onnx=_pad_onnx))

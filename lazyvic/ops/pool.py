@@ -47,8 +47,9 @@ def _views(xp, at, out_hw):
     n, c = xp.shape[:2]
     for i in range(kh):
         for j in range(kw):
-            yield dict(starts=(0, 0, i, j), stops=(n, c, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1),
-                       steps=(1, 1, sh, sw))
+            yield dict(
+                starts=(0, 0, i, j), stops=(n, c, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1), steps=(1, 1, sh, sw)
+            )
 
 
 def _reference(arrays, at):
@@ -56,8 +57,10 @@ def _reference(arrays, at):
     (ph, pw) = at["padding"]
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
     shape, _ = _infer((x.shape,), (_dt(x),), at)
-    windows = [xp[tuple(slice(a, b, s) for a, b, s in zip(v["starts"], v["stops"], v["steps"]))]
-               for v in _views(xp, at, shape[2:])]
+    windows = [
+        xp[tuple(slice(a, b, s) for a, b, s in zip(v["starts"], v["stops"], v["steps"]))]
+        for v in _views(xp, at, shape[2:])
+    ]
     # Row-major scan, the first of equal maxima kept and the first NaN winning, as the compiled
     # kernel (lowering/pool_kernels.py): the same bits, signed zeros and NaN payloads included
     # (np.max's SIMD reduction picks among -0.0 and 0.0 by lane).
@@ -90,15 +93,19 @@ def _vjp(g, x, out, at):
     for v, mask in zip(_views(xp, at, out.shape[2:]), masks):
         (part,) = slice_vjp(mask * share, (xp,), None, v)
         grad = part if grad is None else grad + part
-    crop = dict(starts=(0, 0, ph, pw), stops=(inp.shape[0], inp.shape[1], ph + inp.shape[2], pw + inp.shape[3]),
-                steps=(1, 1, 1, 1))
+    crop = dict(
+        starts=(0, 0, ph, pw),
+        stops=(inp.shape[0], inp.shape[1], ph + inp.shape[2], pw + inp.shape[3]),
+        steps=(1, 1, 1, 1),
+    )
     return (grad._slice(**crop),)
 
 
 def _onnx(b, names, at, shape, dtype):
     (ph, pw) = at["padding"]
-    return b.node("MaxPool", list(names), kernel_shape=list(at["kernel"]), strides=list(at["stride"]),
-                  pads=[ph, pw, ph, pw])
+    return b.node(
+        "MaxPool", list(names), kernel_shape=list(at["kernel"]), strides=list(at["stride"]), pads=[ph, pw, ph, pw]
+    )
 
 
 register(OpDef("max_pool2d", "pool", 1, _infer, _reference, vjp=_vjp, onnx=_onnx))

@@ -87,29 +87,45 @@ def _extreme_vjp(g, x, out, attrs):
 
 
 register(
-    OpDef("sum", "reduce", 1, _reduce_infer("sum"),
-          lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
-          vjp=_sum_vjp,
-          reduce_init=lambda d: [("", const(d, 0))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = acc_add({acc[0]}, {v})" if d.is_floating_point
-                                               else f"{acc[0]} = {acc[0]} + {v}"],
-          onnx=_reduce_onnx("ReduceSum", 13))
+    OpDef(
+        "sum",
+        "reduce",
+        1,
+        _reduce_infer("sum"),
+        lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
+        vjp=_sum_vjp,
+        reduce_init=lambda d: [("", const(d, 0))],
+        reduce_combine=lambda acc, v, r, d: [
+            f"{acc[0]} = acc_add({acc[0]}, {v})" if d.is_floating_point else f"{acc[0]} = {acc[0]} + {v}"
+        ],
+        onnx=_reduce_onnx("ReduceSum", 13),
+    )
 )
 register(
-    OpDef("max", "reduce", 1, _reduce_infer("max"),
-          lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
-          vjp=_extreme_vjp,
-          reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_max', 'max')}({acc[0]}, {v})"],
-          onnx=_reduce_onnx("ReduceMax", 18))
+    OpDef(
+        "max",
+        "reduce",
+        1,
+        _reduce_infer("max"),
+        lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
+        vjp=_extreme_vjp,
+        reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
+        reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_max', 'max')}({acc[0]}, {v})"],
+        onnx=_reduce_onnx("ReduceMax", 18),
+    )
 )
 register(
-    OpDef("min", "reduce", 1, _reduce_infer("min"),
-          lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
-          vjp=_extreme_vjp,
-          reduce_init=lambda d: [("", _lit(d, _highest(d)))],
-          reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_min', 'min')}({acc[0]}, {v})"],
-          onnx=_reduce_onnx("ReduceMin", 18))
+    OpDef(
+        "min",
+        "reduce",
+        1,
+        _reduce_infer("min"),
+        lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
+        vjp=_extreme_vjp,
+        reduce_init=lambda d: [("", _lit(d, _highest(d)))],
+        reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_min', 'min')}({acc[0]}, {v})"],
+        onnx=_reduce_onnx("ReduceMin", 18),
+    )
 )
 
 
@@ -132,7 +148,15 @@ def _argmax_combine(acc, v, r, d):
 
 
 register(
-    OpDef("argmax", "reduce", 1, _reduce_infer("argmax"), _argmax_ref, differentiable=False,
-          reduce_init=_argmax_init, reduce_combine=_argmax_combine,
-          onnx=lambda b, names, at, shape, dtype: b.node("ArgMax", names, axis=at["axes"][0], keepdims=1))
+    OpDef(
+        "argmax",
+        "reduce",
+        1,
+        _reduce_infer("argmax"),
+        _argmax_ref,
+        differentiable=False,
+        reduce_init=_argmax_init,
+        reduce_combine=_argmax_combine,
+        onnx=lambda b, names, at, shape, dtype: b.node("ArgMax", names, axis=at["axes"][0], keepdims=1),
+    )
 )

@@ -97,6 +97,8 @@ def _no_infer(shapes, dtypes, attrs):
 
 register(OpDef("buffer", "source", 0, _no_infer, lambda inputs, attrs: None, differentiable=False))
 register(OpDef("scalar", "source", 0, _no_infer, lambda inputs, attrs: None, differentiable=False))
+
+
 def _rand_expr(args, in_dtypes, out_dtype):
     """``args``: seed, offset, flat element index (the kernel's index into the output)."""
     return f"rand_{'f32' if out_dtype.name == 'float32' else 'f64'}({args[0]}, {args[1]}, {args[2]})"

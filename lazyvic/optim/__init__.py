@@ -74,8 +74,10 @@ class Optimizer:
         Values are copied (cast to the parameter's dtype), so the source can change later.
         """
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
-            raise CheckpointError(f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and "
-                                  f"'param_groups', got {type(state_dict).__name__}")
+            raise CheckpointError(
+                f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and "
+                f"'param_groups', got {type(state_dict).__name__}"
+            )
         groups, state = state_dict["param_groups"], state_dict["state"]
         problems = []
         if len(groups) != len(self.param_groups):
@@ -83,8 +85,9 @@ class Optimizer:
         else:
             for k, (saved, own) in enumerate(zip(groups, self.param_groups)):
                 if len(saved["params"]) != len(own["params"]):
-                    problems.append(f"group {k}: {len(saved['params'])} parameters in the state dict, "
-                                    f"{len(own['params'])} here")
+                    problems.append(
+                        f"group {k}: {len(saved['params'])} parameters in the state dict, {len(own['params'])} here"
+                    )
         index = {}
         if not problems:
             for saved, own in zip(groups, self.param_groups):
@@ -101,8 +104,9 @@ class Optimizer:
                     elif name != "step" and hasattr(v, "shape") and shape != p.shape:
                         problems.append(f"state {i}.{name}: shape {shape}, parameter shape {p.shape}")
         if problems:
-            raise CheckpointError(f"{type(self).__name__}.load_state_dict: nothing was loaded:\n  "
-                                  + "\n  ".join(problems))
+            raise CheckpointError(
+                f"{type(self).__name__}.load_state_dict: nothing was loaded:\n  " + "\n  ".join(problems)
+            )
         # Copy everything first, then assign: a failure here leaves the optimizer as it was.
         new_state = {}
         for i, st in state.items():
@@ -147,14 +151,31 @@ class Optimizer:
 class SGD(Optimizer):
     """SGD with momentum, dampening, Nesterov and (L2) weight decay, as torch.optim.SGD."""
 
-    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        maximize: bool = False,
+    ):
         if lr < 0 or momentum < 0 or weight_decay < 0:
             raise ValueError(f"SGD: invalid lr={lr}, momentum={momentum} or weight_decay={weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                dampening=dampening,
+                weight_decay=weight_decay,
+                nesterov=nesterov,
+                maximize=maximize,
+            ),
+        )
 
     def _update(self, p, grad, group):
         if group["maximize"]:
@@ -181,8 +202,15 @@ class Adam(Optimizer):
 
     decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+    ):
         if amsgrad:
             raise NotImplementedError("Adam: amsgrad is not supported")
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
@@ -215,8 +243,15 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, amsgrad: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        amsgrad: bool = False,
+    ):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
 
 

@@ -31,8 +31,10 @@ class LRScheduler:
         else:
             for k, g in enumerate(optimizer.param_groups):
                 if "initial_lr" not in g:
-                    raise KeyError(f"{type(self).__name__}: param group {k} has no 'initial_lr' "
-                                   f"(needed when resuming with last_epoch={last_epoch})")
+                    raise KeyError(
+                        f"{type(self).__name__}: param group {k} has no 'initial_lr' "
+                        f"(needed when resuming with last_epoch={last_epoch})"
+                    )
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
         self.step()
@@ -52,8 +54,11 @@ class LRScheduler:
 
     def state_dict(self) -> dict:
         """Every attribute except the optimizer and functions (PyTorch's rule)."""
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer" and not callable(v)
-                and not isinstance(v, LRScheduler) and k != "_schedulers"}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k != "optimizer" and not callable(v) and not isinstance(v, LRScheduler) and k != "_schedulers"
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
@@ -96,8 +101,14 @@ class LinearLR(LRScheduler):
     """Linear ramp of the factor from ``start_factor`` to ``end_factor`` over ``total_iters`` steps
     (a warm-up), then constant."""
 
-    def __init__(self, optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
-                 last_epoch: int = -1):
+    def __init__(
+        self,
+        optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ):
         if not (0 < start_factor <= 1 and 0 <= end_factor <= 1):
             raise ValueError(f"LinearLR: factors must be in (0, 1], got {start_factor} and {end_factor}")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
@@ -129,11 +140,12 @@ class SequentialLR(LRScheduler):
     """Runs ``schedulers[i]`` from ``milestones[i-1]`` on, each restarted at its own epoch 0
     (e.g. ``LinearLR`` warm-up, then ``CosineAnnealingLR``)."""
 
-    def __init__(self, optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
-                 last_epoch: int = -1):
+    def __init__(self, optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int], last_epoch: int = -1):
         if len(milestones) != len(schedulers) - 1:
-            raise ValueError(f"SequentialLR: expected {len(schedulers) - 1} milestones for "
-                             f"{len(schedulers)} schedulers, got {len(milestones)}")
+            raise ValueError(
+                f"SequentialLR: expected {len(schedulers) - 1} milestones for "
+                f"{len(schedulers)} schedulers, got {len(milestones)}"
+            )
         for s in schedulers:
             if s.optimizer is not optimizer:
                 raise ValueError("SequentialLR: every scheduler must drive the same optimizer")

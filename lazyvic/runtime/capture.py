@@ -97,8 +97,10 @@ class Compiled:
                 key_args.append(("V", a))
         module = self._module()
         grad = autograd.is_grad_enabled()
-        if grad and (any(t.requires_grad for t in tensors) or (module is not None and any(
-                p.requires_grad for p in module.parameters()))):
+        if grad and (
+            any(t.requires_grad for t in tensors)
+            or (module is not None and any(p.requires_grad for p in module.parameters()))
+        ):
             return self._fallback(args)
         key = (tuple(key_args), grad, module.training if module is not None else None, config.deterministic)
         entry = self._entries.get(key)
@@ -134,8 +136,10 @@ class Compiled:
         self.replays += 1
         metrics.add("capture_replays")
         trace = entry.trace
-        outs = [Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entries[o][3]))
-                for a, o in zip(arrays, trace.outputs)]
+        outs = [
+            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entries[o][3]))
+            for a, o in zip(arrays, trace.outputs)
+        ]
         return _restructure(entry, outs)
 
     def _record(self, key, args):
@@ -156,8 +160,11 @@ class Compiled:
             return self._refuse(key, out)  # outputs on two devices: two traces
         device = devices.pop() if devices else "cpu"
         side_effects = {id(t) for t in _live_pending.pending()} - {id(t) for t in items}
-        if len(roots) != len(items) or len({id(n) for n in roots}) != len(roots) or _has_side_effects(
-                side_effects, roots):
+        if (
+            len(roots) != len(items)
+            or len({id(n) for n in roots}) != len(roots)
+            or _has_side_effects(side_effects, roots)
+        ):
             return self._refuse(key, out)  # outputs that are inputs or constants, or updates beside them
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
         if any(e[0] in ("rand", "randn") for e in trace.entries):

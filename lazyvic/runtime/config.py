@@ -1,29 +1,29 @@
 """Settings read from the environment (and settable at run time).
 
-    LAZYVIC_COMPILE        hot (default): interpret a plan the first time its key is seen,
-                           compile when it recurs; always: compile at once; never: interpret.
-    LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
-                           (default: $XDG_CACHE_HOME/lazyvic or ~/.cache/lazyvic).
-    LAZYVIC_DEBUG          0-4: 1 cache misses (with the reason: the nearest cached key and
-                           what differs) and compile times, 2 fusion groups, 3 generated
-                           kernel source, 4 per-step run times.
-    LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen (hot
-                           mode does not interpret first runs, whose last bits can differ
-                           from compiled runs), so the same program gives the same bits
-                           whatever ran before it; reductions run in a fixed order per plan,
-                           and BLAS products run on one thread (multithreaded OpenBLAS
-                           rounds differently), so results do not depend on the thread
-                           count. Also kept in the plan key.
-                           ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
-    LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
-    LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
-                           an index.md (lazyvic.tools.viz; needs Graphviz's dot).
-    LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move
-                           every surviving object to the collector's permanent generation
-                           (``gc.freeze()``), so later full collections stop re-scanning the
-                           compiler's objects (on the TinyGPT step: spikes of 100 ms every
-                           ~30 steps gone, mean step time -5 to -10 %). Objects alive then
-                           are never collected as cycles later; 0 turns this off.
+LAZYVIC_COMPILE        hot (default): interpret a plan the first time its key is seen,
+                       compile when it recurs; always: compile at once; never: interpret.
+LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
+                       (default: $XDG_CACHE_HOME/lazyvic or ~/.cache/lazyvic).
+LAZYVIC_DEBUG          0-4: 1 cache misses (with the reason: the nearest cached key and
+                       what differs) and compile times, 2 fusion groups, 3 generated
+                       kernel source, 4 per-step run times.
+LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen (hot
+                       mode does not interpret first runs, whose last bits can differ
+                       from compiled runs), so the same program gives the same bits
+                       whatever ran before it; reductions run in a fixed order per plan,
+                       and BLAS products run on one thread (multithreaded OpenBLAS
+                       rounds differently), so results do not depend on the thread
+                       count. Also kept in the plan key.
+                       ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
+LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
+LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
+                       an index.md (lazyvic.tools.viz; needs Graphviz's dot).
+LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move
+                       every surviving object to the collector's permanent generation
+                       (``gc.freeze()``), so later full collections stop re-scanning the
+                       compiler's objects (on the TinyGPT step: spikes of 100 ms every
+                       ~30 steps gone, mean step time -5 to -10 %). Objects alive then
+                       are never collected as cycles later; 0 turns this off.
 """
 
 from __future__ import annotations

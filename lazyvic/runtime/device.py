@@ -43,8 +43,10 @@ def _availability() -> tuple:
             return True, name.decode() if isinstance(name, bytes) else str(name)
     except Exception as e:  # noqa: BLE001 - a driver error is "not available", with its reason
         return False, f"the CUDA driver failed ({type(e).__name__}: {e})"
-    return False, ("no NVIDIA GPU or CUDA driver found (numba.cuda.is_available() is False); "
-                   "NUMBA_ENABLE_CUDASIM=1 runs the CUDA code on Numba's simulator")
+    return False, (
+        "no NVIDIA GPU or CUDA driver found (numba.cuda.is_available() is False); "
+        "NUMBA_ENABLE_CUDASIM=1 runs the CUDA code on Numba's simulator"
+    )
 
 
 def cuda_available() -> bool:

@@ -80,16 +80,18 @@ def plans() -> list[dict]:
     out = []
     for entry in plan_cache.values():
         plan = entry.plan
-        out.append({
-            "name": plan.name if plan is not None else None,
-            "ops": entry.n_ops,
-            "runs": entry.seen,
-            "hits": entry.hits,
-            "steps": len(plan.steps) if plan is not None else 0,
-            "kernels": len(plan.kernels) if plan is not None else 0,
-            "fallbacks": list(plan.fallbacks) if plan is not None else [],
-            "memory": plan.memory.as_dict() if plan is not None else None,
-        })
+        out.append(
+            {
+                "name": plan.name if plan is not None else None,
+                "ops": entry.n_ops,
+                "runs": entry.seen,
+                "hits": entry.hits,
+                "steps": len(plan.steps) if plan is not None else 0,
+                "kernels": len(plan.kernels) if plan is not None else 0,
+                "fallbacks": list(plan.fallbacks) if plan is not None else [],
+                "memory": plan.memory.as_dict() if plan is not None else None,
+            }
+        )
     return out
 
 
@@ -101,13 +103,28 @@ def reset() -> None:
 
 
 _SECTIONS = (
-    ("counts", ("traces", "ops_traced", "cache_hits", "cache_misses", "plans_compiled", "kernels_compiled",
-                "kernels_loaded", "compiled_runs", "interpreted_runs", "fallbacks")),
+    (
+        "counts",
+        (
+            "traces",
+            "ops_traced",
+            "cache_hits",
+            "cache_misses",
+            "plans_compiled",
+            "kernels_compiled",
+            "kernels_loaded",
+            "compiled_runs",
+            "interpreted_runs",
+            "fallbacks",
+        ),
+    ),
     ("times (s)", ("compile_seconds", "execute_seconds", "interpret_seconds")),
     ("cache", ("plans_cached", "kernels_on_disk")),
     ("memory", ("bytes_in", "bytes_out", "planned_peak_bytes")),
-    ("host/device copies", ("host_to_device_copies", "host_to_device_bytes", "device_to_host_copies",
-                            "device_to_host_bytes")),
+    (
+        "host/device copies",
+        ("host_to_device_copies", "host_to_device_bytes", "device_to_host_copies", "device_to_host_bytes"),
+    ),
 )
 
 

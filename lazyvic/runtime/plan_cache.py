@@ -96,7 +96,11 @@ def _entry_diff(i: int, a: tuple, b: tuple) -> dict:
     if dt_a != dt_b:
         return d | {"kind": "dtype", "detail": f"dtype {dt_a} -> {dt_b}"}
     if op_b == "buffer":
-        return d | {"kind": "input shape", "slot": attrs_b[0], "detail": f"input {attrs_b[0]} shape {shape_a} -> {shape_b}"}
+        return d | {
+            "kind": "input shape",
+            "slot": attrs_b[0],
+            "detail": f"input {attrs_b[0]} shape {shape_a} -> {shape_b}",
+        }
     return d | {"kind": "derived shape", "detail": f"shape {shape_a} -> {shape_b}"}
 
 
@@ -109,15 +113,33 @@ def diff_traces(old, new, limit: int = 5) -> list[dict]:
     """
     diffs = [_entry_diff(i, old.entries[i], new.entries[i]) for i in _root_differences(old.entries, new.entries)]
     if len(old.entries) != len(new.entries):
-        diffs.append({"kind": "structure", "entry": min(len(old.entries), len(new.entries)), "op": None,
-                      "detail": f"{len(old.entries)} ops -> {len(new.entries)} ops"})
+        diffs.append(
+            {
+                "kind": "structure",
+                "entry": min(len(old.entries), len(new.entries)),
+                "op": None,
+                "detail": f"{len(old.entries)} ops -> {len(new.entries)} ops",
+            }
+        )
     if not diffs:
         if old.outputs != new.outputs:
-            diffs.append({"kind": "structure", "entry": None, "op": None,
-                          "detail": f"outputs {list(old.outputs)} -> {list(new.outputs)}"})
+            diffs.append(
+                {
+                    "kind": "structure",
+                    "entry": None,
+                    "op": None,
+                    "detail": f"outputs {list(old.outputs)} -> {list(new.outputs)}",
+                }
+            )
         elif old.key[2:] != new.key[2:]:
-            diffs.append({"kind": "constant", "entry": None, "op": None,
-                          "detail": f"flags/parameters {old.key[2:]!r} -> {new.key[2:]!r}"})
+            diffs.append(
+                {
+                    "kind": "constant",
+                    "entry": None,
+                    "op": None,
+                    "detail": f"flags/parameters {old.key[2:]!r} -> {new.key[2:]!r}",
+                }
+            )
     diffs.sort(key=lambda d: _CAUSES.index(d["kind"]))  # stable: entry order within a kind
     return diffs[:limit]
 
@@ -133,8 +155,12 @@ def miss_reason(trace, max_candidates: int = 32) -> dict:
     # Most recent first: a recompile's previous version is usually among the last keys seen.
     cands = [e for e in reversed(plan_cache.values()) if e.trace is not None and e.key != trace.key]
     if not cands:
-        return {"kind": "new", "summary": "first trace: nothing cached to compare with", "nearest": None,
-                "differences": []}
+        return {
+            "kind": "new",
+            "summary": "first trace: nothing cached to compare with",
+            "nearest": None,
+            "differences": [],
+        }
     cands.sort(key=lambda e: abs(e.n_ops - n))
     cands = cands[:max_candidates]
     best, best_score = None, None
@@ -145,7 +171,9 @@ def miss_reason(trace, max_candidates: int = 32) -> dict:
     diffs = diff_traces(best.trace, trace)
     kind = diffs[0]["kind"] if diffs else "structure"
     first = diffs[0] if diffs else None
-    where = f" at entry {first['entry']} ({first['op']})" if first and first["entry"] is not None and first["op"] else ""
+    where = (
+        f" at entry {first['entry']} ({first['op']})" if first and first["entry"] is not None and first["op"] else ""
+    )
     detail = f": {first['detail']}" if first else ""
     summary = f"{kind} differs from {plan_name(best.key)} ({best.n_ops} ops){where}{detail}"
     return {"kind": kind, "summary": summary, "nearest": plan_name(best.key), "differences": diffs}
@@ -163,8 +191,13 @@ def describe_groups(plan) -> list[dict]:
     for g in plan.groups:
         step = by_out.get(g.root)
         kind = type(step).__name__.removesuffix("Step").lower() if step is not None else "?"
-        out.append({"name": step.name if step is not None else f"node{g.root}", "kind": kind,
-                    "ops": [plan.entries[j][0] for j in sorted(g.members)] or [plan.entries[g.root][0]]})
+        out.append(
+            {
+                "name": step.name if step is not None else f"node{g.root}",
+                "kind": kind,
+                "ops": [plan.entries[j][0] for j in sorted(g.members)] or [plan.entries[g.root][0]],
+            }
+        )
     return out
 
 
@@ -265,8 +298,9 @@ def _interpret_cuda(trace, inputs: list, scalars: list) -> list:
     CPU earlier in the same sync), as CudaPlan.run also takes."""
     from lazyvic.runtime import device
 
-    host = [a if isinstance(a, np.ndarray) else device.to_host(a, shape)
-            for a, shape in zip(inputs, _input_shapes(trace))]
+    host = [
+        a if isinstance(a, np.ndarray) else device.to_host(a, shape) for a, shape in zip(inputs, _input_shapes(trace))
+    ]
     return [device.to_device(o) for o in interpret(trace, host, scalars)]
 
 

@@ -49,10 +49,10 @@ LOOP_SMALL_OPS = 256
 
 _FIXES = {
     "constant": "a Python value baked into an op (a reshape shape, a slice bound, an index ...) is part of "
-                "the plan key: keep it fixed (pad or bucket to a few sizes), or compute it with tensors "
-                "(masks, index tensors) instead of a Python int that changes every call",
+    "the plan key: keep it fixed (pad or bucket to a few sizes), or compute it with tensors "
+    "(masks, index tensors) instead of a Python int that changes every call",
     "input shape": "an input's shape changes from call to call: pad or bucket inputs to a few fixed shapes "
-                   "(fixed batch size, drop_last=True, fixed sequence length)",
+    "(fixed batch size, drop_last=True, fixed sequence length)",
     "dtype": "an input's dtype changes from call to call: cast inputs to one dtype before the loop",
     "derived shape": "a shape computed in the trace changes: pad or bucket the values it comes from",
 }
@@ -101,10 +101,21 @@ class _Recorder:
             reason, where = END_OF_CALL, "-"
         else:
             reason, where = _cut_site()
-        event = {"cut": len(self.runs), "reason": reason, "where": where, "ops": len(trace.entries),
-                 "key": plan_name(trace.key), "hit": trace.key in plan_cache, "miss_reason": None,
-                 "compiled": False, "compile_seconds": 0.0, "ran": None, "execute_seconds": 0.0,
-                 "fallbacks": [], "failed": None}
+        event = {
+            "cut": len(self.runs),
+            "reason": reason,
+            "where": where,
+            "ops": len(trace.entries),
+            "key": plan_name(trace.key),
+            "hit": trace.key in plan_cache,
+            "miss_reason": None,
+            "compiled": False,
+            "compile_seconds": 0.0,
+            "ran": None,
+            "execute_seconds": 0.0,
+            "fallbacks": [],
+            "failed": None,
+        }
         self.runs.append(event)
         return event
 
@@ -173,10 +184,12 @@ class ExplainReport:
     def __str__(self) -> str:
         d = self.to_dict()
         t = d["totals"]
-        lines = [f"lazyvic.explain: {self.name} ({self.seconds:.3f} s)",
-                 f"  {len(self.cuts)} cuts, {self.hits} plan-cache hits, {self.misses} misses, "
-                 f"{len(self.plans)} plans compiled; compile {t['compile_seconds']:.3f} s, "
-                 f"execute {t['execute_seconds']:.3f} s, interpret {t['interpret_seconds']:.3f} s"]
+        lines = [
+            f"lazyvic.explain: {self.name} ({self.seconds:.3f} s)",
+            f"  {len(self.cuts)} cuts, {self.hits} plan-cache hits, {self.misses} misses, "
+            f"{len(self.plans)} plans compiled; compile {t['compile_seconds']:.3f} s, "
+            f"execute {t['execute_seconds']:.3f} s, interpret {t['interpret_seconds']:.3f} s",
+        ]
         if self.warnings:
             lines.append("warnings")
             lines.extend(f"  ! [{w['kind']}] {w['message']}" for w in self.warnings)
@@ -185,8 +198,10 @@ class ExplainReport:
             status = "hit " if r["hit"] else "MISS"
             ran = r["ran"] or "failed"
             extra = f", compiled in {r['compile_seconds']:.3f} s" if r["compiled"] else ""
-            lines.append(f"  #{r['cut']:<3} {r['reason']:<10} at {r['where']}: {r['ops']} ops, {status} "
-                         f"{r['key']}, ran on {ran} {1e3 * r['execute_seconds']:.2f} ms{extra}")
+            lines.append(
+                f"  #{r['cut']:<3} {r['reason']:<10} at {r['where']}: {r['ops']} ops, {status} "
+                f"{r['key']}, ran on {ran} {1e3 * r['execute_seconds']:.2f} ms{extra}"
+            )
             if r["miss_reason"] is not None:
                 lines.append(f"        why: {r['miss_reason']['summary']}")
                 also = [x for x in r["miss_reason"]["differences"][1:] if x["kind"] in _FIXES]
@@ -195,8 +210,10 @@ class ExplainReport:
         for p in self.plans:
             mem = p["memory"]
             peak = f", planned peak {mem['peak']} bytes" if mem else ""
-            lines.append(f"plan {p['name']}: {p['ops']} ops, {len(p['groups'])} groups, "
-                         f"compiled in {p['compile_seconds']:.3f} s{peak}")
+            lines.append(
+                f"plan {p['name']}: {p['ops']} ops, {len(p['groups'])} groups, "
+                f"compiled in {p['compile_seconds']:.3f} s{peak}"
+            )
             for g in p["groups"]:
                 lines.append(f"  {g['kind']:<9} {g['name']}: {', '.join(g['ops'])}")
         if self.fallbacks:
@@ -234,11 +251,19 @@ def _warnings(runs: list[dict]) -> list[dict]:
         what = f"attribute {attr!r} of {op}" if kind == "constant" else f"{kind} of {op}"
         examples = "; ".join(d["detail"] for _, d in group[:3])
         lines = sorted({r["where"] for r, _ in group})
-        out.append({"kind": "recompile", "entry": entry, "op": op, "attr": attr, "cause": kind,
-                    "misses": len(group),
-                    "message": f"the plan key keeps changing: {len(group)} misses differ only in the {what} "
-                               f"at entry {entry} ({examples}); cut at {', '.join(lines)}. Each new value compiles "
-                               f"a new plan. Fix: {_FIXES[kind]}."})
+        out.append(
+            {
+                "kind": "recompile",
+                "entry": entry,
+                "op": op,
+                "attr": attr,
+                "cause": kind,
+                "misses": len(group),
+                "message": f"the plan key keeps changing: {len(group)} misses differ only in the {what} "
+                f"at entry {entry} ({examples}); cut at {', '.join(lines)}. Each new value compiles "
+                f"a new plan. Fix: {_FIXES[kind]}.",
+            }
+        )
     # A sync in a loop: many cuts from one line, each a small trace.
     by_line = defaultdict(list)
     for r in runs:
@@ -247,25 +272,41 @@ def _warnings(runs: list[dict]) -> list[dict]:
     for (where, reason), group in by_line.items():
         ops = statistics.median(r["ops"] for r in group)
         if len(group) >= LOOP_CUTS and ops <= LOOP_SMALL_OPS:
-            out.append({"kind": "sync-in-loop", "where": where, "reason": reason, "cuts": len(group),
-                        "message": f"{len(group)} cuts by {reason} at {where} with small traces (median {ops:g} "
-                                   f"ops): a sync inside a loop runs the work as many small plans and waits for "
-                                   f"each. Fix: keep values as tensors in the loop (e.g. total = total + "
-                                   f"loss.detach()) and sync once after it (total.item())."})
+            out.append(
+                {
+                    "kind": "sync-in-loop",
+                    "where": where,
+                    "reason": reason,
+                    "cuts": len(group),
+                    "message": f"{len(group)} cuts by {reason} at {where} with small traces (median {ops:g} "
+                    f"ops): a sync inside a loop runs the work as many small plans and waits for "
+                    f"each. Fix: keep values as tensors in the loop (e.g. total = total + "
+                    f"loss.detach()) and sync once after it (total.item()).",
+                }
+            )
     # A graph that keeps growing: cuts forced by the size limit.
     forced = [r for r in runs if r["reason"] == SIZE_LIMIT]
     if forced:
         lines = sorted({r["where"] for r in forced})
-        out.append({"kind": "growing-graph", "cuts": len(forced),
-                    "message": f"{len(forced)} cuts forced by the size limit (LAZYVIC_MAX_PENDING="
-                               f"{config.max_pending}) at {', '.join(lines)}: the pending graph grows without a "
-                               f"sync point. Fix: call lazyvic.sync() once per step (or read a value, e.g. "
-                               f"loss.item(), at the end of the step), and do not keep a step's tensors alive "
-                               f"into the next."})
+        out.append(
+            {
+                "kind": "growing-graph",
+                "cuts": len(forced),
+                "message": f"{len(forced)} cuts forced by the size limit (LAZYVIC_MAX_PENDING="
+                f"{config.max_pending}) at {', '.join(lines)}: the pending graph grows without a "
+                f"sync point. Fix: call lazyvic.sync() once per step (or read a value, e.g. "
+                f"loss.item(), at the end of the step), and do not keep a step's tensors alive "
+                f"into the next.",
+            }
+        )
     for f in _fallbacks(runs):
         if f["op"].startswith("<whole trace"):
-            out.append({"kind": "fallback", "message": f"plan {f['plan']} could not be compiled and ran on the "
-                                                       f"NumPy interpreter: {f['op']}"})
+            out.append(
+                {
+                    "kind": "fallback",
+                    "message": f"plan {f['plan']} could not be compiled and ran on the NumPy interpreter: {f['op']}",
+                }
+            )
     return out
 
 

@@ -46,8 +46,7 @@ def _dims(type_proto) -> str:
     t = type_proto.tensor_type
     if not t.HasField("shape"):
         return "(unknown shape)"
-    dims = [d.dim_param if d.dim_param else (str(d.dim_value) if d.HasField("dim_value") else "?")
-            for d in t.shape.dim]
+    dims = [d.dim_param if d.dim_param else (str(d.dim_value) if d.HasField("dim_value") else "?") for d in t.shape.dim]
     return "(" + ", ".join(dims) + ")"
 
 
@@ -100,8 +99,10 @@ def _check(args) -> int:
     model = _read(args.model)
     g = model.graph
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-    print(f"{args.model}: IR version {model.ir_version}, opsets: {opsets}"
-          + (f", producer {model.producer_name} {model.producer_version}".rstrip() if model.producer_name else ""))
+    print(
+        f"{args.model}: IR version {model.ir_version}, opsets: {opsets}"
+        + (f", producer {model.producer_name} {model.producer_version}".rstrip() if model.producer_name else "")
+    )
     print("inputs:")
     for i in _user_inputs(model):
         print(f"  {i.name:24s} {_elem(i.type):8s} {_dims(i.type)}")
@@ -117,8 +118,12 @@ def _check(args) -> int:
     for op, k in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {op:28s} {k:5d}  {'NOT supported' if op in bad_types else 'supported'}")
     if missing:
-        print("lazyvic cannot import: " + "; ".join(
-            f"{label}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}" for label, names in missing.items()))
+        print(
+            "lazyvic cannot import: "
+            + "; ".join(
+                f"{label}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}" for label, names in missing.items()
+            )
+        )
         return 1
     print("lazyvic supports every op of this model")
     return 0
@@ -181,8 +186,10 @@ def _run(args) -> int:
     for i, info in enumerate(_user_inputs(model)):
         if info.name not in feeds:
             if not args.random_inputs:
-                raise CommandError(f"{args.model}: input {info.name!r} {_dims(info.type)} {_elem(info.type)} is not "
-                                   f"given: pass --input {info.name}=FILE.npy (or --random-inputs)")
+                raise CommandError(
+                    f"{args.model}: input {info.name!r} {_dims(info.type)} {_elem(info.type)} is not "
+                    f"given: pass --input {info.name}=FILE.npy (or --random-inputs)"
+                )
             feeds[info.name] = _random_input(info, args.seed + i)
     order = [i.name for i in _user_inputs(model)]
     try:
@@ -203,8 +210,11 @@ def _run(args) -> int:
     names = [o.name for o in model.graph.output]
     # Run 1 records and interprets the plan; run 2 compiles it (LAZYVIC_COMPILE=hot); later runs are steady.
     steady = f", then median {np.median(times[2:]) * 1e3:.2f} ms over {len(times) - 2} runs" if len(times) > 2 else ""
-    print(f"{args.model}: import {t_load * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms (interpreted)"
-          + (f", second {times[1] * 1e3:.1f} ms (compiles)" if len(times) > 1 else "") + steady)
+    print(
+        f"{args.model}: import {t_load * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms (interpreted)"
+        + (f", second {times[1] * 1e3:.1f} ms (compiles)" if len(times) > 1 else "")
+        + steady
+    )
     for name, a in zip(names, arrays):
         stats = f"min {a.min():.6g} max {a.max():.6g} mean {a.mean():.6g}" if a.size and a.dtype.kind in "fiu" else ""
         print(f"  {name:24s} {a.dtype.name:8s} {a.shape}  {stats}")
@@ -240,8 +250,10 @@ def _compare_ort(args, model, feeds, names, arrays) -> int:
         scale = float(np.max(np.abs(r))) if r.size else 0.0
         ok = diff <= args.atol + args.rtol * scale
         worst_ok &= ok
-        print(f"  {name:24s} max |lazyvic - onnxruntime| = {diff:.3g} (max |value| {scale:.3g}) "
-              f"{'ok' if ok else 'DIFFERS'}")
+        print(
+            f"  {name:24s} max |lazyvic - onnxruntime| = {diff:.3g} (max |value| {scale:.3g}) "
+            f"{'ok' if ok else 'DIFFERS'}"
+        )
     return 0 if worst_ok else 1
 
 
@@ -257,8 +269,10 @@ def _convert(args) -> int:
     except LazyvicError as e:
         raise CommandError(str(e)) from None
     n = sum(p.numel() for p in module.parameters())
-    print(f"wrote {args.out}: {len(module.state_dict())} tensors, {n:,} parameters "
-          f"(rebuild with lazyvic.load({str(args.out)!r}))")
+    print(
+        f"wrote {args.out}: {len(module.state_dict())} tensors, {n:,} parameters "
+        f"(rebuild with lazyvic.load({str(args.out)!r}))"
+    )
     return 0
 
 
@@ -323,13 +337,16 @@ def _export(args) -> int:
     in_names = [f"input_{i}" for i in range(len(examples))] if len(examples) > 1 else ["input"]
     dynamic = {n: {0: "batch"} for n in in_names} if args.dynamic_batch else None
     try:
-        onnx_model = lazyvic.onnx.export(model, tuple(examples), args.out, opset_version=args.opset,
-                                         input_names=in_names, dynamic_axes=dynamic)
+        onnx_model = lazyvic.onnx.export(
+            model, tuple(examples), args.out, opset_version=args.opset, input_names=in_names, dynamic_axes=dynamic
+        )
     except LazyvicError as e:
         raise CommandError(str(e)) from None
     ops = Counter(n.op_type for n in onnx_model.graph.node)
-    print(f"wrote {args.out}: opset {args.opset}, {len(onnx_model.graph.node)} nodes "
-          f"({', '.join(f'{k} {v}' for k, v in ops.most_common(8))}), {len(onnx_model.graph.initializer)} initializers")
+    print(
+        f"wrote {args.out}: opset {args.opset}, {len(onnx_model.graph.node)} nodes "
+        f"({', '.join(f'{k} {v}' for k, v in ops.most_common(8))}), {len(onnx_model.graph.initializer)} initializers"
+    )
     return 0
 
 
@@ -362,8 +379,11 @@ def _load_weights(model, path: str) -> None:
 # ------------------------------------------------------------------------------------------ parser
 def add_parser(sub) -> None:
     """Add ``onnx`` and its subcommands to the ``lazyvic`` parser's subparsers."""
-    p = sub.add_parser("onnx", help="check, run, convert and export ONNX models",
-                       description="Check, run, convert and export ONNX models (lazyvic.onnx).")
+    p = sub.add_parser(
+        "onnx",
+        help="check, run, convert and export ONNX models",
+        description="Check, run, convert and export ONNX models (lazyvic.onnx).",
+    )
     osub = p.add_subparsers(dest="onnx_command", required=True)
 
     c = osub.add_parser("check", help="opset, inputs/outputs, op histogram and which ops lazyvic supports")
@@ -373,15 +393,23 @@ def add_parser(sub) -> None:
     r = osub.add_parser("run", help="run a model with lazyvic; print timings (and the difference to onnxruntime)")
     r.add_argument("model", help="the .onnx file")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input array (repeat per input)")
-    r.add_argument("--random-inputs", action="store_true",
-                   help="make inputs not given: seeded normal floats, 0/1 integers; dynamic sizes 1")
+    r.add_argument(
+        "--random-inputs",
+        action="store_true",
+        help="make inputs not given: seeded normal floats, 0/1 integers; dynamic sizes 1",
+    )
     r.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
     r.add_argument("--output", metavar="OUT.npz", help="write the outputs, by output name")
     r.add_argument("--compare-ort", action="store_true", help="also run onnxruntime and print the max difference")
-    r.add_argument("--repeat", type=int, default=10,
-                   help="timed runs (default 10): the first is interpreted, the second compiles, the rest are steady")
-    r.add_argument("--no-compile", action="store_true",
-                   help="record every call again instead of replaying it with lazyvic.compile")
+    r.add_argument(
+        "--repeat",
+        type=int,
+        default=10,
+        help="timed runs (default 10): the first is interpreted, the second compiles, the rest are steady",
+    )
+    r.add_argument(
+        "--no-compile", action="store_true", help="record every call again instead of replaying it with lazyvic.compile"
+    )
     r.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="onnxruntime intra-op threads")
     r.add_argument("--rtol", type=float, default=1e-4, help="--compare-ort tolerance, relative to max |value|")
     r.add_argument("--atol", type=float, default=1e-5, help="--compare-ort absolute tolerance")
@@ -395,9 +423,14 @@ def add_parser(sub) -> None:
     e = osub.add_parser("export", help="build a lazyvic model from a Python factory and export it to ONNX")
     e.add_argument("factory", metavar="MODULE:FACTORY", help="e.g. lazyvic.models:resnet18 or my_file:build")
     e.add_argument("out", help="the .onnx file to write")
-    e.add_argument("--input-shape", action="append", required=True, metavar="SHAPE[:DTYPE]",
-                   help="example input shape, e.g. 1,3,32,32 or 2,16:int64 (repeat per input)")
-    e.add_argument("--kwargs", help='JSON keyword arguments of the factory, e.g. \'{"num_classes": 10}\'')
+    e.add_argument(
+        "--input-shape",
+        action="append",
+        required=True,
+        metavar="SHAPE[:DTYPE]",
+        help="example input shape, e.g. 1,3,32,32 or 2,16:int64 (repeat per input)",
+    )
+    e.add_argument("--kwargs", help="JSON keyword arguments of the factory, e.g. '{\"num_classes\": 10}'")
     e.add_argument("--weights", help="weights to load: lazyvic format v1, safetensors, or a PyTorch .pt state dict")
     e.add_argument("--opset", type=int, default=13, help="opset version, 13 to 18 (default 13)")
     e.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of every input dynamic")

@@ -103,8 +103,9 @@ def _plan_scopes(entries: list, trace) -> list:
     known = [isinstance(e[1], _Tagged) or e[0] in ("buffer", "scalar") for e in redone]
     for j in range(len(entries) - 1, -1, -1):  # rewritten entries: a consumer's scope
         if not known[j]:
-            scopes[j] = next((scopes[k] for k in range(j + 1, len(entries))
-                              if j in entries[k][2] and scopes[k] is not None), None)
+            scopes[j] = next(
+                (scopes[k] for k in range(j + 1, len(entries)) if j in entries[k][2] and scopes[k] is not None), None
+            )
     for j, e in enumerate(entries):  # ... or an input's
         if scopes[j] is None and not known[j]:
             scopes[j] = next((scopes[i] for i in e[2] if scopes[i] is not None), None)
@@ -123,8 +124,10 @@ def _resolve(target):
     if isinstance(target, (list, tuple)) and all(isinstance(t, Tensor) for t in target):
         roots = [t._node for t in target if t._node.pending]
         if not roots:
-            raise ValueError("lazyvic.viz.draw: none of the tensors is pending (nothing to draw); "
-                             "draw them before a sync, or draw a plan from lazyvic.metrics")
+            raise ValueError(
+                "lazyvic.viz.draw: none of the tensors is pending (nothing to draw); "
+                "draw them before a sync, or draw a plan from lazyvic.metrics"
+            )
         trace = cut(roots)[0]  # builds the trace only: the nodes stay pending
         target = trace
     trace, plan = None, None
@@ -137,8 +140,10 @@ def _resolve(target):
     elif isinstance(target, Plan):
         plan = target
     else:
-        raise TypeError(f"lazyvic.viz.draw: expected a Tensor, a list of Tensors, a Trace, a Plan or a "
-                        f"PlanEntry, got {type(target).__name__}")
+        raise TypeError(
+            f"lazyvic.viz.draw: expected a Tensor, a list of Tensors, a Trace, a Plan or a "
+            f"PlanEntry, got {type(target).__name__}"
+        )
     if plan is not None:
         params = trace.param_slots if trace is not None else frozenset()
         verts = _vertices(plan.entries, params, _plan_scopes(plan.entries, trace))
@@ -157,8 +162,12 @@ def _step_of(plan) -> dict:
     return out
 
 
-def draw(target, path: str | os.PathLike | None = None, format: str = "svg",  # noqa: A002
-         collapse: str | None = None) -> graphviz.Digraph:
+def draw(
+    target,
+    path: str | os.PathLike | None = None,
+    format: str = "svg",  # noqa: A002
+    collapse: str | None = None,
+) -> graphviz.Digraph:
     """Draw a trace or a plan as a Graphviz graph.
 
     Args:
@@ -181,10 +190,12 @@ def draw(target, path: str | os.PathLike | None = None, format: str = "svg",  # 
     if collapse not in (None, "module"):
         raise ValueError(f"lazyvic.viz.draw: collapse must be None or 'module', got {collapse!r}")
     verts, outputs, plan, title = _resolve(target)
-    g = graphviz.Digraph("lazyvic", graph_attr={"rankdir": "TB", "newrank": "true", "label": title, "labelloc": "t",
-                                                "fontname": "Helvetica"},
-                         node_attr={"fontname": "Helvetica", "fontsize": "10"},
-                         edge_attr={"fontname": "Helvetica", "fontsize": "8"})
+    g = graphviz.Digraph(
+        "lazyvic",
+        graph_attr={"rankdir": "TB", "newrank": "true", "label": title, "labelloc": "t", "fontname": "Helvetica"},
+        node_attr={"fontname": "Helvetica", "fontsize": "10"},
+        edge_attr={"fontname": "Helvetica", "fontsize": "8"},
+    )
     if collapse == "module":
         _draw_modules(g, verts, outputs)
     else:
@@ -266,8 +277,14 @@ def _draw_ops(g: graphviz.Digraph, verts: list, outputs: tuple, plan) -> None:
         g.node(f"n{v.pos}", label, **attrs)
     for (k, name, _), members in sorted(clusters.items(), key=lambda kv: kv[0][0]):
         with g.subgraph(name=f"cluster_{k}") as sub:
-            sub.attr(label=f"kernel {name}", style="rounded,filled", fillcolor="#fafafa", color="#888888",
-                     fontname="Helvetica", fontsize="10")
+            sub.attr(
+                label=f"kernel {name}",
+                style="rounded,filled",
+                fillcolor="#fafafa",
+                color="#888888",
+                fontname="Helvetica",
+                fontsize="10",
+            )
             for v, label, attrs in members:
                 sub.node(f"n{v.pos}", label, **attrs)
     for v in verts:
@@ -310,8 +327,13 @@ def _draw_modules(g: graphviz.Digraph, verts: list, outputs: tuple) -> None:
         style = "filled,rounded" + (",dashed" if name.endswith("(backward)") else "")
         if b["outputs"]:
             style += ",bold"
-        g.node(ids[name], "\n".join(lines), shape="box", style=style,
-               fillcolor=_OPTIM if name.startswith("optim.") else _MODULE)
+        g.node(
+            ids[name],
+            "\n".join(lines),
+            shape="box",
+            style=style,
+            fillcolor=_OPTIM if name.startswith("optim.") else _MODULE,
+        )
     edges: dict = {}
     for v in verts:
         if v.kind != "op":
@@ -341,13 +363,14 @@ def render(g: graphviz.Digraph, path: str | os.PathLike, format: str = "svg") ->
         try:
             data = g.pipe(format=format)
         except graphviz.ExecutableNotFound as e:
-            raise RuntimeError("lazyvic.viz: rendering needs Graphviz's `dot` program, which was not found; "
-                               "install it (apt-get install graphviz, or brew install graphviz), or use "
-                               "format='dot' to write the source") from e
+            raise RuntimeError(
+                "lazyvic.viz: rendering needs Graphviz's `dot` program, which was not found; "
+                "install it (apt-get install graphviz, or brew install graphviz), or use "
+                "format='dot' to write the source"
+            ) from e
         except graphviz.CalledProcessError as e:
             err = (e.stderr or b"").decode(errors="replace").strip().splitlines()
-            raise RuntimeError(f"lazyvic.viz: dot failed to render {path.name}: "
-                               f"{err[0] if err else e}") from None
+            raise RuntimeError(f"lazyvic.viz: dot failed to render {path.name}: {err[0] if err else e}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -411,12 +434,20 @@ def write_plans(out_dir: str | os.PathLike, format: str = "svg") -> Path:  # noq
         kernels = str(len(plan.kernels)) if plan is not None else "not compiled"
         peak = _human_bytes(plan.memory.peak_bytes) if plan is not None and plan.memory is not None else "-"
         links = ", ".join(p if p.startswith("(") else f"[{p}]({p})" for p in pictures)
-        rows.append(f"| {n} | `{name}` | {len(entry.trace.entries)} | {entry.hits} / {entry.seen} | {kernels} "
-                    f"| {peak} | {links} |")
-    lines = ["# lazyvic plans", "",
-             f"{len(rows)} plan(s) in the plan cache. Hits / runs: plan-cache hits and total runs of the key.", "",
-             "| # | plan | ops | hits / runs | kernels | planned peak memory | pictures |",
-             "|---|------|-----|-------------|---------|---------------------|----------|", *rows, ""]
+        rows.append(
+            f"| {n} | `{name}` | {len(entry.trace.entries)} | {entry.hits} / {entry.seen} | {kernels} "
+            f"| {peak} | {links} |"
+        )
+    lines = [
+        "# lazyvic plans",
+        "",
+        f"{len(rows)} plan(s) in the plan cache. Hits / runs: plan-cache hits and total runs of the key.",
+        "",
+        "| # | plan | ops | hits / runs | kernels | planned peak memory | pictures |",
+        "|---|------|-----|-------------|---------|---------------------|----------|",
+        *rows,
+        "",
+    ]
     index = out / "index.md"
     tmp = index.with_name(f".index.md.{os.getpid()}.tmp")
     tmp.write_text("\n".join(lines))

@@ -107,6 +107,14 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
     entries_t = tuple(entries)
     outputs_t = tuple(outputs)
     param_slots = frozenset(params)
-    trace = Trace(entries_t, outputs_t, len(inputs), len(scalars), (entries_t, outputs_t, flags, param_slots),
-                  tuple(dtypes), param_slots, tuple(scopes))
+    trace = Trace(
+        entries_t,
+        outputs_t,
+        len(inputs),
+        len(scalars),
+        (entries_t, outputs_t, flags, param_slots),
+        tuple(dtypes),
+        param_slots,
+        tuple(scopes),
+    )
     return trace, inputs, scalars, out_nodes

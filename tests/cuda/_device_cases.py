@@ -19,8 +19,16 @@ import numpy as np
 
 def _counters(lv) -> dict:
     snap = lv.metrics.snapshot()
-    keys = ("host_to_device_copies", "host_to_device_bytes", "device_to_host_copies", "device_to_host_bytes",
-            "interpreted_runs", "compiled_runs", "plans_compiled", "traces")
+    keys = (
+        "host_to_device_copies",
+        "host_to_device_bytes",
+        "device_to_host_copies",
+        "device_to_host_bytes",
+        "interpreted_runs",
+        "compiled_runs",
+        "plans_compiled",
+        "traces",
+    )
     return {k: snap[k] for k in keys}
 
 
@@ -43,8 +51,12 @@ class Moved:
 
     def copies(self) -> tuple:
         d = self.delta
-        return (d["host_to_device_copies"], d["host_to_device_bytes"], d["device_to_host_copies"],
-                d["device_to_host_bytes"])
+        return (
+            d["host_to_device_copies"],
+            d["host_to_device_bytes"],
+            d["device_to_host_copies"],
+            d["device_to_host_bytes"],
+        )
 
 
 def _raises(lv, fn, *words):
@@ -144,24 +156,55 @@ def check_pending_source_is_computed_first(lv):
 
 def check_creation_functions(lv):
     lv.manual_seed(3)
-    cpu = [lv.tensor([[1, 2], [3, 4]]), lv.zeros(2, 3), lv.ones(3, dtype=lv.int32), lv.full((2, 2), 7.5),
-           lv.empty(2), lv.rand(3, 4), lv.randn(2, 5), lv.randint(0, 9, (7,)), lv.randperm(6), lv.arange(1, 10, 2),
-           lv.arange(0.0, 1.0, 0.25), lv.eye(3, 2)]
+    cpu = [
+        lv.tensor([[1, 2], [3, 4]]),
+        lv.zeros(2, 3),
+        lv.ones(3, dtype=lv.int32),
+        lv.full((2, 2), 7.5),
+        lv.empty(2),
+        lv.rand(3, 4),
+        lv.randn(2, 5),
+        lv.randint(0, 9, (7,)),
+        lv.randperm(6),
+        lv.arange(1, 10, 2),
+        lv.arange(0.0, 1.0, 0.25),
+        lv.eye(3, 2),
+    ]
     lv.manual_seed(3)
     d = "cuda"
-    gpu = [lv.tensor([[1, 2], [3, 4]], device=d), lv.zeros(2, 3, device=d), lv.ones(3, dtype=lv.int32, device=d),
-           lv.full((2, 2), 7.5, device=d), lv.empty(2, device=d), lv.rand(3, 4, device=d), lv.randn(2, 5, device=d),
-           lv.randint(0, 9, (7,), device=d), lv.randperm(6, device=d), lv.arange(1, 10, 2, device=d),
-           lv.arange(0.0, 1.0, 0.25, device=d), lv.eye(3, 2, device=d)]
+    gpu = [
+        lv.tensor([[1, 2], [3, 4]], device=d),
+        lv.zeros(2, 3, device=d),
+        lv.ones(3, dtype=lv.int32, device=d),
+        lv.full((2, 2), 7.5, device=d),
+        lv.empty(2, device=d),
+        lv.rand(3, 4, device=d),
+        lv.randn(2, 5, device=d),
+        lv.randint(0, 9, (7,), device=d),
+        lv.randperm(6, device=d),
+        lv.arange(1, 10, 2, device=d),
+        lv.arange(0.0, 1.0, 0.25, device=d),
+        lv.eye(3, 2, device=d),
+    ]
     for k, (c, g) in enumerate(zip(cpu, gpu)):
         assert g.device == "cuda", (k, g.device)
         assert g.dtype == c.dtype and g.shape == c.shape, (k, g.dtype, c.dtype, g.shape, c.shape)
         if k != 4:  # empty: any value
             assert c.numpy().tobytes() == g.numpy().tobytes(), (k, c.numpy(), g.numpy())
     x = lv.ones(2, 3, device=d)
-    for t in (lv.zeros_like(x), lv.ones_like(x), lv.full_like(x, 2.0), lv.rand_like(x), lv.randn_like(x),
-              x.zeros_like(), x.ones_like(), x.new_zeros(4), x.new_ones(1, 2), x.new_full((3,), 1.0),
-              x.new_tensor([1.0, 2.0])):
+    for t in (
+        lv.zeros_like(x),
+        lv.ones_like(x),
+        lv.full_like(x, 2.0),
+        lv.rand_like(x),
+        lv.randn_like(x),
+        x.zeros_like(),
+        x.ones_like(),
+        x.new_zeros(4),
+        x.new_ones(1, 2),
+        x.new_full((3,), 1.0),
+        x.new_tensor([1.0, 2.0]),
+    ):
         assert t.device == "cuda", t.shape
     assert lv.zeros_like(x, device="cpu").device == "cpu"
     assert lv.ones(2, requires_grad=True, device=d).requires_grad
@@ -452,8 +495,10 @@ def main() -> None:
     import lazyvic as lv
     from lazyvic.runtime.config import config
 
-    print(json.dumps({"case": "_probe", "simulated": lv.cuda.is_simulated(), "available": lv.cuda.is_available()}),
-          flush=True)
+    print(
+        json.dumps({"case": "_probe", "simulated": lv.cuda.is_simulated(), "available": lv.cuda.is_available()}),
+        flush=True,
+    )
     for name in CHECKS:
         config.compile = "hot"
         rec = {"case": name}

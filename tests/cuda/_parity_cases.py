@@ -34,9 +34,38 @@ TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1
 # selection, comparisons, integer results, random numbers, and max-pool (a selection). The
 # rest are float arithmetic, compared within TOL. randn's float64 case is "close": on a GPU,
 # libdevice's log/cos/sin may round the last bit otherwise than the host's libm.
-EXACT_OPS = {"buffer", "scalar", "reshape", "permute", "expand", "slice", "pad", "neg", "abs", "relu", "maximum",
-             "minimum", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "cast", "max", "min", "argmax",
-             "gather", "max_pool2d", "rand", "round_float16", "round_bfloat16", "scatter_add"}
+EXACT_OPS = {
+    "buffer",
+    "scalar",
+    "reshape",
+    "permute",
+    "expand",
+    "slice",
+    "pad",
+    "neg",
+    "abs",
+    "relu",
+    "maximum",
+    "minimum",
+    "where",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_not",
+    "cast",
+    "max",
+    "min",
+    "argmax",
+    "gather",
+    "max_pool2d",
+    "rand",
+    "round_float16",
+    "round_bfloat16",
+    "scatter_add",
+}
 
 
 def compare(cpu: np.ndarray, gpu: np.ndarray, exact: bool, what: str = "output") -> list:
@@ -46,7 +75,9 @@ def compare(cpu: np.ndarray, gpu: np.ndarray, exact: bool, what: str = "output")
     if exact or cpu.dtype.kind not in "f":
         if cpu.tobytes() != gpu.tobytes():
             bad = np.flatnonzero(cpu.ravel().view(np.uint8) != gpu.ravel().view(np.uint8))
-            return [f"{what}: not bit-identical ({bad.size} bytes differ): CPU {cpu.ravel()[:6]}, CUDA {gpu.ravel()[:6]}"]
+            return [
+                f"{what}: not bit-identical ({bad.size} bytes differ): CPU {cpu.ravel()[:6]}, CUDA {gpu.ravel()[:6]}"
+            ]
         return []
     if not np.allclose(gpu, cpu, equal_nan=True, **TOL[cpu.dtype.name]):
         err = float(np.nanmax(np.abs(gpu.astype(np.float64) - cpu)))
@@ -118,8 +149,11 @@ class Counted:
     def __exit__(self, *exc):
         after = self.lv.metrics.snapshot()
         b = self.before
-        self.fallbacks = {k: v - b["fallback_ops"].get(k, 0) for k, v in after["fallback_ops"].items()
-                          if v != b["fallback_ops"].get(k, 0)}
+        self.fallbacks = {
+            k: v - b["fallback_ops"].get(k, 0)
+            for k, v in after["fallback_ops"].items()
+            if v != b["fallback_ops"].get(k, 0)
+        }
         self.interpreted = after["interpreted_runs"] - b["interpreted_runs"]
         self.compiled = after["compiled_runs"] - b["compiled_runs"]
         self.h2d = after["host_to_device_bytes"] - b["host_to_device_bytes"]
@@ -140,8 +174,7 @@ def _round_case(opname):
         from lazyvic.tensor import _apply
 
         # Values that round differently to float16 / bfloat16: ties, subnormals, overflow.
-        a = np.array([[1.0009766, -2.5e-8, 65519.0, 70000.0], [3.14159, 1e-40, -0.3333333, 2.0**-14]],
-                     dtype=np.float32)
+        a = np.array([[1.0009766, -2.5e-8, 65519.0, 70000.0], [3.14159, 1e-40, -0.3333333, 2.0**-14]], dtype=np.float32)
         return _apply(opname, (lv.tensor(a),)), None
 
     return build
@@ -236,16 +269,21 @@ def run_vjp_case(lv, name: str, fn, arrays, seed: int = 0) -> dict:
             out = fn(*leaves)
             weight = np.random.default_rng(seed).uniform(0.5, 1.5, size=out.shape)
             (out * lv.tensor(weight, dtype=lv.float64)).sum().backward()
-        rec.setdefault("ops", sorted(pending_ops(out) | set().union(*[pending_ops(x.grad) for x in leaves
-                                                                        if x.grad is not None])))
+        rec.setdefault(
+            "ops", sorted(pending_ops(out) | set().union(*[pending_ops(x.grad) for x in leaves if x.grad is not None]))
+        )
         grads = [x.grad for x in leaves]
         if any(gr is None for gr in grads):
             rec["problems"] = [f"{device}: an input got no gradient"]
             return rec
         with Counted(lv) as c:
             lv.sync(out, *grads)
-            results[device] = (out.numpy().copy(), [gr.numpy().copy() for gr in grads], out.device,
-                               [gr.device for gr in grads])
+            results[device] = (
+                out.numpy().copy(),
+                [gr.numpy().copy() for gr in grads],
+                out.device,
+                [gr.device for gr in grads],
+            )
         if device == "cuda":
             rec.update(c.record())
     cpu, gpu = results["cpu"], results["cuda"]
@@ -263,8 +301,13 @@ def group_ops(lv) -> None:
     from lazyvic.ops import OPS
 
     cases = forward_cases()
-    emit({"case": "_ops_table", "ops": sorted(OPS), "differentiable": sorted(
-        name for name, op in OPS.items() if op.differentiable and op.vjp is not None)})
+    emit(
+        {
+            "case": "_ops_table",
+            "ops": sorted(OPS),
+            "differentiable": sorted(name for name, op in OPS.items() if op.differentiable and op.vjp is not None),
+        }
+    )
     for opname in sorted(cases):
         guarded(f"forward:{opname}", run_forward_case, lv, opname, cases[opname])
     for name, fn, arrays in vjp_cases():
@@ -290,9 +333,14 @@ def random_dropout_masks(lv, device):
 
 def random_sources(lv, device):
     lv.manual_seed(7)
-    return [lv.rand(4, 7, device=device), lv.randn(3, 5, device=device), lv.randint(0, 10, (6,), device=device),
-            lv.randperm(9, device=device), lv.rand(2, 3, dtype=lv.float64, device=device),
-            lv.rand_like(lv.zeros(2, 2, device=device))]
+    return [
+        lv.rand(4, 7, device=device),
+        lv.randn(3, 5, device=device),
+        lv.randint(0, 10, (6,), device=device),
+        lv.randperm(9, device=device),
+        lv.rand(2, 3, dtype=lv.float64, device=device),
+        lv.rand_like(lv.zeros(2, 2, device=device)),
+    ]
 
 
 RANDOM_CASES = {"dropout_masks": random_dropout_masks, "sources": random_sources}
@@ -417,15 +465,32 @@ def run_model(lv, name: str, run, steps: int, repeat_steps: int) -> list:
     gpu, c = run(lv, "cuda", steps)
     t2 = time.perf_counter()
     problems, worst = compare_runs(cpu, gpu)
-    recs.append({"case": f"model:{name}", "group": "model", "problems": problems, "max_abs_diff": worst,
-                 "losses": {"cpu": [r[0] for r in cpu], "cuda": [r[0] for r in gpu]},
-                 "cpu_seconds": round(t1 - t0, 3), "cuda_seconds": round(t2 - t1, 3),
-                 "host_to_device_bytes": c.h2d, "device_to_host_bytes": c.d2h, **c.record()})
+    recs.append(
+        {
+            "case": f"model:{name}",
+            "group": "model",
+            "problems": problems,
+            "max_abs_diff": worst,
+            "losses": {"cpu": [r[0] for r in cpu], "cuda": [r[0] for r in gpu]},
+            "cpu_seconds": round(t1 - t0, 3),
+            "cuda_seconds": round(t2 - t1, 3),
+            "host_to_device_bytes": c.h2d,
+            "device_to_host_bytes": c.d2h,
+            **c.record(),
+        }
+    )
     t2 = time.perf_counter()
     again, _ = run(lv, "cuda", repeat_steps)
     problems, _ = compare_runs(gpu[:repeat_steps], again, exact=True)
-    recs.append({"case": f"determinism:{name}", "group": "determinism", "problems": problems,
-                 "steps": repeat_steps, "cuda_seconds": round(time.perf_counter() - t2, 3)})
+    recs.append(
+        {
+            "case": f"determinism:{name}",
+            "group": "determinism",
+            "problems": problems,
+            "steps": repeat_steps,
+            "cuda_seconds": round(time.perf_counter() - t2, 3),
+        }
+    )
     return recs
 
 

@@ -95,9 +95,13 @@ def install_recorder(kinds: dict) -> dict:
     def recorded(self, *args):
         if not self._device:
             fn = self.fn
-            rec = {"module": fn.__module__, "qualname": fn.__qualname__, "file": fn.__code__.co_filename,
-                   "closure": _closure(fn) if "<locals>" in fn.__qualname__ else {},
-                   "args": [_arg_type(a) for a in args]}
+            rec = {
+                "module": fn.__module__,
+                "qualname": fn.__qualname__,
+                "file": fn.__code__.co_filename,
+                "closure": _closure(fn) if "<locals>" in fn.__qualname__ else {},
+                "args": [_arg_type(a) for a in args],
+            }
             generated = fn.__module__.startswith("lazyvic_cuda_kernels.")  # see cuda_plan.load_kernel
             rec["kind"] = kinds.get(fn.__name__, "generated") if generated else "library"
             key = json.dumps([rec["module"], rec["qualname"], rec["file"], rec["closure"], rec["args"]])
@@ -151,8 +155,9 @@ def run_group(lv, group: str) -> None:
         except Exception:  # noqa: BLE001 - reported to the parent test
             emit({"case": "amp:rounding_bits", "error": traceback.format_exc()})
     else:
-        raise SystemExit(f"unknown group {group!r}; usage: _ptx_record.py GROUP | compile KERNELS.json CC | "
-                         "probe CC (CC: 8.0)")
+        raise SystemExit(
+            f"unknown group {group!r}; usage: _ptx_record.py GROUP | compile KERNELS.json CC | probe CC (CC: 8.0)"
+        )
 
 
 def codegen_cases(lv) -> None:
@@ -166,7 +171,7 @@ def codegen_cases(lv) -> None:
     for name in cases.CASES:
         try:
             outs, _ = getattr(cases, name)(lv)
-            for trace_outs in ([] if outs is None else outs if isinstance(outs[0], list) else [outs]):
+            for trace_outs in [] if outs is None else outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
                 compile_trace_cuda(trace).run(inputs, scalars)
             emit({"case": f"codegen:{name}"})

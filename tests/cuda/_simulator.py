@@ -40,8 +40,14 @@ def run_groups(script: Path, groups: tuple, timeout: float = 600) -> dict:
         for group in groups:
             stdout = open(Path(tmp) / f"{group}.out", "w")  # closed below
             stderr = open(Path(tmp) / f"{group}.err", "w")
-            proc = subprocess.Popen([sys.executable, str(script), group], cwd=ROOT, env=simulator_env(),
-                                    stdout=stdout, stderr=stderr, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(script), group],
+                cwd=ROOT,
+                env=simulator_env(),
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+            )
             procs[group] = (proc, stdout, stderr)
         deadline = t0 + timeout
         for group, (proc, stdout, stderr) in procs.items():
@@ -52,8 +58,11 @@ def run_groups(script: Path, groups: tuple, timeout: float = 600) -> dict:
                 rc = f"killed after {timeout} s"
             stdout.close()
             stderr.close()
-            recs = {"_rc": rc, "_wall": round(time.perf_counter() - t0, 1),
-                    "_stderr": (Path(tmp) / f"{group}.err").read_text()[-6000:]}
+            recs = {
+                "_rc": rc,
+                "_wall": round(time.perf_counter() - t0, 1),
+                "_stderr": (Path(tmp) / f"{group}.err").read_text()[-6000:],
+            }
             for line in (Path(tmp) / f"{group}.out").read_text().splitlines():
                 if line.startswith("{"):
                     rec = json.loads(line)

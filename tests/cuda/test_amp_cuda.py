@@ -24,10 +24,37 @@ from _simulator import simulator_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
-EDGES = [0.0, -0.0, 1.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 2049.0, 65504.0, 65519.0,
-         65520.0, -65520.0, 1e5, 2.0**-14, 2.0**-14 - 2.0**-25, 2.0**-24, 2.0**-25, 3 * 2.0**-25, -(2.0**-25),
-         1e-40, 2.0**-133, 2.0**-134, 3 * 2.0**-134, 3.3895314e38, 3.3961776e38, 3.4028235e38, np.inf, -np.inf,
-         np.nan]
+EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    1 + 2.0**-11,
+    1 + 3 * 2.0**-11,
+    1 + 2.0**-8,
+    1 + 3 * 2.0**-8,
+    2049.0,
+    65504.0,
+    65519.0,
+    65520.0,
+    -65520.0,
+    1e5,
+    2.0**-14,
+    2.0**-14 - 2.0**-25,
+    2.0**-24,
+    2.0**-25,
+    3 * 2.0**-25,
+    -(2.0**-25),
+    1e-40,
+    2.0**-133,
+    2.0**-134,
+    3 * 2.0**-134,
+    3.3895314e38,
+    3.3961776e38,
+    3.4028235e38,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
 
 
 def _values(dtype, n=160, seed=0) -> np.ndarray:
@@ -67,16 +94,21 @@ def check_rounding_bits(lv) -> dict:
         a = _values(dtype)
         x = lv.tensor(a, dtype=dtype)
         finite = lv.tensor(np.where(np.isfinite(a), a, 1.0), dtype=dtype)  # no warnings from NaN * 0.5
-        outs = [lv.amp.round_to_precision(x, lv.float16), lv.amp.round_to_precision(x, lv.bfloat16),
-                lv.amp.round_to_precision(finite * 0.5, lv.float16) + 1.0]
+        outs = [
+            lv.amp.round_to_precision(x, lv.float16),
+            lv.amp.round_to_precision(x, lv.bfloat16),
+            lv.amp.round_to_precision(finite * 0.5, lv.float16) + 1.0,
+        ]
         cpu, gpu, plan = _cpu_and_cuda(outs)
         kernels += [k.name for k in plan.kernels]
         for k, (c, g) in enumerate(zip(cpu, gpu)):
             if not _same_bits(c, g):
                 same = ((c == g) & (np.signbit(c) == np.signbit(g))) | (np.isnan(c) & np.isnan(g))
                 bad = np.flatnonzero(~same)
-                problems.append(f"{np.dtype(dtype).name} output {k}: other bits, e.g. at {bad[:5].tolist()}: "
-                                f"{a[bad[:5]].tolist()} -> cpu {c[bad[:5]].tolist()} cuda {g[bad[:5]].tolist()}")
+                problems.append(
+                    f"{np.dtype(dtype).name} output {k}: other bits, e.g. at {bad[:5].tolist()}: "
+                    f"{a[bad[:5]].tolist()} -> cpu {c[bad[:5]].tolist()} cuda {g[bad[:5]].tolist()}"
+                )
         with np.errstate(over="ignore", invalid="ignore"):
             ref = a.astype(np.float16).astype(dtype)
         if not np.array_equal(np.nan_to_num(cpu[0], nan=7.0), np.nan_to_num(ref, nan=7.0)):
@@ -94,8 +126,11 @@ def check_autocast_matmul(lv) -> dict:
         y = x @ w
     y.sum().backward()
     cpu, gpu, _ = _cpu_and_cuda([y, x.grad, w.grad])
-    problems = [f"output {k}: max error {np.abs(c - g).max():.3g}" for k, (c, g) in enumerate(zip(cpu, gpu))
-                if not np.allclose(c, g, rtol=2e-3, atol=1e-5)]
+    problems = [
+        f"output {k}: max error {np.abs(c - g).max():.3g}"
+        for k, (c, g) in enumerate(zip(cpu, gpu))
+        if not np.allclose(c, g, rtol=2e-3, atol=1e-5)
+    ]
     if not np.array_equal(gpu[1], gpu[1].astype(np.float16).astype(np.float32)):
         problems.append("x.grad on the device is not float16-representable")
     return {"problems": problems}
@@ -123,8 +158,9 @@ def _run_checks() -> None:
 @pytest.fixture(scope="module")
 def results() -> dict:
     pytest.importorskip("numba.cuda")
-    proc = subprocess.run([sys.executable, __file__], cwd=ROOT, env=simulator_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, __file__], cwd=ROOT, env=simulator_env(), capture_output=True, text=True, timeout=300
+    )
     recs = {"_stderr": proc.stderr}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

@@ -88,9 +88,19 @@ def case_movement(lv):
 def case_reductions(lv):
     x = lv.tensor(_data(6, 40))
     t = lv.tensor(_data(3, 5, 7, seed=4))
-    outs = [x.sum(1), x.sum(0), x.sum(), x.amax(1), x.amax(0), x.amin(1), t.mean((1, 2)), t.sum(1) * 2.0,
-            x - x.mean(1, keepdim=True), t.amax(2, keepdim=True).exp(),
-            lv.functional.softmax(lv.tensor(_data(2, 300, seed=11)), 1)]  # 256 threads, 2 elements each
+    outs = [
+        x.sum(1),
+        x.sum(0),
+        x.sum(),
+        x.amax(1),
+        x.amax(0),
+        x.amin(1),
+        t.mean((1, 2)),
+        t.sum(1) * 2.0,
+        x - x.mean(1, keepdim=True),
+        t.amax(2, keepdim=True).exp(),
+        lv.functional.softmax(lv.tensor(_data(2, 300, seed=11)), 1),
+    ]  # 256 threads, 2 elements each
     return outs, "close"
 
 
@@ -111,16 +121,24 @@ def case_softmax_layer_norm(lv):
     b = lv.tensor(_data(24, seed=6))
     f = lv.functional
     # One trace each: together they would share the row max (one buffer read by several kernels).
-    return [[f.softmax(x, 1)], [f.log_softmax(x, 1)], [f.softmax(x, 0)], [f.layer_norm(x, (24,), w, b)],
-            [f.layer_norm(x, (24,)).relu()]], "close"
+    return [
+        [f.softmax(x, 1)],
+        [f.log_softmax(x, 1)],
+        [f.softmax(x, 0)],
+        [f.layer_norm(x, (24,), w, b)],
+        [f.layer_norm(x, (24,)).relu()],
+    ], "close"
 
 
 def case_cross_entropy(lv):
     logits = lv.tensor(_data(6, 10))
     target = lv.tensor(np.array([0, 3, 9, 2, 2, 7], dtype=np.int64))
     f = lv.functional
-    return [f.cross_entropy(logits, target), f.cross_entropy(logits, target, reduction="none"),
-            f.cross_entropy(logits * 2.0, target, label_smoothing=0.1)], "close"
+    return [
+        f.cross_entropy(logits, target),
+        f.cross_entropy(logits, target, reduction="none"),
+        f.cross_entropy(logits * 2.0, target, label_smoothing=0.1),
+    ], "close"
 
 
 def case_gather_embedding(lv):
@@ -128,7 +146,7 @@ def case_gather_embedding(lv):
     idx = lv.tensor(np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64))
     weight = lv.tensor(_data(7, 5, seed=7))
     ids = lv.tensor(np.array([[1, 6, 0], [2, 2, 5]], dtype=np.int64))
-    computed = (x.argmax(1, keepdim=True) + 0)  # an index computed in the trace: a device gather step
+    computed = x.argmax(1, keepdim=True) + 0  # an index computed in the trace: a device gather step
     return [x.gather(1, idx) * 2.0, lv.functional.embedding(ids, weight) + 1.0, x.gather(1, computed)], "close"
 
 
@@ -185,8 +203,11 @@ def case_conv2d(lv):
     wg = lv.tensor(_data(4, 2, 2, 3, seed=3))
     y = f.conv2d(x, w, b, padding=1).relu()
     (y * y).sum().backward()  # the VJPs are conv2d too: weight gradient, strided views
-    return [[y], [f.conv2d(x.permute(0, 1, 3, 2), wg, stride=2, padding=(1, 0), dilation=(1, 2), groups=2)],
-            [w.grad]], "close"
+    return [
+        [y],
+        [f.conv2d(x.permute(0, 1, 3, 2), wg, stride=2, padding=(1, 0), dilation=(1, 2), groups=2)],
+        [w.grad],
+    ], "close"
 
 
 def case_pooling_and_batch_norm(lv):
@@ -195,14 +216,19 @@ def case_pooling_and_batch_norm(lv):
     if not all(hasattr(f, n) for n in ("max_pool2d", "avg_pool2d", "batch_norm")):
         return None, "skip: no pooling or batch_norm in lazyvic.functional"
     x = lv.tensor(_data(2, 3, 6, 6))
-    return [[f.max_pool2d(x, 2)], [f.avg_pool2d(x, 3, stride=2, padding=1)],
-            [f.batch_norm(x, None, None, training=True).relu()]], "close"
+    return [
+        [f.max_pool2d(x, 2)],
+        [f.avg_pool2d(x, 3, stride=2, padding=1)],
+        [f.batch_norm(x, None, None, training=True).relu()],
+    ], "close"
 
 
 def case_max_pool_ties_and_nan(lv):
     """max_pool2d's window rule on the device: first of equal maxima (signed zeros), first NaN."""
-    x = np.array([0.0, -0.0, 1.0, 1.0, np.nan, 2.0, -np.inf, 3.0, -0.0, 0.0, np.nan, -1.0,
-                  5.0, 5.0, -2.0, np.inf], dtype=np.float32).reshape(1, 1, 4, 4)
+    x = np.array(
+        [0.0, -0.0, 1.0, 1.0, np.nan, 2.0, -np.inf, 3.0, -0.0, 0.0, np.nan, -1.0, 5.0, 5.0, -2.0, np.inf],
+        dtype=np.float32,
+    ).reshape(1, 1, 4, 4)
     f = lv.functional
     return [[f.max_pool2d(lv.tensor(x), 2)], [f.max_pool2d(lv.tensor(x), 3, stride=1, padding=1)]], "exact"
 
@@ -238,13 +264,21 @@ def case_scatter_add(lv):
     i3 = lv.tensor(np.random.default_rng(4).integers(0, 4, (2, 6, 4)))
     s3 = lv.tensor(_data(4, 6, 2, seed=5))  # read permuted: (2, 6, 4)
     ib = lv.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
-    return [[base._scatter_add(dup, src * 3.0, 0)[:3] * 1.0, base[:3]._scatter_add(lead, src, 1),
-             base[:3].T._scatter_add(lead.T, src.T, 0), base[:3].T._scatter_add(lead.T, src.T, 1),
-             ib._scatter_add(lv.tensor(np.array([[2, 2, 0, 1]], dtype=np.int64)), ib[:1] * 5, 0),
-             base._scatter_add(lv.tensor(np.array([[3], [3]], dtype=np.int64)).expand(2, 5), src[:2, 1:6], 0)],
-            [w.grad],
-            [b3._scatter_add(i3, s3.permute(2, 1, 0), 1),
-             b3.permute(1, 0, 2)._scatter_add(i3.permute(1, 0, 2), s3.permute(1, 2, 0), 0)]], "exact"
+    return [
+        [
+            base._scatter_add(dup, src * 3.0, 0)[:3] * 1.0,
+            base[:3]._scatter_add(lead, src, 1),
+            base[:3].T._scatter_add(lead.T, src.T, 0),
+            base[:3].T._scatter_add(lead.T, src.T, 1),
+            ib._scatter_add(lv.tensor(np.array([[2, 2, 0, 1]], dtype=np.int64)), ib[:1] * 5, 0),
+            base._scatter_add(lv.tensor(np.array([[3], [3]], dtype=np.int64)).expand(2, 5), src[:2, 1:6], 0),
+        ],
+        [w.grad],
+        [
+            b3._scatter_add(i3, s3.permute(2, 1, 0), 1),
+            b3.permute(1, 0, 2)._scatter_add(i3.permute(1, 0, 2), s3.permute(1, 2, 0), 0),
+        ],
+    ], "exact"
 
 
 def case_randn(lv):
@@ -262,8 +296,10 @@ def case_randn_float64(lv):
 def case_max_pool_of_a_view(lv):
     """max_pool2d of an input read through movement ops: one gather, then the device kernel."""
     x = lv.tensor(_data(2, 3, 5, 6))
-    return [lv.functional.max_pool2d(x.permute(0, 1, 3, 2), 2),
-            lv.functional.max_pool2d(x[:, :, 1:, ::2], 2, stride=1)], "exact"
+    return [
+        lv.functional.max_pool2d(x.permute(0, 1, 3, 2), 2),
+        lv.functional.max_pool2d(x[:, :, 1:, ::2], 2, stride=1),
+    ], "exact"
 
 
 def case_matmul_of_a_constant(lv):
@@ -313,8 +349,11 @@ def _errors_alike(trace, inputs, scalars, *replaced) -> list:
         bad_inputs[slot] = bad
     plan = compile_trace_cuda(trace)
     messages = []
-    for run in (lambda: execute(compile_trace(trace), bad_inputs, scalars),
-                lambda: plan.run(bad_inputs, scalars), lambda: plan.run(bad_inputs, scalars)):
+    for run in (
+        lambda: execute(compile_trace(trace), bad_inputs, scalars),
+        lambda: plan.run(bad_inputs, scalars),
+        lambda: plan.run(bad_inputs, scalars),
+    ):
         try:
             run()
             messages.append(None)
@@ -339,10 +378,12 @@ def check_index_errors(lv):
         problems += _errors_alike(trace, inputs, scalars, (ids, np.array(bad, dtype=np.int64)))  # first in C order
     # Two failing checks in one plan: the first in plan order is named, as on the CPU.
     ids2 = np.array([[0, 3], [4, 4]], dtype=np.int64)
-    trace, inputs, scalars, _ = cut([(lv.functional.embedding(lv.tensor(ids), w).sum(1)
-                                      + lv.functional.embedding(lv.tensor(ids2), w).sum(1))._node])
-    problems += _errors_alike(trace, inputs, scalars, (ids, np.array([[1, 6, 0], [2, 8, 5]])),
-                              (ids2, np.array([[0, 3], [-2, 4]])))
+    trace, inputs, scalars, _ = cut(
+        [(lv.functional.embedding(lv.tensor(ids), w).sum(1) + lv.functional.embedding(lv.tensor(ids2), w).sum(1))._node]
+    )
+    problems += _errors_alike(
+        trace, inputs, scalars, (ids, np.array([[1, 6, 0], [2, 8, 5]])), (ids2, np.array([[0, 3], [-2, 4]]))
+    )
     x = lv.tensor(_data(4, 6))
     idx = np.array([[0, 5], [1, 1], [4, 2], [3, 0]], dtype=np.int64)
     trace, inputs, scalars, _ = cut([x.T.gather(0, lv.tensor(idx).T * 1)._node])  # a computed index
@@ -494,8 +535,14 @@ CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 
 # Cases also run with other launch sizes (grid, elementwise block, matmul tile): same bits.
-LAUNCH_CASES = ("case_reductions", "case_argmax", "case_matmul", "case_mlp_train_step", "case_gather_computed_index",
-                "case_scatter_add")
+LAUNCH_CASES = (
+    "case_reductions",
+    "case_argmax",
+    "case_matmul",
+    "case_mlp_train_step",
+    "case_gather_computed_index",
+    "case_scatter_add",
+)
 
 
 def _other_launch(plan, inputs, scalars, got) -> list:
@@ -507,8 +554,11 @@ def _other_launch(plan, inputs, scalars, got) -> list:
         other = plan.run(inputs, scalars)
     finally:
         cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE = saved
-    return [f"output {k}: other bits with another launch configuration"
-            for k, (g, o) in enumerate(zip(got, other)) if g.tobytes() != o.tobytes()]
+    return [
+        f"output {k}: other bits with another launch configuration"
+        for k, (g, o) in enumerate(zip(got, other))
+        if g.tobytes() != o.tobytes()
+    ]
 
 
 def _on_device(plan, inputs, scalars, got) -> list:
@@ -516,8 +566,11 @@ def _on_device(plan, inputs, scalars, got) -> list:
     from numba import cuda
 
     outs = plan.run([cuda.to_device(a) for a in inputs], scalars, to_host=False)
-    return [f"output {k}: other bits with device inputs and outputs" for k, (g, o) in enumerate(zip(got, outs))
-            if g.tobytes() != np.asarray(o.copy_to_host() if hasattr(o, "copy_to_host") else o).tobytes()]
+    return [
+        f"output {k}: other bits with device inputs and outputs"
+        for k, (g, o) in enumerate(zip(got, outs))
+        if g.tobytes() != np.asarray(o.copy_to_host() if hasattr(o, "copy_to_host") else o).tobytes()
+    ]
 
 
 def _compare(expected, got, again, how) -> list:
@@ -574,10 +627,19 @@ def _run_cases() -> None:
                 fallbacks += plan.fallbacks
                 for k, v in plan.stats.items():
                     stats[k] = stats.get(k, 0) + v
-            rec.update(problems=problems, kernels=[s.name for s in kernels], steps=steps,
-                       rows_kernels=sum(s.kind == "rows" for s in kernels), kinds=[s.kind for s in kernels],
-                       host_steps=host_steps, fallbacks=fallbacks, stats=stats, output_bytes=out_bytes,
-                       plan_runs=runs, output_copies=out_copies)
+            rec.update(
+                problems=problems,
+                kernels=[s.name for s in kernels],
+                steps=steps,
+                rows_kernels=sum(s.kind == "rows" for s in kernels),
+                kinds=[s.kind for s in kernels],
+                host_steps=host_steps,
+                fallbacks=fallbacks,
+                stats=stats,
+                output_bytes=out_bytes,
+                plan_runs=runs,
+                output_copies=out_copies,
+            )
         except Exception:  # noqa: BLE001 - reported to the parent test
             rec["error"] = traceback.format_exc()
         print(json.dumps(rec), flush=True)
@@ -595,8 +657,9 @@ def _run_cases() -> None:
 
 @pytest.fixture(scope="module")
 def results():
-    proc = subprocess.run([sys.executable, __file__], cwd=ROOT, env=simulator_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, __file__], cwd=ROOT, env=simulator_env(), capture_output=True, text=True, timeout=300
+    )
     recs = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -646,9 +709,19 @@ def test_fallbacks_are_counted(results):
     assert rec["fallbacks"] == ["max_pool2d"] and any("max_pool2d" in s for s in rec["host_steps"]), rec
 
 
-@pytest.mark.parametrize("case", ["case_gather_embedding", "case_gather_computed_index", "case_scatter_add",
-                                  "case_randn", "case_randn_float64", "case_max_pool_of_a_view",
-                                  "case_matmul_of_a_constant", "case_conv_of_a_constant"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "case_gather_embedding",
+        "case_gather_computed_index",
+        "case_scatter_add",
+        "case_randn",
+        "case_randn_float64",
+        "case_max_pool_of_a_view",
+        "case_matmul_of_a_constant",
+        "case_conv_of_a_constant",
+    ],
+)
 def test_indices_random_and_pool_views_run_on_the_device(results, case):
     """gathers (index computed in the trace or not), their range checks, scatter_add, randn,
     max_pool2d of a view and products of constants have device steps: no host step, no fallback."""
@@ -667,8 +740,14 @@ def test_index_checks_bring_back_one_copy_per_run(results):
     assert rec["stats"]["device_to_host_bytes"] == rec["output_bytes"] + rec["plan_runs"] * 3 * 24, rec
 
 
-@pytest.mark.parametrize("check", ["check_one_error_copy_per_run", "check_bad_index_raises_after_the_plan",
-                                   "check_packed_scalars_are_sent_when_they_change"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        "check_one_error_copy_per_run",
+        "check_bad_index_raises_after_the_plan",
+        "check_packed_scalars_are_sent_when_they_change",
+    ],
+)
 def test_device_copies_and_deferred_index_errors(results, check):
     rec = results[check]
     assert "error" not in rec, rec.get("error")
@@ -724,8 +803,10 @@ def test_codegen_cuda_source_is_stable():
 
     x = lv.tensor(_data(4, 16))
     trace, _, _, _ = cut([lv.functional.softmax(x * 2.0, 1)._node])
-    entries = [(op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
-               for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)]
+    entries = [
+        (op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
+        for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)
+    ]
     groups, m, _ = plan_groups(entries, list(trace.outputs))
     (g,) = [g for g in groups if not is_library(entries, g.root)]
     a, b = codegen_cuda.generate(entries, m, g), codegen_cuda.generate(entries, m, g)

@@ -60,18 +60,21 @@ def test_cuda_module_without_a_gpu():
 
 
 @needs_no_gpu
-@pytest.mark.parametrize("call, opname", [
-    (lambda: lv.tensor([1.0, 2.0]).to("cuda"), "to"),
-    (lambda: lv.tensor([1.0, 2.0]).cuda(), "to"),
-    (lambda: lv.tensor([1.0]).to(device="cuda:0"), "to"),
-    (lambda: lv.tensor([1.0], device="cuda"), "tensor"),
-    (lambda: lv.zeros(2, device="cuda"), "full"),
-    (lambda: lv.rand(2, device="cuda"), "rand"),
-    (lambda: lv.randperm(4, device="cuda"), "randperm"),
-    (lambda: lv.eye(2, device="cuda"), "eye"),
-    (lambda: lv.nn.Linear(2, 2).to("cuda"), "Module.to"),
-    (lambda: lv.nn.Linear(2, 2).cuda(), "Module.to"),
-])
+@pytest.mark.parametrize(
+    "call, opname",
+    [
+        (lambda: lv.tensor([1.0, 2.0]).to("cuda"), "to"),
+        (lambda: lv.tensor([1.0, 2.0]).cuda(), "to"),
+        (lambda: lv.tensor([1.0]).to(device="cuda:0"), "to"),
+        (lambda: lv.tensor([1.0], device="cuda"), "tensor"),
+        (lambda: lv.zeros(2, device="cuda"), "full"),
+        (lambda: lv.rand(2, device="cuda"), "rand"),
+        (lambda: lv.randperm(4, device="cuda"), "randperm"),
+        (lambda: lv.eye(2, device="cuda"), "eye"),
+        (lambda: lv.nn.Linear(2, 2).to("cuda"), "Module.to"),
+        (lambda: lv.nn.Linear(2, 2).cuda(), "Module.to"),
+    ],
+)
 def test_cuda_raises_not_available(call, opname):
     with pytest.raises(DeviceError, match="not available") as info:
         call()

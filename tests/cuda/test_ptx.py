@@ -46,9 +46,21 @@ CCS = ("8.0", "9.0")
 # What the recorded set must hold: the kinds of generated kernels (codegen_cuda) and the
 # library kernels of cuda_kernel_lib that the cases above launch.
 GENERATED_KINDS = {"elementwise", "rows", "thread_rows"}
-LIBRARY_KERNELS = {"gather_copy", "copy_view", "fill", "index_check", "index_check_value", "gather_dim",
-                   "scatter_keys", "scatter_add_sorted", "im2col_kernel", "conv_output_kernel", "max_pool2d_kernel",
-                   "randn_kernel", "matmul_kernel.<locals>.matmul_tiled"}
+LIBRARY_KERNELS = {
+    "gather_copy",
+    "copy_view",
+    "fill",
+    "index_check",
+    "index_check_value",
+    "gather_dim",
+    "scatter_keys",
+    "scatter_add_sorted",
+    "im2col_kernel",
+    "conv_output_kernel",
+    "max_pool2d_kernel",
+    "randn_kernel",
+    "matmul_kernel.<locals>.matmul_tiled",
+}
 MIN_KERNELS = 50
 
 
@@ -66,14 +78,21 @@ def _lines(stdout: str) -> dict:
 @pytest.fixture(scope="module")
 def compiler():
     """Skip unless this interpreter compiles a kernel calling a device function to PTX."""
-    proc = subprocess.run([sys.executable, str(SCRIPT), "probe", CCS[0]], cwd=ROOT, env=compiler_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "probe", CCS[0]],
+        cwd=ROOT,
+        env=compiler_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rec = _lines(proc.stdout).get("_probe")
     if rec is None:
         pytest.skip(f"the PTX probe did not report (rc {proc.returncode}): {proc.stderr[-2000:]}")
     if not rec["ok"]:
-        pytest.skip(f"{sys.executable} cannot compile CUDA kernels to PTX (numba-cuda with NVVM needed): "
-                    f"{rec['error']}")
+        pytest.skip(
+            f"{sys.executable} cannot compile CUDA kernels to PTX (numba-cuda with NVVM needed): {rec['error']}"
+        )
     return rec
 
 
@@ -102,10 +121,18 @@ def compiled(recorded):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernels.json"
         path.write_text(json.dumps(recorded["kernels"]))
-        procs = {(cc, shard): subprocess.Popen([sys.executable, str(SCRIPT), "compile", str(path), cc, str(shard),
-                                                str(shards)], cwd=ROOT, env=compiler_env(), stdout=subprocess.PIPE,
-                                               stderr=subprocess.PIPE, text=True)
-                 for cc in CCS for shard in range(shards)}
+        procs = {
+            (cc, shard): subprocess.Popen(
+                [sys.executable, str(SCRIPT), "compile", str(path), cc, str(shard), str(shards)],
+                cwd=ROOT,
+                env=compiler_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for cc in CCS
+            for shard in range(shards)
+        }
         out: dict = {cc: {} for cc in CCS}
         for (cc, shard), proc in procs.items():
             try:
@@ -115,24 +142,30 @@ def compiled(recorded):
                 stdout, stderr = proc.communicate()
             recs = _lines(stdout)
             if "_done" not in recs:
-                pytest.fail(f"compiling for cc {cc} (shard {shard}) did not finish (rc {proc.returncode}): "
-                            f"{stderr[-3000:]}")
+                pytest.fail(
+                    f"compiling for cc {cc} (shard {shard}) did not finish (rc {proc.returncode}): {stderr[-3000:]}"
+                )
             out[cc].update({rec["kernel"]: rec for rec in recs.values() if "kernel" in rec})
     return {cc: [res[n] for n in range(len(recorded["kernels"]))] for cc, res in out.items()}
 
 
 def _describe(kernel: dict) -> str:
     name = kernel["qualname"] if kernel["kind"] == "library" else Path(kernel["file"]).name
-    args = ", ".join(a.get("array", a.get("scalar", a.get("other"))) + (f"[{a['ndim']}d {a['layout']}]"
-                                                                        if "array" in a else "")
-                     for a in kernel["args"])
+    args = ", ".join(
+        a.get("array", a.get("scalar", a.get("other"))) + (f"[{a['ndim']}d {a['layout']}]" if "array" in a else "")
+        for a in kernel["args"]
+    )
     return f"{name} ({kernel['kind']}; {', '.join(kernel['groups'])}) ({args})"
 
 
 def test_the_recording_is_representative(recorded):
     kernels = recorded["kernels"]
-    errors = {f"{g}:{case}": rec["error"][-1500:] for g, recs in recorded["groups"].items()
-              for case, rec in recs.items() if isinstance(rec, dict) and "error" in rec}
+    errors = {
+        f"{g}:{case}": rec["error"][-1500:]
+        for g, recs in recorded["groups"].items()
+        for case, rec in recs.items()
+        if isinstance(rec, dict) and "error" in rec
+    }
     assert len(kernels) > MIN_KERNELS, (len(kernels), errors)
     kinds = {k["kind"] for k in kernels}
     assert GENERATED_KINDS <= kinds, (kinds, errors)
@@ -148,5 +181,6 @@ def test_every_kernel_compiles_to_ptx(recorded, compiled, cc):
     for kernel, res in zip(recorded["kernels"], compiled[cc]):
         if not res["ok"]:
             failures.append(f"{_describe(kernel)}:\n    {res['error'][:1500]}\n    file: {kernel['file']}")
-    assert not failures, (f"{len(failures)} of {len(recorded['kernels'])} kernels do not compile for cc {cc}:\n"
-                          + "\n".join(failures))
+    assert not failures, (
+        f"{len(failures)} of {len(recorded['kernels'])} kernels do not compile for cc {cc}:\n" + "\n".join(failures)
+    )

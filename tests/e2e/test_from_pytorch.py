@@ -45,8 +45,9 @@ def test_from_pytorch_matches_torch(capsys):
 
 def test_from_pytorch_exit_status():
     # A tolerance below the float32 noise between the two libraries must fail with status 1.
-    run = subprocess.run([sys.executable, str(EXAMPLE), "--tol", "0"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--tol", "0"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "FAILED" in run.stdout
 
@@ -55,8 +56,11 @@ def test_tiny_gpt_checkpoint_as_numpy_gives_the_same_model():
     """The NumPy path (``as_numpy=True``) loads the same weights as the Tensor path."""
     as_tensors = lazyvic.interop.torch.load(FIXTURES / "tiny_gpt.pt")
     as_arrays = lazyvic.interop.torch.load(FIXTURES / "tiny_gpt.pt", as_numpy=True)
-    assert as_arrays["model_args"] == as_tensors["model_args"] == dict(
-        vocab_size=65, d_model=32, n_layer=2, n_head=2, block_size=16)
+    assert (
+        as_arrays["model_args"]
+        == as_tensors["model_args"]
+        == dict(vocab_size=65, d_model=32, n_layer=2, n_head=2, block_size=16)
+    )
     sd_t = remap(as_tensors["model"], strip_prefix="_orig_mod.", strict=True)
     sd_a = remap(as_arrays["model"], strip_prefix="_orig_mod.", strict=True)
     assert list(sd_t) == list(sd_a) == list(TinyGPT(**as_tensors["model_args"]).state_dict())

@@ -23,8 +23,27 @@ from lazyvic.runtime.plan_cache import plan_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train_tiny_gpt.py"
-SMALL = ["--d-model", "32", "--n-layer", "2", "--n-head", "2", "--block-size", "16", "--batch-size", "8",
-         "--dropout", "0.1", "--max-chars", "40000", "--eval-batches", "2", "--sample-chars", "20", "--quiet"]
+SMALL = [
+    "--d-model",
+    "32",
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "8",
+    "--dropout",
+    "0.1",
+    "--max-chars",
+    "40000",
+    "--eval-batches",
+    "2",
+    "--sample-chars",
+    "20",
+    "--quiet",
+]
 
 
 def _example():
@@ -48,8 +67,9 @@ def _sha(path) -> str:
 
 def test_training_loss_decreases_and_reload_is_bit_identical(tmp_path):
     ex = _example()
-    r = ex.main(SMALL + ["--steps", "300", "--eval-interval", "150", "--lr", "1e-2", "--warmup", "20",
-                         "--out", str(tmp_path)])
+    r = ex.main(
+        SMALL + ["--steps", "300", "--eval-interval", "150", "--lr", "1e-2", "--warmup", "20", "--out", str(tmp_path)]
+    )
     vocab = json.loads(json.dumps(lazyvic.load(r["path"]).config))["vocab_size"]
     first, last = r["losses"][0], float(np.mean(r["losses"][-30:]))
     assert abs(first - math.log(vocab)) < 0.3  # starts at chance
@@ -67,8 +87,12 @@ def test_training_loss_decreases_and_reload_is_bit_identical(tmp_path):
         "    np.save(sys.argv[3], m(lazyvic.tensor(np.load(sys.argv[2]))).numpy())\n"
     )
     env = dict(os.environ, LAZYVIC_DETERMINISTIC="1")
-    subprocess.run([sys.executable, "-c", code, r["path"], str(tmp_path / "x.npy"), str(tmp_path / "fresh.npy")],
-                   check=True, env=env, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-c", code, r["path"], str(tmp_path / "x.npy"), str(tmp_path / "fresh.npy")],
+        check=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert np.array_equal(np.load(tmp_path / "fresh.npy"), r["before"])
 
 
@@ -95,8 +119,9 @@ def test_resume_from_checkpoint_equals_never_stopping(tmp_path):
 
 def test_checkpoint_round_trip_preserves_every_tensor_and_optimizer_state(tmp_path):
     ex = _example()
-    args = ex.parse_args(SMALL + ["--steps", "6", "--eval-interval", "100", "--warmup", "2",
-                                  "--out", str(tmp_path), "--save-at", "6"])
+    args = ex.parse_args(
+        SMALL + ["--steps", "6", "--eval-interval", "100", "--warmup", "2", "--out", str(tmp_path), "--save-at", "6"]
+    )
     r = ex.train(args)
     ck = lazyvic.load(tmp_path / "checkpoint_6.safetensors")
     model_sd = r["model"].state_dict()
@@ -134,8 +159,13 @@ def _run_in_process(tmp_path, name: str, threads: int) -> tuple:
     out.mkdir()
     argv = SMALL + ["--steps", "8", "--eval-interval", "100", "--warmup", "2", "--out", str(out)]
     code = _RUN.format(examples=str(ROOT / "examples"), argv=argv, out=str(out))
-    env = dict(os.environ, LAZYVIC_DETERMINISTIC="1", NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
+    env = dict(
+        os.environ,
+        LAZYVIC_DETERMINISTIC="1",
+        NUMBA_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        OPENBLAS_NUM_THREADS=str(threads),
+    )
     p = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, capture_output=True, text=True)
     return json.loads(p.stdout.strip().splitlines()[-1]), _sha(out / "model.safetensors")
 

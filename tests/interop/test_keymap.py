@@ -148,7 +148,9 @@ def test_dropped_keys_do_not_collide():
 # --------------------------------------------------------------- collisions
 def test_collision_names_both_keys():
     sd = _arrays("encoder.fc.weight", "decoder.fc.weight")
-    with pytest.raises(CheckpointError, match=r"'encoder\.fc\.weight' and 'decoder\.fc\.weight' both map to 'fc\.weight'"):
+    with pytest.raises(
+        CheckpointError, match=r"'encoder\.fc\.weight' and 'decoder\.fc\.weight' both map to 'fc\.weight'"
+    ):
         remap(sd, rules=[(r"^(encoder|decoder)\.", "")])
 
 
@@ -177,8 +179,14 @@ def test_strict_names_every_unused_transform_and_drop():
 
 def test_strict_passes_when_everything_is_used_and_ignores_prefixes():
     sd = _arrays("module.fc.weight", "module.mask")
-    out = remap(sd, strip_prefix=("_orig_mod.", "module."), rules=[(r"^fc\.", "linear.")],
-                transforms={r"linear\.weight": transpose}, drop=[r".*mask"], strict=True)
+    out = remap(
+        sd,
+        strip_prefix=("_orig_mod.", "module."),
+        rules=[(r"^fc\.", "linear.")],
+        transforms={r"linear\.weight": transpose},
+        drop=[r".*mask"],
+        strict=True,
+    )
     assert list(out) == ["linear.weight"] and out["linear.weight"].shape == (3, 2)
 
 
@@ -209,11 +217,20 @@ REMAP_HF = {  # the remap arguments for each layout, as in keymap's docstring
 
 
 def test_gpt2_conv1d_pattern():
-    for k in ("h.0.attn.c_attn.weight", "transformer.h.11.mlp.c_proj.weight", "h.3.attn.c_proj.weight",
-              "transformer.h.1.mlp.c_fc.weight"):
+    for k in (
+        "h.0.attn.c_attn.weight",
+        "transformer.h.11.mlp.c_proj.weight",
+        "h.3.attn.c_proj.weight",
+        "transformer.h.1.mlp.c_fc.weight",
+    ):
         assert re.fullmatch(GPT2_CONV1D_WEIGHTS, k), k
-    for k in ("h.0.attn.c_attn.bias", "transformer.wte.weight", "lm_head.weight", "h.0.ln_1.weight",
-              "transformer.h.0.attn.bias"):
+    for k in (
+        "h.0.attn.c_attn.bias",
+        "transformer.wte.weight",
+        "lm_head.weight",
+        "h.0.ln_1.weight",
+        "transformer.h.0.attn.bias",
+    ):
         assert not re.fullmatch(GPT2_CONV1D_WEIGHTS, k), k
 
 
@@ -264,12 +281,17 @@ def test_tinygpt_roundtrip_with_tensor_values(deterministic):
     lazyvic.manual_seed(3)
     src = TinyGPT(**cfg)
     # The forward direction with remap itself: Linear (out, in) -> Conv1D (in, out), renamed.
-    exported = remap(src.state_dict(), rules=[(r"^transformer\.", "")], transforms={GPT2_CONV1D_WEIGHTS: transpose},
-                     strict=True)
+    exported = remap(
+        src.state_dict(), rules=[(r"^transformer\.", "")], transforms={GPT2_CONV1D_WEIGHTS: transpose}, strict=True
+    )
     assert all(isinstance(v, lazyvic.Tensor) for v in exported.values())
     assert exported["h.0.attn.c_attn.weight"].shape == (32, 96)
-    back = remap(exported, rules=[(r"^(wte|wpe|h|ln_f)\.", r"transformer.\1.")],
-                 transforms={GPT2_CONV1D_WEIGHTS: transpose}, strict=True)
+    back = remap(
+        exported,
+        rules=[(r"^(wte|wpe|h|ln_f)\.", r"transformer.\1.")],
+        transforms={GPT2_CONV1D_WEIGHTS: transpose},
+        strict=True,
+    )
     dst = TinyGPT(**cfg)
     dst.load_state_dict(back)
     idx = lazyvic.from_numpy(np.arange(8).reshape(1, 8))
@@ -289,13 +311,15 @@ def _values(model):
 def test_load_state_dict_lists_all_problems_with_shapes_and_assigns_nothing():
     model = _mlp()
     before = _values(model)
-    bad = OrderedDict([
-        ("0.weight", np.ones((3, 4), np.float32)),  # fine, but must not be assigned either
-        ("0.bias", np.ones(5, np.float32)),  # shape mismatch
-        ("2.weight", np.ones((2, 3), np.float32)),
-        # "2.bias" missing
-        ("module.extra", np.ones((7, 1), np.float32)),  # unexpected
-    ])
+    bad = OrderedDict(
+        [
+            ("0.weight", np.ones((3, 4), np.float32)),  # fine, but must not be assigned either
+            ("0.bias", np.ones(5, np.float32)),  # shape mismatch
+            ("2.weight", np.ones((2, 3), np.float32)),
+            # "2.bias" missing
+            ("module.extra", np.ones((7, 1), np.float32)),  # unexpected
+        ]
+    )
     with pytest.raises(CheckpointError) as e:
         model.load_state_dict(bad)
     msg = str(e.value)
@@ -324,8 +348,7 @@ def test_load_state_dict_non_strict_still_rejects_shape_mismatches():
     model = _mlp()
     before = _values(model)
     with pytest.raises(CheckpointError, match=r"size mismatch for 2\.weight: checkpoint shape \(3, 2\)"):
-        model.load_state_dict({"0.weight": np.zeros((3, 4), np.float32), "2.weight": np.zeros((3, 2))},
-                              strict=False)
+        model.load_state_dict({"0.weight": np.zeros((3, 4), np.float32), "2.weight": np.zeros((3, 2))}, strict=False)
     np.testing.assert_array_equal(_values(model)["0.weight"], before["0.weight"])
 
 

@@ -37,18 +37,25 @@ from lazyvic.runtime.config import config  # noqa: E402
 _LAZYVIC_ELEM_TYPES = {1, 6, 7, 9, 11}  # FLOAT, INT32, INT64, BOOL, DOUBLE
 
 XFAIL = {
-    **{name: "ScatterElements/ScatterND reduction mul, max and min are not imported ('none' and 'add' are)"
-       for name in ("test_scatter_elements_with_reduction_mul", "test_scatter_elements_with_reduction_max",
-                    "test_scatter_elements_with_reduction_min", "test_scatternd_multiply", "test_scatternd_max",
-                    "test_scatternd_min", "test_scatternd_max_with_element_indices",
-                    "test_scatternd_min_with_element_indices")},
+    **{
+        name: "ScatterElements/ScatterND reduction mul, max and min are not imported ('none' and 'add' are)"
+        for name in (
+            "test_scatter_elements_with_reduction_mul",
+            "test_scatter_elements_with_reduction_max",
+            "test_scatter_elements_with_reduction_min",
+            "test_scatternd_multiply",
+            "test_scatternd_max",
+            "test_scatternd_min",
+            "test_scatternd_max_with_element_indices",
+            "test_scatternd_min_with_element_indices",
+        )
+    },
     "test_convtranspose_3d": "lazyvic imports 1-D and 2-D ConvTranspose only (functional.conv2d underneath)",
     "test_training_dropout": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",
     "test_training_dropout_mask": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",
-    "test_training_dropout_default": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded "
-                                     "mask",
+    "test_training_dropout_default": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",
     "test_training_dropout_default_mask": "random: lazyvic's counter-based generator does not reproduce NumPy's "
-                                          "seeded mask",
+    "seeded mask",
     "test_identity_sequence": "lazyvic has no sequence values (tensors only)",
     "test_identity_opt": "lazyvic has no optional values (tensors only)",
 }
@@ -72,8 +79,7 @@ COMPILED = {
 def _dtype_reason(case) -> str | None:
     """'lazyvic has no <TYPE>' when the case uses an element type lazyvic lacks, else None."""
     g = case.model.graph
-    types = [vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.output)
-             if vi.type.HasField("tensor_type")]
+    types = [vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.output) if vi.type.HasField("tensor_type")]
     for node in g.node:
         for a in node.attribute:
             if a.name == "to":
@@ -119,9 +125,12 @@ def _collect():
         opset = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
         if not opset or not onnx_import.MIN_OPSET <= opset[0] <= onnx_import.MAX_OPSET:
             continue
-        if all(n.domain in ("", "ai.onnx") and n.op_type in versions
-               and onnx.defs.get_schema(n.op_type, opset[0], "").since_version in versions[n.op_type]
-               for n in case.model.graph.node):
+        if all(
+            n.domain in ("", "ai.onnx")
+            and n.op_type in versions
+            and onnx.defs.get_schema(n.op_type, opset[0], "").since_version in versions[n.op_type]
+            for n in case.model.graph.node
+        ):
             selected.append(case)
     return selected
 
@@ -192,9 +201,10 @@ def test_node_case(name, interpreted):
     _RESULTS["passed"] += 1
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=[pytest.mark.xfail(reason=r, strict=True)] if r else []) for n, r in COMPILED.items()
-])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.xfail(reason=r, strict=True)] if r else []) for n, r in COMPILED.items()],
+)
 def test_node_case_compiled(name):
     prev = config.compile
     config.compile = "always"
@@ -208,6 +218,8 @@ def test_conformance_summary(capsys):
     """Prints 'ONNX node conformance: N/M selected cases pass' (counts the cases run in this session)."""
     expected_xfail = sum(1 for reason in REASONS.values() if reason)
     with capsys.disabled():
-        print(f"\nONNX node conformance: {_RESULTS['passed']}/{len(CASES)} selected cases pass "
-              f"({expected_xfail} expected failures, each a strict xfail with its reason)")
+        print(
+            f"\nONNX node conformance: {_RESULTS['passed']}/{len(CASES)} selected cases pass "
+            f"({expected_xfail} expected failures, each a strict xfail with its reason)"
+        )
     assert len(CASES) > 400

@@ -106,8 +106,14 @@ def gpt():
 @pytest.mark.parametrize("opset", [13, 17])
 def test_tiny_gpt_matches_onnxruntime(gpt, opset):
     idx = np.random.default_rng(0).integers(0, 40, (2, 16)).astype(np.int64)
-    model = lv.onnx.export(gpt, idx, opset_version=opset, input_names=["idx"], output_names=["logits"],
-                           dynamic_axes={"idx": {0: "batch", 1: "seq"}})
+    model = lv.onnx.export(
+        gpt,
+        idx,
+        opset_version=opset,
+        input_names=["idx"],
+        output_names=["logits"],
+        dynamic_axes={"idx": {0: "batch", 1: "seq"}},
+    )
     hist = ops(model)
     if opset < 17:
         assert "LayerNormalization" not in hist and hist["ReduceSum"] > 0  # the decomposition

@@ -25,8 +25,13 @@ from lazyvic.interop.onnx_import import OnnxModule, state_dict_keys, supported_o
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "onnx")
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
-_NP_TO_ELEM = {np.dtype(np.float32): F32, np.dtype(np.float64): TensorProto.DOUBLE, np.dtype(np.int64): I64,
-               np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}
+_NP_TO_ELEM = {
+    np.dtype(np.float32): F32,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.int64): I64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.bool_): TensorProto.BOOL,
+}
 
 
 def _rng(seed=0):
@@ -37,7 +42,8 @@ def _model(nodes, inputs: dict, outputs, inits: dict | None = None, opset: int =
     """A model from nodes; ``inputs`` name -> example array (their dtypes/shapes declare the inputs);
     ``outputs`` a list of names (types left to inference); ``inits`` name -> array."""
     graph = helper.make_graph(
-        nodes, "test",
+        nodes,
+        "test",
         [helper.make_tensor_value_info(n, _NP_TO_ELEM[a.dtype], a.shape) for n, a in inputs.items()],
         [helper.make_value_info(n, onnx.TypeProto()) for n in outputs],
         [numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()],
@@ -97,11 +103,25 @@ def test_integer_div_truncates_and_pow():
     _check(_model([_node("Pow", ["x", "e"], ["y"])], {"x": x, "e": e}, ["y"]), {"x": x, "e": e})
 
 
-@pytest.mark.parametrize("op,attrs", [
-    ("Sqrt", {}), ("Reciprocal", {}), ("Exp", {}), ("Log", {}), ("Neg", {}), ("Abs", {}), ("Relu", {}),
-    ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}), ("Erf", {}), ("Softmax", {"axis": 1}),
-    ("LogSoftmax", {}), ("Identity", {}),
-])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("Sqrt", {}),
+        ("Reciprocal", {}),
+        ("Exp", {}),
+        ("Log", {}),
+        ("Neg", {}),
+        ("Abs", {}),
+        ("Relu", {}),
+        ("LeakyRelu", {"alpha": 0.2}),
+        ("Sigmoid", {}),
+        ("Tanh", {}),
+        ("Erf", {}),
+        ("Softmax", {"axis": 1}),
+        ("LogSoftmax", {}),
+        ("Identity", {}),
+    ],
+)
 def test_unary(op, attrs):
     x = np.abs(X234) + 0.1 if op in ("Sqrt", "Log", "Reciprocal") else X234
     _check(_model([_node(op, ["x"], ["y"], **attrs)], {"x": x}, ["y"]), {"x": x})
@@ -124,8 +144,9 @@ def test_matmul_and_gemm():
     _check(_model([_node("MatMul", ["x", "w"], ["y"])], {"x": X234}, ["y"], {"w": w}), {"x": X234})
     wt = np.ascontiguousarray(w.T)
     c = _rng(5).standard_normal((5,)).astype(np.float32)
-    m = _model([_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)], {"x": X34}, ["y"],
-               {"w": wt, "c": c})
+    m = _model(
+        [_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)], {"x": X34}, ["y"], {"w": wt, "c": c}
+    )
     _check(m, {"x": X34})
     at = np.ascontiguousarray(X34.T)
     _check(_model([_node("Gemm", ["a", "w"], ["y"], transA=1)], {"a": at}, ["y"], {"w": w}), {"a": at})
@@ -134,14 +155,17 @@ def test_matmul_and_gemm():
 IMG = _rng(6).standard_normal((2, 4, 7, 8)).astype(np.float32)
 
 
-@pytest.mark.parametrize("attrs", [
-    {"pads": [1, 1, 1, 1]},
-    {"pads": [0, 1, 2, 1], "strides": [2, 1]},
-    {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
-    {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
-    {"auto_pad": "VALID", "dilations": [2, 1]},
-    {"group": 2, "pads": [1, 0, 1, 0]},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"pads": [1, 1, 1, 1]},
+        {"pads": [0, 1, 2, 1], "strides": [2, 1]},
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+        {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"auto_pad": "VALID", "dilations": [2, 1]},
+        {"group": 2, "pads": [1, 0, 1, 0]},
+    ],
+)
 def test_conv2d(attrs):
     groups = attrs.get("group", 1)
     w = _rng(7).standard_normal((6, 4 // groups, 3, 3)).astype(np.float32)
@@ -150,13 +174,16 @@ def test_conv2d(attrs):
     _check(m, {"x": IMG}, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("attrs", [
-    {"strides": [2, 2], "output_padding": [1, 0]},
-    {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [1, 2]},
-    {"group": 2, "strides": [1, 2]},
-    {"strides": [2, 2], "output_shape": [15, 18]},
-    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2], "output_padding": [1, 0]},
+        {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [1, 2]},
+        {"group": 2, "strides": [1, 2]},
+        {"strides": [2, 2], "output_shape": [15, 18]},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    ],
+)
 def test_conv_transpose(attrs):
     groups = attrs.get("group", 1)
     w = _rng(18).standard_normal((4, 6 // groups, 3, 3)).astype(np.float32)
@@ -172,27 +199,33 @@ def test_conv1d():
     _check(m, {"x": x}, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("op,attrs", [
-    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
-    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
-    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
-    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
-    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
-    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
-    ("AveragePool", {"kernel_shape": [2, 2], "pads": [0, 1, 1, 0], "count_include_pad": 1}),
-    ("GlobalAveragePool", {}),
-    ("LpPool", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1]}),
-    ("LpPool", {"kernel_shape": [2, 2], "p": 1}),
-])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+        ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+        ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+        ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("AveragePool", {"kernel_shape": [2, 2], "pads": [0, 1, 1, 0], "count_include_pad": 1}),
+        ("GlobalAveragePool", {}),
+        ("LpPool", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1]}),
+        ("LpPool", {"kernel_shape": [2, 2], "p": 1}),
+    ],
+)
 def test_pooling(op, attrs):
     _check(_model([_node(op, ["x"], ["y"], **attrs)], {"x": IMG}, ["y"]), {"x": IMG})
 
 
-@pytest.mark.parametrize("attrs", [
-    {"kernel_shape": [2, 2], "strides": [2, 2]},
-    {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "storage_order": 1},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "storage_order": 1},
+    ],
+)
 def test_max_pool_indices(attrs):
     m = _model([_node("MaxPool", ["x"], ["y", "i"], **attrs)], {"x": IMG}, ["y", "i"])
     _check(m, {"x": IMG})
@@ -201,22 +234,30 @@ def test_max_pool_indices(attrs):
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_pooling_3d(op):
     x = _rng(16).standard_normal((1, 2, 5, 6, 4)).astype(np.float32)
-    m = _model([_node(op, ["x"], ["y"], kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 0, 0, 0, 1, 1])],
-               {"x": x}, ["y"])
+    m = _model(
+        [_node(op, ["x"], ["y"], kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 0, 0, 0, 1, 1])], {"x": x}, ["y"]
+    )
     _check(m, {"x": x})
 
 
 def test_batch_norm_and_layer_norm():
     r = _rng(10)
     c = 4
-    inits = {"s": r.uniform(0.5, 1.5, c).astype(np.float32), "b": r.standard_normal(c).astype(np.float32),
-             "m": r.standard_normal(c).astype(np.float32), "v": r.uniform(0.5, 2, c).astype(np.float32)}
-    m = _model([_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)], {"x": IMG}, ["y"],
-               inits)
+    inits = {
+        "s": r.uniform(0.5, 1.5, c).astype(np.float32),
+        "b": r.standard_normal(c).astype(np.float32),
+        "m": r.standard_normal(c).astype(np.float32),
+        "v": r.uniform(0.5, 2, c).astype(np.float32),
+    }
+    m = _model([_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)], {"x": IMG}, ["y"], inits)
     _check(m, {"x": IMG})
     ln = {"g": r.standard_normal((7, 8)).astype(np.float32), "beta": r.standard_normal((8,)).astype(np.float32)}
-    m = _model([_node("LayerNormalization", ["x", "g", "beta"], ["y", "mean", "inv"], axis=-2)], {"x": IMG},
-               ["y", "mean", "inv"], ln)
+    m = _model(
+        [_node("LayerNormalization", ["x", "g", "beta"], ["y", "mean", "inv"], axis=-2)],
+        {"x": IMG},
+        ["y", "mean", "inv"],
+        ln,
+    )
     _check(m, {"x": IMG}, rtol=1e-4, atol=1e-5)
     m = _model([_node("LayerNormalization", ["x", "beta"], ["y"], epsilon=1e-3)], {"x": IMG}, ["y"], ln)
     _check(m, {"x": IMG}, rtol=1e-4, atol=1e-5)
@@ -233,8 +274,10 @@ def test_movement_ops():
         ([_node("Unsqueeze", ["x", "a"], ["y"])], {"a": i64(0, -1)}),
         ([_node("Unsqueeze", ["x", "a"], ["t"]), _node("Squeeze", ["t", "a"], ["y"])], {"a": i64(1)}),
         ([_node("Expand", ["x", "s"], ["y"])], {"s": i64(2, 1, 1, 4)}),
-        ([_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
-         {"st": i64(-1, 0), "en": i64(-100, 4), "ax": i64(2, 1), "sp": i64(-2, 2)}),
+        (
+            [_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+            {"st": i64(-1, 0), "en": i64(-100, 4), "ax": i64(2, 1), "sp": i64(-2, 2)},
+        ),
         ([_node("Slice", ["x", "st", "en"], ["y"])], {"st": i64(1), "en": i64(1000)}),
         ([_node("Gather", ["x", "i"], ["y"], axis=1)], {"i": np.array([[0, -1], [2, 1]], dtype=np.int64)}),
         ([_node("Gather", ["x", "i"], ["y"], axis=2)], {"i": np.array(-2, dtype=np.int64)}),
@@ -245,8 +288,7 @@ def test_movement_ops():
 
 def test_split_opset13_and_18():
     sizes = np.array([1, 3], dtype=np.int64)
-    _check(_model([_node("Split", ["x", "s"], ["a", "b"], axis=2)], {"x": X234}, ["a", "b"], {"s": sizes}),
-           {"x": X234})
+    _check(_model([_node("Split", ["x", "s"], ["a", "b"], axis=2)], {"x": X234}, ["a", "b"], {"s": sizes}), {"x": X234})
     _check(_model([_node("Split", ["x"], ["a", "b"], axis=2)], {"x": X234}, ["a", "b"], opset=13), {"x": X234})
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     m = _model([_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)], {"x": x}, ["a", "b", "c"], opset=18)
@@ -270,20 +312,43 @@ def test_argmax_compare_logic_where_cast():
     _check(_model([_node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1)], {"x": x}, ["y"]), {"x": x})
     _check(_model([_node("ArgMax", ["x"], ["y"], axis=0, keepdims=0)], {"x": x}, ["y"]), {"x": x})
     z = np.array([[1, 0, 3], [2, 5, 0]], dtype=np.float32)
-    nodes = [_node("Equal", ["x", "z"], ["e"]), _node("Less", ["x", "z"], ["l"]), _node("Greater", ["x", "z"], ["g"]),
-             _node("Not", ["e"], ["n"]), _node("Where", ["l", "x", "z"], ["w"]),
-             _node("Cast", ["g"], ["c"], to=TensorProto.INT32), _node("Cast", ["x"], ["d"], to=TensorProto.INT64),
-             _node("Dropout", ["x"], ["dr"])]
+    nodes = [
+        _node("Equal", ["x", "z"], ["e"]),
+        _node("Less", ["x", "z"], ["l"]),
+        _node("Greater", ["x", "z"], ["g"]),
+        _node("Not", ["e"], ["n"]),
+        _node("Where", ["l", "x", "z"], ["w"]),
+        _node("Cast", ["g"], ["c"], to=TensorProto.INT32),
+        _node("Cast", ["x"], ["d"], to=TensorProto.INT64),
+        _node("Dropout", ["x"], ["dr"]),
+    ]
     _check(_model(nodes, {"x": x, "z": z}, ["e", "l", "g", "n", "w", "c", "d", "dr"]), {"x": x, "z": z})
 
 
-@pytest.mark.parametrize("op,attrs", [
-    ("Sign", {}), ("Softplus", {}), ("Softsign", {}), ("Elu", {"alpha": 0.5}), ("Selu", {}), ("Celu", {"alpha": 2.0}),
-    ("HardSigmoid", {}), ("HardSwish", {}), ("ThresholdedRelu", {"alpha": 0.3}), ("Mish", {}), ("IsNaN", {}),
-    ("IsInf", {}), ("GlobalMaxPool", {}), ("ReduceMin", {"keepdims": 0}), ("ReduceSumSquare", {}),
-    ("ArgMin", {"axis": -1}), ("Trilu", {"upper": 0}), ("SpaceToDepth", {"blocksize": 2}),
-    ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}),
-])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("Sign", {}),
+        ("Softplus", {}),
+        ("Softsign", {}),
+        ("Elu", {"alpha": 0.5}),
+        ("Selu", {}),
+        ("Celu", {"alpha": 2.0}),
+        ("HardSigmoid", {}),
+        ("HardSwish", {}),
+        ("ThresholdedRelu", {"alpha": 0.3}),
+        ("Mish", {}),
+        ("IsNaN", {}),
+        ("IsInf", {}),
+        ("GlobalMaxPool", {}),
+        ("ReduceMin", {"keepdims": 0}),
+        ("ReduceSumSquare", {}),
+        ("ArgMin", {"axis": -1}),
+        ("Trilu", {"upper": 0}),
+        ("SpaceToDepth", {"blocksize": 2}),
+        ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}),
+    ],
+)
 def test_more_unary_ops(op, attrs):
     x = _rng(13).standard_normal((2, 4, 4, 6)).astype(np.float32)
     x[0, 0, 0, :3] = [np.inf, -np.inf, np.nan] if op in ("IsNaN", "IsInf") else x[0, 0, 0, :3]
@@ -301,8 +366,9 @@ def test_more_binary_ops(op):
 @pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"])
 def test_more_reductions(op):
     x = np.abs(X234) + 0.1
-    m = _model([_node(op, ["x", "axes"], ["y"], keepdims=0)], {"x": x}, ["y"], {"axes": np.array([1], np.int64)},
-               opset=18)
+    m = _model(
+        [_node(op, ["x", "axes"], ["y"], keepdims=0)], {"x": x}, ["y"], {"axes": np.array([1], np.int64)}, opset=18
+    )
     _check(m, {"x": x})
     _check(_model([_node(op, ["x"], ["y"], axes=[0, 2])], {"x": x}, ["y"], opset=17), {"x": x})
 
@@ -310,36 +376,55 @@ def test_more_reductions(op):
 def test_cumsum_onehot_normalizations():
     for exclusive in (0, 1):
         for reverse in (0, 1):
-            m = _model([_node("CumSum", ["x", "ax"], ["y"], exclusive=exclusive, reverse=reverse)], {"x": X234}, ["y"],
-                       {"ax": np.array(1, np.int64)})
+            m = _model(
+                [_node("CumSum", ["x", "ax"], ["y"], exclusive=exclusive, reverse=reverse)],
+                {"x": X234},
+                ["y"],
+                {"ax": np.array(1, np.int64)},
+            )
             _check(m, {"x": X234})
     ints = np.array([[1, 5, -2], [3, 0, 7]], dtype=np.int64)
-    _check(_model([_node("CumSum", ["x", "ax"], ["y"])], {"x": ints}, ["y"], {"ax": np.array(-1, np.int64)}),
-           {"x": ints})
+    _check(
+        _model([_node("CumSum", ["x", "ax"], ["y"])], {"x": ints}, ["y"], {"ax": np.array(-1, np.int64)}), {"x": ints}
+    )
     idx = np.array([[0, 2, -1], [1, 5, 3]], dtype=np.int64)
-    m = _model([_node("OneHot", ["i", "d", "v"], ["y"], axis=1)], {"i": idx}, ["y"],
-               {"d": np.array(4, np.int64), "v": np.array([-1.0, 2.0], np.float32)})
+    m = _model(
+        [_node("OneHot", ["i", "d", "v"], ["y"], axis=1)],
+        {"i": idx},
+        ["y"],
+        {"d": np.array(4, np.int64), "v": np.array([-1.0, 2.0], np.float32)},
+    )
     _check(m, {"i": idx})
     _check(_model([_node("LpNormalization", ["x"], ["y"], p=1, axis=0)], {"x": X234}, ["y"]), {"x": X234})
-    _check(_model([_node("MeanVarianceNormalization", ["x"], ["y"])], {"x": IMG}, ["y"]), {"x": IMG},
-           rtol=1e-4, atol=1e-5)
+    _check(
+        _model([_node("MeanVarianceNormalization", ["x"], ["y"])], {"x": IMG}, ["y"]), {"x": IMG}, rtol=1e-4, atol=1e-5
+    )
     r = _rng(17)
     gn = {"s": r.standard_normal(4).astype(np.float32), "b": r.standard_normal(4).astype(np.float32)}
     m = _model([_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)], {"x": IMG}, ["y"], gn, opset=21)
     _check(m, {"x": IMG}, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("attrs,scales,sizes", [
-    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
-     [1, 1, 2, 1.5], None),
-    ({"mode": "nearest"}, None, [2, 4, 5, 13]),
-    ({"mode": "linear"}, [1, 1, 0.6, 1.7], None),
-    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [2, 4, 12, 5]),
-    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel", "antialias": 1},
-     [1, 1, 0.5, 0.4], None),
-    ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, [1, 1, 1.5, 0.8], None),
-    ({"mode": "linear", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"}, None, [6, 20]),
-])
+@pytest.mark.parametrize(
+    "attrs,scales,sizes",
+    [
+        (
+            {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+            [1, 1, 2, 1.5],
+            None,
+        ),
+        ({"mode": "nearest"}, None, [2, 4, 5, 13]),
+        ({"mode": "linear"}, [1, 1, 0.6, 1.7], None),
+        ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [2, 4, 12, 5]),
+        (
+            {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel", "antialias": 1},
+            [1, 1, 0.5, 0.4],
+            None,
+        ),
+        ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, [1, 1, 1.5, 0.8], None),
+        ({"mode": "linear", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"}, None, [6, 20]),
+    ],
+)
 def test_resize(attrs, scales, sizes):
     inits = {"scales": np.array(scales, np.float32)} if scales else {"sizes": np.array(sizes, np.int64)}
     inputs = ["x", "", "scales"] if scales else ["x", "", "", "sizes"]
@@ -350,11 +435,20 @@ def test_resize(attrs, scales, sizes):
 def test_scatter():
     data = _rng(20).standard_normal((4, 5, 3)).astype(np.float32)
     upd = _rng(21).standard_normal((2, 5, 3)).astype(np.float32)
-    m = _model([_node("ScatterND", ["x", "i", "u"], ["y"])], {"x": data}, ["y"],
-               {"i": np.array([[3], [-4]], np.int64), "u": upd})
+    m = _model(
+        [_node("ScatterND", ["x", "i", "u"], ["y"])],
+        {"x": data},
+        ["y"],
+        {"i": np.array([[3], [-4]], np.int64), "u": upd},
+    )
     _check(m, {"x": data})
-    m = _model([_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")], {"x": data}, ["y"],
-               {"i": np.array([[1, 2], [1, 2], [0, 4]], np.int64), "u": upd[0, :3]}, opset=18)
+    m = _model(
+        [_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")],
+        {"x": data},
+        ["y"],
+        {"i": np.array([[1, 2], [1, 2], [0, 4]], np.int64), "u": upd[0, :3]},
+        opset=18,
+    )
     _check(m, {"x": data})
     idx = np.array([[[0, 2, 1]] * 5, [[3, -1, 0]] * 5], dtype=np.int64)
     m = _model([_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0)], {"x": data}, ["y"], {"i": idx, "u": upd})
@@ -366,18 +460,26 @@ def test_losses(reduction):
     scores = _rng(23).standard_normal((4, 5, 3)).astype(np.float32)
     labels = np.array([[0, 4, 1], [2, -1, 3], [4, 4, 0], [1, 2, -1]], dtype=np.int64)
     w = np.linspace(0.5, 1.5, 5).astype(np.float32)
-    m = _model([_node("SoftmaxCrossEntropyLoss", ["s", "l", "w"], ["loss", "logp"], reduction=reduction,
-                      ignore_index=-1)], {"s": scores, "l": labels}, ["loss", "logp"], {"w": w})
+    m = _model(
+        [_node("SoftmaxCrossEntropyLoss", ["s", "l", "w"], ["loss", "logp"], reduction=reduction, ignore_index=-1)],
+        {"s": scores, "l": labels},
+        ["loss", "logp"],
+        {"w": w},
+    )
     _check(m, {"s": scores, "l": labels})
-    m = _model([_node("NegativeLogLikelihoodLoss", ["s", "l"], ["loss"], reduction=reduction, ignore_index=-1)],
-               {"s": scores, "l": labels}, ["loss"])
+    m = _model(
+        [_node("NegativeLogLikelihoodLoss", ["s", "l"], ["loss"], reduction=reduction, ignore_index=-1)],
+        {"s": scores, "l": labels},
+        ["loss"],
+    )
     _check(m, {"s": scores, "l": labels})
 
 
 def test_rms_norm_swish_shrink_eyelike():
     g = _rng(24).standard_normal((3, 4)).astype(np.float32)
-    m = lazyvic.onnx.load(_model([_node("RMSNormalization", ["x", "g"], ["y"], axis=-2)], {"x": X234}, ["y"], {"g": g},
-                                 opset=23))
+    m = lazyvic.onnx.load(
+        _model([_node("RMSNormalization", ["x", "g"], ["y"], axis=-2)], {"x": X234}, ["y"], {"g": g}, opset=23)
+    )
     want = X234 / np.sqrt((X234**2).mean((1, 2), keepdims=True) + 1e-5) * g
     np.testing.assert_allclose(m(X234).numpy(), want, rtol=1e-5, atol=1e-6)
     m = lazyvic.onnx.load(_model([_node("Swish", ["x"], ["y"], alpha=0.5)], {"x": X234}, ["y"], opset=24))
@@ -394,8 +496,13 @@ def test_attention(layout):
         pk, pv = r.standard_normal((2, 2, 2, 8)).astype(np.float32), r.standard_normal((2, 2, 2, 6)).astype(np.float32)
         mask = r.random((3, 5)) > 0.3
         feeds = {"q": q, "k": k, "v": v, "m": mask, "pk": pk, "pv": pv}
-        node = _node("Attention", ["q", "k", "v", "m", "pk", "pv"], ["y", "present_k", "present_v", "qk"], is_causal=1,
-                     qk_matmul_output_mode=3)
+        node = _node(
+            "Attention",
+            ["q", "k", "v", "m", "pk", "pv"],
+            ["y", "present_k", "present_v", "qk"],
+            is_causal=1,
+            qk_matmul_output_mode=3,
+        )
         outs = ["y", "present_k", "present_v", "qk"]
     else:  # packed heads, softcap, an explicit scale, a float mask
         q, k, v = (r.standard_normal(s).astype(np.float32) for s in [(2, 3, 12), (2, 4, 12), (2, 4, 6)])
@@ -407,22 +514,41 @@ def test_attention(layout):
 
 def test_gather_nd_center_crop_pad_reverse_sequence_rotary_swiglu():
     idx = np.array([[[1, 2], [0, -1]], [[0, 0], [1, 1]]], dtype=np.int64)
-    _check(_model([_node("GatherND", ["x", "i"], ["y"], batch_dims=1)], {"x": X234}, ["y"], {"i": idx[:, :, :1]}),
-           {"x": X234})
+    _check(
+        _model([_node("GatherND", ["x", "i"], ["y"], batch_dims=1)], {"x": X234}, ["y"], {"i": idx[:, :, :1]}),
+        {"x": X234},
+    )
     _check(_model([_node("GatherND", ["x", "i"], ["y"])], {"x": X234}, ["y"], {"i": idx}), {"x": X234})
-    m = _model([_node("CenterCropPad", ["x", "s"], ["y"], axes=[1, 2])], {"x": X234}, ["y"],
-               {"s": np.array([6, 3], np.int64)}, opset=18)
+    m = _model(
+        [_node("CenterCropPad", ["x", "s"], ["y"], axes=[1, 2])],
+        {"x": X234},
+        ["y"],
+        {"s": np.array([6, 3], np.int64)},
+        opset=18,
+    )
     _check(m, {"x": X234})
     x = _rng(26).standard_normal((4, 3, 2)).astype(np.float32)
-    m = _model([_node("ReverseSequence", ["x", "n"], ["y"], time_axis=0, batch_axis=1)], {"x": x}, ["y"],
-               {"n": np.array([4, 1, 3], np.int64)})
+    m = _model(
+        [_node("ReverseSequence", ["x", "n"], ["y"], time_axis=0, batch_axis=1)],
+        {"x": x},
+        ["y"],
+        {"n": np.array([4, 1, 3], np.int64)},
+    )
     _check(m, {"x": x})
     r = _rng(27)
     x = r.standard_normal((2, 3, 5, 8)).astype(np.float32)
-    caches = {"c": r.standard_normal((7, 3)).astype(np.float32), "s": r.standard_normal((7, 3)).astype(np.float32),
-              "p": np.array([[0, 2, 4, 6, 1], [3, 3, 2, 1, 0]], np.int64)}
-    m = _model([_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], rotary_embedding_dim=6, interleaved=1)],
-               {"x": x}, ["y"], caches, opset=23)
+    caches = {
+        "c": r.standard_normal((7, 3)).astype(np.float32),
+        "s": r.standard_normal((7, 3)).astype(np.float32),
+        "p": np.array([[0, 2, 4, 6, 1], [3, 3, 2, 1, 0]], np.int64),
+    }
+    m = _model(
+        [_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], rotary_embedding_dim=6, interleaved=1)],
+        {"x": x},
+        ["y"],
+        caches,
+        opset=23,
+    )
     _check(m, {"x": x})
     a, b = X234, np.flip(X234, 0).copy()
     m = lazyvic.onnx.load(_model([_node("SwiGLU", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"], opset=28))
@@ -434,10 +560,13 @@ def test_recurrent(op):
     r = _rng(28)
     gates, hidden = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 5
     x = r.standard_normal((4, 3, 6)).astype(np.float32)  # (seq, batch, input)
-    inits = {"w": r.standard_normal((2, gates * hidden, 6)).astype(np.float32) * 0.5,
-             "r": r.standard_normal((2, gates * hidden, hidden)).astype(np.float32) * 0.5,
-             "b": r.standard_normal((2, 2 * gates * hidden)).astype(np.float32) * 0.5,
-             "n": np.array([4, 2, 3], np.int32), "h0": r.standard_normal((2, 3, hidden)).astype(np.float32)}
+    inits = {
+        "w": r.standard_normal((2, gates * hidden, 6)).astype(np.float32) * 0.5,
+        "r": r.standard_normal((2, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "b": r.standard_normal((2, 2 * gates * hidden)).astype(np.float32) * 0.5,
+        "n": np.array([4, 2, 3], np.int32),
+        "h0": r.standard_normal((2, 3, hidden)).astype(np.float32),
+    }
     inputs, outs, attrs = ["x", "w", "r", "b", "n", "h0"], ["y", "y_h"], {}
     if op == "LSTM":
         inits["c0"] = r.standard_normal((2, 3, hidden)).astype(np.float32)
@@ -450,8 +579,9 @@ def test_recurrent(op):
     node = _node(op, inputs, outs, hidden_size=hidden, direction="bidirectional", **attrs)
     want = _check(_model([node], {"x": x}, outs, inits), {"x": x}, rtol=1e-4, atol=1e-5)(x)
     # layout=1 (batch-major; onnxruntime does not run it): the same numbers, transposed.
-    batch_major = {k: (np.ascontiguousarray(v.transpose(1, 0, 2)) if k in ("h0", "c0") else v)
-                   for k, v in inits.items()}
+    batch_major = {
+        k: (np.ascontiguousarray(v.transpose(1, 0, 2)) if k in ("h0", "c0") else v) for k, v in inits.items()
+    }
     node = _node(op, inputs, outs, hidden_size=hidden, direction="bidirectional", layout=1, **attrs)
     xb = np.ascontiguousarray(x.transpose(1, 0, 2))
     got = lazyvic.onnx.load(_model([node], {"x": xb}, outs, batch_major))(xb)
@@ -459,24 +589,26 @@ def test_recurrent(op):
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy().transpose(1, 0, 2), rtol=1e-6)
 
 
-@pytest.mark.parametrize("equation,shapes", [
-    ("ij,jk->ik", [(3, 4), (4, 5)]),
-    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
-    ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
-    ("ii->i", [(4, 4)]),
-    ("bii->b", [(2, 3, 3)]),
-    ("ij,ij,ij->i", [(3, 4), (3, 4), (3, 4)]),
-    ("i,j->ij", [(3,), (4,)]),
-    ("abc,cd,Ad->Aab", [(2, 3, 4), (4, 5), (6, 5)]),
-    ("ij->", [(3, 4)]),
-    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
-])
+@pytest.mark.parametrize(
+    "equation,shapes",
+    [
+        ("ij,jk->ik", [(3, 4), (4, 5)]),
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+        ("ii->i", [(4, 4)]),
+        ("bii->b", [(2, 3, 3)]),
+        ("ij,ij,ij->i", [(3, 4), (3, 4), (3, 4)]),
+        ("i,j->ij", [(3,), (4,)]),
+        ("abc,cd,Ad->Aab", [(2, 3, 4), (4, 5), (6, 5)]),
+        ("ij->", [(3, 4)]),
+        ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ],
+)
 def test_einsum_matches_numpy(equation, shapes):
     r = _rng(29)
     arrays = {f"x{i}": r.standard_normal(shape).astype(np.float32) for i, shape in enumerate(shapes)}
     m = lazyvic.onnx.load(_model([_node("Einsum", list(arrays), ["y"], equation=equation)], arrays, ["y"]))
-    np.testing.assert_allclose(m(*arrays.values()).numpy(), np.einsum(equation, *arrays.values()), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(m(*arrays.values()).numpy(), np.einsum(equation, *arrays.values()), rtol=1e-5, atol=1e-5)
 
 
 def test_mod():
@@ -496,20 +628,36 @@ def test_logic_pad_tile_gather_elements_instance_norm():
     pads = {"p": np.array([0, 2, -1, 1, 0, 3], np.int64), "v": np.array(1.5, np.float32)}
     _check(_model([_node("Pad", ["x", "p", "v"], ["y"])], {"x": X234}, ["y"], pads), {"x": X234})
     for mode in ("edge", "reflect", "wrap"):
-        m = _model([_node("Pad", ["x", "p"], ["y"], mode=mode)], {"x": X234}, ["y"],
-                   {"p": np.array([0, 2, 1, 0, 1, 2], np.int64)}, opset=19)
+        m = _model(
+            [_node("Pad", ["x", "p"], ["y"], mode=mode)],
+            {"x": X234},
+            ["y"],
+            {"p": np.array([0, 2, 1, 0, 1, 2], np.int64)},
+            opset=19,
+        )
         _check(m, {"x": X234})
-    m = _model([_node("Pad", ["x", "p", "", "ax"], ["y"])], {"x": X234}, ["y"],
-               {"p": np.array([1, 2], np.int64), "ax": np.array([-1], np.int64)}, opset=18)
+    m = _model(
+        [_node("Pad", ["x", "p", "", "ax"], ["y"])],
+        {"x": X234},
+        ["y"],
+        {"p": np.array([1, 2], np.int64), "ax": np.array([-1], np.int64)},
+        opset=18,
+    )
     _check(m, {"x": X234})
-    _check(_model([_node("Tile", ["x", "r"], ["y"])], {"x": X234}, ["y"], {"r": np.array([2, 1, 3], np.int64)}),
-           {"x": X234})
+    _check(
+        _model([_node("Tile", ["x", "r"], ["y"])], {"x": X234}, ["y"], {"r": np.array([2, 1, 3], np.int64)}),
+        {"x": X234},
+    )
     idx = np.array([[[0, -1], [2, 1], [1, 1]]] * 2, dtype=np.int64)
     _check(_model([_node("GatherElements", ["x", "i"], ["y"], axis=2)], {"x": X234}, ["y"], {"i": idx}), {"x": X234})
     r = _rng(15)
     inits = {"s": r.standard_normal(4).astype(np.float32), "b": r.standard_normal(4).astype(np.float32)}
-    _check(_model([_node("InstanceNormalization", ["x", "s", "b"], ["y"])], {"x": IMG}, ["y"], inits), {"x": IMG},
-           rtol=1e-4, atol=1e-5)
+    _check(
+        _model([_node("InstanceNormalization", ["x", "s", "b"], ["y"])], {"x": IMG}, ["y"], inits),
+        {"x": IMG},
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_shape_chain_is_constant_folded_without_a_sync():
@@ -531,8 +679,13 @@ def test_shape_chain_is_constant_folded_without_a_sync():
         _node("Add", ["y", "ones"], ["y1"]),
         _node("Add", ["y1", "rcol"], ["out"]),
     ]
-    inits = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "zero_1d": np.array([0], np.int64),
-             "one_1d": np.array([1], np.int64), "minus_one": np.array([-1], np.int64)}
+    inits = {
+        "zero": np.array(0, np.int64),
+        "one": np.array(1, np.int64),
+        "zero_1d": np.array([0], np.int64),
+        "one_1d": np.array([1], np.int64),
+        "minus_one": np.array([-1], np.int64),
+    }
     model = _model(nodes, {"x": X234}, ["out"], inits)
     _check(model, {"x": X234})
     x = lazyvic.tensor(X234) * 1.0  # a pending tensor: any sync inside forward would realize it
@@ -625,13 +778,15 @@ def test_external_data_fixture_and_state_dict_keys():
     assert set(module.state_dict()) == set(keys.values())
     assert "conv1.weight" in module.state_dict() and "bn1.running_var" in module.state_dict()
     assert isinstance(module.conv1.weight, lazyvic.nn.Parameter)
-    np.testing.assert_array_equal(module.state_dict()["conv1.weight"].numpy(),
-                                  numpy_helper.to_array(onnx.load(path).graph.initializer[0]))
+    np.testing.assert_array_equal(
+        module.state_dict()["conv1.weight"].numpy(), numpy_helper.to_array(onnx.load(path).graph.initializer[0])
+    )
 
 
 def test_state_dict_key_sanitizing():
-    keys = state_dict_keys(["layer1.0.conv1.weight", "onnx::MatMul_123", "fc", "fc.weight", "/a/b:0", "1x",
-                            "onnx__MatMul_123", "a.b-c"])
+    keys = state_dict_keys(
+        ["layer1.0.conv1.weight", "onnx::MatMul_123", "fc", "fc.weight", "/a/b:0", "1x", "onnx__MatMul_123", "a.b-c"]
+    )
     assert keys["layer1.0.conv1.weight"] == "layer1.0.conv1.weight"
     assert keys["fc.weight"] == "fc.weight"
     assert keys["fc"] == "fc_2"  # also a submodule name
@@ -642,9 +797,12 @@ def test_state_dict_key_sanitizing():
 
 
 def test_integer_initializers_are_buffers_float_ones_parameters():
-    m = _model([_node("Reshape", ["x", "onnx::Reshape_7"], ["t"]), _node("Add", ["t", "bias"], ["y"])],
-               {"x": X234}, ["y"], {"onnx::Reshape_7": np.array([6, 4], np.int64),
-                                    "bias": np.ones(4, np.float32)})
+    m = _model(
+        [_node("Reshape", ["x", "onnx::Reshape_7"], ["t"]), _node("Add", ["t", "bias"], ["y"])],
+        {"x": X234},
+        ["y"],
+        {"onnx::Reshape_7": np.array([6, 4], np.int64), "bias": np.ones(4, np.float32)},
+    )
     module = lazyvic.onnx.load(m)
     assert [n for n, _ in module.named_parameters()] == ["bias"]
     assert [n for n, _ in module.named_buffers()] == ["onnx__Reshape_7"]
@@ -674,8 +832,11 @@ def test_gradient_matches_finite_differences_through_conv_and_pool():
     r = _rng(12)
     x = r.standard_normal((1, 2, 5, 5))
     w = r.standard_normal((3, 2, 3, 3))
-    nodes = [_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), _node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2]),
-             _node("Tanh", ["p"], ["y"])]
+    nodes = [
+        _node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        _node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2]),
+        _node("Tanh", ["p"], ["y"]),
+    ]
     module = lazyvic.onnx.load(_model(nodes, {"x": x}, ["y"], {"w": w}))
     assert module.w.dtype == lazyvic.float64
     loss = module(x).sum()
@@ -698,9 +859,12 @@ def test_gradient_matches_finite_differences_through_conv_transpose_and_resize()
     x = r.standard_normal((1, 2, 4, 3))
     w = r.standard_normal((2, 3, 3, 3))
     s = r.standard_normal(3)
-    nodes = [_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 0, 0, 1]),
-             _node("Resize", ["c", "", "sc"], ["r"], mode="linear"),
-             _node("InstanceNormalization", ["r", "s", "b"], ["n"]), _node("Tanh", ["n"], ["y"])]
+    nodes = [
+        _node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 0, 0, 1]),
+        _node("Resize", ["c", "", "sc"], ["r"], mode="linear"),
+        _node("InstanceNormalization", ["r", "s", "b"], ["n"]),
+        _node("Tanh", ["n"], ["y"]),
+    ]
     inits = {"sc": np.array([1, 1, 0.7, 1.5], np.float32), "b": np.zeros(3)}
 
     def build(wv, sv):
@@ -784,23 +948,31 @@ def test_inconsistent_shapes(tmp_path):
     module = lazyvic.onnx.load(path)
     with pytest.raises(OnnxError, match=r"shapes.onnx: node 'mm' \(MatMul\): .*\(3, 4\).*\(5, 2\)"):
         module(X34)
-    with pytest.raises(OnnxError, match=r"shapes.onnx: graph input 'x' has shape \(4, 3\), but the graph declares "
-                                        r"\(3, 4\)"):
+    with pytest.raises(
+        OnnxError,
+        match=r"shapes.onnx: graph input 'x' has shape \(4, 3\), but the graph declares "
+        r"\(3, 4\)",
+    ):
         module(X34.T.copy())
     with pytest.raises(OnnxError, match="expects float32, got float64"):
         module(X34.astype(np.float64))
     with pytest.raises(OnnxError, match="takes 1 inputs"):
         module(X34, X34)
-    bad_conv = _model([_node("Conv", ["x", "w"], ["y"], name="Conv_3")], {"x": IMG}, ["y"],
-                      {"w": np.ones((8, 3, 3, 3), np.float32)})
+    bad_conv = _model(
+        [_node("Conv", ["x", "w"], ["y"], name="Conv_3")], {"x": IMG}, ["y"], {"w": np.ones((8, 3, 3, 3), np.float32)}
+    )
     with pytest.raises(OnnxError, match=r"node 'Conv_3' \(Conv\).*\(2, 4, 7, 8\)"):
         lazyvic.onnx.load(bad_conv)(IMG)
 
 
 def test_unsupported_ops_are_all_listed_at_load_time():
-    nodes = [_node("Relu", ["x"], ["a"]), _node("Foo", ["a"], ["b"], name="foo_1"),
-             _node("Foo", ["b"], ["c"], name="foo_2"), _node("TopK", ["c"], ["d"], name="topk"),
-             helper.make_node("FusedGemm", ["d", "d"], ["y"], name="fg", domain="com.microsoft")]
+    nodes = [
+        _node("Relu", ["x"], ["a"]),
+        _node("Foo", ["a"], ["b"], name="foo_1"),
+        _node("Foo", ["b"], ["c"], name="foo_2"),
+        _node("TopK", ["c"], ["d"], name="topk"),
+        helper.make_node("FusedGemm", ["d", "d"], ["y"], name="fg", domain="com.microsoft"),
+    ]
     m = _model(nodes, {"x": X34}, ["y"])
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(UnsupportedOpError) as e:
@@ -818,8 +990,13 @@ def test_opset_limits_and_unsupported_features():
         lazyvic.onnx.load(_model([_node("Relu", ["x"], ["y"])], {"x": X34}, ["y"], opset=99))
     with pytest.raises(UnsupportedOpError, match="Cast to FLOAT16.*nodes 'c16'"):
         lazyvic.onnx.load(_model([_node("Cast", ["x"], ["y"], name="c16", to=TensorProto.FLOAT16)], {"x": X34}, ["y"]))
-    m = _model([_node("Pad", ["x", "p"], ["y"], name="pad", mode="wrap")], {"x": X34}, ["y"],
-               {"p": np.array([1, 1, 1, 1], np.int64)}, opset=18)  # wrap exists from Pad-19
+    m = _model(
+        [_node("Pad", ["x", "p"], ["y"], name="pad", mode="wrap")],
+        {"x": X34},
+        ["y"],
+        {"p": np.array([1, 1, 1, 1], np.int64)},
+        opset=18,
+    )  # wrap exists from Pad-19
     with pytest.raises(UnsupportedOpError, match="Pad with mode='wrap': nodes 'pad'"):
         lazyvic.onnx.load(m)
     m = _model([_node("Add", ["x", "h"], ["y"])], {"x": X34}, ["y"], {"h": np.ones(4, np.float16)})

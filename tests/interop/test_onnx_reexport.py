@@ -36,8 +36,13 @@ def test_import_then_export_matches_pytorch(name, tmp_path):
     params = {k for k, _ in m.named_parameters()}
     assert params and params <= inits
     if name == "mlp":  # TorchScript's Gemm layers come back as Gemm (through F.linear)
-        assert [n.op_type for n in model.graph.node if n.op_type != "Constant"] == ["Gemm", "Relu", "Gemm", "Tanh",
-                                                                                    "Gemm"]
+        assert [n.op_type for n in model.graph.node if n.op_type != "Constant"] == [
+            "Gemm",
+            "Relu",
+            "Gemm",
+            "Tanh",
+            "Gemm",
+        ]
     # And the re-exported file imports again to the same function.
     again = lv.onnx.load(path)
     np.testing.assert_allclose(again(x * 0.5).numpy(), m(x * 0.5).numpy(), rtol=1e-5, atol=1e-6)
@@ -46,8 +51,10 @@ def test_import_then_export_matches_pytorch(name, tmp_path):
 def test_a_fixed_input_shape_cannot_become_dynamic():
     m = lv.onnx.load(FIXTURES / "mlp.onnx")
     x = VALUES["mlp.input"]
-    with pytest.raises(lv.errors.OnnxError, match="axis 0 of 'input' cannot be dynamic: the call fails when it has "
-                                                  "size .* graph declares"):
+    with pytest.raises(
+        lv.errors.OnnxError,
+        match="axis 0 of 'input' cannot be dynamic: the call fails when it has size .* graph declares",
+    ):
         lv.onnx.export(m, x, dynamic_axes={"input": [0]})
 
 

@@ -571,8 +571,9 @@ def test_map_location_places_tensors_or_says_why():
     path = fixture_path(NAMES[0], False)
     tensors = []
     for where in (None, "cpu", {"cpu": "cpu"}):
-        walk(EXPECTED[NAMES[0]]["structure"], torch_io.load(path, map_location=where),
-             lambda p, t, n: tensors.append(t))
+        walk(
+            EXPECTED[NAMES[0]]["structure"], torch_io.load(path, map_location=where), lambda p, t, n: tensors.append(t)
+        )
     assert len(tensors) >= 3 and all(t.device == "cpu" for t in tensors)
     with pytest.raises(lv.errors.CheckpointError, match="map_location as a function"):
         torch_io.load(path, map_location=lambda storage, location: storage)

@@ -28,8 +28,11 @@ def _random_graph(rng, inputs):
             except Exception:
                 b = b.sum() if b.ndim else b
             name = BINARY[rng.integers(len(BINARY))]
-            out = a / (b.abs() + 1.0) if name == "div" else getattr(a, {"add": "__add__", "sub": "__sub__",
-                                                                       "mul": "__mul__", "maximum": "maximum"}[name])(b)
+            out = (
+                a / (b.abs() + 1.0)
+                if name == "div"
+                else getattr(a, {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "maximum": "maximum"}[name])(b)
+            )
         elif r < 0.7 and a.ndim >= 1:
             dim = int(rng.integers(a.ndim))
             kind = rng.integers(4)
@@ -56,7 +59,7 @@ def _random_graph(rng, inputs):
         else:
             out = a.flatten() if a.ndim else a + 1.0
         vals.append(out)
-    return vals[len(inputs):][-3:]
+    return vals[len(inputs) :][-3:]
 
 
 def _run(mode, seed, data_seed=None):

@@ -61,8 +61,12 @@ def test_row_patterns_are_one_kernel(name):
     (y,), plan = _compiled(f, X)
     m = X.max(1, keepdims=True)
     lse = np.log(np.exp(X - m).sum(1, keepdims=True)) + m
-    ref = {"softmax": np.exp(X - lse), "log_softmax": X - lse, "logsumexp": lse[:, 0],
-           "layer_norm": (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-5)}[name]
+    ref = {
+        "softmax": np.exp(X - lse),
+        "log_softmax": X - lse,
+        "logsumexp": lse[:, 0],
+        "layer_norm": (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-5),
+    }[name]
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     assert len(_kernels(plan)) == 1, [k.name for k in _kernels(plan)]
 

@@ -4,7 +4,6 @@ The fixture file is made by tests/fixtures/make_torch_fixtures.py; these tests
 need only NumPy. The live comparison at the end runs when torch is installed.
 """
 
-
 import _torch_fixtures as torch_fixtures
 import numpy as np
 import pytest

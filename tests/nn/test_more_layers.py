@@ -15,8 +15,9 @@ def _bn_reference(x, mean, var, eps=1e-5):
     return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
 
 
-@pytest.mark.parametrize("cls, shape", [(nn.BatchNorm1d, (6, 3)), (nn.BatchNorm1d, (4, 3, 5)),
-                                        (nn.BatchNorm3d, (2, 3, 2, 3, 2))])
+@pytest.mark.parametrize(
+    "cls, shape", [(nn.BatchNorm1d, (6, 3)), (nn.BatchNorm1d, (4, 3, 5)), (nn.BatchNorm3d, (2, 3, 2, 3, 2))]
+)
 def test_batch_norm_train_then_eval(cls, shape):
     x = np.random.default_rng(0).standard_normal(shape) * 2 + 1
     bn = cls(3, dtype=lv.float64)
@@ -29,8 +30,9 @@ def test_batch_norm_train_then_eval(cls, shape):
     np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * var * n / (n - 1), rtol=1e-12)
     assert int(bn.num_batches_tracked.item()) == 1
     bn.eval()
-    np.testing.assert_allclose(bn(lv.tensor(x)).numpy(),
-                               _bn_reference(x, bn.running_mean.numpy(), bn.running_var.numpy()), rtol=1e-10)
+    np.testing.assert_allclose(
+        bn(lv.tensor(x)).numpy(), _bn_reference(x, bn.running_mean.numpy(), bn.running_var.numpy()), rtol=1e-10
+    )
 
 
 def test_batch_norm_rank_errors():
@@ -38,8 +40,13 @@ def test_batch_norm_rank_errors():
         nn.BatchNorm1d(3)(lv.zeros(2, 3, 4, 5))
     with pytest.raises(ShapeError, match=r"BatchNorm2d: expected input \(N, 4, H, W\)"):
         nn.BatchNorm2d(4)(lv.zeros(2, 3, 4, 5))
-    assert list(nn.BatchNorm1d(2).state_dict()) == ["weight", "bias", "running_mean", "running_var",
-                                                     "num_batches_tracked"]
+    assert list(nn.BatchNorm1d(2).state_dict()) == [
+        "weight",
+        "bias",
+        "running_mean",
+        "running_var",
+        "num_batches_tracked",
+    ]
 
 
 def test_activation_modules():

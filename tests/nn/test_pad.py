@@ -21,15 +21,18 @@ def test_pad_matches_numpy(mode):
 
 def test_constant_value_and_integer_input():
     x = np.arange(6, dtype=np.int64).reshape(2, 3)
-    np.testing.assert_array_equal(F.pad(lv.tensor(x), (2, 1), value=-7).numpy(),
-                                  np.pad(x, ((0, 0), (2, 1)), constant_values=-7))
+    np.testing.assert_array_equal(
+        F.pad(lv.tensor(x), (2, 1), value=-7).numpy(), np.pad(x, ((0, 0), (2, 1)), constant_values=-7)
+    )
     xi = np.arange(6, dtype=np.float32).reshape(2, 3)
     for fill in (-np.inf, np.inf, np.nan):
-        np.testing.assert_array_equal(F.pad(lv.tensor(xi), (1, 1), value=fill).numpy(),
-                                      np.pad(xi, ((0, 0), (1, 1)), constant_values=fill))
+        np.testing.assert_array_equal(
+            F.pad(lv.tensor(xi), (1, 1), value=fill).numpy(), np.pad(xi, ((0, 0), (1, 1)), constant_values=fill)
+        )
     xf = np.ones((2, 2), np.float64)
-    np.testing.assert_array_equal(F.pad(lv.tensor(xf), (1, 1, 1, 1), value=0.5).numpy(),
-                                  np.pad(xf, 1, constant_values=0.5))
+    np.testing.assert_array_equal(
+        F.pad(lv.tensor(xf), (1, 1, 1, 1), value=0.5).numpy(), np.pad(xf, 1, constant_values=0.5)
+    )
 
 
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])

@@ -146,8 +146,10 @@ def test_conv2d_leaves_out_taps_that_read_only_padding(mode):
     (ResNet-18's last stage at 32x32): the other taps are left out of the product."""
     from lazyvic.ops.conv import taps
 
-    assert taps((2, 4, 1, 1), (5, 4, 3, 3), dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1)),
-                (1, 1)) == ([1], [1])
+    assert taps((2, 4, 1, 1), (5, 4, 3, 3), dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1)), (1, 1)) == (
+        [1],
+        [1],
+    )
     rng = np.random.default_rng(8)
     x, w = rng.standard_normal((2, 4, 1, 1)), rng.standard_normal((5, 4, 3, 3))
     xt, wt = lazyvic.tensor(x, requires_grad=True), lazyvic.tensor(w, requires_grad=True)
@@ -207,8 +209,12 @@ def test_conv2d_compiled_im2col_gives_the_reference_bits(mode, shape, kwargs):
     np.testing.assert_array_equal(F.conv2d(lazyvic.tensor(x), lazyvic.tensor(w), **kwargs).numpy(), got)
     pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
     (ph, pw) = pair(kwargs.get("padding", 0))
-    at = dict(stride=pair(kwargs.get("stride", 1)), padding=(ph, ph, pw, pw), dilation=pair(kwargs.get("dilation", 1)),
-              groups=groups)
+    at = dict(
+        stride=pair(kwargs.get("stride", 1)),
+        padding=(ph, ph, pw, pw),
+        dilation=pair(kwargs.get("dilation", 1)),
+        groups=groups,
+    )
     np.testing.assert_array_equal(conv._reference([x, w], at), got)
     expected = F.conv2d(lazyvic.tensor(x, dtype=lazyvic.float64), lazyvic.tensor(w, dtype=lazyvic.float64), **kwargs)
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4)
@@ -267,8 +273,7 @@ def test_max_pool2d_without_gradient_gives_the_same_bits(ref, mode):
     with lazyvic.no_grad():
         without = F.max_pool2d(x, 3, 2, 1)
     np.testing.assert_array_equal(without.numpy(), with_grad.numpy())
-    np.testing.assert_array_equal(F.max_pool2d(lazyvic.tensor(ref["x"]), 2).numpy(),
-                                  F.max_pool2d(x, 2).numpy())
+    np.testing.assert_array_equal(F.max_pool2d(lazyvic.tensor(ref["x"]), 2).numpy(), F.max_pool2d(x, 2).numpy())
 
 
 @pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
@@ -362,8 +367,15 @@ def test_batchnorm2d_module_matches_torch(ref):
     bn = nn.BatchNorm2d(4)
     assert list(bn.state_dict()) == SPEC["state_dict_keys"]["BatchNorm2d"]
     assert [n for n, _ in bn.named_parameters()] == ["weight", "bias"]
-    bn.load_state_dict({"weight": ref["bn.weight"], "bias": ref["bn.bias"], "running_mean": ref["bn.running_mean0"],
-                        "running_var": ref["bn.running_var0"], "num_batches_tracked": np.array(0, dtype=np.int64)})
+    bn.load_state_dict(
+        {
+            "weight": ref["bn.weight"],
+            "bias": ref["bn.bias"],
+            "running_mean": ref["bn.running_mean0"],
+            "running_var": ref["bn.running_var0"],
+            "num_batches_tracked": np.array(0, dtype=np.int64),
+        }
+    )
     _assert_close(bn(lazyvic.tensor(ref["x"])), ref["bn_train1.out"], "train output")
     bn(lazyvic.tensor(ref["bn.x2"]))
     assert int(bn.num_batches_tracked.item()) == 2

@@ -6,7 +6,6 @@ learning rate changed before every step. These tests need only NumPy; the live
 comparison at the end runs when torch is installed.
 """
 
-
 import _torch_fixtures as torch_fixtures
 import numpy as np
 import pytest

@@ -98,8 +98,7 @@ def test_functions_with_values_and_several_outputs():
     cfn2 = lv.compile(lambda x, k: ((x @ w) * float(k)).softmax(-1))
     for k in (1, 2, 1, 2):
         # allclose: a plan's first (interpreted) run may differ from its compiled runs in the last bit
-        np.testing.assert_allclose(cfn2(x, k).numpy(), ((lv.tensor(x) @ w) * float(k)).softmax(-1).numpy(),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(cfn2(x, k).numpy(), ((lv.tensor(x) @ w) * float(k)).softmax(-1).numpy(), rtol=1e-6)
     assert (cfn2.recordings, cfn2.replays) == (2, 2)
 
 

@@ -132,8 +132,12 @@ def test_seeded_run_is_bit_identical_across_processes(tmp_path):
     # The default (hot) mode interprets a trace the first time and compiles it when it
     # recurs; every process follows the same sequence, so runs are bit-identical.
     env = dict(os.environ, LAZYVIC_CACHE_DIR=str(tmp_path / "lv"), NUMBA_CACHE_DIR=str(tmp_path / "nb"))
-    outs = [subprocess.run([sys.executable, "-c", SEEDED_SCRIPT], env=env, capture_output=True, text=True,
-                           check=True).stdout for _ in range(2)]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", SEEDED_SCRIPT], env=env, capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    ]
     assert outs[0] == outs[1] and outs[0].strip()
 
 
@@ -142,6 +146,7 @@ def test_seeded_run_is_bit_identical_in_process(mode):
     prev = config.compile
     config.compile = mode
     try:
+
         def run():
             lv.manual_seed(7)
             w = lv.randn(5, 4, requires_grad=True)
@@ -171,8 +176,10 @@ def test_second_process_loads_kernels_from_disk(tmp_path):
         print(float(y.sum()), lv.metrics.snapshot()["kernels_compiled"], lv.metrics.snapshot()["kernels_loaded"])
     """)
     env = dict(os.environ, LAZYVIC_CACHE_DIR=str(tmp_path / "lv"), NUMBA_CACHE_DIR=str(tmp_path / "nb"))
-    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-            for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
     (v1, c1, l1), (v2, c2, l2) = [r.stdout.split() for r in runs]
     assert float(v1) == pytest.approx(8.0, rel=1e-5) and v1 == v2
     assert int(c1) >= 1 and int(l1) == 0
@@ -212,10 +219,17 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
     # Every output element (and every reduction) is computed by one thread in a fixed order.
     outs = []
     for threads in ("1", "2"):
-        env = dict(os.environ, LAZYVIC_CACHE_DIR=str(tmp_path / "lv"), NUMBA_CACHE_DIR=str(tmp_path / "nb"),
-                   NUMBA_NUM_THREADS=threads)
-        outs.append(subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=env, capture_output=True,
-                                   text=True, check=True).stdout)
+        env = dict(
+            os.environ,
+            LAZYVIC_CACHE_DIR=str(tmp_path / "lv"),
+            NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+            NUMBA_NUM_THREADS=threads,
+        )
+        outs.append(
+            subprocess.run(
+                [sys.executable, "-c", THREADS_SCRIPT], env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
     assert outs[0] == outs[1] and outs[0].split()[1] == "0"
 
 
@@ -251,8 +265,11 @@ def test_memory_plan_counts_parameters_apart_from_other_inputs(monkeypatch):
     model(x.double()).sum().item()
     mem = plan_cache.last.plan.memory
     assert mem.parameter_bytes == (12 + 3) * 8
-    assert mem.as_dict()["peak"] == mem.peak_bytes == sum(
-        mem.as_dict()[k] for k in ("inputs", "parameters", "temporaries", "outputs"))
+    assert (
+        mem.as_dict()["peak"]
+        == mem.peak_bytes
+        == sum(mem.as_dict()[k] for k in ("inputs", "parameters", "temporaries", "outputs"))
+    )
     names = [p["name"] for p in lv.metrics.plans()]
     assert plan_cache.last.plan.name in names
     assert lv.metrics.snapshot()["planned_peak_bytes"] >= mem.peak_bytes

@@ -32,8 +32,14 @@ def test_explain_runs_a_script_and_prints_the_report(tmp_path):
     script = tmp_path / "tiny.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(ROOT), LAZYVIC_COMPILE="hot")
-    proc = subprocess.run([sys.executable, "-m", "lazyvic.cli", "explain", str(script), "--flag", "7"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lazyvic.cli", "explain", str(script), "--flag", "7"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "total 318.0 ['--flag', '7']" in out

@@ -84,7 +84,8 @@ def test_changing_input_shape_and_dtype_are_named(hot):
     report = lv.explain(lambda: [square(lv.tensor(np.ones(29, dt))) for dt in (np.float32, np.float64)])
     why = report.cuts[1]["miss_reason"]
     assert why["kind"] == "dtype" and why["differences"] == [
-        {"entry": 0, "op": "buffer", "kind": "dtype", "detail": "dtype float32 -> float64"}]
+        {"entry": 0, "op": "buffer", "kind": "dtype", "detail": "dtype float32 -> float64"}
+    ]
 
 
 def test_item_in_a_loop_is_a_sync_in_a_loop(hot):
@@ -127,8 +128,14 @@ def test_randn_falls_back_to_its_numpy_reference(monkeypatch):
     monkeypatch.setattr(config, "compile", "always")
     monkeypatch.setattr(config, "debug", 0)
     report = lv.explain(lambda: (lv.randn(3, 31) * 2 + 1).sum(1).numpy())
-    assert report.fallbacks == [{"plan": report.plans[0]["name"], "op": "randn",
-                                 "kind": "no kernel: NumPy reference inside the plan", "runs": 1}]
+    assert report.fallbacks == [
+        {
+            "plan": report.plans[0]["name"],
+            "op": "randn",
+            "kind": "no kernel: NumPy reference inside the plan",
+            "runs": 1,
+        }
+    ]
     plan = report.plans[0]
     assert plan["fallbacks"] == ["randn"]
     kinds = {g["kind"] for g in plan["groups"]}
@@ -207,9 +214,22 @@ def test_metrics_report_counts_bytes_and_caches(hot):
     buf = io.StringIO()
     text = metrics.report(file=buf)
     assert buf.getvalue().rstrip("\n") == text
-    for word in ("counts", "times (s)", "cache", "memory", "cache_misses", "kernels_compiled", "fallbacks",
-                 "compile_seconds", "interpret_seconds", "plans_cached", "kernels_on_disk", "bytes_in",
-                 "bytes_out", "planned_peak_bytes"):
+    for word in (
+        "counts",
+        "times (s)",
+        "cache",
+        "memory",
+        "cache_misses",
+        "kernels_compiled",
+        "fallbacks",
+        "compile_seconds",
+        "interpret_seconds",
+        "plans_cached",
+        "kernels_on_disk",
+        "bytes_in",
+        "bytes_out",
+        "planned_peak_bytes",
+    ):
         assert word in text
     assert snap["kernels_on_disk"] >= 1 and snap["planned_peak_bytes"] > 0
     metrics.reset()

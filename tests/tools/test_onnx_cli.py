@@ -36,10 +36,14 @@ def test_check_names_every_unsupported_op(tmp_path, capsys):
     h = onnx.helper
     x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])
     y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])
-    nodes = [h.make_node("Hardmax", ["x"], ["a"], name="hm"), h.make_node("Relu", ["a"], ["b"], name="r"),
-             h.make_node("FastGelu", ["b"], ["y"], name="fg", domain="com.microsoft")]
-    model = h.make_model(h.make_graph(nodes, "g", [x], [y]),
-                         opset_imports=[h.make_opsetid("", 13), h.make_opsetid("com.microsoft", 1)])
+    nodes = [
+        h.make_node("Hardmax", ["x"], ["a"], name="hm"),
+        h.make_node("Relu", ["a"], ["b"], name="r"),
+        h.make_node("FastGelu", ["b"], ["y"], name="fg", domain="com.microsoft"),
+    ]
+    model = h.make_model(
+        h.make_graph(nodes, "g", [x], [y]), opset_imports=[h.make_opsetid("", 13), h.make_opsetid("com.microsoft", 1)]
+    )
     path = tmp_path / "odd.onnx"
     onnx.save(model, str(path))
     assert main(["onnx", "check", str(path)]) == 1
@@ -53,19 +57,34 @@ def test_run_writes_outputs_and_compares_with_onnxruntime(mlp_file, tmp_path, ca
     x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out_file = tmp_path / "out" / "y.npz"
-    rc = main(["onnx", "run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(out_file),
-               "--compare-ort", "--repeat", "2"])
+    rc = main(
+        [
+            "onnx",
+            "run",
+            str(path),
+            "--input",
+            f"input={tmp_path / 'x.npy'}",
+            "--output",
+            str(out_file),
+            "--compare-ort",
+            "--repeat",
+            "2",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "max |lazyvic - onnxruntime|" in text and "ok" in text
     np.testing.assert_allclose(np.load(out_file)["output"], m(lv.tensor(x)).numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("input", "expected NAME=FILE.npy"),
-    ("nope=x.npy", "has no input 'nope'"),
-    ("input=missing.npy", "missing.npy: no such file"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("input", "expected NAME=FILE.npy"),
+        ("nope=x.npy", "has no input 'nope'"),
+        ("input=missing.npy", "missing.npy: no such file"),
+    ],
+)
 def test_run_refuses_bad_input_specs(mlp_file, spec, message, capsys):
     assert main(["onnx", "run", str(mlp_file[0]), "--input", spec]) == 1
     assert message in capsys.readouterr().err
@@ -99,11 +118,26 @@ def test_export_from_a_factory(tmp_path, monkeypatch, capsys):
     (tmp_path / "my_model.py").write_text(
         "from lazyvic import nn\n"
         "def build(hidden=4):\n"
-        "    return nn.Sequential(nn.Linear(3, hidden), nn.Tanh(), nn.Linear(hidden, 2))\n")
+        "    return nn.Sequential(nn.Linear(3, hidden), nn.Tanh(), nn.Linear(hidden, 2))\n"
+    )
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "m.onnx"
-    assert main(["onnx", "export", "my_model:build", str(out), "--input-shape", "2,3", "--kwargs", '{"hidden": 5}',
-                 "--dynamic-batch"]) == 0
+    assert (
+        main(
+            [
+                "onnx",
+                "export",
+                "my_model:build",
+                str(out),
+                "--input-shape",
+                "2,3",
+                "--kwargs",
+                '{"hidden": 5}',
+                "--dynamic-batch",
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     model = onnx.load(str(out))
     onnx.checker.check_model(model, full_check=True)
@@ -123,8 +157,9 @@ def test_help(cmd, capsys):
 
 
 def test_console_module_entry_point(mlp_file):
-    r = subprocess.run([sys.executable, "-m", "lazyvic.cli", "onnx", "check", str(mlp_file[0])],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "lazyvic.cli", "onnx", "check", str(mlp_file[0])], capture_output=True, text=True
+    )
     assert r.returncode == 0 and "Gemm" in r.stdout
     r = subprocess.run([sys.executable, "-m", "lazyvic.cli", "onnx", "check"], capture_output=True, text=True)
     assert r.returncode == 2 and "the following arguments are required: model" in r.stderr
@@ -133,9 +168,8 @@ def test_console_module_entry_point(mlp_file):
 @pytest.mark.parametrize("kind", ["module", "state", "safetensors", "pt"])
 def test_export_loads_weights(kind, tmp_path, monkeypatch, capsys):
     (tmp_path / "wmodel.py").write_text(
-        "from lazyvic import nn\n"
-        "def build():\n"
-        "    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))\n")
+        "from lazyvic import nn\ndef build():\n    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))\n"
+    )
     monkeypatch.chdir(tmp_path)
     lv.manual_seed(123)
     trained = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
@@ -163,8 +197,24 @@ def test_export_loads_weights(kind, tmp_path, monkeypatch, capsys):
 def test_run_replayed_and_recorded_give_the_same_outputs(mlp_file, tmp_path, flag, capsys):
     path, m = mlp_file
     out_file = tmp_path / "y.npz"
-    assert main(["onnx", "run", str(path), "--random-inputs", "--seed", "3", "--repeat", "4",
-                 "--output", str(out_file), *flag]) == 0
+    assert (
+        main(
+            [
+                "onnx",
+                "run",
+                str(path),
+                "--random-inputs",
+                "--seed",
+                "3",
+                "--repeat",
+                "4",
+                "--output",
+                str(out_file),
+                *flag,
+            ]
+        )
+        == 0
+    )
     assert "(interpreted), second" in capsys.readouterr().out
     x = np.random.default_rng(3).standard_normal((1, 8)).astype(np.float32)  # dynamic batch made 1
     np.testing.assert_allclose(np.load(out_file)["output"], m(lv.tensor(x)).numpy(), rtol=1e-6)

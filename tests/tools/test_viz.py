@@ -60,8 +60,15 @@ def test_scopes_name_modules_backward_and_optimizer():
     trace = cut([p._node for p in params])[0]
     scopes = set(trace.scopes)
     assert len(trace.scopes) == len(trace.entries)
-    for s in ("transformer.h.0.attn", "transformer.h.0.attn.c_attn", "transformer.h.0.mlp.c_fc", "lm_head",
-              "transformer.h.0.attn (backward)", "transformer.h.0.mlp.gelu (backward)", "optim.AdamW"):
+    for s in (
+        "transformer.h.0.attn",
+        "transformer.h.0.attn.c_attn",
+        "transformer.h.0.mlp.c_fc",
+        "lm_head",
+        "transformer.h.0.attn (backward)",
+        "transformer.h.0.mlp.gelu (backward)",
+        "optim.AdamW",
+    ):
         assert s in scopes, s
     # Inputs and scalars have no scope; every op does.
     for (op, *_), s in zip(trace.entries, trace.scopes):
@@ -143,7 +150,7 @@ def test_trace_of_tinygpt_step_shows_scopes_params_and_module_boxes():
     params = _tiny_gpt_step()
     src = viz.draw(params).source
     assert "transformer.h.0.attn.c_proj" in src and "optim.AdamW" in src
-    assert "param 0" in src and "fillcolor=\"#ffe0b2\"" in src  # parameters styled apart
+    assert "param 0" in src and 'fillcolor="#ffe0b2"' in src  # parameters styled apart
     assert "peripheries=2" in src  # outputs
     boxes = viz.draw(params, collapse="module").source
     names = re.findall(r'^\s*m\d+ \[label="([^"\\\n]*)', boxes, re.M)

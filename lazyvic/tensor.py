@@ -1004,8 +1004,24 @@ class Tensor:
     def new_full(self, size, value):
         return full(size, value, dtype=self.dtype, device=self.device)
 
-    def new_tensor(self, data):
-        return tensor(data, dtype=self.dtype, device=self.device)
+    def new_tensor(self, data, dtype=None) -> "Tensor":
+        """A realized copy of ``data`` on this tensor's device, with this tensor's dtype unless
+        ``dtype`` is given (PyTorch's ``Tensor.new_tensor``)."""
+        return tensor(data, dtype=self.dtype if dtype is None else dtype, device=self.device)
+
+    @classmethod
+    def apply(cls, op, *inputs: "Tensor", device: str | None = None, **attrs) -> "Tensor":
+        """Record primitive ``op`` (its name in the op table, or its ``OpDef``) on ``inputs``.
+
+        The op table's VJPs build their nodes through this (``g.apply("conv2d", g, w, ...)``),
+        so no module of ``lazyvic.ops`` imports the front end. Shape and dtype are inferred now
+        (``ShapeError`` / ``DTypeError`` name the op); nothing is computed. The result is on its
+        inputs' device; ``device`` places an op without tensor inputs (a random source).
+
+        Raises:
+            DeviceError: inputs on two devices.
+        """
+        return _apply(op if isinstance(op, str) else op.name, inputs, device, **attrs)
 
 
 # ============================================================ module functions

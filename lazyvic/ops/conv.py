@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lazyvic.dtypes import get_dtype, int64
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OpDef, register
+from lazyvic.ops.opdef import OpDef, register
 
 
 def out_size(size: int, kernel: int, stride: int, before: int, after: int, dilation: int) -> int:
@@ -150,17 +151,13 @@ def _reference(arrays, at):
 
 
 def _dt(a):
-    from lazyvic.dtypes import get_dtype
-
     return get_dtype(a.dtype)
 
 
 # ------------------------------------------------------------------------------- VJP
 def _conv(x, w, stride, padding, dilation, groups):
-    from lazyvic.tensor import _apply
-
-    return _apply(
-        "conv2d", (x, w), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups
+    return x.apply(
+        "conv2d", x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups
     )
 
 
@@ -184,10 +181,8 @@ def _crop_or_pad(t, axis: int, before: int, after: int):
 
 def _flip_hw(w):
     """w[:, :, ::-1, ::-1] as a gather with a constant index (slices take positive steps only)."""
-    from lazyvic.tensor import Tensor
-
     o, c, kh, kw = w.shape
-    rev = Tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw)).to(w.device)
+    rev = w.new_tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw), dtype=int64)
     return w.reshape(o * c, kh * kw)._gather(rev.expand(o * c, kh * kw), 1).reshape(o, c, kh, kw)
 
 
@@ -231,9 +226,20 @@ def _weight_grad(g, x, w_shape, at):
         parts.append(y.permute(1, 0, 2, 3))
     if groups == 1:
         return parts[0]
-    from lazyvic.tensor import cat
+    return _concat0(parts)
 
-    return cat(parts, 0)
+
+def _concat0(parts):
+    """``cat(parts, 0)`` as the front end records it: each part zero-padded to the whole, then
+    summed (one fused kernel)."""
+    total = sum(p.shape[0] for p in parts)
+    out, start = None, 0
+    for p in parts:
+        n = p.shape[0]
+        piece = p._pad(((start, total - start - n),) + ((0, 0),) * (p.ndim - 1))
+        out = piece if out is None else out + piece
+        start += n
+    return out
 
 
 def _vjp(g, x, out, at):

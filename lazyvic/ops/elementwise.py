@@ -15,7 +15,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OpDef, onnx_node, register
+from lazyvic.ops.opdef import OpDef, onnx_node, register
 
 ALIAS = {"bool": "b1", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
@@ -371,9 +371,7 @@ def _round_vjp(opname):
     # A cast to half and back rounds the gradient too: small gradients underflow to zero,
     # which is what a loss scaler (lazyvic.amp.GradScaler) prevents.
     def vjp(g, x, out, at):
-        from lazyvic.tensor import _apply
-
-        return (_apply(opname, (g,)),)
+        return (g.apply(opname, g),)
 
     return vjp
 

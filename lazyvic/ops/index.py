@@ -11,7 +11,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
-from lazyvic.ops import OpDef, register
+from lazyvic.ops.opdef import OpDef, register
 
 
 def _check_index(opname, x_shape, idx_shape, idx_dtype, dim):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OpDef, onnx_node, register
+from lazyvic.ops.opdef import OpDef, onnx_node, register
 
 
 def _infer(shapes, dtypes, at):

@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 
+from lazyvic.dtypes import bool_, get_dtype
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops import OPS, OpDef, register
+from lazyvic.ops.opdef import OPS, OpDef, register
 
 
 def _infer(shapes, dtypes, at):
@@ -71,21 +72,17 @@ def _reference(arrays, at):
 
 
 def _dt(a):
-    from lazyvic.dtypes import get_dtype
-
     return get_dtype(a.dtype)
 
 
 def _vjp(g, x, out, at):
-    from lazyvic.tensor import Tensor, where
-
     (inp,) = x
     ph, pw = at["padding"]
     pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
     xp = inp._pad(pads)
     if ph or pw:
         inside = np.pad(np.ones(inp.shape[2:], dtype=bool), pads[2:])
-        xp = where(Tensor(inside).to(inp.device), xp, -math.inf)
+        xp = xp.where(xp.new_tensor(inside, dtype=bool_), -math.inf)
     masks = [(xp._slice(**v) == out).to(g.dtype) for v in _views(xp, at, out.shape[2:])]
     share = g / sum(masks[1:], masks[0])
     slice_vjp = OPS["slice"].vjp

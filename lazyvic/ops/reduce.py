@@ -14,8 +14,8 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError
 from lazyvic.errors import IndexError as LIndexError
-from lazyvic.ops import OpDef, register
 from lazyvic.ops.elementwise import const
+from lazyvic.ops.opdef import OpDef, register
 
 
 def _reduce_infer(opname):

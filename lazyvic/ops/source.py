@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.ops import OpDef, register
+from lazyvic.ops.opdef import OpDef, register
 
 _PHILOX_M0 = np.uint64(0xD2511F53)
 _PHILOX_M1 = np.uint64(0xCD9E8D57)

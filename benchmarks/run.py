@@ -622,11 +622,11 @@ def _drop_lv_pending(row: dict) -> None:
     """After a lazyvic error, make sure no half-built graph leaks into the next case's sync."""
     gc.collect()
     try:
-        from lazyvic.tensor import _live_pending
+        from lazyvic.sync import live
 
-        n = len(_live_pending)
+        n = len(live.pending())
         if n:
-            _live_pending.clear()
+            live.clear()
             row["dropped_pending_tensors"] = n
     except Exception:  # noqa: BLE001 - internal detail; best effort only
         pass

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 from collections.abc import Iterable
 
 import numpy as np
 
-from lazyvic import autograd
 from lazyvic import dtypes as dt
+from lazyvic import modes
 from lazyvic.errors import DTypeError
-from lazyvic.tensor import Tensor, _apply
+from lazyvic.tensor import Tensor, autocast_operands  # noqa: F401 - the hook of matmul and conv2d, defined with them
 
 __all__ = [
     "AutocastDType",
@@ -116,31 +115,18 @@ def round_to_precision(x: Tensor, dtype=float16) -> Tensor:
     Raises:
         DTypeError: when ``x`` is not floating point, or ``dtype`` is not float16/bfloat16.
     """
-    return _apply(get_precision(dtype).op, (x,))
+    return x.apply(get_precision(dtype).op, x)
 
 
 # -- autocast -------------------------------------------------------------------------------
-_state = threading.local()  # .precision: the AutocastDType in force in this thread, or None
-
-
 def get_autocast_dtype() -> AutocastDType | None:
-    """The precision autocast rounds matmul/conv operands to in this thread, or None when off."""
-    return getattr(_state, "precision", None)
+    """The precision autocast rounds matmul/conv operands to in this thread, or None when off
+    (the state lives in :mod:`lazyvic.modes`, which the front end reads)."""
+    return modes.autocast_precision()
 
 
 def is_autocast_enabled() -> bool:
     return get_autocast_dtype() is not None
-
-
-def autocast_operands(*tensors: Tensor) -> tuple:
-    """The operands of a matmul or conv2d under autocast: float32 ones rounded to the
-    autocast precision, others as they are (the hook of ``lazyvic.matmul`` and ``F.conv2d``)."""
-    p = getattr(_state, "precision", None)
-    if p is None or autograd.in_backward():
-        # VJP products are not autocast: a backward called inside the context computes what
-        # one called outside computes; the gradients are rounded by the rounding ops' own VJPs.
-        return tensors
-    return tuple(_apply(p.op, (t,)) if t.dtype is dt.float32 and t._node.op != p.op else t for t in tensors)
 
 
 class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
@@ -177,12 +163,12 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
         self._saved: list = []
 
     def __enter__(self):
-        self._saved.append(getattr(_state, "precision", None))
-        _state.precision = self.fast_dtype if self.enabled else None
+        self._saved.append(modes.autocast_precision())
+        modes.set_autocast_precision(self.fast_dtype if self.enabled else None)
         return self
 
     def __exit__(self, *exc) -> bool:
-        _state.precision = self._saved.pop()
+        modes.set_autocast_precision(self._saved.pop())
         return False
 
     def _recreate_cm(self):
@@ -308,7 +294,7 @@ class GradScaler:
             raise RuntimeError("unscale_() is being called after step().")
         inv_scale = _f32(1.0 / self._scale)
         flags = None
-        with autograd.no_grad():
+        with modes.no_grad():
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     g = p.grad

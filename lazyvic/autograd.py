@@ -12,47 +12,11 @@ an input after the forward (an optimizer step) does not change the gradient.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 from lazyvic.errors import AutogradError
+from lazyvic.modes import backward_walk, enable_grad, in_backward, is_grad_enabled, no_grad, set_grad_enabled
 from lazyvic.trace import scope
 
-_state = threading.local()
-
-
-def is_grad_enabled() -> bool:
-    return getattr(_state, "enabled", True)
-
-
-def in_backward() -> bool:
-    """True while :func:`backward` records the VJPs (lazyvic.autocast leaves their products alone)."""
-    return getattr(_state, "in_backward", False)
-
-
-def set_grad_enabled(mode: bool) -> None:
-    _state.enabled = bool(mode)
-
-
-@contextlib.contextmanager
-def no_grad():
-    """Context manager (and decorator) under which ops record no autograd context."""
-    prev = is_grad_enabled()
-    set_grad_enabled(False)
-    try:
-        yield
-    finally:
-        set_grad_enabled(prev)
-
-
-@contextlib.contextmanager
-def enable_grad():
-    prev = is_grad_enabled()
-    set_grad_enabled(True)
-    try:
-        yield
-    finally:
-        set_grad_enabled(prev)
+__all__ = ["backward", "enable_grad", "in_backward", "is_grad_enabled", "no_grad", "set_grad_enabled"]
 
 
 def backward(root, grad=None, retain_graph: bool = False) -> None:
@@ -62,8 +26,6 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
         AutogradError: if ``root`` does not require grad, or is not a scalar and
             no ``grad`` of its shape is given.
     """
-    from lazyvic.tensor import Tensor
-
     if not root.requires_grad:
         raise AutogradError("backward: tensor does not require grad and has no grad_fn")
     if grad is None:
@@ -72,8 +34,8 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                 f"backward: grad can be implicitly created only for scalar outputs, got shape {root.shape}"
             )
         grad = root.ones_like()
-    elif not isinstance(grad, Tensor):
-        grad = Tensor(grad, dtype=root.dtype)
+    elif not hasattr(grad, "_node"):  # array data: a tensor of root's dtype (on the CPU, as before)
+        grad = root.new_tensor(grad, device="cpu")
     if grad.shape != root.shape:
         raise AutogradError(f"backward: grad shape {grad.shape} does not match tensor shape {root.shape}")
 
@@ -95,17 +57,12 @@ def backward(root, grad=None, retain_graph: bool = False) -> None:
                     stack.append((i, False))
 
     grads = {id(root): grad}
-    previous, _state.in_backward = in_backward(), True
-    try:
+    with backward_walk():
         _walk(order, grads, retain_graph)
-    finally:
-        _state.in_backward = previous
 
 
 def _walk(order: list, grads: dict, retain_graph: bool) -> None:
     """Call the VJPs in reverse topological order, accumulating cotangents into ``grads``."""
-    from lazyvic.tensor import Tensor
-
     # Each VJP's nodes carry "<forward scope> (backward)"; the scope is restored after the walk.
     with no_grad(), scope.entered(scope.current):
         for t in reversed(order):
@@ -124,8 +81,8 @@ def _walk(order: list, grads: dict, retain_graph: bool) -> None:
                     f"backward: trying to backward through the graph a second time (the saved values of "
                     f"{opdef.name} were freed by the first backward); use backward(retain_graph=True)"
                 )
-            saved = [Tensor._wrap(n) for n in nodes]
-            cotangents = opdef.vjp(g, saved, Tensor._wrap(out_node), attrs)
+            saved = [g._wrap(n) for n in nodes]
+            cotangents = opdef.vjp(g, saved, g._wrap(out_node), attrs)
             for inp, gi in zip(inputs, cotangents):
                 if gi is None or not inp.requires_grad:
                     continue

@@ -9,10 +9,14 @@ import math
 
 import numpy as np
 
-from lazyvic import autograd
 from lazyvic import dtypes as dt
+from lazyvic import modes
+from lazyvic.creation import arange, band_mask
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, _check_index_bounds, _norm_axis, band_mask, broadcast_shapes, cat, stack, where
+from lazyvic.indexing import cat, stack
+from lazyvic.random import rand
+from lazyvic.shapes import broadcast_shapes
+from lazyvic.tensor import Tensor, autocast_operands, check_index_bounds, where
 from lazyvic.trace.composite import mark
 
 
@@ -48,25 +52,17 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int) -> Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable)."""
-    dim = _norm_axis(dim, x.ndim, "softmax")
-    m = x.amax(dim, keepdim=True).detach()
-    e = (x - m).exp()
-    return mark(e / e.sum(dim, keepdim=True), "Softmax", (x,), axis=dim)
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable; ``Tensor.softmax``)."""
+    return x.softmax(dim)
 
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
-    """``x - logsumexp(x)`` along ``dim``."""
-    dim = _norm_axis(dim, x.ndim, "log_softmax")
-    m = x.amax(dim, keepdim=True).detach()
-    shifted = x - m
-    return mark(shifted - shifted.exp().sum(dim, keepdim=True).log(), "LogSoftmax", (x,), axis=dim)
+    """``x - logsumexp(x)`` along ``dim`` (``Tensor.log_softmax``)."""
+    return x.log_softmax(dim)
 
 
 def one_hot(target: Tensor, num_classes: int, dtype=dt.float32) -> Tensor:
     """(N, ...) int64 class indices -> (N, ..., num_classes) one-hot (an elementwise compare)."""
-    from lazyvic.tensor import arange
-
     classes = arange(num_classes, device=target.device)
     return (target.unsqueeze(-1) == classes).to(dtype)
 
@@ -155,8 +151,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
-    from lazyvic.tensor import rand
-
     keep = rand(*x.shape, dtype=x.dtype, device=x.device) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
@@ -242,7 +236,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
     if input.dtype is not dt.int64:
         input = input.long()
-    _check_index_bounds("embedding", input, weight.shape, 0)
+    check_index_bounds("embedding", input, weight.shape, 0)
     flat = input.reshape(-1)
     rows = weight.index_select(0, flat)
     if padding_idx is not None and not -weight.shape[0] <= padding_idx < weight.shape[0]:
@@ -339,7 +333,6 @@ def scaled_dot_product_attention(
 
 
 # ================================================================= vision: convolution, pooling, batch norm
-from lazyvic.tensor import _apply  # noqa: E402 - records the conv2d primitive (lazyvic/ops/conv.py)
 
 
 def _pair(value, name: str, what: str) -> tuple:
@@ -408,12 +401,11 @@ def conv2d(
         raise ShapeError(f"conv2d: bias shape {bias.shape} does not fit weight shape {weight.shape}")
     _out_size("conv2d", h + 2 * padding[0], kh, stride[0], dilation[0], input.shape)
     _out_size("conv2d", w + 2 * padding[1], kw, stride[1], dilation[1], input.shape)
-    from lazyvic.amp import autocast_operands  # lazyvic.autocast: operands rounded to half (lazyvic/amp.py)
-
     input, weight = autocast_operands(input, weight)
-    y = _apply(
+    y = Tensor.apply(
         "conv2d",
-        (input, weight),
+        input,
+        weight,
         stride=stride,
         padding=(padding[0], padding[0], padding[1], padding[1]),
         dilation=dilation,
@@ -423,7 +415,7 @@ def conv2d(
         b = bias.reshape(1, o, 1, 1)
         # The add recorded directly (the generic broadcasting path cost 2.5 us more per call:
         # 50 us of a 1.1 ms ResNet-18 forward at batch 1); mixed dtypes take the generic path.
-        y = _apply("add", (y, _apply("expand", (b,), shape=y.shape))) if b.dtype is y.dtype else y + b
+        y = Tensor.apply("add", y, Tensor.apply("expand", b, shape=y.shape)) if b.dtype is y.dtype else y + b
     return mark(
         y,
         "Conv",
@@ -456,7 +448,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
     indices). input (N, C, H, W) -> (N, C, oH, oW); ``stride`` defaults to ``kernel_size``; the
     implicit padding is -inf. Gradients go to the window maximum (split between exact ties)."""
     kernel, stride, padding, out_hw = _pool_args("max_pool2d", input, kernel_size, stride, padding)
-    y = _apply("max_pool2d", (input,), kernel=kernel, stride=stride, padding=padding)  # lazyvic/ops/pool.py
+    y = Tensor.apply("max_pool2d", input, kernel=kernel, stride=stride, padding=padding)  # lazyvic/ops/pool.py
     return mark(
         y,
         "MaxPool",
@@ -555,7 +547,7 @@ def batch_norm(
         xc = input - mean
         var = (xc * xc).mean(axes, keepdim=True)
         if running_mean is not None and running_var is not None:
-            with autograd.no_grad():
+            with modes.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean.detach().reshape(c) * momentum)
                 unbiased = var.detach().reshape(c) * (count / (count - 1))
                 running_var.mul_(1 - momentum).add_(unbiased * momentum)
@@ -591,7 +583,6 @@ __all__ = [
     "dropout",
     "pad",
     "layer_norm",
-    "_norm_axis",
     "embedding",
     "scaled_dot_product_attention",
     "conv2d",

@@ -1,10 +1,18 @@
 """Tensor: the user-facing lazy tensor (PyTorch names and semantics).
 
 Every method is thin: it checks and broadcasts its arguments, then records one
-primitive from the op table with :func:`_apply`. Nothing is computed until a
+primitive from the op table with :meth:`Tensor.apply`. Nothing is computed until a
 sync point (``numpy()``, ``item()``, ``tolist()``, ``bool()``/``int()``/
 ``float()``/``index()``, ``__array__``, ``repr``/``str``, or ``lazyvic.sync``),
-which cuts every live pending tensor into one trace and runs its plan.
+which cuts every live pending tensor into one trace and runs its plan
+(:mod:`lazyvic.sync`).
+
+The rest of the front end has rooms of its own: :mod:`lazyvic.creation` (``tensor``,
+``zeros``, ``arange`` ...), :mod:`lazyvic.random` (the seeded generator, ``rand``, ``randn``
+...), :mod:`lazyvic.indexing` (``x[...]``), :mod:`lazyvic.sync` (the live-tensor registry and
+the sync), :mod:`lazyvic.autograd` (``backward``) and :mod:`lazyvic.modes` (grad and autocast
+modes). This module keeps the class and the few functions its methods need: ``where``,
+``matmul``, ``cat``, ``stack`` and the copies between devices.
 """
 
 from __future__ import annotations
@@ -13,92 +21,21 @@ import math
 import numbers
 import weakref
 from collections import namedtuple
-from typing import Sequence
 
 import numpy as np
 
-from lazyvic import autograd
+from lazyvic import autograd, indexing, modes, transfer
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.runtime import device as _dev
-from lazyvic.runtime.config import config
-from lazyvic.trace.composite import mark, recipe
-from lazyvic.trace.node import Node, live_nodes_count, parameter_nodes
-
-
-# Tensors whose node is pending, by creation id (weak: a dropped tensor is not computed).
-class _LiveTensors:
-    """Weak references to the tensors made pending since the last cut, in creation order.
-
-    A list of ``weakref.ref`` costs a fraction of a WeakValueDictionary per op; a tensor
-    updated in place is added again and counted once at the cut.
-    """
-
-    __slots__ = ("refs",)
-
-    def __init__(self):
-        self.refs: list = []
-
-    def add(self, t) -> None:
-        self.refs.append(weakref.ref(t))
-
-    def pending(self) -> list:
-        out, seen = [], set()
-        for r in self.refs:
-            t = r()
-            if t is not None and t._node.pending and id(t) not in seen:
-                seen.add(id(t))
-                out.append(t)
-        return out
-
-    def clear(self) -> None:
-        self.refs = []
-
-
-_live_pending = _LiveTensors()
+from lazyvic.shapes import broadcast_shapes, norm_axes, norm_axis, shape_arg
+from lazyvic.sync import live, sync, track
+from lazyvic.trace.composite import mark
+from lazyvic.trace.node import Node, parameter_nodes
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
-
-
-def _norm_axis(axis: int, ndim: int, opname: str) -> int:
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"{opname}: dim must be an int, got {type(axis).__name__}")
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise LIndexError(f"{opname}: dim {axis} out of range for a tensor of {ndim} dimensions")
-    return int(axis) % max(ndim, 1)
-
-
-def _norm_axes(dim, ndim: int, opname: str) -> tuple:
-    if dim is None:
-        return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-    axes = sorted({_norm_axis(d, ndim, opname) for d in dims})
-    if len(axes) != len(dims):
-        raise ShapeError(f"{opname}: dim {dim} repeats an axis")
-    return tuple(axes)
-
-
-def _shape_arg(args) -> tuple:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        args = tuple(args[0])
-    shape = tuple(int(s) for s in args)
-    if any(s < 0 for s in shape if s != -1):
-        raise ShapeError(f"negative dimension in shape {shape}")
-    return shape
-
-
-def broadcast_shapes(a: tuple, b: tuple, opname: str = "broadcast") -> tuple:
-    """NumPy broadcasting of two shapes; raises ShapeError naming the op."""
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y and x != 1 and y != 1:
-            raise ShapeError(f"{opname}: shapes {tuple(a)} and {tuple(b)} cannot be broadcast together")
-        out.append(y if x == 1 else x)
-    return tuple(out)
 
 
 def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
@@ -123,7 +60,7 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
     # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
     for t in inputs:
         if t.requires_grad:
-            if opdef.differentiable and dtype.category == 2 and autograd.is_grad_enabled():
+            if opdef.differentiable and dtype.category == 2 and modes.is_grad_enabled():
                 out.requires_grad = True
                 out._ctx = (opdef, inputs, nodes, attrs, node)
                 for u in inputs:
@@ -202,24 +139,24 @@ class Tensor:
         if requires_grad and not _node.dtype.is_floating_point:
             raise DTypeError(f"only floating-point tensors can require grad, got {_node.dtype.name}")
 
-    @classmethod
-    def _from_node(cls, node: Node) -> "Tensor":
-        t = cls.__new__(cls)
+    @staticmethod
+    def _from_node(node: Node) -> "Tensor":
+        """A Tensor on ``node`` (a pending one is registered as live); always a plain Tensor."""
+        t = Tensor.__new__(Tensor)
         t._node = node
         t.requires_grad = False
         t.grad = None
         t._ctx = None
         t._users = None
         if node.op != "buffer" and node.op != "scalar":
-            _live_pending.refs.append(weakref.ref(t))
-            if live_nodes_count() > config.max_pending:
-                sync()
+            track(t)
         return t
 
-    @classmethod
-    def _wrap(cls, node: Node) -> "Tensor":
-        """A handle on a node that is not tracked as live (used for saved values in VJPs)."""
-        t = cls.__new__(cls)
+    @staticmethod
+    def _wrap(node: Node) -> "Tensor":
+        """A plain Tensor handle on a node, not tracked as live (the saved values a VJP reads);
+        never of a subclass (a Parameter's saved value is not a Parameter)."""
+        t = Tensor.__new__(Tensor)
         t._node = node
         t.requires_grad = False
         t.grad = None
@@ -271,7 +208,7 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def size(self, dim: int | None = None):
-        return self.shape if dim is None else self.shape[_norm_axis(dim, self.ndim, "size")]
+        return self.shape if dim is None else self.shape[norm_axis(dim, self.ndim, "size")]
 
     def dim(self) -> int:
         return self.ndim
@@ -371,7 +308,7 @@ class Tensor:
     # ----------------------------------------------------------------- in place
     def _assign(self, value: "Tensor") -> "Tensor":
         """In-place update: this tensor now refers to ``value``'s node."""
-        if self.requires_grad and self._ctx is None and autograd.is_grad_enabled():
+        if self.requires_grad and self._ctx is None and modes.is_grad_enabled():
             raise RuntimeError("a leaf tensor that requires grad cannot be updated in place; use no_grad()")
         if value.shape != self.shape:
             value = value.expand(*self.shape)
@@ -379,7 +316,7 @@ class Tensor:
             value = value.to(self.dtype)
         if self._node.device is not None and value._node.device not in (self._node.device, None):
             value = value.to(self.device)  # copy_ across devices, as in PyTorch
-        if value.requires_grad and autograd.is_grad_enabled():
+        if value.requires_grad and modes.is_grad_enabled():
             _detach_history(self)
             self._node = value._node
             self._ctx, self.requires_grad = value._ctx, True
@@ -388,19 +325,19 @@ class Tensor:
         if self._is_parameter:
             parameter_nodes.add(self._node)
         if self._node.op != "buffer":
-            _live_pending.add(self)
+            live.add(self)
         return self
 
     def copy_(self, src) -> "Tensor":
         # A new node: the copy must not share storage with src once computed.
-        src = _as_tensor(src, self.dtype)
+        src = to_operand(src, self.dtype)
         return self._assign(src.where(True, src) if src.dtype is dt.bool_ else src + 0)
 
     def zero_(self) -> "Tensor":
-        return self._assign(full_like(self, 0))
+        return self._assign(self._full_like(0))
 
     def fill_(self, value) -> "Tensor":
-        return self._assign(full_like(self, value))
+        return self._assign(self._full_like(value))
 
     def add_(self, other, alpha=1) -> "Tensor":
         return self._assign(self + (other * alpha if alpha != 1 else other))
@@ -510,7 +447,7 @@ class Tensor:
             exponent >>= 1
             if exponent:
                 base = base * base
-        return result if result is not None else full_like(self, 1)
+        return result if result is not None else self._full_like(1)
 
     def __rpow__(self, base):
         return self._float()._binary("pow", base, True)
@@ -551,7 +488,7 @@ class Tensor:
         return _apply("logical_not", (self,))
 
     def _logical_operands(self, other, opname: str):
-        other = _as_tensor(other, dt.bool_)
+        other = to_operand(other, dt.bool_)
         for t in (self, other):
             if t.dtype is not dt.bool_:
                 raise UnsupportedOpError(
@@ -685,12 +622,12 @@ class Tensor:
             DeviceError: an unknown or unavailable device.
             DTypeError: an unsupported dtype.
         """
-        device, dtype, copy = _to_args("to", args, kwargs)
+        device, dtype, copy = transfer.parse_to_args("to", args, kwargs)
         out = self
         if device is not None:
             target = _dev.canonical(device, "to")
             if target != self.device:
-                out = _transfer(self, target)
+                out = transfer.copy_to(self, target)
         if dtype is not None:
             d = dt.get_dtype(dtype)
             if d is not out.dtype:
@@ -731,7 +668,7 @@ class Tensor:
         return _apply(opname, (self,), axes=tuple(axes))
 
     def _reduced(self, opname: str, dim, keepdim: bool) -> "Tensor":
-        axes = _norm_axes(dim, self.ndim, opname)
+        axes = norm_axes(dim, self.ndim, opname)
         if not axes:
             return self
         out = self._reduce(opname, axes)
@@ -751,14 +688,14 @@ class Tensor:
     def mean(self, dim=None, keepdim: bool = False) -> "Tensor":
         if not self.dtype.is_floating_point:
             raise DTypeError(f"mean: expected a floating-point input, got {self.dtype.name}")
-        axes = _norm_axes(dim, self.ndim, "mean")
+        axes = norm_axes(dim, self.ndim, "mean")
         n = math.prod(self.shape[a] for a in axes)
         return self.sum(dim, keepdim) * (1.0 / n if n else float("nan"))
 
     def var(self, dim=None, keepdim: bool = False, correction: int = 1, unbiased=None) -> "Tensor":
         if unbiased is not None:
             correction = int(unbiased)
-        axes = _norm_axes(dim, self.ndim, "var")
+        axes = norm_axes(dim, self.ndim, "var")
         n = math.prod(self.shape[a] for a in axes)
         centered = self - self.mean(axes, keepdim=True)
         return (centered * centered).sum(axes, keepdim) * (
@@ -793,7 +730,7 @@ class Tensor:
         """Index of the first maximum along ``dim`` (of the flattened tensor when None), int64."""
         if dim is None:
             return self.reshape(-1).argmax(0, keepdim=False)
-        return self._reduced("argmax", _norm_axis(dim, self.ndim, "argmax"), keepdim)
+        return self._reduced("argmax", norm_axis(dim, self.ndim, "argmax"), keepdim)
 
     def argmin(self, dim=None, keepdim: bool = False) -> "Tensor":
         return (-self).argmax(dim, keepdim)
@@ -804,19 +741,23 @@ class Tensor:
         return out if keepdim else out.squeeze(dim)
 
     def softmax(self, dim: int) -> "Tensor":
-        from lazyvic import functional
-
-        return functional.softmax(self, dim)
+        """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable)."""
+        dim = norm_axis(dim, self.ndim, "softmax")
+        m = self.amax(dim, keepdim=True).detach()
+        e = (self - m).exp()
+        return mark(e / e.sum(dim, keepdim=True), "Softmax", (self,), axis=dim)
 
     def log_softmax(self, dim: int) -> "Tensor":
-        from lazyvic import functional
-
-        return functional.log_softmax(self, dim)
+        """``x - logsumexp(x)`` along ``dim``."""
+        dim = norm_axis(dim, self.ndim, "log_softmax")
+        m = self.amax(dim, keepdim=True).detach()
+        shifted = self - m
+        return mark(shifted - shifted.exp().sum(dim, keepdim=True).log(), "LogSoftmax", (self,), axis=dim)
 
     # ---------------------------------------------------------------- movement
     def reshape(self, *shape) -> "Tensor":
         """Same elements in row-major order with a new shape; one entry may be -1."""
-        shape = _shape_arg(shape)
+        shape = shape_arg(shape)
         if shape.count(-1) > 1:
             raise ShapeError(f"reshape: only one dimension can be -1, got {shape}")
         if -1 in shape:
@@ -838,7 +779,7 @@ class Tensor:
 
     def permute(self, *dims) -> "Tensor":
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        perm = tuple(_norm_axis(d, self.ndim, "permute") for d in dims)
+        perm = tuple(norm_axis(d, self.ndim, "permute") for d in dims)
         if len(perm) != self.ndim:
             raise ShapeError(f"permute: got {len(perm)} dims for a tensor of shape {self.shape}")
         if perm == tuple(range(self.ndim)):
@@ -846,7 +787,7 @@ class Tensor:
         return _apply("permute", (self,), perm=perm)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
-        a, b = _norm_axis(dim0, self.ndim, "transpose"), _norm_axis(dim1, self.ndim, "transpose")
+        a, b = norm_axis(dim0, self.ndim, "transpose"), norm_axis(dim1, self.ndim, "transpose")
         perm = list(range(self.ndim))
         perm[a], perm[b] = perm[b], perm[a]
         return self.permute(*perm)
@@ -858,7 +799,7 @@ class Tensor:
 
     def expand(self, *sizes) -> "Tensor":
         """Repeat size-1 dims without copying; -1 keeps a size; new leading dims allowed."""
-        sizes = _shape_arg(sizes)
+        sizes = shape_arg(sizes)
         if len(sizes) < self.ndim:
             raise ShapeError(f"expand: cannot expand shape {self.shape} to {sizes}")
         lead = len(sizes) - self.ndim
@@ -877,24 +818,24 @@ class Tensor:
     def squeeze(self, dim=None) -> "Tensor":
         if dim is None:
             return self.reshape(*(s for s in self.shape if s != 1))
-        axes = _norm_axes(dim, self.ndim, "squeeze")
+        axes = norm_axes(dim, self.ndim, "squeeze")
         return self.reshape(*(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
 
     def unsqueeze(self, dim: int) -> "Tensor":
-        d = _norm_axis(dim, self.ndim + 1, "unsqueeze")
+        d = norm_axis(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
         if self.ndim == 0:
             return self.reshape(1)
-        s = _norm_axis(start_dim, self.ndim, "flatten")
-        e = _norm_axis(end_dim, self.ndim, "flatten")
+        s = norm_axis(start_dim, self.ndim, "flatten")
+        e = norm_axis(end_dim, self.ndim, "flatten")
         if s > e:
             raise ShapeError(f"flatten: start_dim {start_dim} after end_dim {end_dim}")
         return self.reshape(*self.shape[:s], math.prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
 
     def unflatten(self, dim: int, sizes) -> "Tensor":
-        d = _norm_axis(dim, self.ndim, "unflatten")
+        d = norm_axis(dim, self.ndim, "unflatten")
         return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
 
     def _slice(self, starts, stops, steps) -> "Tensor":
@@ -909,7 +850,7 @@ class Tensor:
         return _apply("pad", (self,), pads=pads)
 
     def __getitem__(self, index) -> "Tensor":
-        return _getitem(self, index)
+        return indexing.getitem(self, index)
 
     def __iter__(self):
         if not self.shape:
@@ -917,7 +858,7 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def split(self, split_size, dim: int = 0):
-        d = _norm_axis(dim, self.ndim, "split")
+        d = norm_axis(dim, self.ndim, "split")
         n = self.shape[d]
         sizes = (
             [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
@@ -933,11 +874,11 @@ class Tensor:
         return tuple(out)
 
     def chunk(self, chunks: int, dim: int = 0):
-        n = self.shape[_norm_axis(dim, self.ndim, "chunk")]
+        n = self.shape[norm_axis(dim, self.ndim, "chunk")]
         return self.split(-(-n // chunks), dim)
 
     def narrow(self, dim: int, start: int, length: int) -> "Tensor":
-        d = _norm_axis(dim, self.ndim, "narrow")
+        d = norm_axis(dim, self.ndim, "narrow")
         if start < 0:
             start += self.shape[d]
         if not (0 <= start and start + length <= self.shape[d]):
@@ -956,24 +897,24 @@ class Tensor:
 
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         """``out[i][j] = self[index[i][j]][j]`` for dim 0 (PyTorch semantics); index int64."""
-        index = _as_tensor(index, dt.int64)
-        d = _norm_axis(dim, self.ndim, "gather")
-        _check_index_bounds("gather", index, self.shape, d)
+        index = to_operand(index, dt.int64)
+        d = norm_axis(dim, self.ndim, "gather")
+        check_index_bounds("gather", index, self.shape, d)
         return self._gather(index, d)
 
     def scatter_add(self, dim: int, index: "Tensor", src: "Tensor") -> "Tensor":
-        index = _as_tensor(index, dt.int64)
-        d = _norm_axis(dim, self.ndim, "scatter_add")
-        _check_index_bounds("scatter_add", index, self.shape, d)
-        return self._scatter_add(index, _as_tensor(src, self.dtype), d)
+        index = to_operand(index, dt.int64)
+        d = norm_axis(dim, self.ndim, "scatter_add")
+        check_index_bounds("scatter_add", index, self.shape, d)
+        return self._scatter_add(index, to_operand(src, self.dtype), d)
 
     def index_select(self, dim: int, index) -> "Tensor":
         """Rows (along ``dim``) picked by a 1-D int64 ``index``."""
-        index = _as_tensor(index, dt.int64)
+        index = to_operand(index, dt.int64)
         if index.ndim != 1:
             raise ShapeError(f"index_select: index must be 1-D, got shape {index.shape}")
-        d = _norm_axis(dim, self.ndim, "index_select")
-        _check_index_bounds("index_select", index, self.shape, d)
+        d = norm_axis(dim, self.ndim, "index_select")
+        check_index_bounds("index_select", index, self.shape, d)
         shape = self.shape[:d] + (index.shape[0],) + self.shape[d + 1 :]
         view = (1,) * d + (index.shape[0],) + (1,) * (self.ndim - d - 1)
         return self._gather(index.reshape(*view).expand(*shape), d)
@@ -986,28 +927,33 @@ class Tensor:
         return matmul(self, other)
 
     def __rmatmul__(self, other):
-        return matmul(_as_tensor(other, self.dtype), self)
+        return matmul(to_operand(other, self.dtype), self)
 
     # ------------------------------------------------------------- creation
+    def _full_like(self, value) -> "Tensor":
+        return full_tensor(self.shape, value, self.dtype, transfer.device_arg(self.device, "full"))
+
     def zeros_like(self) -> "Tensor":
-        return full_like(self, 0)
+        return self._full_like(0)
 
     def ones_like(self) -> "Tensor":
-        return full_like(self, 1)
+        return self._full_like(1)
 
     def new_zeros(self, *size):
-        return zeros(*size, dtype=self.dtype, device=self.device)
+        return full_tensor(shape_arg(size), 0, self.dtype, transfer.device_arg(self.device, "full"))
 
     def new_ones(self, *size):
-        return ones(*size, dtype=self.dtype, device=self.device)
+        return full_tensor(shape_arg(size), 1, self.dtype, transfer.device_arg(self.device, "full"))
 
     def new_full(self, size, value):
-        return full(size, value, dtype=self.dtype, device=self.device)
+        shape = shape_arg((size,) if isinstance(size, int) else tuple(size))
+        return full_tensor(shape, value, self.dtype, transfer.device_arg(self.device, "full"))
 
-    def new_tensor(self, data, dtype=None) -> "Tensor":
-        """A realized copy of ``data`` on this tensor's device, with this tensor's dtype unless
-        ``dtype`` is given (PyTorch's ``Tensor.new_tensor``)."""
-        return tensor(data, dtype=self.dtype if dtype is None else dtype, device=self.device)
+    def new_tensor(self, data, dtype=None, device=None) -> "Tensor":
+        """A realized copy of ``data``, with this tensor's dtype and device unless ``dtype`` or
+        ``device`` is given (PyTorch's ``Tensor.new_tensor``)."""
+        t = Tensor(data, dtype=self.dtype if dtype is None else dtype)
+        return transfer.placed(t, transfer.device_arg(self.device if device is None else device, "new_tensor"))
 
     @classmethod
     def apply(cls, op, *inputs: "Tensor", device: str | None = None, **attrs) -> "Tensor":
@@ -1025,80 +971,7 @@ class Tensor:
 
 
 # ============================================================ module functions
-_DTYPE_NAMES = frozenset(dt._BY_NAME) | {"float16", "half", "bfloat16"}  # "float16": autocast's DTypeError
-
-
-def _to_args(opname: str, args: tuple, kwargs: dict) -> tuple:
-    """``(device, dtype, copy)`` from the arguments of ``Tensor.to`` / ``Module.to`` (PyTorch's
-    forms: a device, a dtype, both, a tensor whose device and dtype are taken, keywords)."""
-    kwargs = dict(kwargs)
-    dtype, device, copy = kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("copy", False)
-    kwargs.pop("non_blocking", None)
-    if kwargs:
-        raise TypeError(f"{opname}: unexpected keyword arguments {sorted(kwargs)}")
-    for a in args:
-        if isinstance(a, Tensor):
-            device, dtype = a.device, a.dtype
-        elif a is None:
-            continue
-        elif (isinstance(a, str) and a not in _DTYPE_NAMES) or isinstance(getattr(a, "type", None), str):
-            device = a  # "cuda", "cuda:0", a device object such as torch.device (others: DeviceError)
-        else:
-            dtype = a
-    return device, dtype, copy
-
-
-class _DeviceCopy:
-    """The autograd record of a copy between devices: its VJP copies the gradient back."""
-
-    name = "to_device"
-    differentiable = True
-
-    @staticmethod
-    def vjp(g, inputs, out, attrs):
-        return (g.to(attrs["device"]),)
-
-
-def _transfer(t: Tensor, target: str) -> Tensor:
-    """``t``'s value copied to device ``target`` now (computing a pending ``t`` first)."""
-    node = t._node
-    if node.pending:
-        sync(t)
-    if node.op == "scalar":
-        host = np.array(node.value, dtype=node.dtype.np)
-    elif node.device == "cuda":
-        host = _dev.to_host(node.data, node.shape)
-    else:
-        host = node.data
-    if target == "cuda":
-        out_node = Node.buffer(_dev.to_device(host), node.dtype, "cuda", node.shape)
-    else:
-        out_node = Node.buffer(host, node.dtype)
-    out = Tensor._from_node(out_node)
-    if t.requires_grad and autograd.is_grad_enabled():
-        out.requires_grad = True
-        out._ctx = (_DeviceCopy, (t,), (node,), {"device": t.device}, out_node)
-        if t._ctx is not None:
-            if t._users is None:
-                t._users = []
-            t._users.append(weakref.ref(out))
-    return out
-
-
-def _device_arg(device, opname: str) -> str:
-    return "cpu" if device is None else _dev.canonical(device, opname)
-
-
-def _placed(t: Tensor, device: str) -> Tensor:
-    """A realized CPU tensor made by a creation function, moved to ``device`` (a leaf)."""
-    if device == "cpu":
-        return t
-    out = Tensor._from_node(Node.buffer(_dev.to_device(t._node.data), t.dtype, device, t.shape))
-    out.requires_grad = t.requires_grad
-    return out
-
-
-def _check_index_bounds(opname: str, index: Tensor, shape: tuple, dim: int) -> None:
+def check_index_bounds(opname: str, index: Tensor, shape: tuple, dim: int) -> None:
     """Raise at the op for a realized index out of range (a pending index is checked when it runs)."""
     data = index._node.data if index._node.op == "buffer" and index._node.device == "cpu" else None
     if data is None or not data.size or data.dtype.kind not in "iu":
@@ -1140,7 +1013,10 @@ def _to_array(data, dtype) -> tuple:
     return arr, d
 
 
-def _as_tensor(x, dtype: dt.DType) -> Tensor:
+def to_operand(x, dtype: dt.DType) -> Tensor:
+    """``x`` as an operand: a Tensor as it is, a Python or NumPy scalar as a scalar input of
+    ``dtype`` (not a realized buffer, so its value never enters a plan key), other data (lists,
+    arrays) as a new CPU tensor of ``dtype``."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
@@ -1161,30 +1037,51 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
         a = a if a.dtype is d else a.to(d)
         return a, Tensor._from_node(Node.scalar(b, d))
     if isinstance(b, (list, tuple, np.ndarray)):
-        t = _placed(Tensor(b), a.device)  # array data joins the tensor's device
+        t = transfer.placed(Tensor(b), a.device)  # array data joins the tensor's device
         return _promote_pair(a, t, opname)
     raise DTypeError(f"{opname}: unsupported operand of type {type(b).__name__}")
 
 
 def where(condition, input, other) -> Tensor:
     """``input`` where ``condition`` is true, else ``other`` (broadcast together)."""
-    cond = _as_tensor(condition, dt.bool_)
+    cond = to_operand(condition, dt.bool_)
     if isinstance(input, Tensor):
         a, b = _promote_pair(input, other, "where")
     elif isinstance(other, Tensor):
         b, a = _promote_pair(other, input, "where")
     else:
         d = dt.float32 if isinstance(input, float) or isinstance(other, float) else dt.int64
-        a, b = _as_tensor(input, d), _as_tensor(other, d)
+        a, b = to_operand(input, d), to_operand(other, d)
     if not isinstance(condition, Tensor) and cond._node.op == "buffer":
         # Array data as the condition joins the values' device, as array operands do (_promote_pair).
         device = a._node.device or b._node.device
         if device is not None:
-            cond = _placed(cond, device)
+            cond = transfer.placed(cond, device)
     if cond.dtype is not dt.bool_:
         cond = cond.bool()
     shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape, "where"), b.shape, "where")
     return _apply("where", (cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)))
+
+
+def full_tensor(shape: tuple, fill_value, dtype: dt.DType, device: str) -> Tensor:
+    """A lazy tensor of ``shape`` filled with ``fill_value`` (a scalar input, so another value
+    reuses the plan) on ``device`` (already canonical); ``lazyvic.full`` and the ``*_like`` /
+    ``new_*`` methods build on it."""
+    out = Tensor._from_node(Node.scalar(fill_value, dtype))
+    if device == "cpu":
+        return out._broadcast_to(shape)
+    return _apply("expand", (out,), _device=device, shape=shape)
+
+
+def autocast_operands(*tensors: Tensor) -> tuple:
+    """The operands of a matmul or conv2d under ``lazyvic.autocast``: float32 ones rounded to the
+    autocast precision (``modes.autocast_precision()``), others as they are."""
+    p = modes.autocast_precision()
+    if p is None or modes.in_backward():
+        # VJP products are not autocast: a backward called inside the context computes what
+        # one called outside computes; the gradients are rounded by the rounding ops' own VJPs.
+        return tensors
+    return tuple(_apply(p.op, (t,)) if t.dtype is dt.float32 and t._node.op != p.op else t for t in tensors)
 
 
 def matmul(a, b) -> Tensor:
@@ -1193,14 +1090,12 @@ def matmul(a, b) -> Tensor:
     Shapes: (..., M, K) @ (..., K, N) -> (..., M, N). Raises ShapeError when K differs.
     """
     if not isinstance(a, Tensor):
-        a = _as_tensor(a, b.dtype)
-    b = _as_tensor(b, a.dtype)
+        a = to_operand(a, b.dtype)
+    b = to_operand(b, a.dtype)
     shape_a, shape_b = a.shape, b.shape
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")
     a, b = _promote_pair(a._float(), b._float(), "matmul")
-    from lazyvic.amp import autocast_operands  # lazyvic.autocast: operands rounded to half (lazyvic/amp.py)
-
     a, b = autocast_operands(a, b)
     squeeze_a = squeeze_b = False
     if a.ndim == 1:
@@ -1231,404 +1126,3 @@ def matmul(a, b) -> Tensor:
     if squeeze_b:
         out = out.reshape(*out.shape[:-1]) if not squeeze_a else out.reshape(*out.shape[:-1])
     return out
-
-
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenate along ``dim`` (as zero-padding plus sums, which fuse into one kernel)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeError("cat: expected a non-empty list of tensors")
-    d = dt.promote(tensors[0].dtype, tensors[0].dtype)
-    for t in tensors[1:]:
-        d = dt.promote(d, t.dtype)
-    ref = tensors[0]
-    axis = _norm_axis(dim, ref.ndim, "cat")
-    for t in tensors[1:]:
-        if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
-            raise ShapeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dim {dim}")
-    total = sum(t.shape[axis] for t in tensors)
-    out, start, pieces = None, 0, []
-    for t in tensors:
-        t = t.to(d)
-        pieces.append(t)
-        n = t.shape[axis]
-        pads = tuple((start, total - start - n) if i == axis else (0, 0) for i in range(t.ndim))
-        piece = t._pad(pads)
-        out = piece if out is None else (out + piece if d is not dt.bool_ else out | piece)
-        start += n
-    return mark(out, "Concat", tuple(pieces), axis=axis)
-
-
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeError("stack: expected a non-empty list of tensors")
-    shapes = {t.shape for t in tensors}
-    if len(shapes) != 1:
-        raise ShapeError(f"stack: all tensors must have the same shape, got {[t.shape for t in tensors]}")
-    d = _norm_axis(dim, tensors[0].ndim + 1, "stack")
-    return cat([t.unsqueeze(d) for t in tensors], d)
-
-
-def _wrap_negative_index(idx: Tensor, shape: tuple, axis: int) -> Tensor:
-    """Python's negative indices for an index tensor (index_select and gather take only 0..n-1)."""
-    if idx.dtype.category != 1 or axis >= len(shape):
-        return idx  # the index op names the problem
-    n = shape[axis]
-    # A pending index, or one in device memory, is wrapped lazily (the index op checks its range when it runs).
-    data = idx._node.data if idx._node.op == "buffer" and idx._node.device != "cuda" else None
-    if data is None:
-        return where(idx < 0, idx + n, idx)
-    bad = data[(data < -n) | (data >= n)]
-    if bad.size:
-        raise LIndexError(
-            f"__getitem__: index {int(bad.ravel()[0])} is out of bounds for dimension {axis} "
-            f"with size {n} (indexed shape {shape})"
-        )
-    return Tensor(np.where(data < 0, data + n, data), dtype=idx.dtype) if (data < 0).any() else idx
-
-
-def _getitem(x: Tensor, index) -> Tensor:
-    if not isinstance(index, tuple):
-        index = (index,)
-    # A single integer tensor / list on one axis -> index_select.
-    tensor_axes = [i for i, ix in enumerate(index) if isinstance(ix, (Tensor, list, np.ndarray))]
-    if tensor_axes:
-        if len(tensor_axes) > 1 or any(ix is None or ix is Ellipsis for ix in index):
-            raise UnsupportedOpError("__getitem__: advanced indexing supports one integer tensor on one axis")
-        k = tensor_axes[0]
-        idx = _as_tensor(index[k], dt.int64)
-        if idx.dtype is dt.bool_:
-            raise UnsupportedOpError("__getitem__: boolean masks give data-dependent shapes; use where() instead")
-        rest = x[index[:k] + (slice(None),) * (x.ndim - k)] if k else x
-        # Integer indices before the tensor drop their axes.
-        axis = k - sum(1 for ix in index[:k] if not isinstance(ix, slice))
-        idx = _wrap_negative_index(idx, rest.shape, axis)
-        if not isinstance(index[k], Tensor):
-            idx = _placed(idx, x.device)  # list or array indices join the indexed tensor's device
-        if idx.ndim != 1:
-            flat = rest.index_select(axis, idx.reshape(-1))
-            return flat.reshape(*flat.shape[:axis], *idx.shape, *flat.shape[axis + 1 :])
-        out = rest.index_select(axis, idx)
-        tail = index[k + 1 :]
-        return out[(slice(None),) * (axis + 1) + tail] if tail else out
-    n_real = sum(1 for ix in index if ix is not None and ix is not Ellipsis)
-    if n_real > x.ndim:
-        raise LIndexError(f"__getitem__: too many indices ({n_real}) for tensor of shape {x.shape}")
-    if sum(1 for ix in index if ix is Ellipsis) > 1:
-        raise LIndexError("__getitem__: an index can only have a single ellipsis")
-    expanded = []
-    for ix in index:
-        if ix is Ellipsis:
-            expanded.extend([slice(None)] * (x.ndim - n_real))
-        else:
-            expanded.append(ix)
-    expanded.extend([slice(None)] * (x.ndim - sum(1 for ix in expanded if ix is not None)))
-    starts, stops, steps, out_shape = [], [], [], []
-    axis = 0
-    for ix in expanded:
-        if ix is None:
-            out_shape.append(1)
-            continue
-        n = x.shape[axis]
-        if isinstance(ix, slice):
-            if ix.step is not None and int(ix.step) <= 0:
-                raise ValueError(f"__getitem__: slice step must be positive, got {ix.step}")
-            a, b, s = ix.indices(n)
-            b = max(b, a)
-            starts.append(a)
-            stops.append(b)
-            steps.append(s)
-            out_shape.append(max(0, -(-(b - a) // s)))
-        elif isinstance(ix, (int, np.integer)) and not isinstance(ix, bool):
-            i = int(ix)
-            if not -n <= i < n:
-                raise LIndexError(f"__getitem__: index {i} is out of bounds for dimension {axis} with size {n}")
-            i %= n
-            starts.append(i)
-            stops.append(i + 1)
-            steps.append(1)
-        else:
-            raise LIndexError(f"__getitem__: unsupported index {ix!r} of type {type(ix).__name__}")
-        axis += 1
-    out = x._slice(starts, stops, steps)
-    return out.reshape(*out_shape)
-
-
-# ------------------------------------------------------------------ creation
-class _Generator:
-    """Global (seed, offset) of the counter-based generator."""
-
-    default_seed = 67280421310721  # PyTorch's default initial seed
-
-    def __init__(self):
-        self.seed = self.default_seed
-        self.offset = 0
-
-    def take(self, n: int) -> tuple:
-        off = self.offset
-        self.offset += (n + 3) // 4 * 4
-        return self.seed, off
-
-
-_generator = _Generator()
-
-
-def manual_seed(seed: int) -> None:
-    """Seed the global generator: the same seed gives the same random numbers, bit for bit."""
-    _generator.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
-    _generator.offset = 0
-
-
-def initial_seed() -> int:
-    return _generator.seed
-
-
-def get_rng_state() -> Tensor:
-    """The global generator's state: an int64 tensor ``[seed, offset]`` (offset counts the
-    32-bit Philox words drawn so far). Save it with a checkpoint to resume exactly."""
-    return Tensor(np.array([_generator.seed, _generator.offset], dtype=np.int64))
-
-
-def set_rng_state(state) -> None:
-    """Restore a state from :func:`get_rng_state` (a tensor, array or pair of ints).
-
-    Raises ValueError for anything but two non-negative integers."""
-    arr = np.asarray(state.numpy() if isinstance(state, Tensor) else state)
-    if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any() or int(arr[0]) >= 1 << 63:
-        raise ValueError(
-            f"set_rng_state: expected [seed, offset] as two non-negative integers with seed < 2**63, got {arr!r}"
-        )
-    _generator.seed, _generator.offset = int(arr[0]), int(arr[1])
-
-
-def use_deterministic_algorithms(mode: bool) -> None:
-    """Deterministic mode (PyTorch's name): see ``LAZYVIC_DETERMINISTIC`` in
-    :mod:`lazyvic.runtime.config` — every plan compiled at first sight, fixed reduction order."""
-    config.deterministic = bool(mode)
-
-
-def are_deterministic_algorithms_enabled() -> bool:
-    return config.deterministic
-
-
-def _float_dtype(dtype) -> dt.DType:
-    d = dt.get_dtype(dtype) if dtype is not None else dt.default_float
-    if not d.is_floating_point:
-        raise DTypeError(f"expected a floating-point dtype, got {d.name}")
-    return d
-
-
-def _random(opname: str, shape: tuple, dtype, requires_grad: bool, device) -> Tensor:
-    d = _float_dtype(dtype)
-    place = _device_arg(device, opname)
-    seed, offset = _generator.take(math.prod(shape) + 1)
-    s = Tensor._from_node(Node.scalar(seed, dt.int64))
-    o = Tensor._from_node(Node.scalar(offset, dt.int64))
-    out = _apply(opname, (s, o), _device=place, shape=shape, dtype=d)
-    out.requires_grad = requires_grad
-    return out
-
-
-def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    """Uniform [0, 1) numbers from the seeded Philox stream (lazy; the same numbers on
-    every device)."""
-    return _random("rand", _shape_arg(size), dtype, requires_grad, device)
-
-
-def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    """Standard normal numbers (Box-Muller over the seeded Philox stream; lazy)."""
-    return _random("randn", _shape_arg(size), dtype, requires_grad, device)
-
-
-def rand_like(x: Tensor, dtype=None, device=None) -> Tensor:
-    return rand(*x.shape, dtype=dtype or x.dtype, device=device or x.device)
-
-
-def randn_like(x: Tensor, dtype=None, device=None) -> Tensor:
-    return randn(*x.shape, dtype=dtype or x.dtype, device=device or x.device)
-
-
-def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
-    """Integers uniform in [low, high) (int64 by default)."""
-    if high is None:
-        low, high = 0, low
-    u = rand(*size, dtype=dt.float64, device=device)
-    return (u * (high - low)).to(dt.int64).clamp(max=high - low - 1).to(dtype or dt.int64) + low
-
-
-def randperm(n: int, dtype=None, device=None) -> Tensor:
-    """A random permutation of 0..n-1 from the seeded stream (computed now: its order is data)."""
-    from lazyvic.ops.source import uniform_bits
-
-    place = _device_arg(device, "randperm")
-    seed, offset = _generator.take(n)
-    keys = uniform_bits(n, seed, offset)
-    perm = np.argsort(keys, kind="stable").astype(np.int64)
-    return _placed(Tensor(perm, dtype=dtype or dt.int64), place)
-
-
-def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    """A tensor of ``size`` filled with ``fill_value`` (lazy; the value is a scalar input).
-
-    ``device``: ``"cpu"`` (default) or ``"cuda"``; raises DeviceError for others."""
-    shape = _shape_arg((size,) if isinstance(size, int) else tuple(size))
-    if dtype is None:
-        dtype = (
-            dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.default_float
-        )
-    d = dt.get_dtype(dtype)
-    place = _device_arg(device, "full")
-    out = Tensor._from_node(Node.scalar(fill_value, d))
-    if place == "cpu":
-        out = out._broadcast_to(shape)
-    else:
-        out = _apply("expand", (out,), _device=place, shape=shape)
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
-def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape_arg(size), 0, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
-
-
-def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape_arg(size), 1, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
-
-
-def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
-
-
-def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
-    """``full`` with ``x``'s shape, and its dtype and device unless given."""
-    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device)
-
-
-def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
-    return full_like(x, 0, dtype, device)
-
-
-def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
-    return full_like(x, 1, dtype, device)
-
-
-def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    """A tensor holding a copy of ``data`` (nested lists, NumPy arrays, scalars, tensors).
-
-    Python floats become float32, Python ints int64, NumPy arrays keep their dtype.
-    ``device``: ``"cpu"`` (default) or ``"cuda"`` (the copy goes straight there).
-    Raises DTypeError for unsupported dtypes (complex, strings, float16), DeviceError for
-    an unknown or unavailable device.
-    """
-    return _placed(Tensor(data, dtype=dtype, requires_grad=requires_grad), _device_arg(device, "tensor"))
-
-
-def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor with the dtype of ``array`` (copied into C-contiguous storage)."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"from_numpy: expected np.ndarray, got {type(array).__name__}")
-    return Tensor(array)
-
-
-def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
-    """Values from ``start`` to ``end`` (exclusive) by ``step``; int64 for ints, else float32."""
-    if end is None:
-        start, end = 0, start
-    if step == 0:
-        raise ValueError("arange: step must be non-zero")
-    is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
-    d = dt.get_dtype(dtype) if dtype is not None else (dt.int64 if is_int else dt.default_float)
-    place = _device_arg(device, "arange")
-    t = Tensor(np.arange(start, end, step, dtype=np.float64 if not is_int else np.int64).astype(d.np), dtype=d)
-    t = _placed(t, place)
-    if is_int:
-        recipe(t, _arange_onnx, start=int(start), end=int(end), step=int(step), dtype=d.name)
-    return t
-
-
-def _onnx_scalar(b, value) -> str:
-    return b.node("Reshape", [b.ints([value]), b.ints([], "scalar_shape")])
-
-
-def _arange_onnx(b, names, at) -> str:
-    """ONNX Range for an integer arange whose bounds follow a dynamic axis."""
-    out = b.node("Range", [_onnx_scalar(b, at["start"]), _onnx_scalar(b, at["end"]), _onnx_scalar(b, at["step"])])
-    return out if at["dtype"] == "int64" else b.node("Cast", [out], to=b.onnx_dtype(at["dtype"]))
-
-
-def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True, device=None) -> "Tensor":
-    """(rows, cols) bool: ``j - i <= diagonal`` (lower, as ``tril``) or ``>= diagonal`` (upper).
-
-    A constant with an ONNX recipe (Range, Sub, LessOrEqual), so exports whose sizes follow a
-    dynamic axis (a causal mask over the sequence) compute it in the graph."""
-    make = np.tril if lower else np.triu
-    mask = _placed(Tensor(make(np.ones((rows, cols), dtype=bool), diagonal)), _device_arg(device, "band_mask"))
-    return recipe(mask, _band_mask_onnx, rows=rows, cols=cols, diagonal=diagonal, lower=lower)
-
-
-def _band_mask_onnx(b, names, at) -> str:
-    i = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["rows"], step=1, dtype="int64")), b.ints([1])])
-    j = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["cols"], step=1, dtype="int64")), b.ints([0])])
-    offset = b.node("Sub", [j, i])
-    diagonal = b.const(np.asarray(at["diagonal"], dtype=np.int64))
-    return b.node("LessOrEqual" if at["lower"] else "GreaterOrEqual", [offset, diagonal])
-
-
-def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
-    return _placed(Tensor(np.eye(n, m, dtype=dt.get_dtype(dtype or dt.default_float).np)), _device_arg(device, "eye"))
-
-
-def tril(x: Tensor, diagonal: int = 0) -> Tensor:
-    r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=True, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
-
-
-def triu(x: Tensor, diagonal: int = 0) -> Tensor:
-    r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=False, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
-
-
-# ---------------------------------------------------------------- sync
-def sync(*tensors: Tensor) -> None:
-    """Sync point ("mark step"): realize ``tensors`` and every other live pending tensor in one trace."""
-    from lazyvic.runtime import buffers, run
-    from lazyvic.trace.cut import cut
-
-    roots = [t._node for t in tensors if t._node.pending]
-    live = _live_pending.pending()
-    roots.extend(t._node for t in live)
-    if not roots:
-        _live_pending.clear()
-        return
-    # One trace per device (no pending graph spans two: copies are eager). CUDA first: a
-    # constant without a device (made of Python scalars only) that a CUDA op reads is then
-    # computed inside the CUDA trace, not copied there; if it is itself synced, it is
-    # computed (again) on the CPU.
-    if all(n.device != "cuda" for n in roots):
-        groups = [("cpu", roots)]
-    else:
-        groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in ("cuda", "cpu")]
-    try:
-        for device, group in groups:
-            if not group:
-                continue
-            trace, inputs, scalars, out_nodes = cut(group, _trace_flags(device))
-            arrays = run(trace, inputs, scalars)
-            for node, array in zip(out_nodes, arrays):
-                node.realize(array)
-                node.device = device
-                if device == "cpu":
-                    buffers.track(node, array)
-    except Exception:
-        # The failing tensors stay pending (a sync on one of them raises again), but they are
-        # no longer swept into every later sync, so one bad op does not poison the session.
-        _live_pending.clear()
-        raise
-    _live_pending.clear()
-
-
-def _trace_flags(device: str = "cpu") -> tuple:
-    """The flags that enter every trace key: the device and the mode."""
-    return (device, "deterministic" if config.deterministic else "default")

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lazyvic.creation import tensor
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.tensor import Tensor, tensor
+from lazyvic.tensor import Tensor
 
 # Modules that import quietly: no window, no output, no network. Kept sorted.
 # Changing the list changes the corpus, and so the losses recorded for models trained on it.

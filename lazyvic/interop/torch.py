@@ -82,12 +82,12 @@ from collections.abc import Mapping
 import numpy as np
 import safetensors.numpy
 
+from lazyvic.creation import tensor as _tensor
 from lazyvic.errors import CheckpointError, DTypeError
 from lazyvic.interop.format_v1 import _write_atomic
 from lazyvic.nn.module import Parameter
 from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
-from lazyvic.tensor import tensor as _tensor
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001

@@ -14,9 +14,11 @@ import numpy as np
 
 from lazyvic import autograd, nn
 from lazyvic import functional as F
+from lazyvic.creation import arange
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
-from lazyvic.tensor import Tensor, arange
+from lazyvic.random import default_generator
+from lazyvic.tensor import Tensor
 
 
 class CausalSelfAttention(nn.Module):
@@ -173,9 +175,7 @@ class TinyGPT(nn.Module):
         if top_k is not None and not 1 <= top_k:
             raise ValueError(f"TinyGPT.generate: top_k must be >= 1, got {top_k}")
         if seed is None:
-            from lazyvic.tensor import _generator
-
-            seed = list(_generator.take(4))  # (global seed, offset): advances the global stream
+            seed = list(default_generator.take(4))  # (global seed, offset): advances the global stream
         rng = np.random.Generator(np.random.Philox(seed))
         device = self.transformer.wte.weight.device  # the window goes where .to() put the model
         B, W = ids.shape[0], self.block_size

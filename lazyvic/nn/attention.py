@@ -7,11 +7,12 @@ import math
 import numpy as np
 
 from lazyvic import functional as F
+from lazyvic.creation import empty, zeros
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
 from lazyvic.nn.layers import Linear
 from lazyvic.nn.module import Module, Parameter
-from lazyvic.tensor import Tensor, empty, where, zeros
+from lazyvic.tensor import Tensor, where
 
 
 class MultiheadAttention(Module):

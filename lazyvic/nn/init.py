@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from lazyvic import autograd
-from lazyvic.tensor import Tensor, rand, randn
+from lazyvic.random import rand, randn
+from lazyvic.tensor import Tensor
 
 
 def _fans(t: Tensor) -> tuple:

@@ -9,10 +9,11 @@ import numpy as np
 
 from lazyvic import autograd, dtypes
 from lazyvic import functional as F
+from lazyvic.creation import empty, ones, zeros
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
 from lazyvic.nn.module import Module, Parameter
-from lazyvic.tensor import Tensor, empty, ones, where, zeros
+from lazyvic.tensor import Tensor, where
 
 
 class Linear(Module):

@@ -7,12 +7,14 @@ from typing import Iterator
 
 import numpy as np
 
-from lazyvic import autograd
+from lazyvic import dtypes, modes
 from lazyvic.errors import CheckpointError
 from lazyvic.runtime.device import canonical
-from lazyvic.tensor import Tensor, _live_pending, _to_args
+from lazyvic.sync import live
+from lazyvic.tensor import Tensor
 from lazyvic.trace import scope
 from lazyvic.trace.node import parameter_nodes
+from lazyvic.transfer import parse_to_args
 
 
 class Parameter(Tensor):
@@ -28,7 +30,7 @@ class Parameter(Tensor):
         super().__init__(requires_grad=requires_grad, _node=node)
         parameter_nodes.add(node)
         if node.op != "buffer":
-            _live_pending.add(self)
+            live.add(self)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
@@ -191,9 +193,9 @@ class Module:
         Raises:
             DeviceError: an unknown or unavailable device.
         """
-        device, dtype, _ = _to_args("Module.to", args, kwargs)
+        device, dtype, _ = parse_to_args("Module.to", args, kwargs)
         target = canonical(device, "Module.to") if device is not None else None
-        with autograd.no_grad():
+        with modes.no_grad():
             for t in list(self.parameters()) + [b for b in self.buffers() if b is not None]:
                 value = t
                 if target is not None and t.device != target:
@@ -207,7 +209,7 @@ class Module:
                     if t._is_parameter:
                         parameter_nodes.add(t._node)
                     if t._node.op != "buffer":
-                        _live_pending.add(t)
+                        live.add(t)
         return self
 
     def cuda(self, device=None):
@@ -215,14 +217,10 @@ class Module:
         return self.to("cuda" if device is None else device if isinstance(device, str) else f"cuda:{device}")
 
     def float(self):
-        from lazyvic import float32
-
-        return self.to(float32)
+        return self.to(dtypes.float32)
 
     def double(self):
-        from lazyvic import float64
-
-        return self.to(float64)
+        return self.to(dtypes.float64)
 
     def cpu(self):
         """Move every parameter and buffer to the CPU (see :meth:`to`)."""
@@ -278,7 +276,7 @@ class Module:
         for mp, m in self.named_modules():
             for name in list(m._parameters) + list(m._buffers):
                 targets[f"{mp}.{name}" if mp else name] = (m, name)
-        with autograd.no_grad():
+        with modes.no_grad():
             for k, v in state_dict.items():
                 if k not in own:  # unexpected (strict=False), incl. None parameters and non-persistent buffers
                     continue
@@ -293,7 +291,7 @@ class Module:
                 if cur._is_parameter:
                     parameter_nodes.add(cur._node)
                 if cur._node.op != "buffer":
-                    _live_pending.add(cur)
+                    live.add(cur)
         return missing, unexpected
 
     # ----------------------------------------------------------------- repr

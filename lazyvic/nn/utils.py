@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from lazyvic import autograd
+from lazyvic.creation import zeros
+from lazyvic.tensor import Tensor
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0):
     """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm (lazy)."""
     if norm_type != 2.0:
         raise ValueError("clip_grad_norm_: only norm_type=2 is supported")
-    from lazyvic.tensor import Tensor
-
     if isinstance(parameters, Tensor):  # one tensor, as PyTorch accepts
         parameters = [parameters]
     params = [p for p in parameters if p.grad is not None]
     if not params:
-        from lazyvic.tensor import zeros
-
         return zeros(())
     with autograd.no_grad():
         total = None

@@ -22,9 +22,13 @@ from pathlib import Path
 from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
 from lazyvic.runtime.plan_cache import describe_groups, plan_cache, plan_name
+from lazyvic.sync import sync
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
-_TENSOR_FILE = str(Path(__file__).resolve().parent.parent / "tensor.py")
+# The front end's own frames (a sync point's method, the sync, an eager device copy): not "via".
+_FRONT_END_FILES = tuple(
+    str(Path(__file__).resolve().parent.parent / f) for f in ("tensor.py", "sync.py", "transfer.py")
+)
 _OWN_FILES = (str(Path(__file__).resolve()), str(Path(__file__).resolve().parent.parent / "runtime" / "plan_cache.py"))
 
 # Tensor methods that sync, by the name their frame has -> the reason shown.
@@ -70,7 +74,7 @@ def _cut_site() -> tuple[str, str]:
         name = frame.f_code.co_name
         if name in ("_from_node", "_apply"):
             reason = SIZE_LIMIT  # recording a new op found too many pending nodes
-        elif filename == _TENSOR_FILE:
+        elif filename in _FRONT_END_FILES:
             if reason != SIZE_LIMIT and name in _SYNC_POINTS:
                 reason = _SYNC_POINTS[name]  # the outermost one wins: item() calls numpy()
         elif via is None and filename not in _OWN_FILES:
@@ -318,8 +322,6 @@ def explain(fn, *args, **kwargs) -> ExplainReport:
     :class:`ExplainReport`; ``report.result`` is what ``fn`` returned. Exceptions from ``fn``
     propagate (recording stops).
     """
-    from lazyvic.tensor import sync
-
     sync()
     previous = metrics.recorder
     rec = _Recorder()

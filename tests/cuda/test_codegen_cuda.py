@@ -48,7 +48,6 @@ def case_elementwise_broadcast(lv):
 def case_every_elementwise_op(lv):
     """Each elementwise primitive of the op table, float32 and float64 (one kernel each)."""
     from lazyvic import ops as optable
-    from lazyvic.tensor import _apply
 
     outs = []
     for dtype in (np.float32, np.float64):
@@ -59,11 +58,11 @@ def case_every_elementwise_op(lv):
             if op.kind != "elementwise":
                 continue
             if name == "cast":
-                outs.append(_apply(name, (x,), dtype=lv.int32))
+                outs.append(lv.Tensor.apply(name, x, dtype=lv.int32))
             elif name == "logical_not":
-                outs.append(_apply(name, (cond,)))
+                outs.append(lv.Tensor.apply(name, cond))
             else:
-                outs.append(_apply(name, ((x,), (x, y), (cond, x, y))[op.arity - 1]))
+                outs.append(lv.Tensor.apply(name, *((x,), (x, y), (cond, x, y))[op.arity - 1]))
     return outs, "close"
 
 

@@ -31,9 +31,15 @@ import weakref
 
 import numpy as np
 
-from lazyvic import autograd
-from lazyvic.runtime import metrics
+from lazyvic import dtypes as dt
+from lazyvic import modes
+from lazyvic.nn.module import Module
+from lazyvic.runtime import buffers, metrics, run
 from lazyvic.runtime.config import config
+from lazyvic.sync import live, sync, trace_flags
+from lazyvic.tensor import Tensor
+from lazyvic.trace.cut import cut
+from lazyvic.trace.node import Node
 
 
 class _Entry:
@@ -76,13 +82,9 @@ class Compiled:
         return getattr(self.__dict__["fn"], name)
 
     def _module(self):
-        from lazyvic.nn.module import Module
-
         return self.fn if isinstance(self.fn, Module) else None
 
     def __call__(self, *args):
-        from lazyvic.tensor import Tensor
-
         args = tuple(Tensor(a) if isinstance(a, np.ndarray) else a for a in args)  # arrays are tensor inputs
         tensors, key_args = [], []
         for a in args:
@@ -96,7 +98,7 @@ class Compiled:
                     return self._fallback(args)  # lists and other unhashable values
                 key_args.append(("V", a))
         module = self._module()
-        grad = autograd.is_grad_enabled()
+        grad = modes.is_grad_enabled()
         if grad and (
             any(t.requires_grad for t in tensors)
             or (module is not None and any(p.requires_grad for p in module.parameters()))
@@ -124,10 +126,6 @@ class Compiled:
         return self.fn(*args)
 
     def _replay(self, entry: _Entry, args):
-        from lazyvic.runtime import run
-        from lazyvic.tensor import Tensor, sync
-        from lazyvic.trace.node import Node
-
         pending = [a for a in args if isinstance(a, Tensor) and a._node.pending]
         if pending:
             sync(*pending)
@@ -143,10 +141,6 @@ class Compiled:
         return _restructure(entry, outs)
 
     def _record(self, key, args):
-        from lazyvic.runtime import run
-        from lazyvic.tensor import Tensor, _live_pending, sync
-        from lazyvic.trace.cut import cut
-
         sync()  # pending work from before the call is not part of it
         traces_before = metrics.counters["traces"]
         out = self.fn(*args)
@@ -159,7 +153,7 @@ class Compiled:
         if len(devices) > 1:
             return self._refuse(key, out)  # outputs on two devices: two traces
         device = devices.pop() if devices else "cpu"
-        side_effects = {id(t) for t in _live_pending.pending()} - {id(t) for t in items}
+        side_effects = {id(t) for t in live.pending()} - {id(t) for t in items}
         if (
             len(roots) != len(items)
             or len({id(n) for n in roots}) != len(roots)
@@ -197,8 +191,6 @@ def _has_side_effects(live_ids: set, roots: list) -> bool:
     (an in-place update of a buffer, for instance): replaying would skip them."""
     if not live_ids:
         return False
-    from lazyvic.tensor import _live_pending
-
     reachable, stack = set(), list(roots)
     while stack:
         n = stack.pop()
@@ -206,12 +198,10 @@ def _has_side_effects(live_ids: set, roots: list) -> bool:
             continue
         reachable.add(id(n))
         stack.extend(i for i in n.inputs if i.pending)
-    return any(id(t._node) not in reachable for t in _live_pending.pending() if id(t) in live_ids)
+    return any(id(t._node) not in reachable for t in live.pending() if id(t) in live_ids)
 
 
 def _realize(nodes, arrays, device: str) -> None:
-    from lazyvic.runtime import buffers
-
     for node, array in zip(nodes, arrays):
         node.realize(array)
         node.device = device
@@ -226,21 +216,17 @@ def _restructure(entry: _Entry, outs: list):
 
 
 def _dtype(array):
-    from lazyvic import dtypes as dt
-
     return dt.get_dtype(array.dtype)
 
 
 def _flags(device: str = "cpu") -> tuple:
-    from lazyvic.tensor import _trace_flags
-
-    return _trace_flags(device)
+    return trace_flags(device)
 
 
 def compile(model_or_fn):  # noqa: A001 - PyTorch's name
     """Return a callable that replays the recorded plan of ``model_or_fn`` (a module or function).
 
-    See :mod:`lazyvic.runtime.capture` for the guards and when a call runs normally instead.
+    See :mod:`lazyvic.capture` for the guards and when a call runs normally instead.
     The first call for each guard set records and runs as usual (outputs are realized);
     later calls skip Python recording and the cut. Outputs are realized Tensors without
     autograd history. ``Compiled.replays`` / ``recordings`` / ``fallbacks`` count the paths.

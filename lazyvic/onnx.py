@@ -1,6 +1,6 @@
 """ONNX interop: ``lazyvic.onnx.export`` and ``lazyvic.onnx.load``.
 
-The code lives in ``lazyvic/interop/onnx_export.py`` and ``lazyvic/interop/onnx_import.py``;
+The code lives in ``lazyvic/interop/onnx/export.py`` and ``lazyvic/interop/onnx_import.py``;
 this module re-exports the public entry points (and needs the ``onnx`` package).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 
 def export(*args, **kwargs):
-    """See :func:`lazyvic.interop.onnx_export.export`."""
-    from lazyvic.interop.onnx_export import export as _export
+    """See :func:`lazyvic.interop.onnx.export.export`."""
+    from lazyvic.interop.onnx.export import export as _export
 
     return _export(*args, **kwargs)
 

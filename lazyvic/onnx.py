@@ -1,22 +1,23 @@
 """ONNX interop: ``lazyvic.onnx.export`` and ``lazyvic.onnx.load``.
 
-The code lives in ``lazyvic/interop/onnx_export.py`` and ``lazyvic/interop/onnx_import.py``;
-this module re-exports the public entry points (and needs the ``onnx`` package).
+The code lives in the package ``lazyvic/interop/onnx/`` (``export.py``; ``module.py`` and the
+converters for import); this module re-exports the public entry points (and needs the ``onnx``
+package, imported on first use).
 """
 
 from __future__ import annotations
 
 
 def export(*args, **kwargs):
-    """See :func:`lazyvic.interop.onnx_export.export`."""
-    from lazyvic.interop.onnx_export import export as _export
+    """See :func:`lazyvic.interop.onnx.export.export`."""
+    from lazyvic.interop.onnx.export import export as _export
 
     return _export(*args, **kwargs)
 
 
 def load(*args, **kwargs):
-    """See :func:`lazyvic.interop.onnx_import.load`."""
-    from lazyvic.interop.onnx_import import load as _load
+    """See :func:`lazyvic.interop.onnx.module.load`."""
+    from lazyvic.interop.onnx.module import load as _load
 
     return _load(*args, **kwargs)
 

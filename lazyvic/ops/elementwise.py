@@ -126,37 +126,37 @@ unary(
     lambda a, di, do: f"-{a[0]}",
     lambda g, x, out, at: (-g,),
     infer=_no_bool("neg", _same("neg")),
-    onnx=onnx_node("Neg"),
+    onnx=onnx_node("Neg", since=(13,)),
 )
-unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp"))
-unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log"))
+unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp", since=(13,)))
+unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log", since=(13,)))
 unary(
     "sqrt",
     np.sqrt,
     lambda a, di, do: f"math.sqrt({a[0]})",
     lambda g, x, out, at: (g * 0.5 / out,),
-    onnx=onnx_node("Sqrt"),
+    onnx=onnx_node("Sqrt", since=(13,)),
 )
 unary(
     "tanh",
     np.tanh,
     _fn("tanh_f32", "math.tanh"),
     lambda g, x, out, at: (g * (1.0 - out * out),),
-    onnx=onnx_node("Tanh"),
+    onnx=onnx_node("Tanh", since=(13,)),
 )
 unary(
     "sigmoid",
     lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
     _fn("sigmoid_f32", "sigmoid_f64"),
     lambda g, x, out, at: (g * out * (1.0 - out),),
-    onnx=onnx_node("Sigmoid"),
+    onnx=onnx_node("Sigmoid", since=(13,)),
 )
 unary(
     "erf",
     _erf_ref,
     _fn("erf_f32", "math.erf"),
     lambda g, x, out, at: (g * (2.0 / math.sqrt(math.pi)) * (-(x[0] * x[0])).exp(),),
-    onnx=onnx_node("Erf"),
+    onnx=onnx_node("Erf", since=(13,)),
 )
 unary(
     "relu",
@@ -164,7 +164,7 @@ unary(
     lambda a, di, do: f"{_max(do)}({a[0]}, {const(do, 0)})",
     lambda g, x, out, at: (g * (x[0] > 0).to(g.dtype),),
     float_only=False,
-    onnx=onnx_node("Relu"),
+    onnx=onnx_node("Relu", since=(13, 14)),
 )
 unary(
     "abs",
@@ -172,7 +172,7 @@ unary(
     lambda a, di, do: f"abs({a[0]})",
     lambda g, x, out, at: (g * ((x[0] > 0).to(g.dtype) - (x[0] < 0).to(g.dtype)),),
     float_only=False,
-    onnx=onnx_node("Abs"),
+    onnx=onnx_node("Abs", since=(13,)),
 )
 
 
@@ -192,7 +192,7 @@ register(
         lambda a, di, do: f"not {a[0]}",
         None,
         differentiable=False,
-        onnx=onnx_node("Not"),
+        onnx=onnx_node("Not", since=(1,)),
     )
 )
 
@@ -223,21 +223,27 @@ register(
 )
 
 # --- binary ----------------------------------------------------------------
-binary("add", np.add, lambda a, di, do: f"{a[0]} + {a[1]}", lambda g, x, out, at: (g, g), onnx=onnx_node("Add"))
+binary(
+    "add",
+    np.add,
+    lambda a, di, do: f"{a[0]} + {a[1]}",
+    lambda g, x, out, at: (g, g),
+    onnx=onnx_node("Add", since=(13, 14)),
+)
 binary(
     "sub",
     np.subtract,
     lambda a, di, do: f"{a[0]} - {a[1]}",
     lambda g, x, out, at: (g, -g),
     infer=_no_bool("sub", _same("sub")),
-    onnx=onnx_node("Sub"),
+    onnx=onnx_node("Sub", since=(13, 14)),
 )
 binary(
     "mul",
     np.multiply,
     lambda a, di, do: f"{a[0]} * {a[1]}",
     lambda g, x, out, at: (g * x[1], g * x[0]),
-    onnx=onnx_node("Mul"),
+    onnx=onnx_node("Mul", since=(13, 14)),
 )
 
 
@@ -254,7 +260,7 @@ binary(
     lambda a, di, do: f"{a[0]} / {a[1]}",
     lambda g, x, out, at: (g / x[1], -g * out / x[1]),
     infer=_div_infer,
-    onnx=onnx_node("Div"),
+    onnx=onnx_node("Div"),  # export only: ONNX's integer Div truncates (a converter of its own)
 )
 binary(
     "pow",
@@ -262,7 +268,7 @@ binary(
     lambda a, di, do: f"{a[0]} ** {a[1]}",
     lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
     infer=_float_only("pow"),
-    onnx=onnx_node("Pow"),
+    onnx=onnx_node("Pow"),  # export only: ONNX's Pow takes integer bases (a converter of its own)
 )
 
 
@@ -277,6 +283,7 @@ def _minmax_vjp(first_wins):
     return vjp
 
 
+# Max and Min export only: ONNX's take 1 to N inputs (converters of their own).
 binary("maximum", np.maximum, lambda a, di, do: f"{_max(do)}({a[0]}, {a[1]})", _minmax_vjp(True), onnx=onnx_node("Max"))
 binary(
     "minimum", np.minimum, lambda a, di, do: f"{_min(do)}({a[0]}, {a[1]})", _minmax_vjp(False), onnx=onnx_node("Min")
@@ -288,12 +295,12 @@ def _ne_onnx(b, names, at, shape, dtype):
 
 
 for _name, _np, _sym, _onnx in (
-    ("eq", np.equal, "==", onnx_node("Equal")),
+    ("eq", np.equal, "==", onnx_node("Equal", since=(13, 19))),
     ("ne", np.not_equal, "!=", _ne_onnx),
-    ("lt", np.less, "<", onnx_node("Less")),
-    ("le", np.less_equal, "<=", onnx_node("LessOrEqual")),
-    ("gt", np.greater, ">", onnx_node("Greater")),
-    ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual")),
+    ("lt", np.less, "<", onnx_node("Less", since=(13,))),
+    ("le", np.less_equal, "<=", onnx_node("LessOrEqual", since=(12, 16))),
+    ("gt", np.greater, ">", onnx_node("Greater", since=(13,))),
+    ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual", since=(12, 16))),
 ):
     register(
         OpDef(
@@ -337,7 +344,7 @@ register(
         lambda x, at: np.where(x[0], x[1], x[2]),
         lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}",
         _where_vjp,
-        onnx=onnx_node("Where"),
+        onnx=onnx_node("Where", since=(9, 16)),
     )
 )
 

@@ -26,4 +26,14 @@ def _vjp(g, x, out, at):
     return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
 
 
-register(OpDef("matmul", "matmul", 2, _infer, lambda x, at: np.matmul(x[0], x[1]), vjp=_vjp, onnx=onnx_node("MatMul")))
+register(
+    OpDef(
+        "matmul",
+        "matmul",
+        2,
+        _infer,
+        lambda x, at: np.matmul(x[0], x[1]),
+        vjp=_vjp,
+        onnx=onnx_node("MatMul", since=(13,)),
+    )
+)

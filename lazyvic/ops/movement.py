@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from lazyvic.errors import ShapeError
-from lazyvic.ops.opdef import OpDef, register
+from lazyvic.ops.opdef import OpDef, onnx_node, register
 
 
 def _numel(shape):
@@ -144,6 +144,16 @@ def _pad_onnx(b, names, at, shape, dtype):
     return b.node("Pad", [names[0], b.ints(pads, "pads")], mode="constant")
 
 
+def _permute_from_onnx(onnx_attrs, shapes):
+    """Transpose's ``perm`` as permute's (ONNX's default reverses the axes; negative entries count
+    from the end). A ``perm`` that is no permutation fails in ``_permute_infer``."""
+    ndim = len(shapes[0])
+    perm = onnx_attrs.get("perm")
+    if perm is None:
+        return {"perm": tuple(reversed(range(ndim)))}
+    return {"perm": tuple(int(p) + ndim if int(p) < 0 else int(p) for p in perm)}
+
+
 register(
     OpDef(
         "reshape",
@@ -163,7 +173,7 @@ register(
         _permute_infer,
         lambda x, at: x[0].transpose(at["perm"]),
         vjp=_permute_vjp,
-        onnx=lambda b, names, at, shape, dtype: b.node("Transpose", names, perm=list(at["perm"])),
+        onnx=onnx_node("Transpose", since=(13, 21, 23, 24, 25), carried=("perm",), from_onnx=_permute_from_onnx),
     )
 )
 register(

@@ -33,10 +33,10 @@ class CommandError(Exception):
 def _read(path: str):
     """The ModelProto at ``path`` with its external data, or CommandError naming the problem."""
     from lazyvic.errors import LazyvicError
-    from lazyvic.interop.onnx_import import _read_model
+    from lazyvic.interop.onnx import read_model
 
     try:
-        model, _ = _read_model(path)
+        model, _ = read_model(path)
     except LazyvicError as e:
         raise CommandError(str(e)) from None
     return model
@@ -75,7 +75,7 @@ def _support(model) -> dict:
     """``{op label: [node names]}`` of nodes lazyvic cannot import (empty: all supported)."""
     import onnx
 
-    from lazyvic.interop.onnx_import import supported_ops
+    from lazyvic.interop.onnx import supported_ops
 
     table, opset, missing = supported_ops(), _opset(model), {}
     for i, node in enumerate(model.graph.node):

@@ -5,7 +5,7 @@ ship no generated ``data/node`` folders): ``collect_testcases()`` runs every ``e
 returns TestCase objects holding the model and its inputs/expected outputs. A case is *selected*
 when the model's default-domain opset is one the importer reads (13 to 28) and every node is a
 default-domain op that lazyvic imports at the schema version that opset selects
-(``lazyvic.interop.onnx_import.supported_ops()``; e.g. the Mod cases are generated at opset 28,
+(``lazyvic.interop.onnx.supported_ops()``; e.g. the Mod cases are generated at opset 28,
 whose Mod-28 lazyvic does not import, so they are not selected).
 
 Each case runs once on the NumPy reference interpreter (``LAZYVIC_COMPILE=never``), so results do
@@ -31,7 +31,7 @@ onnx = pytest.importorskip("onnx")
 
 import lazyvic  # noqa: E402
 from lazyvic.errors import UnsupportedOpError  # noqa: E402
-from lazyvic.interop import onnx_import  # noqa: E402
+from lazyvic.interop.onnx import registry  # noqa: E402
 from lazyvic.runtime.config import config  # noqa: E402
 
 _LAZYVIC_ELEM_TYPES = {1, 6, 7, 9, 11}  # FLOAT, INT32, INT64, BOOL, DOUBLE
@@ -119,11 +119,11 @@ def _collect():
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         cases = collect_testcases()
-    versions = onnx_import.supported_ops()
+    versions = registry.supported_ops()
     selected = []
     for case in cases:
         opset = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
-        if not opset or not onnx_import.MIN_OPSET <= opset[0] <= onnx_import.MAX_OPSET:
+        if not opset or not registry.MIN_OPSET <= opset[0] <= registry.MAX_OPSET:
             continue
         if all(
             n.domain in ("", "ai.onnx")

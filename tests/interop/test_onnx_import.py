@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import lazyvic  # noqa: E402
 from lazyvic.errors import OnnxError, UnsupportedOpError  # noqa: E402
-from lazyvic.interop.onnx_import import OnnxModule, state_dict_keys, supported_ops  # noqa: E402
+from lazyvic.interop.onnx import OnnxModule, state_dict_keys, supported_ops  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "onnx")
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64

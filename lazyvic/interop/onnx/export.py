@@ -33,183 +33,26 @@ from __future__ import annotations
 
 import os
 import tempfile
-from itertools import count
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.autograd import no_grad
 from lazyvic.errors import OnnxError, UnsupportedOpError
+from lazyvic.interop.onnx.builder import ONNX_DTYPES, GraphBuilder, SymInt, drop_redundant_broadcasts, rename
+from lazyvic.nn.module import Module
 from lazyvic.ops import OPS
-from lazyvic.runtime import device
+from lazyvic.runtime import device, metrics
+from lazyvic.tensor import Tensor, sync
 from lazyvic.trace import composite
 
 MIN_OPSET, MAX_OPSET = 13, 18
 
-_ONNX_DTYPES = {"bool": 9, "int32": 6, "int64": 7, "float32": 1, "float64": 11}  # TensorProto enums
 
-
-class SymInt(int):
-    """An int that depends on dynamic axes: ``value + sum(k * (size - example size))``.
-
-    It compares and computes as its example value, so op rules written for static shapes
-    run unchanged; ``GraphBuilder.ints`` turns a list holding one into graph arithmetic.
-    ``affine`` is False when the recordings showed that no such form fits (a product of two
-    dynamic sizes, ``B * T``): then only a Reshape target can hold it, as its -1 entry.
-    """
-
-    terms: tuple  # ((graph input name, axis, example size, k), ...)
-    affine: bool
-    where: str
-
-    def __new__(cls, value: int, info: tuple):
-        self = super().__new__(cls, value)
-        self.terms, self.affine, self.where = info
-        return self
-
-
-class GraphBuilder:
-    """Collects ONNX nodes and initializers while a trace is walked; passed to ``OpDef.onnx`` rules.
-
-    Attributes:
-        opset: the default-domain opset being written (rules choose attribute or input forms by it).
-        scope: the module path of the node being exported (names the ONNX nodes).
-    """
-
-    def __init__(self, opset: int):
-        import onnx
-
-        self._onnx = onnx
-        self.opset = opset
-        self.scope: str | None = None
-        self.nodes: list = []
-        self.initializers: list = []
-        self._info: dict = {}  # value name -> (shape, dtype name)
-        self._names: set = set()
-        self._counter = count()
-        self._consts: dict = {}  # (dtype, shape, bytes) -> name, for small constants
-        self.constants: dict = {}  # value name -> array, for initializers and Constant nodes
-        self._dims: dict = {}  # (input name, axis) -> name of its size as a 1-element int64 tensor
-
-    # -- names and value info ---------------------------------------------------------------
-    def fresh(self, hint: str) -> str:
-        """A value or node name not used yet, prefixed with the current scope."""
-        base = f"{self.scope}/{hint}" if self.scope else hint
-        name = base
-        while name in self._names:
-            name = f"{base}_{next(self._counter)}"
-        self._names.add(name)
-        return name
-
-    def claim(self, name: str) -> None:
-        if name in self._names:
-            raise OnnxError(f"onnx export: the name {name!r} is used twice")
-        self._names.add(name)
-
-    def set_info(self, name: str, shape: tuple, dtype) -> None:
-        """Record a value's shape (ints, or SymInts for sizes that follow dynamic axes) and dtype."""
-        self._info[name] = (tuple(shape), dtype if isinstance(dtype, str) else dtype.name)
-
-    def shape_of(self, name: str) -> tuple:
-        """Shape of a value made from a lazyvic node (or a constant)."""
-        return self._info[name][0]
-
-    def dtype_of(self, name: str) -> str:
-        """lazyvic dtype name of a value made from a lazyvic node (or a constant)."""
-        return self._info[name][1]
-
-    def onnx_dtype(self, dtype) -> int:
-        """The ``TensorProto`` element type of a lazyvic DType or dtype name."""
-        return _ONNX_DTYPES[dtype if isinstance(dtype, str) else dtype.name]
-
-    # -- nodes and constants ----------------------------------------------------------------
-    def node(self, op_type: str, inputs: list, **attrs) -> str:
-        """Append one ONNX node with one output; returns the output's name. ``None`` inputs
-        become empty names (omitted optional inputs); ``None`` attributes are left out."""
-        name = self.fresh(op_type)
-        ins = ["" if i is None else i for i in inputs]
-        while ins and ins[-1] == "":
-            ins.pop()
-        attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(self._onnx.helper.make_node(op_type, ins, [name], name=name, **attrs))
-        return name
-
-    def const(self, array, hint: str = "const", name: str | None = None) -> str:
-        """A constant: an initializer when ``name`` is given (parameters and buffers, by state_dict
-        key), else a ``Constant`` node, so importers do not take it for a trainable weight (small
-        ones are shared by value)."""
-        array = np.ascontiguousarray(array)
-        named = name is not None
-        key = None
-        if name is None and array.size <= 64:
-            key = (array.dtype.str, array.shape, array.tobytes())
-            if key in self._consts:
-                return self._consts[key]
-        if name is None:
-            saved, self.scope = self.scope, None
-            name = self.fresh(hint)
-            self.scope = saved
-        else:
-            self.claim(name)
-        tensor = self._onnx.numpy_helper.from_array(array, name)
-        if named:
-            self.initializers.append(tensor)
-        else:
-            self.nodes.append(self._onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
-        self.constants[name] = array
-        self.set_info(name, array.shape, dt.get_dtype(array.dtype).name)
-        if key is not None:
-            self._consts[key] = name
-        return name
-
-    def ints(self, values, hint: str = "ints", infer_one: bool = False) -> str:
-        """A 1-D int64 tensor of ``values``: a constant, or graph arithmetic on the dynamic axes
-        when some value is a :class:`SymInt`. With ``infer_one`` (a Reshape target) a single
-        dynamic entry is written as -1."""
-        values = list(values)
-        dynamic = [i for i, v in enumerate(values) if isinstance(v, SymInt)]
-        if not dynamic:
-            return self.const(np.asarray([int(v) for v in values], dtype=np.int64), hint)
-        if infer_one and len(dynamic) == 1:
-            return self.const(
-                np.asarray([-1 if i in dynamic else int(v) for i, v in enumerate(values)], dtype=np.int64), hint
-            )
-        parts = []
-        for v in values:
-            if not isinstance(v, SymInt):
-                parts.append(self.const(np.asarray([int(v)], dtype=np.int64), hint))
-                continue
-            if not v.affine:
-                raise OnnxError(
-                    f"onnx export: {v.where} = {int(v)} is not an affine function of the dynamic axis "
-                    f"sizes (a product of two of them?), so those axes cannot all be dynamic"
-                )
-            offset = int(v) - sum(k * size for _, _, size, k in v.terms)
-            total = None
-            for input_name, axis, _, k in v.terms:
-                term = self._dim(input_name, axis)
-                if k != 1:
-                    term = self.node("Mul", [term, self.const(np.asarray([k], dtype=np.int64))])
-                total = term if total is None else self.node("Add", [total, term])
-            if offset:
-                total = self.node("Add", [total, self.const(np.asarray([offset], dtype=np.int64))])
-            parts.append(total)
-        return self.node("Concat", parts, axis=0)
-
-    def _dim(self, input_name: str, axis: int) -> str:
-        key = (input_name, axis)
-        if key not in self._dims:
-            saved, self.scope = self.scope, None
-            shape = self.node("Shape", [input_name])
-            self._dims[key] = self.node("Gather", [shape, self.const(np.asarray([axis], dtype=np.int64))], axis=0)
-            self.scope = saved
-        return self._dims[key]
-
-
-# ------------------------------------------------------------------------------------------ recording
+# -- recording
 def _as_tensors(example_inputs) -> tuple:
-    from lazyvic.tensor import Tensor
-
     items = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     out = []
     for i, x in enumerate(items):
@@ -225,8 +68,6 @@ def _as_tensors(example_inputs) -> tuple:
 
 
 def _flat_outputs(out) -> list:
-    from lazyvic.tensor import Tensor
-
     items = out if isinstance(out, (tuple, list)) else (out,)
     for i, t in enumerate(items):
         if not isinstance(t, Tensor):
@@ -241,11 +82,8 @@ class _Recording:
     """One recorded call: output nodes, composite marks, and the leaves' names."""
 
     def __init__(self, fn, inputs: tuple):
-        from lazyvic import autograd
-        from lazyvic.runtime import metrics
-
         traces_before = metrics.counters["traces"]
-        with autograd.no_grad(), composite.recording() as marks:
+        with no_grad(), composite.recording() as marks:
             self.outputs = _flat_outputs(fn(*inputs))
         if metrics.counters["traces"] != traces_before:
             raise OnnxError(
@@ -290,7 +128,7 @@ def _order(rec: _Recording, opset: int) -> list:
     return order
 
 
-# ------------------------------------------------------------------------------------------ dynamic axes
+# -- dynamic axes
 def _axes_spec(dynamic_axes, names: list, what: str) -> dict:
     """``{value name: {axis: dim name}}`` from PyTorch's ``dynamic_axes`` format."""
     spec = {}
@@ -333,7 +171,7 @@ def _symbolize(value, others: list, terms_of, where: str):
     return value
 
 
-# ------------------------------------------------------------------------------------------ export
+# -- export
 def _check_opset(opset_version) -> int:
     if not isinstance(opset_version, int) or not MIN_OPSET <= opset_version <= MAX_OPSET:
         raise ValueError(
@@ -392,10 +230,6 @@ def export(
     """
     import onnx
 
-    from lazyvic import __version__
-    from lazyvic.nn.module import Module
-    from lazyvic.tensor import Tensor, sync
-
     opset = _check_opset(opset_version)
     inputs = _as_tensors(example_inputs)
     in_names = _default_names(input_names, len(inputs), "input", "input_names")
@@ -452,7 +286,7 @@ def export(
 
     def value_info(name, shape, dtype_name):
         dims = [dim_names.get((name, a), d) for a, d in enumerate(shape)]
-        return onnx.helper.make_tensor_value_info(name, _ONNX_DTYPES[dtype_name], dims)
+        return onnx.helper.make_tensor_value_info(name, ONNX_DTYPES[dtype_name], dims)
 
     graph_inputs = [value_info(n, t.shape, t.dtype.name) for n, t in zip(in_names, inputs)]
     graph_outputs = []
@@ -460,7 +294,7 @@ def export(
         for a in changing:
             dim_names.setdefault((n, a), f"{n}_dim{a}")
         graph_outputs.append(value_info(n, shape, dtype_name))
-    _drop_redundant_broadcasts(b, set(out_names))
+    drop_redundant_broadcasts(b, set(out_names))
     name = type(model_or_fn).__name__ if is_module else getattr(model_or_fn, "__name__", "function")
     g = onnx.helper.make_graph(b.nodes, name, graph_inputs, graph_outputs, initializer=b.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
@@ -468,7 +302,7 @@ def export(
         g,
         opset_imports=opsets,
         producer_name="lazyvic",
-        producer_version=__version__,
+        producer_version=_version(),
         ir_version=onnx.helper.find_min_ir_version_for(opsets),
     )
     if check:
@@ -484,8 +318,6 @@ def export(
 
 
 def _with_size(inputs: tuple, i: int, axis: int, size: int) -> tuple:
-    from lazyvic.tensor import Tensor
-
     changed = list(inputs)
     shape = list(inputs[i].shape)
     shape[axis] = size
@@ -538,6 +370,8 @@ def _emit(
     opset: int,
 ) -> list:
     """Write the nodes of ``base`` into ``b``; returns (shape, dtype name, changing axes) per output."""
+    import onnx
+
     order = _order(base, opset)
     others = [_order(v[-1], opset) for v in variants]
     for (name, axis, *_), o in zip(variants, others):
@@ -649,9 +483,9 @@ def _emit(
             or (value in out_names and out_names.index(value) != i)
         ):
             b.claim(out_name)
-            b.nodes.append(b._onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
+            b.nodes.append(onnx.helper.make_node("Identity", [value], [out_name], name=f"{out_name}_identity"))
         else:
-            _rename(b, value, out_name)
+            rename(b, value, out_name)
             names[t._node] = out_name
         changing = []
         for *_, rec in variants:
@@ -659,108 +493,6 @@ def _emit(
             changing += [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y and a not in changing]
         result.append((t.shape, t.dtype.name, changing))
     return result
-
-
-# ONNX ops that broadcast their inputs numpy-style (multidirectional broadcasting).
-_BROADCASTING = frozenset(
-    {
-        "Add",
-        "Sub",
-        "Mul",
-        "Div",
-        "Pow",
-        "Max",
-        "Min",
-        "Equal",
-        "Less",
-        "LessOrEqual",
-        "Greater",
-        "GreaterOrEqual",
-        "Where",
-        "And",
-        "Or",
-        "Xor",
-    }
-)
-
-
-def _drop_redundant_broadcasts(b: GraphBuilder, outputs: set) -> None:
-    """Bypass the constant-shape Expand and Reshape nodes whose consumers all broadcast anyway.
-
-    lazyvic's elementwise primitives take equal shapes, so a bias add records reshape (N,) ->
-    (1, N), expand -> (M, N), add. ONNX's Add broadcasts by itself: where every consumer's
-    output shape stays the same with the un-expanded input, the Expand (then the Reshape) is
-    dropped, and so are the nodes and constants nothing uses any more.
-    """
-    consts = b.constants
-    changed = True
-    while changed:
-        changed = False
-        users: dict = {}
-        for n in b.nodes:
-            for i in n.input:
-                users.setdefault(i, []).append(n)
-        for n in b.nodes:
-            if n.op_type not in ("Expand", "Reshape") or n.output[0] in outputs:
-                continue
-            if n.op_type == "Reshape" and n.input[1] not in consts:
-                continue
-            src, out = n.input[0], n.output[0]
-            if src not in b._info or out not in b._info or not users.get(out):
-                continue
-
-            if all(_broadcast_unchanged(b, c, out, src) for c in users[out]):
-                for c in users[out]:
-                    for j, i in enumerate(c.input):
-                        if i == out:
-                            c.input[j] = src
-                b.nodes.remove(n)
-                changed = True
-                break
-    while True:  # nodes (shape arithmetic for a dropped Expand) and constants nothing reads any more
-        used = {i for n in b.nodes for i in n.input} | outputs
-        live = [n for n in b.nodes if any(o in used for o in n.output)]
-        if len(live) == len(b.nodes):
-            break
-        b.nodes[:] = live
-    b.initializers[:] = [t for t in b.initializers if t.name in used]
-
-
-def _broadcast_unchanged(b: GraphBuilder, consumer, old: str, new: str) -> bool:
-    """Whether ``consumer`` broadcasts and gives the same shape with input ``old`` replaced by ``new``."""
-    if consumer.op_type not in _BROADCASTING or consumer.output[0] not in b._info:
-        return False
-    if any(i not in b._info for i in consumer.input):
-        return False
-    shapes = [b.shape_of(new if i == old else i) for i in consumer.input]
-    return _broadcast(shapes) == _sym_key(b.shape_of(consumer.output[0]))
-
-
-def _sym_key(shape) -> tuple:
-    """A shape with each size that follows dynamic axes told apart by its terms."""
-    return tuple((int(d), d.terms if isinstance(d, SymInt) else ()) for d in shape)
-
-
-def _broadcast(shapes: list):
-    """NumPy broadcasting of shapes that may hold SymInts; None where sizes may disagree."""
-    rank = max(len(s) for s in shapes)
-    out = []
-    for axis in range(rank):
-        dims = {k for s in shapes for k in _sym_key(s[len(s) - rank + axis :][:1]) if len(s) - rank + axis >= 0}
-        big = {d for d in dims if d != (1, ())}
-        if len(big) > 1:
-            return None
-        out.append(big.pop() if big else (1, ()))
-    return tuple(out)
-
-
-def _rename(b: GraphBuilder, old: str, new: str) -> None:
-    b.claim(new)
-    for n in b.nodes:
-        for lst in (n.input, n.output):
-            for j, v in enumerate(lst):
-                if v == old:
-                    lst[j] = new
 
 
 def _write_atomic(model, path: Path) -> None:
@@ -780,4 +512,13 @@ def _write_atomic(model, path: Path) -> None:
         raise
 
 
-__all__ = ["export", "GraphBuilder", "SymInt", "MIN_OPSET", "MAX_OPSET"]
+def _version() -> str:
+    """lazyvic's version for ``producer_version`` (from the installed distribution's metadata: this
+    package does not import the top-level ``lazyvic``)."""
+    try:
+        return metadata.version("lazyvic")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+__all__ = ["export", "MIN_OPSET", "MAX_OPSET"]

@@ -1,0 +1,129 @@
+"""What a converter is handed: the node being imported (:class:`NodeContext`) and its values.
+
+A value while an imported graph runs is either a *known constant* (a NumPy array: Constant
+nodes, integer and bool initializers, shapes, and what folds from them) or a lazy ``Tensor``
+(graph inputs, floating-point initializers, and everything computed from them). The element
+types lazyvic has are listed here once, for the loader and the converters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError, OnnxError
+from lazyvic.tensor import Tensor, tensor
+
+# ONNX TensorProto element types lazyvic has.
+ELEM_DTYPES = {1: dt.float32, 6: dt.int32, 7: dt.int64, 9: dt.bool_, 11: dt.float64}
+SUPPORTED_TYPES_TEXT = "FLOAT (float32), DOUBLE (float64), INT32, INT64 and BOOL"
+SUPPORTED_TYPES_NOTE = "lazyvic supports " + SUPPORTED_TYPES_TEXT
+
+
+def elem_name(elem_type: int) -> str:
+    """The TensorProto name of an element type (``FLOAT16``), for messages."""
+    try:
+        from onnx import TensorProto
+
+        return TensorProto.DataType.Name(elem_type)
+    except Exception:
+        return f"element type {elem_type}"
+
+
+def lazyvic_dtype(np_dtype) -> dt.DType | None:
+    """The lazyvic dtype of a NumPy dtype, or None when lazyvic has none."""
+    try:
+        return dt.get_dtype(np.dtype(np_dtype))
+    except (DTypeError, TypeError):
+        return None
+
+
+def is_const(v) -> bool:
+    return isinstance(v, np.ndarray)
+
+
+def shape_of(v) -> tuple:
+    return tuple(v.shape)
+
+
+def dtype_np(v) -> np.dtype:
+    """The NumPy dtype of a constant or a Tensor."""
+    return v.dtype if isinstance(v, np.ndarray) else v.dtype.np
+
+
+def const_tensor(data, dtype=None, device=None) -> Tensor:
+    """A realized tensor of ``data`` on the running model's device (constants made while a graph runs)."""
+    return tensor(data, dtype=dtype, device=device or NodeContext.device)
+
+
+class NodeContext:
+    """One graph node ready to run: its attributes parsed once, errors that name it.
+
+    Attributes:
+        op: the ONNX op type; ``version``: the since-version of its schema at the model's opset
+            (set at load time); ``attrs``: attribute name -> Python value (strings decoded);
+        inputs, outputs: value names ("" for an omitted optional one).
+    """
+
+    # The device of the running OnnxModule (set by its forward): constants are made there.
+    device = "cpu"
+
+    def __init__(self, proto, version: int, source: str, index: int):
+        from onnx import helper
+
+        self.proto = proto
+        self.op = proto.op_type
+        self.name = proto.name or f"{proto.op_type}_{index}"
+        self.version = version
+        self.source = source
+        self.inputs = list(proto.input)
+        self.outputs = list(proto.output)
+        self.attrs = {}
+        for a in proto.attribute:
+            value = helper.get_attribute_value(a)
+            if isinstance(value, bytes):
+                value = value.decode()
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                value = [v.decode() for v in value]
+            self.attrs[a.name] = value
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def label(self) -> str:
+        return f"{self.source}: node '{self.name}' ({self.op})"
+
+    def error(self, message: str) -> OnnxError:
+        return OnnxError(f"{self.label()}: {message}")
+
+    def wants_output(self, i: int) -> bool:
+        return i < len(self.outputs) and self.outputs[i] != ""
+
+    # ---------------------------------------------------------------- values
+    def tensor(self, value) -> Tensor:
+        """A lazy Tensor for an input (constants become realized tensors of their dtype)."""
+        if isinstance(value, Tensor):
+            return value
+        arr = np.asarray(value)
+        if lazyvic_dtype(arr.dtype) is None:
+            raise self.error(f"lazyvic has no {arr.dtype} (it supports {SUPPORTED_TYPES_TEXT})")
+        return const_tensor(arr, dtype=arr.dtype, device=NodeContext.device)
+
+    def const(self, value, what: str) -> np.ndarray:
+        """A constant's array; a Tensor that holds data gives its data; a pending one is synced."""
+        if isinstance(value, np.ndarray):
+            return value
+        if isinstance(value, Tensor):
+            return np.asarray(value.numpy())
+        raise self.error(f"{what} is missing")
+
+    def ints(self, value, what: str) -> list:
+        arr = self.const(value, what)
+        if arr.dtype.kind not in "iu":
+            raise self.error(f"{what} must be an integer tensor, got {arr.dtype}")
+        return [int(v) for v in arr.reshape(-1)]
+
+    def axis(self, axis: int, ndim: int, what: str = "axis") -> int:
+        if not -ndim <= axis < max(ndim, 1):
+            raise self.error(f"{what} {axis} is out of range for rank {ndim}")
+        return axis % ndim if ndim else 0

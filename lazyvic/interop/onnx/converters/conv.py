@@ -1,0 +1,116 @@
+"""Convolutions: Conv ConvTranspose (1-D and 2-D; functional.conv2d underneath)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic import functional as F
+from lazyvic.interop.onnx.context import const_tensor
+from lazyvic.interop.onnx.converters.movement import pad_axes
+from lazyvic.interop.onnx.converters.windows import lift_1d, spatial_attrs, spatial_pads, spatial_rank_check, to_2d
+from lazyvic.interop.onnx.registry import register
+
+
+def _conv_operands(ctx, a, w, b):
+    """Conv and ConvTranspose inputs as 2-D: ``(x, weight, bias, one_d, n_spatial, kernel)``;
+    a 1-D convolution gets a unit height (``one_d``)."""
+    x, weight = ctx.tensor(a), ctx.tensor(w)
+    bias = None if b is None else ctx.tensor(b)
+    if weight.ndim != x.ndim:
+        raise ctx.error(f"weight shape {weight.shape} does not fit input {x.shape}")
+    x, one_d = to_2d(ctx, x, "input")
+    if one_d:
+        weight = weight.unsqueeze(2)
+    n_spatial = 1 if one_d else 2
+    kernel = list(ctx.attr("kernel_shape", weight.shape[4 - n_spatial :]))
+    return x, weight, bias, one_d, n_spatial, kernel
+
+
+@register("Conv", since=(11, 22), check=spatial_rank_check)
+def conv(ctx, a, w, b=None):
+    x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
+    if tuple(kernel) != tuple(weight.shape[4 - n_spatial :]):
+        raise ctx.error(f"kernel_shape {kernel} does not match weight shape {weight.shape}")
+    strides, dilations = spatial_attrs(ctx, n_spatial, kernel)
+    pairs, _ = spatial_pads(ctx, x.shape[4 - n_spatial :], kernel, strides, dilations)
+    if one_d:
+        kernel, strides, dilations, pairs = (
+            lift_1d(kernel, 1),
+            lift_1d(strides, 1),
+            lift_1d(dilations, 1),
+            [(0, 0), *pairs],
+        )
+    padding = [0, 0]
+    if all(p == q for p, q in pairs):
+        padding = [p for p, _ in pairs]
+    else:
+        x = pad_axes(x, pairs, 0)
+    y = F.conv2d(
+        x,
+        weight,
+        bias,
+        stride=tuple(strides),
+        padding=tuple(padding),
+        dilation=tuple(dilations),
+        groups=int(ctx.attr("group", 1)),
+    )
+    return y.squeeze(2) if one_d else y
+
+
+def _conv_transpose_pads(ctx, sizes, kernel, strides, dilations):
+    """(begin, end) padding per spatial axis and output_padding, from pads / output_shape / auto_pad
+    (the spec's ConvTranspose formulas)."""
+    n = len(sizes)
+    out_pad = list(ctx.attr("output_padding", [0] * n))
+    auto = ctx.attr("auto_pad", "NOTSET")
+    target = ctx.attr("output_shape")
+    if target is not None:
+        target = list(target)[-n:]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = [size * s for size, s in zip(sizes, strides)]
+    if target is None:
+        pads = [0] * (2 * n) if auto == "VALID" else list(ctx.attr("pads", [0] * (2 * n)))
+        return [(pads[i], pads[i + n]) for i in range(n)], out_pad
+    pairs = []
+    for size, k, s, d, op, t in zip(sizes, kernel, strides, dilations, out_pad, target):
+        total = s * (size - 1) + op + (k - 1) * d + 1 - t
+        half = total // 2
+        pairs.append((half, total - half) if auto == "SAME_UPPER" else (total - half, half))
+    return pairs, out_pad
+
+
+@register("ConvTranspose", since=(11, 22), check=spatial_rank_check)
+def conv_transpose(ctx, a, w, b=None):
+    """The gradient of a convolution: spread the input by the strides (zeros between elements),
+    pad by the dilated kernel extent less ``pads`` (plus output_padding at the end), and convolve
+    with the spatially flipped kernel whose in/out channels are swapped within each group."""
+    x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
+    strides, dilations = spatial_attrs(ctx, n_spatial, kernel)
+    pairs, out_pad = _conv_transpose_pads(ctx, x.shape[4 - n_spatial :], kernel, strides, dilations)
+    if one_d:
+        kernel, strides, dilations = lift_1d(kernel, 1), lift_1d(strides, 1), lift_1d(dilations, 1)
+        pairs, out_pad = [(0, 0), *pairs], [0, *out_pad]
+    groups = int(ctx.attr("group", 1))
+    n, c, h, wd = x.shape
+    if weight.shape[0] != c or c % groups:
+        raise ctx.error(f"weight shape {weight.shape} does not fit input {x.shape} with group={groups}")
+    sh, sw = strides
+    if sh > 1 or sw > 1:  # zeros between the input elements
+        spread = x.reshape(n, c, h, 1, wd, 1)
+        spread = pad_axes(spread.permute(0, 1, 2, 4, 3, 5), [(0, sh - 1), (0, sw - 1)], 0)
+        spread = spread.permute(0, 1, 2, 4, 3, 5).reshape(n, c, h * sh, wd * sw)
+        x = spread[:, :, : (h - 1) * sh + 1, : (wd - 1) * sw + 1]
+    edges = []
+    for (pb, pe), k, d, op in zip(pairs, kernel, dilations, out_pad):
+        edges.append(((k - 1) * d - pb, (k - 1) * d - pe + op))
+    crop = tuple(slice(max(-lo, 0), size - max(-hi, 0)) for (lo, hi), size in zip(edges, x.shape[2:]))
+    x = pad_axes(x[(slice(None), slice(None)) + crop], [(max(lo, 0), max(hi, 0)) for lo, hi in edges], 0)
+    m_per_group = weight.shape[1]
+    kh, kw = weight.shape[2:]
+    flipped = weight.index_select(2, const_tensor(np.arange(kh - 1, -1, -1), device=weight.device)).index_select(
+        3, const_tensor(np.arange(kw - 1, -1, -1), device=weight.device)
+    )
+    w2 = flipped.reshape(groups, c // groups, m_per_group, kh, kw).transpose(1, 2)
+    w2 = w2.reshape(groups * m_per_group, c // groups, kh, kw)
+    y = F.conv2d(x, w2, bias, stride=1, padding=0, dilation=tuple(dilations), groups=groups)
+    return y.squeeze(2) if one_d else y

@@ -1,0 +1,293 @@
+"""Elementwise ops written by hand: Div Pow Mod Reciprocal Clip Max Min Sum Mean And Or Xor IsNaN
+IsInf Identity Dropout Cast CastLike, and Floor Ceil Round Sin Cos of constants only.
+
+Add, Sub, Mul, Relu, Exp, Equal, Where, ... are not here: they come from the op table
+(``converters/optable.py``). Div, Pow, Max and Min have primitives too, but their ONNX semantics
+differ from the primitive's, so they keep a converter (each says why).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic import functional as F
+from lazyvic.errors import UnsupportedOpError
+from lazyvic.interop.onnx.context import (
+    ELEM_DTYPES,
+    SUPPORTED_TYPES_NOTE,
+    SUPPORTED_TYPES_TEXT,
+    dtype_np,
+    elem_name,
+    is_const,
+    lazyvic_dtype,
+)
+from lazyvic.interop.onnx.registry import register
+from lazyvic.tensor import Tensor, full, where
+
+
+# ------------------------------------------------------------------ Div, Pow, Mod
+def _operand(ctx, v, other):
+    """A binary operand: a 0-d constant of the other side's dtype stays a Python scalar."""
+    if is_const(v) and v.ndim == 0 and isinstance(other, Tensor) and v.dtype == other.dtype.np:
+        return v.item()
+    return ctx.tensor(v)
+
+
+def _binary_pair(ctx, a, b):
+    if isinstance(a, Tensor) or not isinstance(b, Tensor):
+        return ctx.tensor(a), _operand(ctx, b, a if isinstance(a, Tensor) else None)
+    return _operand(ctx, a, b), b
+
+
+def int_div(a: Tensor, b, dtype: dt.DType) -> Tensor:
+    """ONNX integer division: truncated toward zero, as C does (a float64 quotient cast back truncates)."""
+    b = b.to(dt.float64) if isinstance(b, Tensor) else float(b)
+    return (a.to(dt.float64) / b).to(dtype)
+
+
+def _fold_div(ctx, a, b):
+    with np.errstate(all="ignore"):
+        out = np.trunc(a / b) if a.dtype.kind in "iu" else a / b
+    return np.asarray(out).astype(a.dtype)
+
+
+@register("Div", since=(13, 14), fold=_fold_div)
+def div(ctx, a, b):
+    # Not derived from div's onnx_node("Div"): the primitive is true division of floats, and
+    # ONNX's integer Div truncates.
+    x, y = _binary_pair(ctx, a, b)
+    t = x if isinstance(x, Tensor) else y
+    if t.dtype.category != 2:
+        if not isinstance(x, Tensor):
+            x = ctx.tensor(np.asarray(x, dtype=t.dtype.np))
+        return int_div(x, y, t.dtype)
+    return x / y
+
+
+@register("Pow", since=(13, 15), fold=lambda ctx, a, b: np.asarray(np.power(a.astype(np.float64), b)).astype(a.dtype))
+def pow_(ctx, a, b):
+    # Not derived from pow's onnx_node("Pow"): Pow's base and exponent types may differ and the
+    # base may be an integer; the result has the base's type.
+    x = ctx.tensor(a)
+    base = x if x.dtype.is_floating_point else x.to(dt.float64)
+    if is_const(b) and b.ndim == 0:
+        e = b.item()
+    else:
+        e = ctx.tensor(b)
+        e = e if e.dtype is base.dtype else e.to(base.dtype)
+    y = base**e
+    if not x.dtype.is_floating_point:
+        # Integer powers: round the float64 result (exact below 2**53) before casting back.
+        y = where(y < 0, y - 0.5, y + 0.5)
+    return y.to(x.dtype)
+
+
+def _fold_mod(ctx, a, b):
+    with np.errstate(all="ignore"):
+        return np.asarray(np.fmod(a, b) if ctx.attr("fmod", 0) else np.mod(a, b)).astype(a.dtype)
+
+
+@register("Mod", since=(13,), fold=_fold_mod)
+def mod(ctx, a, b):
+    x, y = ctx.tensor(a), ctx.tensor(b)
+    if x.dtype.is_floating_point:
+        if not ctx.attr("fmod", 0):
+            raise ctx.error("fmod must be 1 for floating-point inputs")
+        q = (x / y).to(dt.int64).to(x.dtype)  # truncated quotient (|x / y| < 2**63)
+        return x - q * y
+    r = x - int_div(x, y, x.dtype) * y  # C remainder: the sign of x
+    if ctx.attr("fmod", 0):
+        return r
+    return where((r != 0) & ((r < 0) != (y < 0)), r + y, r)  # Python's: the sign of y
+
+
+@register("Reciprocal", since=(13,), fold=lambda ctx, a: _fold_unary(np.reciprocal, a))
+def reciprocal(ctx, a):
+    return ctx.tensor(a).reciprocal()
+
+
+def _fold_unary(fn, a):
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(a)).astype(a.dtype)
+
+
+@register("Clip", since=(13,))
+def clip(ctx, a, lo=None, hi=None):
+    x = ctx.tensor(a)
+    lo = None if lo is None else ctx.const(lo, "min").reshape(()).item()
+    hi = None if hi is None else ctx.const(hi, "max").reshape(()).item()
+    if lo is None and hi is None:
+        return x
+    return x.clamp(lo, hi)
+
+
+# ------------------------------------------------------------------ variadic: Max Min Sum Mean
+# Max and Min are not derived from maximum's / minimum's onnx_node: they take 1 to N inputs.
+def _variadic(ctx, values, combine, mean: bool = False):
+    tensors = [ctx.tensor(v) for v in values if v is not None]
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = combine(out, t)
+    if mean and len(tensors) > 1:
+        out = out * (1.0 / len(tensors))
+    elif len(tensors) == 1:
+        out = out + 0 if out.dtype is not dt.bool_ else out
+    return out
+
+
+def _fold_variadic(arrays, combine, mean: bool = False):
+    with np.errstate(all="ignore"):
+        out = arrays[0]
+        for a in arrays[1:]:
+            out = combine(out, a)
+        if mean:
+            out = out / len(arrays)
+    return np.asarray(out).astype(arrays[0].dtype)
+
+
+@register("Max", since=(12, 13), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.maximum))
+def max_(ctx, *values):
+    return _variadic(ctx, values, lambda out, t: out.maximum(t))
+
+
+@register("Min", since=(12, 13), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.minimum))
+def min_(ctx, *values):
+    return _variadic(ctx, values, lambda out, t: out.minimum(t))
+
+
+@register("Sum", since=(13,), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.add))
+def sum_(ctx, *values):
+    return _variadic(ctx, values, lambda out, t: out + t)
+
+
+@register("Mean", since=(13,), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.add, mean=True))
+def mean(ctx, *values):
+    return _variadic(ctx, values, lambda out, t: out + t, mean=True)
+
+
+# ------------------------------------------------------------------ logic
+@register("And", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_and(a, b)))
+def and_(ctx, a, b):
+    return ctx.tensor(a) & ctx.tensor(b)
+
+
+@register("Or", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_or(a, b)))
+def or_(ctx, a, b):
+    return ctx.tensor(a) | ctx.tensor(b)
+
+
+@register("Xor", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_xor(a, b)))
+def xor(ctx, a, b):
+    return ctx.tensor(a) != ctx.tensor(b)  # Xor of bools
+
+
+def _fold_isnan(ctx, a):
+    return np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
+
+
+@register("IsNaN", since=(13, 20), fold=_fold_isnan)
+def isnan(ctx, a):
+    x = ctx.tensor(a)
+    if not x.dtype.is_floating_point:
+        return full(x.shape, False, dtype=dt.bool_)
+    return x != x
+
+
+def _fold_isinf(ctx, a):
+    if a.dtype.kind != "f":
+        return np.zeros(a.shape, dtype=bool)
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    return (np.isposinf(a) & bool(pos)) | (np.isneginf(a) & bool(neg))
+
+
+@register("IsInf", since=(10, 20), fold=_fold_isinf)
+def isinf(ctx, a):
+    x = ctx.tensor(a)
+    if not x.dtype.is_floating_point:
+        return full(x.shape, False, dtype=dt.bool_)
+    out = None
+    if ctx.attr("detect_positive", 1):
+        out = x == math.inf
+    if ctx.attr("detect_negative", 1):
+        neg = x == -math.inf
+        out = neg if out is None else out | neg
+    return out if out is not None else full(x.shape, False, dtype=dt.bool_)
+
+
+# ------------------------------------------------------------------ Identity, Dropout
+@register("Identity", since=(13, 14, 16, 19, 21, 23, 24, 25), fold=lambda ctx, a: a)
+def identity(ctx, a):
+    return a
+
+
+@register("Dropout", since=(13, 22))
+def dropout(ctx, a, ratio=None, training_mode=None):
+    x = ctx.tensor(a)
+    training = training_mode is not None and bool(ctx.const(training_mode, "training_mode").reshape(()).item())
+    p = 0.5 if ratio is None else float(ctx.const(ratio, "ratio").reshape(()).item())
+    if training and p > 0:
+        y = F.dropout(x, p, training=True)
+        mask = y != 0
+    else:
+        y, mask = x, np.ones(x.shape, dtype=bool)
+    return (y, mask) if ctx.wants_output(1) else y
+
+
+# ------------------------------------------------------------------ casts
+def _cast_check(ctx):
+    to = ctx.attr("to")
+    if to not in ELEM_DTYPES:
+        return f"Cast to {elem_name(to)} ({SUPPORTED_TYPES_NOTE})"
+    return None
+
+
+@register(
+    "Cast",
+    since=(13, 19, 21, 23, 24, 25, 28),
+    fold=lambda ctx, a: a.astype(ELEM_DTYPES[ctx.attr("to")].np),
+    check=_cast_check,
+)
+def cast(ctx, a):
+    # Not derived from the cast primitive: its ONNX form carries the target as a TensorProto enum,
+    # and a target lazyvic lacks is refused at load time (_cast_check).
+    return ctx.tensor(a).to(ELEM_DTYPES[ctx.attr("to")])
+
+
+def _cast_like_target(ctx, like) -> dt.DType:
+    target = lazyvic_dtype(dtype_np(like))
+    if target is None:
+        raise ctx.error(f"lazyvic has no {dtype_np(like)} (it supports {SUPPORTED_TYPES_TEXT})")
+    return target
+
+
+@register(
+    "CastLike",
+    since=(15, 19, 21, 23, 24, 25),
+    fold=lambda ctx, a, like: a.astype(_cast_like_target(ctx, like).np),
+)
+def cast_like(ctx, a, like):
+    return ctx.tensor(a).to(_cast_like_target(ctx, like))
+
+
+# ------------------------------------------------------------------ constants only
+# Ops lazyvic has no primitive for: NumPy on constants only (shape arithmetic, position tables).
+def _fold_only(op_type: str, since: tuple, fn) -> None:
+    def fold(ctx, a):
+        return _fold_unary(fn, a)
+
+    def no_primitive(ctx, a):
+        raise UnsupportedOpError(
+            f"{ctx.label()}: lazyvic has no {op_type} primitive; it folds {op_type} of constants only"
+        )
+
+    register(op_type, since=since, fold=fold, fold_only=True)(no_primitive)
+
+
+_fold_only("Floor", (13,), np.floor)
+_fold_only("Ceil", (13,), np.ceil)
+_fold_only("Round", (11, 22), np.round)
+_fold_only("Sin", (7, 22), np.sin)
+_fold_only("Cos", (7, 22), np.cos)

@@ -18,8 +18,15 @@ Kinds:
     conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py)
     pool         2-D max pooling (a window kernel; ops/pool.py)
 
-Each entry may also carry its ONNX export rule (``onnx``), which lazyvic/interop/onnx_export.py
-calls; composites built from primitives mark their ONNX node in lazyvic/trace/composite.py.
+Each entry may also carry its ONNX rule (``onnx``), which the exporter
+(lazyvic/interop/onnx/export.py) calls; a primitive that is one ONNX node declares it with
+``onnx_node``, which also gives the importer its converter (lazyvic/interop/onnx/converters/
+optable.py), so the mapping is written once for both directions. Composites built from
+primitives mark their ONNX node in lazyvic/trace/composite.py.
+
+The declarations live in :mod:`lazyvic.ops.opdef` (``OpDef``, the table ``OPS``); this package
+imports every family so that the table is complete, and imports nothing above ``errors`` and
+``dtypes``: VJPs build nodes only through the tensors they are handed (``g.apply(...)``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.creation import tensor
 from lazyvic.errors import DTypeError, OnnxError
-from lazyvic.tensor import Tensor, tensor
+from lazyvic.tensor import Tensor
 
 # ONNX TensorProto element types lazyvic has.
 ELEM_DTYPES = {1: dt.float32, 6: dt.int32, 7: dt.int64, 9: dt.bool_, 11: dt.float64}

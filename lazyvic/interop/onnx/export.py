@@ -39,13 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.autograd import no_grad
 from lazyvic.errors import OnnxError, UnsupportedOpError
 from lazyvic.interop.onnx.builder import ONNX_DTYPES, GraphBuilder, SymInt, drop_redundant_broadcasts, rename
+from lazyvic.modes import no_grad
 from lazyvic.nn.module import Module
 from lazyvic.ops import OPS
 from lazyvic.runtime import device, metrics
-from lazyvic.tensor import Tensor, sync
+from lazyvic.sync import sync
+from lazyvic.tensor import Tensor
 from lazyvic.trace import composite
 
 MIN_OPSET, MAX_OPSET = 13, 18

@@ -9,10 +9,11 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic import functional as F
+from lazyvic.indexing import cat, stack
 from lazyvic.interop.onnx.context import const_tensor, elem_name
 from lazyvic.interop.onnx.converters.movement import pad_axes
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, cat, stack, where
+from lazyvic.tensor import Tensor, where
 
 
 def _attention_check(ctx):

@@ -14,6 +14,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic import functional as F
+from lazyvic.creation import full
 from lazyvic.errors import UnsupportedOpError
 from lazyvic.interop.onnx.context import (
     ELEM_DTYPES,
@@ -25,7 +26,7 @@ from lazyvic.interop.onnx.context import (
     lazyvic_dtype,
 )
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, full, where
+from lazyvic.tensor import Tensor, where
 
 
 # ------------------------------------------------------------------ Div, Pow, Mod

@@ -13,9 +13,11 @@ import math
 import numpy as np
 
 from lazyvic import functional as F
+from lazyvic.creation import tril, triu
+from lazyvic.indexing import cat
 from lazyvic.interop.onnx.context import const_tensor, shape_of
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, cat, tril, triu
+from lazyvic.tensor import Tensor
 
 
 def pad_axes(x: Tensor, pairs, value) -> Tensor:

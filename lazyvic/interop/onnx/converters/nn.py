@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from lazyvic import dtypes as dt
 from lazyvic import functional as F
+from lazyvic.creation import ones
 from lazyvic.interop.onnx.converters.optable import matmul_keeping_dtype
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, ones, where
+from lazyvic.tensor import Tensor, where
 
 
 @register("Gemm", since=(13,))

@@ -14,11 +14,12 @@ import math
 import numpy as np
 
 from lazyvic import functional as F
+from lazyvic.indexing import stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.movement import pad_axes
 from lazyvic.interop.onnx.converters.windows import spatial_attrs, spatial_pads
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, stack
+from lazyvic.tensor import Tensor
 
 
 def _window_offsets(kernel, dilations):

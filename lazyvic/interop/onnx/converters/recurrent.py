@@ -9,10 +9,12 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from lazyvic.creation import zeros
+from lazyvic.indexing import stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.activation import softplus
 from lazyvic.interop.onnx.registry import register
-from lazyvic.tensor import Tensor, stack, where, zeros
+from lazyvic.tensor import Tensor, where
 
 # name -> (number of alpha/beta parameters it takes from activation_alpha/beta, function, defaults)
 _ACTIVATIONS = {

@@ -137,6 +137,14 @@ def resolve(generator, opname: str) -> Generator:
 
 
 # --------------------------------------------------------------- host-side draws
+def draw_seed(generator: Generator) -> int:
+    """A 63-bit seed for a new generator from two words of ``generator``'s stream (as PyTorch's
+    samplers seed a fresh generator from the global one for each epoch)."""
+    seed, offset = generator.take(2)
+    lo, hi = (int(w) for w in uniform_bits(2, seed, offset))
+    return (hi << 32 | lo) & _SEED_MASK
+
+
 def permutation(n: int, generator: Generator) -> np.ndarray:
     """A random permutation of ``0..n-1`` (int64): the order that sorts ``n`` words of the stream
     (stably, so it is defined on ties)."""

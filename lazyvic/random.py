@@ -142,9 +142,9 @@ def _size_kwarg(opname: str, kwargs: dict):
     ``layout=`` (other than strided) and ``pin_memory=True`` raise TypeError naming ``opname``."""
     size = kwargs.pop("size", None)
     for name in ("out", "layout", "pin_memory"):
-        if kwargs.get(name) not in (None, False) and not (name == "layout" and kwargs[name] == "strided"):
+        value = kwargs.pop(name, None)
+        if value is not None and value is not False and not (name == "layout" and str(value).endswith("strided")):
             raise TypeError(f"{opname}: {name}= is not supported by lazyvic")
-        kwargs.pop(name, None)
     if kwargs:
         raise TypeError(f"{opname}: unexpected keyword arguments {sorted(kwargs)}")
     return size

@@ -59,7 +59,7 @@ def collate_tensor_fn(batch, *, collate_fn_map=None) -> Tensor:
 def collate_numpy_array_fn(batch, *, collate_fn_map=None) -> Tensor:
     if _is_text(batch[0]):
         raise TypeError(_ERROR.format(batch[0].dtype))
-    return collate([from_numpy(np.ascontiguousarray(b)) for b in batch], collate_fn_map=collate_fn_map)
+    return collate([from_numpy(b) for b in batch], collate_fn_map=collate_fn_map)
 
 
 def collate_numpy_scalar_fn(batch, *, collate_fn_map=None) -> Tensor:
@@ -159,7 +159,7 @@ def default_convert(data):
     if isinstance(data, (np.ndarray, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
         if isinstance(data, np.ndarray) and _is_text(data):
             return data
-        return from_numpy(np.ascontiguousarray(data))
+        return from_numpy(np.asarray(data))  # a 0-d array for a NumPy scalar
     if isinstance(data, collections.abc.Mapping):
         fields = {key: default_convert(data[key]) for key in data}
         try:

@@ -5,7 +5,9 @@ in its own module: ``tensor`` (the Tensor class, ``where``, ``matmul``), ``creat
 (``tensor``, ``zeros``, ``arange`` ...), ``random`` (``manual_seed``, ``rand`` ...),
 ``indexing`` (``cat``, ``stack``), ``sync`` (``sync``, deterministic mode), ``modes`` (grad
 mode), ``capture`` (``compile``), ``amp`` (``autocast``), ``interop`` (``save``, ``load``,
-ONNX, PyTorch checkpoints), ``tools`` (``viz``, ``explain``).
+ONNX, PyTorch checkpoints), ``tools`` (``viz``, ``explain``), ``generator`` (``Generator``),
+``transfer`` (``device``), ``settings`` (threads, default dtype), ``size`` (``Size``),
+``queries`` (``is_tensor`` ...), ``utils.data`` (``DataLoader`` ...).
 """
 
 from lazyvic import errors
@@ -24,25 +26,41 @@ from lazyvic.creation import (
     zeros,
     zeros_like,
 )
-from lazyvic.dtypes import DType, bool_, float32, float64, int32, int64
+from lazyvic.dtypes import DType, bool_, finfo, float32, float64, iinfo, int32, int64
+from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
 from lazyvic.modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from lazyvic.queries import is_floating_point, is_tensor, numel
 from lazyvic.random import (
+    bernoulli,
     get_rng_state,
     initial_seed,
     manual_seed,
+    multinomial,
+    normal,
     rand,
     rand_like,
     randint,
+    randint_like,
     randn,
     randn_like,
     randperm,
+    seed,
     set_rng_state,
 )
-from lazyvic.runtime import metrics
+from lazyvic.settings import (
+    get_default_dtype,
+    get_float32_matmul_precision,
+    get_num_threads,
+    set_default_dtype,
+    set_float32_matmul_precision,
+    set_num_threads,
+)
 from lazyvic.shapes import broadcast_shapes
+from lazyvic.size import Size
 from lazyvic.sync import are_deterministic_algorithms_enabled, sync, use_deterministic_algorithms
 from lazyvic.tensor import Tensor, matmul, where
+from lazyvic.transfer import device
 
 bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
 float = float32  # noqa: A001
@@ -50,11 +68,11 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 
-from lazyvic import amp, cuda, data, functional, models, nn, onnx, optim  # noqa: E402
+# metrics and viz: the facade modules lazyvic/metrics.py and lazyvic/viz.py (importable as modules)
+from lazyvic import accelerator, amp, backends, cuda, data, functional, metrics, models, nn, onnx, optim, utils, viz  # noqa: E402, I001
 from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
-from lazyvic.tools import viz  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402
 
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@ Numba's CUDA simulator: slow, for tests.
 
 from __future__ import annotations
 
+from lazyvic.errors import DeviceError
 from lazyvic.runtime import device as _device
 
 
@@ -34,3 +35,38 @@ def synchronize(device=None) -> None:
 def is_simulated() -> bool:
     """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
     return _device.simulated()
+
+
+def current_device() -> int:
+    """0, the index of lazyvic's one GPU.
+
+    Raises DeviceError when CUDA is not available (as PyTorch raises)."""
+    if not _device.cuda_available():
+        raise DeviceError(f"cuda.current_device: CUDA is not available: {_device.describe_cuda()}")
+    return 0
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True when CUDA is available: ``lazyvic.autocast(dtype=lazyvic.bfloat16)`` rounds to bfloat16
+    on every device."""
+    return _device.cuda_available()
+
+
+def empty_cache() -> None:
+    """Accepted; a no-op (lazyvic's plans keep their buffers for their next run)."""
+
+
+# Seeding. lazyvic has one Philox stream for every device (lazyvic.generator): ``lazyvic.manual_seed``
+# seeds it, and CUDA tensors draw the same numbers as CPU tensors. PyTorch keeps one generator per
+# GPU, which these functions seed (and ignores them without CUDA); here they leave lazyvic's stream
+# alone, so a script gives the same numbers with or without them, on either device.
+def manual_seed(seed) -> None:
+    """Accepted for PyTorch scripts; does not change lazyvic's stream (see above).
+
+    Raises ValueError or TypeError for a seed that is not an integer (as ``int(seed)`` does)."""
+    int(seed)
+
+
+def manual_seed_all(seed) -> None:
+    """Accepted for PyTorch scripts; does not change lazyvic's stream (see :func:`manual_seed`)."""
+    int(seed)

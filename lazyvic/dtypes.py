@@ -98,3 +98,84 @@ def scalar_dtype_for(tensor_dtype: DType, value) -> DType:
     if isinstance(value, float):
         return tensor_dtype if tensor_dtype.category == 2 else default_float
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
+
+
+# ------------------------------------------------------------- finfo / iinfo
+def _bfloat16_info() -> tuple:
+    # bfloat16: float32's 8 exponent bits, 7 stored mantissa bits (Google Brain's format).
+    return 16, 2.0**-7, float((2.0 - 2.0**-7) * 2.0**127), 2.0**-126, 0.01
+
+
+_FLOAT_INFO = {
+    name: (int(fi.bits), float(fi.eps), float(fi.max), float(fi.smallest_normal), 10.0 ** -int(fi.precision))
+    for name, fi in (
+        ("float16", np.finfo(np.float16)),
+        ("float32", np.finfo(np.float32)),
+        ("float64", np.finfo(np.float64)),
+    )
+}
+_FLOAT_INFO["bfloat16"] = _bfloat16_info()
+
+
+def _dtype_name(opname: str, type_) -> str:
+    """The name of a lazyvic dtype, an autocast precision (``lazyvic.float16``/``bfloat16``) or a
+    dtype name; raises DTypeError naming ``opname`` for anything else."""
+    if isinstance(type_, DType):
+        return type_.name
+    name = type_ if isinstance(type_, str) else getattr(type_, "name", None)
+    if name in _BY_NAME:
+        return _BY_NAME[name].name
+    if name in _FLOAT_INFO:
+        return name
+    raise DTypeError(f"{opname}: expected a lazyvic dtype, got {type_!r}")
+
+
+class finfo:  # noqa: N801 - PyTorch's name
+    """PyTorch's ``torch.finfo``: the numerical properties of a floating-point dtype.
+
+    ``finfo(type=None)``: ``lazyvic.float32`` (also the default), ``float64``, and the autocast
+    precisions ``lazyvic.float16`` and ``bfloat16``. Fields (PyTorch's): ``bits``; ``eps``, the gap
+    between 1 and the next number; ``max`` and ``min`` (= -max), the largest and smallest finite
+    numbers; ``tiny`` = ``smallest_normal``, the smallest positive normal number; ``resolution``,
+    ``10 ** -floor(mantissa_bits * log10(2))``; ``dtype``, the dtype's name. Values from
+    ``numpy.finfo`` (IEEE 754) and, for bfloat16, its format (8 exponent, 7 mantissa bits).
+
+    Raises DTypeError (a TypeError, as in PyTorch) for an integer, bool or unknown dtype.
+    """
+
+    __slots__ = ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution", "dtype")
+
+    def __init__(self, type=None):  # noqa: A002 - PyTorch's argument name
+        name = _dtype_name("finfo", default_float if type is None else type)
+        if name not in _FLOAT_INFO:
+            raise DTypeError(f"finfo: requires a floating-point dtype, got {name}; use lazyvic.iinfo for integers")
+        self.bits, self.eps, self.max, self.tiny, self.resolution = _FLOAT_INFO[name]
+        self.min, self.smallest_normal, self.dtype = -self.max, self.tiny, name
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, eps={self.eps:g}, "
+            f"smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, dtype={self.dtype})"
+        )
+
+
+class iinfo:  # noqa: N801 - PyTorch's name
+    """PyTorch's ``torch.iinfo``: ``bits``, ``max``, ``min`` and ``dtype`` (its name) of an integer
+    dtype (``lazyvic.int32``, ``int64``).
+
+    Raises DTypeError (a TypeError, as in PyTorch) for a floating-point, bool or unknown dtype.
+    """
+
+    __slots__ = ("bits", "max", "min", "dtype")
+
+    def __init__(self, type):  # noqa: A002 - PyTorch's argument name
+        name = _dtype_name("iinfo", type)
+        if name == "bool":
+            raise DTypeError("iinfo: lazyvic.bool is not supported by iinfo")
+        if name not in _BY_NAME or _BY_NAME[name].category != 1:
+            raise DTypeError(f"iinfo: requires an integer dtype, got {name}; use lazyvic.finfo for floating point")
+        info = np.iinfo(_BY_NAME[name].np)
+        self.bits, self.max, self.min, self.dtype = int(info.bits), int(info.max), int(info.min), name
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={float(self.min):g}, max={float(self.max):g}, dtype={self.dtype})"

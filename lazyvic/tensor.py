@@ -26,6 +26,7 @@ import numpy as np
 
 from lazyvic import autograd, indexing, modes, transfer
 from lazyvic import dtypes as dt
+from lazyvic import generator as _rng  # the seeded stream of the in-place random methods
 from lazyvic import ops as optable
 from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
@@ -968,6 +969,39 @@ class Tensor:
             DeviceError: inputs on two devices.
         """
         return _apply(op if isinstance(op, str) else op.name, inputs, device, **attrs)
+
+    # ================================================== random, in place (lazyvic.generator)
+    # PyTorch's in-place samplers, plus bernoulli and multinomial, drawn from lazyvic's seeded
+    # Philox stream (``generator=`` a lazyvic.Generator, else the global one). The elementwise ones
+    # are lazy rand/randn nodes that fuse; like every in-place method they rebind the tensor, so a
+    # leaf that requires grad is filled under no_grad(). Formulas and errors: lazyvic.generator.
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator=None) -> "Tensor":
+        """Fill with numbers uniform in ``[from_, to)`` (float tensors)."""
+        return _rng.uniform_(self, from_, to, generator)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None) -> "Tensor":
+        """Fill with normal numbers of mean ``mean`` and standard deviation ``std`` (float tensors)."""
+        return _rng.normal_(self, mean, std, generator)
+
+    def bernoulli_(self, p=0.5, *, generator=None) -> "Tensor":
+        """Fill with 1 with probability ``p`` (a number or a float tensor), else 0 (any dtype)."""
+        return self._assign(_rng.bernoulli(self, p, generator, "bernoulli_"))
+
+    def bernoulli(self, p=None, *, generator=None) -> "Tensor":
+        """0/1 draws of this shape and dtype: 1 with probability ``self`` (or ``p`` when given)."""
+        return _rng.bernoulli(self, p, generator)
+
+    def random_(self, *bounds, to=None, generator=None) -> "Tensor":
+        """Fill with integers: ``random_()``, ``random_(to)`` ([0, to)), ``random_(from_, to)``."""
+        return _rng.random_(self, bounds, to, generator)
+
+    def exponential_(self, lambd: float = 1.0, *, generator=None) -> "Tensor":
+        """Fill with exponential numbers of rate ``lambd`` (float tensors)."""
+        return _rng.exponential_(self, lambd, generator)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None) -> "Tensor":
+        """int64 category indices drawn from the rows of this (C,) or (R, C) tensor of weights (a sync point)."""
+        return _rng.multinomial_(self, num_samples, replacement, generator)
 
 
 # ============================================================ module functions

@@ -75,8 +75,12 @@ def _class_name(cls: type) -> str:
 # ------------------------------------------------------------------------- save
 
 
-def save(obj, path: str | os.PathLike) -> None:
+def save(obj, path) -> None:
     """Write ``obj`` to ``path`` in lazyvic format v1 (layout in the module docstring).
+
+    ``path``: a file path, or a binary file object open for writing (``open(p, "wb")``,
+    ``io.BytesIO()``) — PyTorch's ``torch.save(obj, f)``; a file object gets the whole file in
+    one ``write`` at its current position and is neither flushed nor closed.
 
     ``obj`` is an ``nn.Module`` (its ``state_dict()``, its class and its ``config`` dict
     if it has one), a Tensor, or a nested container — dicts with str or int keys, lists,
@@ -84,9 +88,9 @@ def save(obj, path: str | os.PathLike) -> None:
     scalars (int, float incl. inf/nan, str, bool, None). NumPy scalars are stored as the
     Python scalar they hold; dicts come back as plain dicts, NumPy arrays as Tensors.
 
-    The write is atomic: the bytes go to a temporary file in the same directory, which is
-    flushed, fsynced and renamed over ``path``; on any error the temporary file is
-    removed and an existing file at ``path`` is left untouched.
+    The write to a path is atomic: the bytes go to a temporary file in the same directory, which
+    is flushed, fsynced and renamed over ``path``; on any error the temporary file is removed and
+    an existing file at ``path`` is left untouched.
 
     Raises:
         TypeError: an object of an unsupported type (names its place in ``obj``), a dict
@@ -96,7 +100,11 @@ def save(obj, path: str | os.PathLike) -> None:
         OSError: the file cannot be written.
     """
     arrays, metadata = _flatten_module(obj) if isinstance(obj, Module) else _flatten_state(obj)
-    _write_atomic(os.fspath(path), _serialize(arrays, metadata))
+    chunks = _serialize(arrays, metadata)
+    if hasattr(path, "write"):
+        path.write(b"".join(chunks))
+        return
+    _write_atomic(os.fspath(path), chunks)
 
 
 def _flatten_module(module: Module) -> tuple[dict, dict]:
@@ -252,8 +260,12 @@ def _write_atomic(path: str, chunks: list) -> None:
 # ------------------------------------------------------------------------- load
 
 
-def load(path: str | os.PathLike, model: Module | None = None, map_location=None):
+def load(path, model: Module | None = None, map_location=None):
     """Read a lazyvic format v1 file written by :func:`save`.
+
+    ``path``: a file path, or a binary file object open for reading (``open(p, "rb")``,
+    ``io.BytesIO``), read from its current position to its end; errors name its ``name``
+    attribute when it has one.
 
     The header is validated before any tensor is decoded, and every tensor is decoded
     before a model is touched, so nothing is ever half-loaded.
@@ -282,11 +294,12 @@ def load(path: str | os.PathLike, model: Module | None = None, map_location=None
     saved), ``"cuda"`` (the loaded tensors, or the rebuilt module, on the GPU), or a
     ``{"cpu": device}`` dict. With ``model``, the values go to the model's own device.
     """
-    path = os.fspath(path)
+    source = path
+    path = _describe(path) if hasattr(path, "read") else os.fspath(path)
     if isinstance(map_location, dict):
         map_location = map_location.get("cpu", "cpu")  # a lazyvic file holds host tensors
     device = canonical(map_location, "load") if map_location is not None else "cpu"
-    blob = _read(path)
+    blob = _read(source, path)
     metadata = _parse_header(path, blob)
     kind = metadata["kind"]
     dtype_names = _json_field(path, metadata, "dtypes")
@@ -307,7 +320,24 @@ def load(path: str | os.PathLike, model: Module | None = None, map_location=None
     return module
 
 
-def _read(path: str) -> bytes:
+def _describe(f) -> str:
+    """How errors name a file object: its ``name`` (an open file's path), else its type."""
+    name = getattr(f, "name", None)
+    return str(name) if isinstance(name, (str, bytes, os.PathLike)) else f"<{type(f).__name__} object>"
+
+
+def _read(source, path: str) -> bytes:
+    """The bytes of ``source`` (a file object, read to its end, or the file at ``path``)."""
+    if hasattr(source, "read"):
+        try:
+            blob = source.read()
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read the file object: {e}") from None
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise CheckpointError(
+                f"{path}: the file object gave {type(blob).__name__}, not bytes; open it in binary mode ('rb')"
+            )
+        return bytes(blob)
     try:
         with open(path, "rb") as f:
             return f.read()

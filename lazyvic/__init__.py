@@ -26,7 +26,14 @@ from lazyvic.creation import (
 )
 from lazyvic.dtypes import DType, bool_, float32, float64, int32, int64
 from lazyvic.indexing import cat, stack
-from lazyvic.modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from lazyvic.modes import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from lazyvic.random import (
     get_rng_state,
     initial_seed,
@@ -50,7 +57,7 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 
-from lazyvic import amp, cuda, data, functional, models, nn, onnx, optim  # noqa: E402
+from lazyvic import amp, autograd, cuda, data, functional, models, nn, onnx, optim  # noqa: E402
 from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.interop.format_v1 import load, save  # noqa: E402

@@ -216,7 +216,8 @@ def _leading_to(order: list, targets: tuple) -> set:
     needed = {id(t) for t in targets}
     for t in order:  # inputs come first
         ctx = t._ctx
-        if ctx is not None and ctx[1] is not None and any(id(i) in needed for i in ctx[1]):
+        # A freed context may have led to a target: the walk reaches it and says so.
+        if ctx is not None and (ctx[1] is None or any(id(i) in needed for i in ctx[1])):
             needed.add(id(t))
     return needed
 

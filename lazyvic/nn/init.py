@@ -6,7 +6,8 @@ random ones record lazy ops (nothing runs until the next sync) except :func:`ort
 whose QR decomposition runs in NumPy on the drawn values (a sync point).
 
 Raises (every function): ShapeError (a ValueError) naming the function when the tensor has too
-few dimensions for it; ValueError for an unknown mode or nonlinearity.
+few dimensions for it; ValueError for an unknown mode or nonlinearity; UnsupportedOpError for a
+``generator=`` argument (PyTorch's signatures take one; lazyvic draws from its default generator).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from lazyvic import autograd
 from lazyvic.creation import eye
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ShapeError, UnsupportedOpError
 from lazyvic.random import rand, randn
 from lazyvic.tensor import Tensor, where
 
@@ -68,14 +69,24 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
     raise ValueError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
 
 
-def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+def _default_generator_only(fn: str, generator) -> None:
+    if generator is not None:
+        raise UnsupportedOpError(
+            f"{fn}: generator= is not supported; lazyvic draws from its seeded default generator "
+            f"(set it with lazyvic.manual_seed)"
+        )
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     """Fill with U(a, b)."""
+    _default_generator_only("uniform_", generator)
     with autograd.no_grad():
         return tensor._assign(rand(*tensor.shape, dtype=tensor.dtype, device=tensor.device) * (b - a) + a)
 
 
-def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
     """Fill with N(mean, std^2)."""
+    _default_generator_only("normal_", generator)
     with autograd.no_grad():
         return tensor._assign(randn(*tensor.shape, dtype=tensor.dtype, device=tensor.device) * std + mean)
 
@@ -129,33 +140,39 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
         return tensor._assign(tensor.new_tensor(value))
 
 
-def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot & Bengio 2010: U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor, "xavier_uniform_")
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot & Bengio 2010: N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor, "xavier_normal_")
-    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
-def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+def kaiming_uniform_(
+    tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+) -> Tensor:
     """He et al. 2015: U(-b, b) with b = gain * sqrt(3 / fan)."""
     fan = _calculate_correct_fan(tensor, mode, "kaiming_uniform_")
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+def kaiming_normal_(
+    tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+) -> Tensor:
     """He et al. 2015: N(0, std^2) with std = gain / sqrt(fan)."""
     fan = _calculate_correct_fan(tensor, mode, "kaiming_normal_")
-    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))
+    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
-def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
+def trunc_normal_(
+    tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None
+) -> Tensor:
     """Fill with N(mean, std^2) truncated to [a, b] (bounds in absolute values, as PyTorch).
 
     PyTorch's method: inverse transform sampling. Draw u ~ U(2 Phi(alpha) - 1, 2 Phi(beta) - 1)
@@ -163,6 +180,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     mean + std * sqrt(2) * erfinv(u), clamped to [a, b]. erfinv is Giles's single-precision
     approximation (see :func:`_erfinv`), so float64 tensors get float32-accurate samples.
     """
+    _default_generator_only("trunc_normal_", generator)
     lo, hi = _norm_cdf((a - mean) / std), _norm_cdf((b - mean) / std)
     with autograd.no_grad():
         u = rand(*tensor.shape, dtype=tensor.dtype, device=tensor.device) * (2 * hi - 2 * lo) + (2 * lo - 1)
@@ -214,7 +232,7 @@ def _erfinv(x: Tensor) -> Tensor:
     return where(w < 5.0, p, q) * x
 
 
-def orthogonal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Fill with a (semi-)orthogonal matrix (Saxe et al. 2013), as PyTorch: the tensor is seen
     as ``(shape[0], numel // shape[0])``; a matrix of N(0, 1) draws (transposed when it is
     wide) is QR-decomposed, Q's columns are multiplied by the signs of R's diagonal (so Q is
@@ -226,6 +244,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     Raises:
         ShapeError: ``tensor`` has fewer than 2 dims.
     """
+    _default_generator_only("orthogonal_", generator)
     if tensor.ndim < 2:
         raise ShapeError(f"orthogonal_: only tensors with 2 or more dimensions are supported, got {tensor.shape}")
     if tensor.numel() == 0:

@@ -6,6 +6,7 @@ torch's, so they are checked for their defining properties (orthogonality, the t
 normal's bounds and moments, computed here from math.erf) and for seeded determinism.
 """
 
+import inspect
 import math
 
 import _torch_fixtures as torch_fixtures
@@ -15,7 +16,7 @@ from _oracle import numeric_grads
 
 import lazyvic as lv
 from lazyvic import nn
-from lazyvic.errors import AutogradError, ShapeError
+from lazyvic.errors import AutogradError, ShapeError, UnsupportedOpError
 from lazyvic.nn.init import _erfinv
 from lazyvic.nn.utils import rnn
 
@@ -214,6 +215,8 @@ def test_deterministic_init_errors():
     with pytest.raises(ValueError, match="calculate_gain.*swish"):
         nn.init.calculate_gain("swish")
     assert nn.init.calculate_gain("selu") == 0.75 and nn.init.calculate_gain("conv_transpose2d") == 1.0
+    with pytest.raises(UnsupportedOpError, match="normal_: generator"):
+        nn.init.normal_(lv.empty(2), generator=object())
 
 
 @pytest.mark.parametrize("shape, gain", [((3, 5), 1.0), ((6, 2, 2), 2.0), ((4, 4), 0.5)])
@@ -269,3 +272,25 @@ def test_trunc_normal_is_lazy_and_keeps_the_parameter():
     out = nn.init.trunc_normal_(w, std=0.02)
     assert out is w and w.is_lazy and lv.metrics.snapshot()["traces"] == before
     assert np.abs(w.numpy()).max() <= 2.0 and w.requires_grad
+
+
+# ---------------------------------------------------------------- signatures
+@pytest.mark.parametrize("qualname", sorted(SPEC["signatures"]))
+def test_signature_is_pytorchs(qualname):
+    """Parameter names, order and defaults as torch 2.13's (``import lazyvic as torch`` scripts
+    pass them by keyword and by position)."""
+    module, _, name = qualname.rpartition(".")
+    obj = lv
+    for part in module.split("."):
+        obj = getattr(obj, part)
+    obj = getattr(obj, name)
+    sig = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+    got = [
+        [p.name, "<required>" if p.default is inspect.Parameter.empty else p.default]
+        for p in sig.parameters.values()
+        if p.name != "self"
+    ]
+    want = SPEC["signatures"][qualname]
+    assert [n for n, _ in got] == [n for n, _ in want]
+    for (n, g), (_, w) in zip(got, want):
+        assert (list(g) if isinstance(g, tuple) else g) == w, f"{qualname}({n}=...): {g!r} != torch's {w!r}"

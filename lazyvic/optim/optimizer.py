@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import defaultdict
 
 import numpy as np
 
@@ -26,8 +27,9 @@ IMPLEMENTATION_FLAGS = ("foreach", "fused", "capturable", "differentiable")
 
 class Optimizer:
     """Base class: ``param_groups`` (each a dict with ``"params"`` and its hyperparameters),
-    ``state`` (per parameter, keyed by ``id(param)``), ``step``, ``zero_grad``,
-    ``add_param_group``, ``state_dict`` / ``load_state_dict``.
+    ``state`` (a ``defaultdict(dict)`` keyed by the parameter tensors, as PyTorch's, so a custom
+    optimizer written against ``torch.optim.Optimizer`` can use ``self.state[p]``), ``step``,
+    ``zero_grad``, ``add_param_group``, ``state_dict`` / ``load_state_dict``.
 
     ``params`` is an iterable of tensors, of ``(name, tensor)`` pairs (the names are kept as
     the group's ``"param_names"``) or of dicts (param groups, each with its own
@@ -51,7 +53,7 @@ class Optimizer:
         if defaults.get("differentiable"):
             raise UnsupportedOpError(f"{type(self).__name__}: differentiable=True (a differentiable update)")
         self.defaults = defaults
-        self.state: dict = {}
+        self.state: defaultdict = defaultdict(dict)
         self.param_groups: list = []
         groups = list(params)
         if not groups:
@@ -107,7 +109,7 @@ class Optimizer:
                 p.grad = None if set_to_none or p.grad is None else p.grad.zeros_like()
 
     def _state(self, p) -> dict:
-        return self.state.setdefault(id(p), {})
+        return self.state[p]
 
     def _params(self) -> list:
         return [p for g in self.param_groups for p in g["params"]]
@@ -153,9 +155,9 @@ class Optimizer:
             n += len(g["params"])
             groups.append(d)
         state = {}
-        for pid, st in self.state.items():
-            if pid in index and st:
-                state[index[pid]] = {k: v.detach() if isinstance(v, Tensor) else v for k, v in st.items()}
+        for p, st in self.state.items():
+            if id(p) in index and st:
+                state[index[id(p)]] = {k: v.detach() if isinstance(v, Tensor) else v for k, v in st.items()}
         return {"state": dict(sorted(state.items())), "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -200,10 +202,10 @@ class Optimizer:
         if problems:
             raise CheckpointError(f"{name}.load_state_dict: nothing was loaded:\n  " + "\n  ".join(problems))
         # Copy everything first, then assign: a failure here leaves the optimizer as it was.
-        new_state = {}
+        new_state = defaultdict(dict)
         for i, st in state.items():
             p = index[i]
-            new_state[id(p)] = {key: self._copy_state(key, v, p) for key, v in st.items()}
+            new_state[p] = {key: self._copy_state(key, v, p) for key, v in st.items()}
         new_groups = []
         for saved, own in zip(groups, self.param_groups):
             g = dict(own)

@@ -246,3 +246,40 @@ def test_resume_from_state_dict_is_bit_identical(ref, name, kwargs):
         _step(resumed, opt_b, ref, step, lrs[step])
     for (k, want), got in zip(through.state_dict().items(), resumed.state_dict().values()):
         np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=f"{name}: {k}")
+
+
+class SignMomentum(optim.Optimizer):
+    """A user-written optimizer in PyTorch's idiom: self.state[p], lazily made state, in-place updates."""
+
+    def __init__(self, params, lr=0.01, beta=0.9):
+        super().__init__(params, dict(lr=lr, beta=beta))
+
+    @lazyvic.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if len(state) == 0:
+                    state["buf"] = lazyvic.zeros_like(p)
+                buf = state["buf"]
+                buf.mul_(group["beta"]).add_(p.grad, alpha=1 - group["beta"])
+                p.data.add_(buf.sign(), alpha=-group["lr"])
+
+
+def test_a_custom_optimizer_in_pytorchs_idiom(ref):
+    model = _model(ref)
+    opt = SignMomentum(model.parameters(), lr=0.05)
+    w = {k: v.numpy().astype(np.float64) for k, v in model.named_parameters()}
+    bufs = {k: np.zeros_like(v) for k, v in w.items()}
+    for step in range(3):
+        _step(model, opt, ref, step, 0.05)
+        grads = {k: p.grad.numpy() for k, p in model.named_parameters()}
+        for k in w:
+            bufs[k] = bufs[k] * 0.9 + grads[k] * (1 - 0.9)
+            w[k] = w[k] - 0.05 * np.sign(bufs[k])
+        for k, p in model.named_parameters():
+            np.testing.assert_allclose(p.numpy(), w[k], rtol=1e-5, atol=1e-6, err_msg=f"{k} after step {step}")
+    assert sorted(opt.state_dict()["state"]) == [0, 1, 2, 3]
+    assert opt.state[model[0].weight]["buf"].shape == (7, 5)

@@ -29,7 +29,14 @@ from lazyvic.creation import (
 from lazyvic.dtypes import DType, bool_, finfo, float32, float64, iinfo, int32, int64
 from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
-from lazyvic.modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from lazyvic.modes import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from lazyvic.queries import is_floating_point, is_tensor, numel
 from lazyvic.random import (
     bernoulli,
@@ -69,7 +76,22 @@ long = int64
 int = int32  # noqa: A001
 
 # metrics and viz: the facade modules lazyvic/metrics.py and lazyvic/viz.py (importable as modules)
-from lazyvic import accelerator, amp, backends, cuda, data, functional, metrics, models, nn, onnx, optim, utils, viz  # noqa: E402, I001
+from lazyvic import (
+    accelerator,
+    amp,
+    autograd,
+    backends,
+    cuda,
+    data,
+    functional,
+    metrics,
+    models,
+    nn,
+    onnx,
+    optim,
+    utils,
+    viz,
+)  # noqa: E402, I001
 from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.interop.format_v1 import load, save  # noqa: E402

@@ -286,9 +286,12 @@ class Tensor:
     __str__ = __repr__
 
     # --------------------------------------------------------------- autograd
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
-        """Accumulate gradients into the leaves' ``.grad`` (lazy: adds nodes, computes nothing)."""
-        autograd.backward(self, gradient, retain_graph)
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+        """Accumulate gradients into the leaves' ``.grad`` (lazy: adds nodes, computes nothing);
+        PyTorch's arguments (``create_graph`` records the VJPs with history for higher-order
+        gradients; ``inputs`` limits the leaves that receive ``.grad``). See
+        :func:`lazyvic.autograd.backward`."""
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self) -> "Tensor":
         """The same value, cut from the autograd graph (no copy)."""
@@ -305,6 +308,53 @@ class Tensor:
 
     def contiguous(self) -> "Tensor":
         return self
+
+    # ------------------------------------------- autograd: .data, hooks, retain_grad
+    @property
+    def data(self) -> "Tensor":
+        """The value without its history (``requires_grad=False``, a leaf), as PyTorch's
+        ``Tensor.data``. It aliases this tensor: an in-place update of it (``p.data.mul_(0.5)``,
+        ``p.data.copy_(w)``, ``p.data.add_(g, alpha=-lr)``) updates this tensor too, outside
+        autograd, and it reads this tensor's current value."""
+        return _DataView(self)
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        """``p.data = t``: ``p`` now holds ``t``'s value (shape, dtype and device included; no
+        copy, as in PyTorch), keeping its own ``requires_grad`` and history.
+
+        Raises:
+            TypeError: ``value`` is not a tensor.
+            DTypeError: a non-floating value for a tensor that requires grad.
+        """
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data: expected a Tensor to assign, got {type(value).__name__}")
+        if self.requires_grad and not value.dtype.is_floating_point:
+            raise DTypeError(
+                f"data: a tensor that requires grad must hold a floating-point value, got {value.dtype.name}"
+            )
+        self._node = value._node
+        if self._is_parameter:
+            parameter_nodes.add(value._node)
+        if value._node.op != "buffer":
+            live.add(self)
+
+    def register_hook(self, hook) -> "autograd.RemovableHandle":
+        """Call ``hook(grad)`` when the backward walk computes this tensor's gradient; a returned
+        tensor replaces it. Returns a handle whose ``remove()`` unregisters the hook. See
+        :func:`lazyvic.autograd.engine.register_hook` (raises AutogradError when this tensor
+        does not require grad)."""
+        return autograd.engine.register_hook(self, hook)
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in ``.grad`` (a no-op on a leaf). Raises
+        AutogradError when it does not require grad."""
+        autograd.engine.retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        """True for a non-leaf tensor on which :meth:`retain_grad` was called."""
+        return autograd.engine.retains_grad(self)
 
     # ----------------------------------------------------------------- in place
     def _assign(self, value: "Tensor") -> "Tensor":
@@ -1160,3 +1210,38 @@ def matmul(a, b) -> Tensor:
     if squeeze_b:
         out = out.reshape(*out.shape[:-1]) if not squeeze_a else out.reshape(*out.shape[:-1])
     return out
+
+
+# ================================================= Tensor.data (the autograd section's alias)
+class _DataView(Tensor):
+    """What ``t.data`` returns: a tensor without history that reads and writes ``t``'s value.
+
+    Lazy tensors rebind their node on an in-place update instead of writing into storage, so
+    the alias holds no node of its own: it reads its owner's, and an in-place update of the alias
+    rebinds the owner (PyTorch's ``.data`` shares the owner's storage)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Tensor):
+        self._owner = owner
+        self.requires_grad = False
+        self.grad = None
+        self._ctx = None
+        self._users = None
+
+    @property
+    def _node(self) -> Node:
+        return self._owner._node
+
+    @_node.setter
+    def _node(self, node: Node) -> None:
+        owner = self._owner
+        owner._node = node
+        if owner._is_parameter:
+            parameter_nodes.add(node)
+        if node.op != "buffer":
+            live.add(owner)
+
+    def _assign(self, value: Tensor) -> Tensor:
+        with modes.no_grad():  # .data is outside autograd: its updates record no history
+            return Tensor._assign(self, value)

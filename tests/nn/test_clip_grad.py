@@ -77,8 +77,9 @@ def test_clip_grad_norm_accepts_a_single_tensor():
     np.testing.assert_allclose(p.grad.numpy(), np.full((3, 2), 10.0 / (np.sqrt(600.0) + 1e-6)), rtol=1e-6)
 
 
-def test_clip_grad_norm_other_norm_types_are_refused():
+def test_clip_grad_norm_refuses_a_norm_type_that_is_not_a_number():
+    # Other norms (inf, p) are compared with PyTorch in tests/nn/test_utils_init.py.
     p = nn.Parameter(lazyvic.zeros(2))
     p.grad = lazyvic.ones(2)
     with pytest.raises(ValueError, match="norm_type"):
-        clip_grad_norm_([p], 1.0, norm_type=float("inf"))
+        clip_grad_norm_([p], 1.0, norm_type="fro")

@@ -160,10 +160,10 @@ def test_momentum_buffer_is_not_the_gradient(ref):
     train_step(model, opt, ref["xs"][0], ref["ys"][0], 0.1)
     lazyvic.sync()
     w = model[0].weight
-    buf = opt.state[id(w)]["momentum_buffer"].numpy().copy()
+    buf = opt.state[w]["momentum_buffer"].numpy().copy()
     assert buf.any()
     w.grad.zero_()
-    np.testing.assert_array_equal(opt.state[id(w)]["momentum_buffer"].numpy(), buf)
+    np.testing.assert_array_equal(opt.state[w]["momentum_buffer"].numpy(), buf)
 
 
 def test_param_groups_with_their_own_lr(ref):

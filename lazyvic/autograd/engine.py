@@ -1,0 +1,411 @@
+"""The backward walk: ``backward``, ``grad``, tensor hooks and ``retain_grad``.
+
+Every differentiable op records a context ``(opdef, input tensors, input nodes, attrs, output
+node)`` on its output. The walk visits the tensors behind the roots in reverse topological
+order and calls each op's VJP from the op table; the VJPs are themselves lazy ops, so the walk
+computes nothing: the next sync runs the forward, the backward and the optimizer update as one
+plan.
+
+VJPs see the *values* their op saw (the saved nodes), so an in-place update of an input after
+the forward (an optimizer step) does not change the gradient. With ``create_graph=True`` the
+walk records the VJPs with history (grad mode on) and hands each VJP the input and output
+tensors themselves wherever they still hold the values the op saw, so a gradient can be
+differentiated again (higher-order gradients, gradient penalties).
+
+Hooks (``Tensor.register_hook``) and ``retain_grad`` flags live in a registry here, keyed by
+the tensor's id and dropped with the tensor (``Tensor`` has ``__slots__``). This module builds
+tensors only through the tensors it is handed: it sits below ``lazyvic.tensor``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Callable, Sequence
+
+from lazyvic.errors import AutogradError, UnsupportedOpError
+from lazyvic.modes import backward_walk, enable_grad, no_grad
+from lazyvic.trace import scope
+
+
+# ------------------------------------------------------------------ hooks
+class _TensorHooks:
+    """The hooks and the retain_grad flag of one tensor (dropped when the tensor dies)."""
+
+    __slots__ = ("ref", "hooks", "retain")
+
+    def __init__(self, t) -> None:
+        key = id(t)
+        # The callback runs before the id can be reused by another object.
+        self.ref = weakref.ref(t, lambda _, key=key: _registry.pop(key, None))
+        self.hooks: dict[int, Callable] = {}  # handle id -> hook, in registration order
+        self.retain = False
+
+
+_registry: dict[int, _TensorHooks] = {}
+
+
+def _entry(t, create: bool = False) -> _TensorHooks | None:
+    e = _registry.get(id(t))
+    if e is not None and e.ref() is not t:
+        e = None
+    if e is None and create:
+        e = _registry[id(t)] = _TensorHooks(t)
+    return e
+
+
+class RemovableHandle:
+    """What ``Tensor.register_hook`` returns (PyTorch's ``torch.utils.hooks.RemovableHandle``):
+    ``remove()`` unregisters the hook (twice is harmless); as a context manager it removes the
+    hook on exit."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict) -> None:
+        self.id = next(RemovableHandle._ids)
+        self._hooks = hooks
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self) -> "RemovableHandle":
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        self.remove()
+
+
+def register_hook(t, hook: Callable) -> RemovableHandle:
+    """Call ``hook(grad)`` with the gradient of ``t`` each time the walk computes it; a returned
+    tensor (same shape and dtype) replaces the gradient. Hooks run in registration order, on a
+    leaf before the gradient is accumulated into ``.grad``, on a non-leaf before the gradient
+    flows on to its inputs (``torch.Tensor.register_hook``).
+
+    Raises:
+        AutogradError: ``t`` does not require grad.
+        TypeError: ``hook`` is not callable.
+    """
+    if not t.requires_grad:
+        raise AutogradError(
+            f"register_hook: cannot register a hook on a tensor that does not require grad (shape {t.shape})"
+        )
+    if not callable(hook):
+        raise TypeError(f"register_hook: expected a callable hook, got {type(hook).__name__}")
+    hooks = _entry(t, create=True).hooks
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def retain_grad(t) -> None:
+    """Keep the gradient of the non-leaf ``t`` in ``t.grad`` during later walks (accumulated, as
+    a leaf's, after ``t``'s hooks ran). A no-op on a leaf (``torch.Tensor.retain_grad``).
+
+    Raises:
+        AutogradError: ``t`` does not require grad.
+    """
+    if not t.requires_grad:
+        raise AutogradError(f"retain_grad: cannot retain_grad on a tensor that has requires_grad=False ({t.shape})")
+    if t._ctx is not None:
+        _entry(t, create=True).retain = True
+
+
+def retains_grad(t) -> bool:
+    """True for a non-leaf tensor on which :func:`retain_grad` was called."""
+    e = _entry(t)
+    return e is not None and e.retain and t._ctx is not None
+
+
+def _hooked(t, g):
+    """``g`` after ``t``'s hooks; the retained ``.grad`` of a non-leaf is updated here."""
+    e = _entry(t)
+    if e is None:
+        return g
+    for hook in list(e.hooks.values()):
+        r = hook(g)
+        if r is None:
+            continue
+        if not hasattr(r, "_node") or r.shape != g.shape or r.dtype != g.dtype:
+            got = f"shape {r.shape} {r.dtype}" if hasattr(r, "_node") else type(r).__name__
+            raise AutogradError(
+                f"hook {getattr(hook, '__name__', hook)!r} returned {got}; expected a tensor of the "
+                f"gradient's shape {g.shape} and dtype {g.dtype}"
+            )
+        g = r
+    if e.retain and t._ctx is not None:
+        t.grad = g if t.grad is None else t.grad + g
+    return g
+
+
+# ----------------------------------------------------- several-output nodes
+class OutputOf:
+    """The op recorded on output ``index`` of a node with several outputs (a custom
+    ``Function``): its context's one input is that node, whose backward runs once, with the
+    gradients of all its outputs (a list), after the walk has seen every output."""
+
+    differentiable = True
+
+    def __init__(self, name: str, index: int) -> None:
+        self.name, self.index = name, index
+
+
+# -------------------------------------------------------------- the walk
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    if hasattr(x, "_node"):
+        return (x,)
+    return tuple(x)
+
+
+def _seed_grads(what: str, roots: tuple, grads) -> dict:
+    """The cotangent of each root: ``grads[k]``, or ones for a one-element root."""
+    if grads is None:
+        grads = []
+    elif isinstance(grads, (list, tuple)) and (len(roots) > 1 or all(g is None or hasattr(g, "_node") for g in grads)):
+        grads = list(grads)
+    else:  # one tensor, or array data for the one root
+        grads = [grads]
+    if grads and len(grads) != len(roots):
+        raise AutogradError(f"{what}: got {len(grads)} gradients for {len(roots)} tensors")
+    seeds: dict = {}
+    for k, root in enumerate(roots):
+        if not hasattr(root, "_node"):
+            raise TypeError(f"{what}: expected tensors, got {type(root).__name__} at index {k}")
+        if not root.requires_grad:
+            which = "tensor" if len(roots) == 1 else f"element {k} of the tensors"
+            raise AutogradError(f"{what}: {which} does not require grad and has no grad_fn")
+        g = grads[k] if grads else None
+        if g is None:
+            if root.numel() != 1:
+                raise AutogradError(
+                    f"{what}: grad can be implicitly created only for scalar outputs, got shape {root.shape}"
+                )
+            g = root.ones_like()
+        elif not hasattr(g, "_node"):  # array data: a tensor of root's dtype (on the CPU, as before)
+            g = root.new_tensor(g, device="cpu")
+        if g.shape != root.shape:
+            raise AutogradError(f"{what}: grad shape {g.shape} does not match tensor shape {root.shape}")
+        prev = seeds.get(id(root))
+        seeds[id(root)] = g if prev is None else prev + g
+    return seeds
+
+
+def _topological_order(roots: tuple) -> list:
+    """The tensors (and several-output nodes) behind ``roots`` that require grad, inputs first."""
+    order, seen = [], set()
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        if t._ctx is not None and t._ctx[1] is not None:
+            for i in t._ctx[1]:
+                if i.requires_grad and id(i) not in seen:
+                    stack.append((i, False))
+    return order
+
+
+def _leading_to(order: list, targets: tuple) -> set:
+    """Ids of the entries of ``order`` from which a path leads back to a target."""
+    needed = {id(t) for t in targets}
+    for t in order:  # inputs come first
+        ctx = t._ctx
+        # A freed context may have led to a target: the walk reaches it and says so.
+        if ctx is not None and (ctx[1] is None or any(id(i) in needed for i in ctx[1])):
+            needed.add(id(t))
+    return needed
+
+
+def run_backward(
+    what: str,
+    roots: tuple,
+    grads,
+    retain_graph: bool,
+    create_graph: bool,
+    targets: tuple | None,
+    accumulate: bool,
+) -> dict:
+    """Walk the graph behind ``roots`` with cotangents ``grads``.
+
+    ``accumulate``: add each leaf's gradient into its ``.grad`` (only the ``targets``' when
+    given, which may be non-leaves). Returns ``{id(target): gradient}`` for the targets reached.
+    """
+    seeds = _seed_grads(what, roots, grads)
+    order = _topological_order(roots)
+    needed = _leading_to(order, targets) if targets is not None else None
+    target_ids = {id(t) for t in targets} if targets is not None else set()
+    with backward_walk():
+        return _walk(what, order, seeds, retain_graph, create_graph, accumulate, target_ids, needed)
+
+
+def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids, needed) -> dict:
+    """Call the VJPs in reverse topological order, accumulating cotangents into ``grads``."""
+    captured = {}
+    # Each VJP's nodes carry "<forward scope> (backward)"; the scope is restored after the walk.
+    with enable_grad() if create_graph else no_grad(), scope.entered(scope.current):
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            ctx = t._ctx
+            if not isinstance(g, list):  # a list: the gradients of a several-output node's outputs
+                g = _hooked(t, g)
+            if id(t) in target_ids:
+                captured[id(t)] = g
+            if ctx is None:  # a leaf
+                if accumulate and (needed is None or id(t) in target_ids):
+                    t.grad = g if t.grad is None else t.grad + g
+                continue
+            if accumulate and id(t) in target_ids:  # backward(inputs=[a non-leaf])
+                t.grad = g if t.grad is None else t.grad + g
+            opdef, inputs, nodes, attrs, out_node = ctx
+            if inputs is None:
+                raise AutogradError(
+                    f"{what}: trying to backward through the graph a second time (the saved "
+                    f"values of {opdef.name} were freed by the first backward); use backward(retain_graph=True)"
+                )
+            if needed is not None and not any(id(i) in needed for i in inputs):
+                continue
+            if isinstance(opdef, OutputOf):
+                slots = grads.setdefault(id(inputs[0]), [None] * inputs[0].n_outputs)
+                slots[opdef.index] = g
+            else:
+                fwd = out_node.scope if out_node is not None else None
+                scope.set_current(f"{fwd} (backward)" if fwd else "(backward)")
+                saved, out = _saved(t, inputs, nodes, out_node, create_graph)
+                cotangents = opdef.vjp(g, saved, out, attrs)
+                for inp, gi in zip(inputs, cotangents):
+                    if gi is None or not inp.requires_grad or (needed is not None and id(inp) not in needed):
+                        continue
+                    if gi.shape != inp.shape:
+                        raise AutogradError(
+                            f"internal: VJP of {opdef.name} gave shape {gi.shape} for input of shape {inp.shape}"
+                        )
+                    prev = grads.get(id(inp))
+                    grads[id(inp)] = gi if prev is None else prev + gi
+            if not retain_graph:
+                # Free the saved values but keep the op: the tensor stays a non-leaf with its
+                # grad_fn (as in PyTorch), and a second backward through it is an error.
+                t._ctx = (opdef, None, None, None, None)
+                release = getattr(opdef, "release", None)  # a custom Function's saved tensors
+                if release is not None:
+                    release()
+    return captured
+
+
+def _saved(t, inputs, nodes, out_node, create_graph: bool):
+    """The input values and output value a VJP reads. Without ``create_graph``: plain handles
+    on the saved nodes. With it: the tensors themselves where they still hold those values (so
+    the VJP is recorded with history), else handles on the saved values (constants)."""
+    if nodes is None:  # a several-output node keeps its own saved tensors
+        return None, None
+    if not create_graph:
+        return [t._wrap(n) for n in nodes], t._wrap(out_node)
+    saved = [i if i._node is n else t._wrap(n) for i, n in zip(inputs, nodes)]
+    return saved, (t if t._node is out_node else t._wrap(out_node))
+
+
+# ---------------------------------------------------------- public entry points
+def backward(
+    tensors,
+    grad_tensors=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    grad_variables=None,
+    inputs=None,
+) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the leaves behind them
+    (``torch.autograd.backward``). Lazy: adds nodes, computes nothing.
+
+    Args:
+        tensors: a tensor or a sequence of tensors (each requires grad).
+        grad_tensors: their cotangents (same shapes); None for a one-element tensor means 1.
+        retain_graph: keep the saved values for another walk (default: ``create_graph``).
+        create_graph: record the gradients with history, so they can be differentiated.
+        inputs: accumulate only into these tensors' ``.grad`` (leaves or not).
+
+    Raises:
+        AutogradError: a tensor does not require grad; a non-scalar tensor without a gradient;
+            a gradient of another shape; a second walk through freed values.
+    """
+    if grad_variables is not None:
+        grad_tensors = grad_variables
+    roots = _as_tuple(tensors)
+    targets = None
+    if inputs is not None:
+        targets = _as_tuple(inputs)
+        if not targets:
+            raise AutogradError("backward: inputs= is an empty sequence")
+        for k, x in enumerate(targets):
+            if not x.requires_grad:
+                raise AutogradError(f"backward: inputs[{k}] (shape {x.shape}) does not require grad")
+    retain = create_graph if retain_graph is None else retain_graph
+    run_backward("backward", roots, grad_tensors, retain, create_graph, targets, accumulate=True)
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    only_inputs: bool = True,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+) -> tuple:
+    """The gradients of ``outputs`` with respect to ``inputs``, as a tuple with one entry per
+    input (``torch.autograd.grad``). No ``.grad`` is touched (retained non-leaf grads and hooks
+    behave as in ``backward``). Lazy: the returned tensors are pending.
+
+    Args:
+        outputs: a tensor or a sequence of tensors that require grad.
+        inputs: a tensor or a sequence of tensors (leaves or not) that require grad.
+        grad_outputs: cotangents of ``outputs``; None for a one-element output means 1.
+        retain_graph: keep the saved values for another walk (default: ``create_graph``).
+        create_graph: record the gradients with history (higher-order gradients).
+        allow_unused: return None for an input the outputs do not depend on, instead of raising.
+        materialize_grads: return zeros instead of None for such inputs (implies allow_unused).
+
+    Raises:
+        AutogradError: an output or input does not require grad, an unused input without
+            ``allow_unused``, or the errors of :func:`backward`.
+        UnsupportedOpError: ``is_grads_batched=True``.
+    """
+    if is_grads_batched:
+        raise UnsupportedOpError("grad: is_grads_batched=True (vmap over grad_outputs) is not supported")
+    if materialize_grads and allow_unused is False:
+        raise AutogradError("grad: materialize_grads=True needs allow_unused to be True or not given")
+    allow_unused = materialize_grads if allow_unused is None else allow_unused
+    outs, ins = _as_tuple(outputs), _as_tuple(inputs)
+    if not outs or not ins:
+        raise AutogradError(f"grad: got {len(outs)} outputs and {len(ins)} inputs; both must be non-empty")
+    for k, x in enumerate(ins):
+        if not hasattr(x, "_node"):
+            raise TypeError(f"grad: inputs[{k}] is a {type(x).__name__}, expected a tensor")
+        if not x.requires_grad:
+            raise AutogradError(f"grad: inputs[{k}] (shape {x.shape}) does not require grad")
+    retain = create_graph if retain_graph is None else retain_graph
+    captured = run_backward("grad", outs, grad_outputs, retain, create_graph, ins, accumulate=False)
+    result = []
+    for k, x in enumerate(ins):
+        g = captured.get(id(x))
+        if g is None:
+            if not allow_unused:
+                raise AutogradError(
+                    f"grad: inputs[{k}] (shape {x.shape}) was not used in the graph of the outputs; "
+                    f"pass allow_unused=True to get None for it"
+                )
+            if materialize_grads:
+                g = x.zeros_like()
+        result.append(g)
+    return tuple(result)
+
+
+__all__: Sequence[str] = ["backward", "grad", "register_hook", "retain_grad", "retains_grad", "RemovableHandle"]

@@ -1,0 +1,16 @@
+"""``torch.nn.utils``: gradient clipping, parameters as one vector, and (in :mod:`.rnn`)
+variable-length sequences."""
+
+from lazyvic.nn.utils import rnn
+from lazyvic.nn.utils.clip_grad import clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm
+from lazyvic.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
+
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+    "parameters_to_vector",
+    "rnn",
+    "vector_to_parameters",
+]

@@ -1,0 +1,174 @@
+"""Variable-length sequences (``torch.nn.utils.rnn``): padding, and packing as thin wrappers.
+
+``pad_sequence`` stacks sequences of different lengths into one padded tensor. lazyvic has no
+recurrent layers that read a ``PackedSequence``; ``pack_padded_sequence``,
+``pad_packed_sequence``, ``pack_sequence`` and ``unpad_sequence`` produce and read PyTorch's
+layout (time-major rows of the sequences still running, ``batch_sizes`` per step, the sort
+permutation) so code that packs and unpacks runs and round-trips. Packing gathers rows with
+``index_select`` (differentiable); the lengths are host data, as PyTorch requires them on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Sequence
+
+import numpy as np
+
+from lazyvic import functional as F
+from lazyvic.creation import tensor as make_tensor
+from lazyvic.errors import ShapeError
+from lazyvic.indexing import cat, stack
+from lazyvic.tensor import Tensor
+
+
+class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])):
+    """PyTorch's packed layout: ``data`` (sum of lengths, *) holds, step by step, the rows of
+    the sequences still running at that step, longest first; ``batch_sizes`` (int64, one per
+    step) counts them; ``sorted_indices`` / ``unsorted_indices`` (int64, or None when the batch
+    was already sorted) map between the batch order and the longest-first order."""
+
+    __slots__ = ()
+
+
+def _lengths(lengths, fn: str) -> np.ndarray:
+    arr = np.asarray(lengths.numpy() if isinstance(lengths, Tensor) else lengths)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ShapeError(f"{fn}: lengths must be a 1-D list or tensor of integers, got {arr!r}")
+    return arr.astype(np.int64)
+
+
+def pad_sequence(
+    sequences: Sequence[Tensor],
+    batch_first: bool = False,
+    padding_value: float = 0.0,
+    padding_side: str = "right",
+) -> Tensor:
+    """Stack sequences of shapes ``(L_i, *)`` into ``(max L, B, *)`` (``(B, max L, *)`` with
+    ``batch_first``), filling with ``padding_value`` after each sequence (``padding_side=
+    "right"``) or before it (``"left"``). The dtype is the sequences' (promoted); differentiable.
+
+    Raises:
+        ShapeError: no sequences, a 0-d sequence, or trailing dims that differ.
+        ValueError: an unknown ``padding_side``.
+    """
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"pad_sequence: padding_side must be 'left' or 'right', got {padding_side!r}")
+    sequences = list(sequences)
+    if not sequences:
+        raise ShapeError("pad_sequence: received an empty list of sequences")
+    if any(s.ndim == 0 for s in sequences) or len({s.shape[1:] for s in sequences}) != 1:
+        raise ShapeError(
+            f"pad_sequence: sequences must be (L, *) with equal trailing dims, got {[s.shape for s in sequences]}"
+        )
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        missing = longest - s.shape[0]
+        if missing:
+            pads = (0, 0) * (s.ndim - 1) + ((0, missing) if padding_side == "right" else (missing, 0))
+            s = F.pad(s, pads, value=padding_value)
+        padded.append(s)
+    return stack(padded, 0 if batch_first else 1)
+
+
+def unpad_sequence(padded_sequences: Tensor, lengths, batch_first: bool = False) -> list:
+    """The inverse of :func:`pad_sequence` (right padding): one ``(L_i, *)`` tensor per length."""
+    lengths = _lengths(lengths, "unpad_sequence")
+    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
+    return [x[b, : int(n)] for b, n in enumerate(lengths)]
+
+
+def pack_padded_sequence(
+    input: Tensor, lengths, batch_first: bool = False, enforce_sorted: bool = True
+) -> PackedSequence:
+    """Pack a padded batch ``(T, B, *)`` (``(B, T, *)`` with ``batch_first``) whose sequence
+    ``b`` has ``lengths[b]`` valid steps. With ``enforce_sorted`` the lengths must be
+    non-increasing; otherwise the batch is sorted (stably) and the permutation is recorded.
+
+    Raises:
+        ShapeError: lengths of the wrong count, a length of 0 or one longer than the input.
+        ValueError: unsorted lengths with ``enforce_sorted=True``.
+    """
+    lengths = _lengths(lengths, "pack_padded_sequence")
+    x = input.transpose(0, 1) if batch_first else input
+    steps, batch = x.shape[0], x.shape[1] if x.ndim > 1 else 0
+    if lengths.shape[0] != batch:
+        raise ShapeError(
+            f"pack_padded_sequence: expected {batch} lengths for input of shape {input.shape}, got {len(lengths)}"
+        )
+    if lengths.size and (lengths.min() <= 0 or lengths.max() > steps):
+        raise ShapeError(
+            f"pack_padded_sequence: every length must be in [1, {steps}] for input of shape {input.shape}, "
+            f"got {lengths.tolist()}"
+        )
+    if enforce_sorted:
+        if np.any(np.diff(lengths) > 0):
+            raise ValueError(
+                f"pack_padded_sequence: lengths {lengths.tolist()} must be sorted in decreasing order when "
+                f"enforce_sorted=True; pass enforce_sorted=False to pack an unsorted batch"
+            )
+        order, sorted_indices, unsorted_indices = np.arange(batch), None, None
+    else:
+        order = np.argsort(-lengths, kind="stable")
+        sorted_indices = make_tensor(order, dtype=lengths.dtype)
+        unsorted_indices = make_tensor(np.argsort(order, kind="stable"))
+    sorted_lengths = lengths[order]
+    batch_sizes = np.array([(sorted_lengths > t).sum() for t in range(int(sorted_lengths.max()))], dtype=np.int64)
+    rows = np.concatenate([t * batch + order[: int(n)] for t, n in enumerate(batch_sizes)])
+    flat = x.reshape(steps * batch, *x.shape[2:])
+    data = flat.index_select(0, make_tensor(rows).to(input.device))
+    return PackedSequence(data, make_tensor(batch_sizes), sorted_indices, unsorted_indices)
+
+
+def pad_packed_sequence(
+    sequence: PackedSequence,
+    batch_first: bool = False,
+    padding_value: float = 0.0,
+    total_length: int | None = None,
+) -> tuple:
+    """Unpack a :class:`PackedSequence` into ``(padded, lengths)``: ``padded`` is ``(T, B, *)``
+    (``(B, T, *)`` with ``batch_first``), in the original batch order, filled with
+    ``padding_value``; T is the longest length, or ``total_length``; ``lengths`` is int64.
+
+    Raises:
+        ShapeError: ``total_length`` shorter than the longest sequence.
+    """
+    data, batch_sizes, _, unsorted_indices = sequence
+    sizes = _lengths(batch_sizes, "pad_packed_sequence")
+    steps, batch = len(sizes), int(sizes[0])
+    if total_length is not None:
+        if total_length < steps:
+            raise ShapeError(
+                f"pad_packed_sequence: total_length={total_length} is shorter than the longest sequence ({steps})"
+            )
+        steps = total_length
+    sorted_lengths = np.array([(sizes > j).sum() for j in range(batch)], dtype=np.int64)
+    unsort = np.arange(batch) if unsorted_indices is None else _lengths(unsorted_indices, "pad_packed_sequence")
+    n = data.shape[0]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    rows = np.full((steps, batch), n, dtype=np.int64)  # n: the padding row appended below
+    for t, size in enumerate(sizes):
+        rows[t, : int(size)] = offsets[t] + np.arange(int(size))
+    rows = rows[:, unsort]
+    filler = data.new_full((1, *data.shape[1:]), padding_value)
+    padded = cat([data, filler]).index_select(0, make_tensor(rows.reshape(-1)).to(data.device))
+    padded = padded.reshape(steps, batch, *data.shape[1:])
+    return (padded.transpose(0, 1) if batch_first else padded), make_tensor(sorted_lengths[unsort])
+
+
+def pack_sequence(sequences: Sequence[Tensor], enforce_sorted: bool = True) -> PackedSequence:
+    """Pack a list of ``(L_i, *)`` sequences (``pad_sequence`` then ``pack_padded_sequence``)."""
+    sequences = list(sequences)
+    lengths = [s.shape[0] for s in sequences]
+    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
+
+
+__all__ = [
+    "PackedSequence",
+    "pack_padded_sequence",
+    "pack_sequence",
+    "pad_packed_sequence",
+    "pad_sequence",
+    "unpad_sequence",
+]

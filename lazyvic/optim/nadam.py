@@ -1,0 +1,84 @@
+"""NAdam (``torch.optim.NAdam``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic.optim.optimizer import Optimizer, check_hyperparameters
+
+
+class NAdam(Optimizer):
+    """Adam with Nesterov momentum (Dozat 2016), with PyTorch's momentum schedule
+    ``mu_t = b1 (1 - 0.5 * 0.96^(t * momentum_decay))``: ``m``, ``v`` as in Adam;
+    ``denom = sqrt(v / (1 - b2^t)) + eps``;
+    ``p -= lr (1 - mu_t) / (1 - prod mu) * g / denom + lr mu_{t+1} / (1 - prod mu * mu_{t+1}) * m / denom``.
+    Weight decay is L2, or decoupled with ``decoupled_weight_decay=True``.
+    State: ``step``, ``mu_product`` (a number, accumulated in float32 as PyTorch's 0-d tensor),
+    ``exp_avg``, ``exp_avg_sq``.
+
+    Raises:
+        ValueError: a negative lr, eps, weight_decay or momentum_decay, or betas outside [0, 1).
+    """
+
+    scalar_state = ("step", "mu_product")
+
+    def __init__(
+        self,
+        params,
+        lr: float = 2e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ):
+        check_hyperparameters(
+            "NAdam", lr=lr, eps=eps, betas=betas, weight_decay=weight_decay, momentum_decay=momentum_decay
+        )
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum_decay=momentum_decay,
+            decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+        )
+        super().__init__(params, defaults)
+
+    def _update(self, p, grad, group):
+        st = self._state(p)
+        if not st:
+            st["step"] = 0
+            st["mu_product"] = 1.0
+            st["exp_avg"] = self._zeros(p)
+            st["exp_avg_sq"] = self._zeros(p)
+        st["step"] += 1
+        t = st["step"]
+        lr, (b1, b2), wd, decay = group["lr"], group["betas"], group["weight_decay"], group["momentum_decay"]
+        if wd:
+            if group["decoupled_weight_decay"]:
+                p._assign(p * (1 - lr * wd))
+            else:
+                grad = grad + p * wd
+        mu = b1 * (1.0 - 0.5 * 0.96 ** (t * decay))
+        mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * decay))
+        mu_product = float(np.float32(st["mu_product"]) * np.float32(mu))
+        st["mu_product"] = mu_product
+        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
+        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        denom = (v / (1 - b2**t)).sqrt() + group["eps"]
+        grad_coef = -lr * (1.0 - mu) / (1.0 - mu_product)
+        avg_coef = -lr * mu_next / (1.0 - mu_product * mu_next)
+        p._assign(p + grad * grad_coef / denom + m * avg_coef / denom)
+
+
+__all__ = ["NAdam"]

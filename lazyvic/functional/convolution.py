@@ -212,24 +212,27 @@ def _transposed_kernel(weight: Tensor, groups: int) -> Tensor:
     return w
 
 
-def _conv_transpose2d(name, input, weight, bias, stride, padding, output_padding, groups, dilation, shape) -> Tensor:
-    """The checked 4-D transposed convolution (see the module docstring)."""
-    kh, kw = weight.shape[2:]
+def _check_transposed(name, input, weight, stride, padding, output_padding, dilation) -> None:
+    """Raise unless output_padding < max(stride, dilation) and every output size is positive
+    (the arguments are per spatial axis, as the caller gave them)."""
     for s, d, op in zip(stride, dilation, output_padding):
         if op >= max(s, d):
             raise ValueError(
                 f"{name}: output_padding {output_padding} must be smaller than either stride {stride} or "
                 f"dilation {dilation}"
             )
-    sizes = []
-    for size, k, s, p, op, d in zip(input.shape[2:], (kh, kw), stride, padding, output_padding, dilation):
+    for size, k, s, p, op, d in zip(input.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation):
         out = (size - 1) * s - 2 * p + d * (k - 1) + op + 1
         if out < 1:
             raise ShapeError(
-                f"{name}: the output size {out} is not positive for input {shape}, weight {weight.shape}, "
+                f"{name}: the output size {out} is not positive for input {input.shape}, weight {weight.shape}, "
                 f"stride {stride}, padding {padding}, output_padding {output_padding}, dilation {dilation}"
             )
-        sizes.append(out)
+
+
+def _conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation) -> Tensor:
+    """The checked 4-D transposed convolution (see the module docstring)."""
+    kh, kw = weight.shape[2:]
     x = _spread(input, stride)
     # Pad by dilation*(k-1) - padding on each side (+ output_padding after); a negative pad crops.
     before = [d * (k - 1) - p for k, p, d in zip((kh, kw), padding, dilation)]
@@ -239,10 +242,7 @@ def _conv_transpose2d(name, input, weight, bias, stride, padding, output_padding
         starts = (0, 0, max(-before[0], 0), max(-before[1], 0))
         stops = (*x.shape[:2], x.shape[2] - max(-after[0], 0), x.shape[3] - max(-after[1], 0))
         x = x._slice(starts, stops, (1, 1, 1, 1))
-    w = _transposed_kernel(weight, groups)
-    y = _conv2d(x, w, bias, (1, 1), ((0, 0), (0, 0)), dilation, groups)
-    assert y.shape[2:] == tuple(sizes), (y.shape, sizes)
-    return y
+    return _conv2d(x, _transposed_kernel(weight, groups), bias, (1, 1), ((0, 0), (0, 0)), dilation, groups)
 
 
 def conv_transpose2d(
@@ -273,7 +273,8 @@ def conv_transpose2d(
     _check_positive(name, "dilation", dilation)
     _check_positive(name, "padding", padding, 0)
     _check_positive(name, "output_padding", output_padding, 0)
-    y = _conv_transpose2d(name, input, weight, bias, stride, padding, output_padding, groups, dilation, input.shape)
+    _check_transposed(name, input, weight, stride, padding, output_padding, dilation)
+    y = _conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
     return mark(
         y,
         "ConvTranspose",
@@ -310,9 +311,9 @@ def conv_transpose1d(
     _check_positive(name, "dilation", (d,))
     _check_positive(name, "padding", (p,), 0)
     _check_positive(name, "output_padding", (op,), 0)
-    y = _conv_transpose2d(
-        name, input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, op), groups, (1, d), input.shape
-    ).squeeze(2)
+    _check_transposed(name, input, weight, (s,), (p,), (op,), (d,))
+    y = _conv_transpose2d(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, op), groups, (1, d))
+    y = y.squeeze(2)
     return mark(
         y,
         "ConvTranspose",

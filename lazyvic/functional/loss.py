@@ -296,8 +296,8 @@ def binary_cross_entropy_with_logits(
 
 
 # ================================================================= regression
-def _pointwise(name: str, input: Tensor, target: Tensor) -> Tensor:
-    """``input - target``; shapes that differ but broadcast warn and broadcast, as PyTorch."""
+def _check_pair(name: str, input: Tensor, target: Tensor, stacklevel: int = 3) -> None:
+    """Shapes that differ but broadcast warn (they will broadcast, as in PyTorch); others raise."""
     if not isinstance(target, Tensor):
         raise DTypeError(f"{name}: target must be a lazyvic.Tensor, got {type(target).__name__}")
     if target.shape != input.shape:
@@ -310,8 +310,13 @@ def _pointwise(name: str, input: Tensor, target: Tensor) -> Tensor:
         warnings.warn(
             f"{name}: using a target size {target.shape} that is different to the input size {input.shape}. "
             "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
+
+
+def _pointwise(name: str, input: Tensor, target: Tensor) -> Tensor:
+    """``input - target`` after :func:`_check_pair`."""
+    _check_pair(name, input, target, stacklevel=4)
     return input - target
 
 
@@ -396,7 +401,7 @@ def kl_div(
             "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
             stacklevel=2,
         )
-    _pointwise("kl_div", input, target)
+    _check_pair("kl_div", input, target)
     if log_target:
         losses = target.exp() * (target - input)
     else:

@@ -16,6 +16,7 @@ from lazyvic.errors import ShapeError
 
 FIXTURE = "torch_sequence.npz"
 SPEC = torch_fixtures.spec(FIXTURE)
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 @pytest.fixture(scope="module")

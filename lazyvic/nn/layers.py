@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from lazyvic import autograd
+from lazyvic import modes
 from lazyvic import functional as F
 from lazyvic.creation import empty
 from lazyvic.errors import ShapeError
@@ -186,7 +186,7 @@ class Embedding(Module):
             self.weight = Parameter(weight.detach(), requires_grad=not _freeze)
             return
         self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device), not _freeze)
-        with autograd.no_grad():
+        with modes.no_grad():
             init.normal_(self.weight)
             if padding_idx is not None:
                 keep = np.ones((num_embeddings, 1), dtype=bool)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from lazyvic.errors import ShapeError
 from lazyvic.functional.linear import linear
 from lazyvic.indexing import stack
-from lazyvic.tensor import Tensor
+from lazyvic.tensor import Tensor, where
 
 
 def _bias_sum(b_ih, b_hh):
@@ -102,30 +102,43 @@ def _steps(length: int, reverse: bool):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def rnn_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh") -> tuple:
+def _keep(active, new: Tensor, old: Tensor) -> Tensor:
+    """The new state where the sequence is running at this step, else the old one (packed input)."""
+    return new if active is None else where(active, new, old)
+
+
+def rnn_layer(
+    x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh", active=None
+) -> tuple:
     """An Elman layer over x (T, N, I) from h (N, H), backwards in time when ``reverse``: returns
-    the outputs (T, N, H) (in time order) and the last hidden state (N, H)."""
+    the outputs (T, N, H) (in time order) and the last hidden state (N, H). ``active``: for
+    sequences of different lengths, one (N, 1) bool tensor per step, True where the sequence runs
+    (a finished or not yet started sequence keeps its state)."""
     xp, w_hh_t = _project(x, w_ih, _bias_sum(b_ih, b_hh)), w_hh.T
     outs = [None] * x.shape[0]
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _rnn_step(xp[t], h, w_hh_t, nonlinearity)
+        h = outs[t] = _keep(active and active[t], _rnn_step(xp[t], h, w_hh_t, nonlinearity), h)
     return stack(outs, 0), h
 
 
-def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False) -> tuple:
-    """An LSTM layer over x (T, N, I) from (h, c): returns the outputs (T, N, H), h_T and c_T."""
+def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
+    """An LSTM layer over x (T, N, I) from (h, c): returns the outputs (T, N, H), h_T and c_T
+    (``active`` as :func:`rnn_layer`)."""
     xp, w_hh_t = _project(x, w_ih, _bias_sum(b_ih, b_hh)), w_hh.T
     outs = [None] * x.shape[0]
     for t in _steps(x.shape[0], reverse):
-        h, c = _lstm_step(xp[t], h, c, w_hh_t)
+        h_new, c_new = _lstm_step(xp[t], h, c, w_hh_t)
+        a = active and active[t]
+        h, c = _keep(a, h_new, h), _keep(a, c_new, c)
         outs[t] = h
     return stack(outs, 0), h, c
 
 
-def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False) -> tuple:
-    """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T."""
+def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
+    """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``active`` as
+    :func:`rnn_layer`)."""
     xp, w_hh_t = _project(x, w_ih, b_ih), w_hh.T
     outs = [None] * x.shape[0]
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _gru_step(xp[t], h, w_hh_t, b_hh)
+        h = outs[t] = _keep(active and active[t], _gru_step(xp[t], h, w_hh_t, b_hh), h)
     return stack(outs, 0), h

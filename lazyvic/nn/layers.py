@@ -8,8 +8,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from lazyvic import modes
 from lazyvic import functional as F
+from lazyvic import modes
 from lazyvic.creation import empty
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init

@@ -18,6 +18,8 @@ import math
 import numbers
 import warnings
 
+import numpy as np
+
 from lazyvic import functional as F
 from lazyvic.creation import empty, zeros
 from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
@@ -30,11 +32,12 @@ from lazyvic.tensor import Tensor
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
+def _is_packed(input) -> bool:
+    """A ``nn.utils.rnn.PackedSequence`` (recognized by its fields, so this module needs no import of it)."""
+    return all(hasattr(input, f) for f in ("data", "batch_sizes", "sorted_indices", "unsorted_indices"))
+
+
 def _check_input(name: str, input) -> None:
-    if hasattr(input, "batch_sizes"):
-        raise UnsupportedOpError(
-            f"{name}: PackedSequence inputs are not supported; pass the padded (T, N, *) tensor instead"
-        )
     if not isinstance(input, Tensor):
         raise DTypeError(f"{name}: expected a lazyvic.Tensor input, got {type(input).__name__}")
     if not input.dtype.is_floating_point:
@@ -49,11 +52,13 @@ class RNNBase(Module):
     (T, I); hx (num_layers * D, N, H) or (num_layers * D, H) (for LSTM a pair ``(h_0, c_0)``),
     zeros when None. Returns ``(output, h_n)`` (LSTM: ``(output, (h_n, c_n))``) with output
     (T, N, D * H) (the directions concatenated, forward first) and h_n like hx. In training a
-    ``dropout`` > 0 drops the outputs of every layer but the last.
+    ``dropout`` > 0 drops the outputs of every layer but the last. A ``nn.utils.rnn.PackedSequence``
+    input gives a PackedSequence output, each sequence stepped over its own length (its final
+    states are those of its last step), as in PyTorch.
 
-    Raises ShapeError for an input that is not 2-D or 3-D or has the wrong feature size, or a
-    hidden state of the wrong shape; DTypeError for a non-floating input; UnsupportedOpError for
-    ``proj_size`` > 0 and for PackedSequence inputs.
+    Raises ShapeError for an input that is not 2-D or 3-D or has the wrong feature size (or a
+    PackedSequence whose data and batch_sizes disagree), or a hidden state of the wrong shape;
+    DTypeError for a non-floating input; UnsupportedOpError for ``proj_size`` > 0.
     """
 
     def __init__(
@@ -149,16 +154,30 @@ class RNNBase(Module):
 
     def forward(self, input: Tensor, hx=None):
         name = type(self).__name__
+        if _is_packed(input):
+            return self._forward_packed(name, input, hx)
         _check_input(name, input)
         if input.ndim not in (2, 3):
             raise ShapeError(f"{name}: expected input to be 2-D (T, I) or 3-D (T, N, I), got shape {input.shape}")
+        self._check_features(name, input)
+        unbatched = input.ndim == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+        states = self._states(name, hx, x.shape[1], unbatched, x)
+        x, last = self._layers(x, states, None)
+        output = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
+        if unbatched:
+            last = [s.squeeze(1) for s in last]
+        return output, (tuple(last) if self.mode == "LSTM" else last[0])
+
+    def _check_features(self, name: str, input: Tensor) -> None:
         if input.shape[-1] != self.input_size:
             raise ShapeError(
                 f"{name}: input.size(-1) must be equal to input_size: expected {self.input_size}, got input {input.shape}"
             )
-        unbatched = input.ndim == 2
-        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
-        states = self._states(name, hx, x.shape[1], unbatched, x)
+
+    def _layers(self, x: Tensor, states: list, active) -> tuple:
+        """Every layer and direction over x (T, N, I): the last layer's outputs (T, N, D*H) and the
+        final states, each (num_layers * D, N, H)."""
         directions = 2 if self.bidirectional else 1
         finals = [[] for _ in states]
         for layer in range(self.num_layers):
@@ -166,27 +185,56 @@ class RNNBase(Module):
             for direction in range(directions):
                 i = layer * directions + direction
                 weights = self._layer_weights(layer, direction)
-                result = self._run_layer(x, [s[i] for s in states], weights, direction == 1)
+                result = self._run_layer(x, [s[i] for s in states], weights, direction == 1, active)
                 outputs.append(result[0])
                 for k, last in enumerate(result[1:]):
                     finals[k].append(last)
             x = outputs[0] if directions == 1 else cat(outputs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        output = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
-        last = [stack(f, 0) for f in finals]
-        if unbatched:
-            last = [s.squeeze(1) for s in last]
+        return x, [stack(f, 0) for f in finals]
+
+    def _forward_packed(self, name: str, packed, hx):
+        """A PackedSequence: unpacked to (T, B, I) (B the longest-first batch), stepped with the
+        sequences that have ended (or, backwards, not begun) keeping their state, and packed again;
+        states in and out are in the original batch order (``sorted_indices``), as in PyTorch."""
+        data, sorted_indices, unsorted_indices = packed.data, packed.sorted_indices, packed.unsorted_indices
+        _check_input(name, data)
+        sizes = packed.batch_sizes
+        sizes = np.asarray(sizes.numpy() if isinstance(sizes, Tensor) else sizes, dtype=np.int64)
+        if data.ndim != 2 or sizes.ndim != 1 or not sizes.size or data.shape[0] != int(sizes.sum()):
+            raise ShapeError(
+                f"{name}: expected a PackedSequence with data (sum of lengths, I) and batch_sizes (T,), got data "
+                f"{data.shape} and batch_sizes {tuple(sizes.shape)} summing to {int(sizes.sum())}"
+            )
+        self._check_features(name, data)
+        steps, batch = len(sizes), int(sizes[0])
+        # packed row r sits at padded row pos[r] of (T * B); padded rows past a sequence's end read a zero row
+        pos = np.concatenate([t * batch + np.arange(n) for t, n in enumerate(sizes)])
+        gather = np.full(steps * batch, data.shape[0], dtype=np.int64)
+        gather[pos] = np.arange(data.shape[0])
+        device = data.device
+        padded = cat([data, data.new_zeros(1, data.shape[1])], 0)
+        x = padded.index_select(0, Tensor(gather).to(device)).reshape(steps, batch, data.shape[1])
+        active = [Tensor((np.arange(batch) < n).reshape(batch, 1)).to(device) for n in sizes]
+        states = self._states(name, hx, batch, False, x)
+        if hx is not None and sorted_indices is not None:
+            states = [s.index_select(1, sorted_indices) for s in states]
+        x, last = self._layers(x, states, active)
+        out = x.reshape(steps * batch, x.shape[2]).index_select(0, Tensor(pos).to(device))
+        if unsorted_indices is not None:
+            last = [s.index_select(1, unsorted_indices) for s in last]
+        output = type(packed)(out, packed.batch_sizes, sorted_indices, unsorted_indices)
         return output, (tuple(last) if self.mode == "LSTM" else last[0])
 
-    def _run_layer(self, x: Tensor, states: list, weights: tuple, reverse: bool) -> tuple:
+    def _run_layer(self, x: Tensor, states: list, weights: tuple, reverse: bool, active) -> tuple:
         w_ih, w_hh, b_ih, b_hh = weights
         if self.mode == "LSTM":
-            return recurrent.lstm_layer(x, states[0], states[1], w_ih, w_hh, b_ih, b_hh, reverse)
+            return recurrent.lstm_layer(x, states[0], states[1], w_ih, w_hh, b_ih, b_hh, reverse, active)
         if self.mode == "GRU":
-            return recurrent.gru_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse)
+            return recurrent.gru_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, active)
         nonlinearity = "tanh" if self.mode == "RNN_TANH" else "relu"
-        return recurrent.rnn_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity)
+        return recurrent.rnn_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity, active)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -8,6 +8,7 @@ Gradients are those of the sum over outputs of ``sum(output * cotangent(output.s
 """
 
 import math
+from collections import namedtuple
 
 import _torch_fixtures as torch_fixtures
 import numpy as np
@@ -92,18 +93,30 @@ def _cases():
     ]
 
 
+# nn.utils.rnn.PackedSequence's fields (the RNNs read any object that has them).
+PackedSequence = namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])
+
+
 @pytest.mark.parametrize("case, mode", _cases(), indirect=["mode"])
 def test_recurrent_layers_match_torch(ref, case, mode):
     module = getattr(nn, case["cls"])(*case["args"], **case["kwargs"])
     inputs = run_case(ref, case, module)
-    x, h0, c0 = inputs["x"], inputs.get("h0"), inputs.get("c0")
+    h0, c0 = inputs.get("h0"), inputs.get("c0")
+    if case.get("packed"):
+        x = PackedSequence(*(inputs[f] for f in PackedSequence._fields))
+    else:
+        x = inputs["x"]
     result = module(x) if h0 is None else module(x, (h0, c0) if c0 is not None else h0)
+    if case.get("packed"):
+        assert isinstance(result[0], PackedSequence) and result[0].batch_sizes is x.batch_sizes
+        result = (result[0].data, result[1])
     check_case(ref, case, module, flatten_outputs(result), inputs)
 
 
 def test_fixture_covers_the_listed_options():
     kwargs = [c["kwargs"] for c in SPEC["rnn"]]
     assert {c["cls"] for c in SPEC["rnn"]} == {"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell"}
+    assert {c["cls"] for c in SPEC["rnn"] if c.get("packed")} == {"LSTM", "GRU"}
     assert any(k.get("bidirectional") and k.get("num_layers") == 2 for k in kwargs)
     assert any(k.get("batch_first") for k in kwargs) and any(k.get("bias") is False for k in kwargs)
 
@@ -217,8 +230,6 @@ def test_recurrent_errors_name_the_layer():
     with pytest.raises(ShapeError, match=r"GRUCell: expected a hidden state of shape \(2, 4\), got \(2, 5\)"):
         nn.GRUCell(3, 4)(lazyvic.zeros(2, 3), lazyvic.zeros(2, 5))
 
-    class Packed:
-        batch_sizes = None
-
-    with pytest.raises(UnsupportedOpError, match="PackedSequence"):
-        lstm(Packed())
+    packed = PackedSequence(lazyvic.zeros(5, 3), lazyvic.tensor([2, 2]), None, None)
+    with pytest.raises(ShapeError, match=r"LSTM: expected a PackedSequence with data .* got data \(5, 3\)"):
+        lstm(packed)

@@ -9,6 +9,7 @@ import numpy as np
 from lazyvic import functional as F
 from lazyvic.creation import empty, zeros
 from lazyvic.errors import ShapeError
+from lazyvic.functional.attention import _causal_mask
 from lazyvic.nn import init
 from lazyvic.nn.layers import Linear
 from lazyvic.nn.module import Module, Parameter
@@ -46,6 +47,7 @@ class MultiheadAttention(Module):
         kdim=None,
         vdim=None,
         batch_first: bool = False,
+        device=None,
         dtype=None,
     ):
         super().__init__()
@@ -57,13 +59,13 @@ class MultiheadAttention(Module):
             )
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.dropout, self.batch_first = dropout, batch_first
-        self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, dtype=dtype))
+        self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, dtype=dtype, device=device))
         init.xavier_uniform_(self.in_proj_weight)
         if bias:
-            self.in_proj_bias = Parameter(zeros(3 * embed_dim, dtype=dtype))
+            self.in_proj_bias = Parameter(zeros(3 * embed_dim, dtype=dtype, device=device))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         if bias:
             init.zeros_(self.out_proj.bias)
 
@@ -78,9 +80,22 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ):
+        if query.ndim == 2 and key.ndim == 2 and value.ndim == 2:  # unbatched (L, E), (S, E)
+            if key_padding_mask is not None:
+                kpm = key_padding_mask
+                key_padding_mask = kpm.unsqueeze(0) if isinstance(kpm, Tensor) else np.asarray(kpm)[None]
+            axis = 0 if self.batch_first else 1
+            self_attention = query is key and key is value
+            q = query.unsqueeze(axis)
+            k, v = (q, q) if self_attention else (key.unsqueeze(axis), value.unsqueeze(axis))
+            out, weights = self.forward(
+                q, k, v, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal
+            )
+            return out.squeeze(axis), (weights.squeeze(0) if weights is not None else None)
         if query.ndim != 3 or key.ndim != 3 or value.ndim != 3:
             raise ShapeError(
-                f"MultiheadAttention: expected 3-D query, key, value; got {query.shape}, {key.shape}, {value.shape}"
+                f"MultiheadAttention: expected 3-D (batched) or 2-D (unbatched) query, key, value; got "
+                f"{query.shape}, {key.shape}, {value.shape}"
             )
         if not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
@@ -117,7 +132,7 @@ class MultiheadAttention(Module):
     def _masked(self, scores, attn_mask, key_padding_mask, is_causal, N, L, S):
         H = self.num_heads
         if attn_mask is None and is_causal:
-            scores = where(F._causal_mask(L, S, scores.device), scores, -math.inf)
+            scores = where(_causal_mask(L, S, scores.device), scores, -math.inf)
         if attn_mask is not None:
             m = attn_mask if isinstance(attn_mask, Tensor) else Tensor(np.asarray(attn_mask)).to(scores.device)
             if m.shape == (N * H, L, S):

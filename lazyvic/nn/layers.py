@@ -1,4 +1,5 @@
-"""Layers and losses with PyTorch's names, arguments and default initializations."""
+"""Containers and basic layers (PyTorch's names, arguments and initializations): Linear, Sequential,
+ModuleList, ModuleDict, Embedding, Identity, Flatten, Unflatten, Dropout, Dropout1d/2d/3d."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from lazyvic import autograd, dtypes
 from lazyvic import functional as F
-from lazyvic.creation import empty, ones, zeros
+from lazyvic import modes
+from lazyvic.creation import empty
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
 from lazyvic.nn.module import Module, Parameter
@@ -23,14 +24,14 @@ class Linear(Module):
     a = sqrt(5)), b ~ U(-1/sqrt(in), 1/sqrt(in)).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
+        self.weight = Parameter(empty(out_features, in_features, dtype=dtype, device=device))
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if bias:
             bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-            self.bias = Parameter(empty(out_features, dtype=dtype))
+            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
             init.uniform_(self.bias, -bound, bound)
         else:
             self.register_parameter("bias", None)
@@ -145,57 +146,98 @@ class ModuleDict(Module):
 
 class Embedding(Module):
     """A lookup table: integer indices (any shape) -> rows of ``weight`` (num_embeddings,
-    embedding_dim); output shape ``input.shape + (embedding_dim,)``.
+    embedding_dim); output shape ``input.shape + (embedding_dim,)`` (see ``F.embedding`` for
+    ``max_norm``, ``norm_type``, ``scale_grad_by_freq`` and ``sparse``).
 
     Initialization as PyTorch: N(0, 1), with the ``padding_idx`` row zeroed (that row
-    also gets no gradient).
+    also gets no gradient); ``_weight`` gives the initial table instead (not zeroed), and
+    ``_freeze=True`` makes it a parameter without gradient.
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, dtype=None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
             raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} embeddings")
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
-        init.normal_(self.weight)
-        if padding_idx is not None:
-            keep = np.ones((num_embeddings, 1), dtype=bool)
-            keep[padding_idx] = False
-            with autograd.no_grad():
-                self.weight._assign(where(Tensor(keep), self.weight, 0.0))
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ShapeError(
+                    f"Embedding: _weight shape {tuple(_weight.shape)} does not match "
+                    f"({num_embeddings}, {embedding_dim})"
+                )
+            weight = _weight if isinstance(_weight, Tensor) else Tensor(np.asarray(_weight))
+            self.weight = Parameter(weight.detach(), requires_grad=not _freeze)
+            return
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device), not _freeze)
+        with modes.no_grad():
+            init.normal_(self.weight)
+            if padding_idx is not None:
+                keep = np.ones((num_embeddings, 1), dtype=bool)
+                keep[padding_idx] = False
+                self.weight._assign(where(Tensor(keep).to(self.weight.device), self.weight, 0.0))
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> "Embedding":
+        """An Embedding whose table is ``embeddings`` (num_embeddings, embedding_dim), as
+        ``torch.nn.Embedding.from_pretrained``: the table is used as given (the ``padding_idx``
+        row is not zeroed, but gets no gradient), and ``freeze=True`` (default) stops its
+        gradient. Raises ShapeError for a table that is not 2-D."""
+        if len(getattr(embeddings, "shape", ())) != 2:
+            raise ShapeError(
+                f"Embedding.from_pretrained: embeddings must be 2-D (num_embeddings, embedding_dim), "
+                f"got shape {tuple(getattr(embeddings, 'shape', ()))}"
+            )
+        rows, cols = embeddings.shape
+        return cls(
+            rows,
+            cols,
+            padding_idx=padding_idx,
+            max_norm=max_norm,
+            norm_type=norm_type,
+            scale_grad_by_freq=scale_grad_by_freq,
+            sparse=sparse,
+            _weight=embeddings,
+            _freeze=freeze,
+        )
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
 
     def extra_repr(self) -> str:
-        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
-
-
-class ReLU(Module):
-    def forward(self, x):
-        return x.relu()
-
-
-class GELU(Module):
-    def __init__(self, approximate: str = "none"):
-        super().__init__()
-        self.approximate = approximate
-
-    def forward(self, x):
-        return F.gelu(x, self.approximate)
-
-
-class Tanh(Module):
-    def forward(self, x):
-        return x.tanh()
-
-
-class Sigmoid(Module):
-    def forward(self, x):
-        return x.sigmoid()
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        return s
 
 
 class Identity(Module):
@@ -212,239 +254,48 @@ class Flatten(Module):
         return x.flatten(self.start_dim, self.end_dim)
 
 
+class Unflatten(Module):
+    """Split axis ``dim`` into ``unflattened_size`` (``Tensor.unflatten``)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return input.unflatten(self.dim, self.unflattened_size)
+
+
 class Dropout(Module):
-    def __init__(self, p: float = 0.5):
+    """Zero each element with probability ``p`` in training (``F.dropout``)."""
+
+    _fn = staticmethod(F.dropout)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
-        self.p = p
+        if not 0 <= p <= 1:
+            raise ValueError(f"{type(self).__name__}: dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = p, inplace
 
-    def forward(self, x):
-        return F.dropout(x, self.p, self.training)
-
-
-class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True):
-        super().__init__()
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.eps = eps
-        if elementwise_affine:
-            self.weight = Parameter(ones(*self.normalized_shape))
-            self.bias = Parameter(zeros(*self.normalized_shape))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-
-    def forward(self, x):
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-
-
-class Conv2d(Module):
-    """2-D convolution: input (N, in_channels, H, W) -> (N, out_channels, oH, oW) (see ``F.conv2d``).
-
-    Parameters ``weight`` (out_channels, in_channels/groups, kH, kW) and ``bias`` (out_channels,),
-    initialized as PyTorch: kaiming_uniform_ with a = sqrt(5), bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-    with fan_in = in_channels/groups * kH * kW.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
-        groups: int = 1,
-        bias: bool = True,
-        dtype=None,
-    ):
-        super().__init__()
-        if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"Conv2d: groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}"
-            )
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = F._pair(kernel_size, "Conv2d", "kernel_size")
-        self.stride = F._pair(stride, "Conv2d", "stride")
-        self.padding = F._pair(padding, "Conv2d", "padding")
-        self.dilation = F._pair(dilation, "Conv2d", "dilation")
-        self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size, dtype=dtype))
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if bias:
-            fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
-            bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-            self.bias = Parameter(empty(out_channels, dtype=dtype))
-            init.uniform_(self.bias, -bound, bound)
-        else:
-            self.register_parameter("bias", None)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    def forward(self, input: Tensor) -> Tensor:
+        return self._fn(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, bias={self.bias is not None}"
-        )
+        return f"p={self.p}, inplace={self.inplace}"
 
 
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+class Dropout1d(Dropout):
+    """Zero whole channels of (N, C, L) or (C, L) in training (``F.dropout1d``)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
-
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+    _fn = staticmethod(F.dropout1d)
 
 
-class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad: bool = True):
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.count_include_pad = count_include_pad
+class Dropout2d(Dropout):
+    """Zero whole channels of (N, C, H, W) or (C, H, W) in training (``F.dropout2d``)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.count_include_pad)
-
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+    _fn = staticmethod(F.dropout2d)
 
 
-class AdaptiveAvgPool2d(Module):
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
+class Dropout3d(Dropout):
+    """Zero whole channels of (N, C, D, H, W) or (C, D, H, W) in training (``F.dropout3d``)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.output_size)
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
-
-
-class _BatchNorm(Module):
-    """Batch normalization over every axis but 1 (see ``F.batch_norm``); subclasses fix the ranks.
-
-    Parameters ``weight`` (ones) and ``bias`` (zeros) when ``affine``; buffers ``running_mean``
-    (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64 0) when
-    ``track_running_stats`` — PyTorch's state_dict names. ``momentum=None`` averages the running
-    statistics cumulatively over the batches seen.
-    """
-
-    def __init__(
-        self,
-        num_features: int,
-        eps: float = 1e-5,
-        momentum: float | None = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        dtype=None,
-    ):
-        super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(ones(num_features, dtype=dtype))
-            self.bias = Parameter(zeros(num_features, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", zeros((), dtype=dtypes.int64))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-
-    _ranks: tuple = ()
-    _layout: str = ""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.ndim not in self._ranks or x.shape[1] != self.num_features:
-            layout = self._layout.replace("C", str(self.num_features))
-            raise ShapeError(f"{type(self).__name__}: expected input {layout}, got {x.shape}")
-        momentum = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
-            with autograd.no_grad():
-                self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                momentum = 1.0 / float(self.num_batches_tracked.item())
-        # Without running statistics even evaluation normalizes with the batch's, as in PyTorch.
-        use_batch_stats = self.training or self.running_mean is None
-        return F.batch_norm(
-            x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats, momentum, self.eps
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-            f"track_running_stats={self.track_running_stats}"
-        )
-
-
-class BatchNorm1d(_BatchNorm):
-    """Batch normalization of (N, C) or (N, C, L) over (N) or (N, L), as ``torch.nn.BatchNorm1d``."""
-
-    _ranks, _layout = (2, 3), "(N, C) or (N, C, L)"
-
-
-class BatchNorm2d(_BatchNorm):
-    """Batch normalization of (N, C, H, W) over (N, H, W), as ``torch.nn.BatchNorm2d``."""
-
-    _ranks, _layout = (4,), "(N, C, H, W)"
-
-
-class BatchNorm3d(_BatchNorm):
-    """Batch normalization of (N, C, D, H, W) over (N, D, H, W), as ``torch.nn.BatchNorm3d``."""
-
-    _ranks, _layout = (5,), "(N, C, D, H, W)"
-
-
-class Softmax(Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, x):
-        return F.softmax(x, self.dim)
-
-
-class LogSoftmax(Softmax):
-    def forward(self, x):
-        return F.log_softmax(x, self.dim)
-
-
-class LeakyReLU(Module):
-    def __init__(self, negative_slope: float = 0.01):
-        super().__init__()
-        self.negative_slope = negative_slope
-
-    def forward(self, x):
-        return F.leaky_relu(x, self.negative_slope)
-
-
-class SiLU(Module):
-    def forward(self, x):
-        return F.silu(x)
-
-
-class MSELoss(Module):
-    def __init__(self, reduction: str = "mean"):
-        super().__init__()
-        self.reduction = reduction
-
-    def forward(self, input, target):
-        return F.mse_loss(input, target, self.reduction)
-
-
-class CrossEntropyLoss(Module):
-    def __init__(self, reduction: str = "mean", ignore_index: int = -100, label_smoothing: float = 0.0):
-        super().__init__()
-        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, label_smoothing
-
-    def forward(self, input, target):
-        return F.cross_entropy(input, target, self.reduction, self.ignore_index, self.label_smoothing)
+    _fn = staticmethod(F.dropout3d)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from typing import Iterator
 
@@ -34,6 +35,17 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+    def __deepcopy__(self, memo) -> "Parameter":
+        # A copy of the value (a pending one keeps its recipe) registered as a parameter, and live
+        # while pending, as one made by the constructor (nn.TransformerEncoder clones its layer).
+        if id(self) in memo:
+            return memo[id(self)]
+        new = Parameter(Tensor._wrap(copy.deepcopy(self._node, memo)), self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        return new
 
 
 class Module:

@@ -258,7 +258,8 @@ def test_mha_bad_arguments():
     x = lazyvic.zeros(2, 5, 8)
     bad_calls = [
         dict(query=lazyvic.zeros(2, 5, 6), key=lazyvic.zeros(2, 5, 6), value=lazyvic.zeros(2, 5, 6)),
-        dict(query=lazyvic.zeros(5, 8), key=lazyvic.zeros(5, 8), value=lazyvic.zeros(5, 8)),
+        dict(query=lazyvic.zeros(1, 2, 5, 8), key=lazyvic.zeros(1, 2, 5, 8), value=lazyvic.zeros(1, 2, 5, 8)),
+        dict(query=lazyvic.zeros(5, 8), key=lazyvic.zeros(2, 5, 8), value=lazyvic.zeros(2, 5, 8)),
         dict(query=x, key=lazyvic.zeros(2, 6, 8), value=x),
         dict(query=x, key=x, value=x, attn_mask=lazyvic.ones(4, 5, dtype=lazyvic.bool)),
         dict(query=x, key=x, value=x, key_padding_mask=lazyvic.ones(2, 4, dtype=lazyvic.bool)),

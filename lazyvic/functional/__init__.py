@@ -1,0 +1,143 @@
+"""Composite ops built from primitives (``torch.nn.functional``'s names); fusion recovers their speed.
+
+Formulas follow PyTorch's documentation for the function of the same name. The functions live in
+one module per family, as PyTorch's documentation groups them: ``activation``, ``linear``
+(linear, dropout), ``sparse`` (one_hot, embedding), ``attention``, ``convolution``, ``pooling``,
+``normalization``, ``loss``, ``vision`` (pad, interpolate) and ``recurrent`` (the RNN, LSTM and
+GRU cells and the loops that step them; used by ``nn.RNN``/``LSTM``/``GRU``, not exported here,
+as PyTorch has no ``F.lstm``). ``lazyvic.nn.functional`` re-exports every name of ``__all__``.
+"""
+
+from lazyvic.functional.activation import (
+    celu,
+    celu_,
+    elu,
+    elu_,
+    gelu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    hardtanh_,
+    leaky_relu,
+    leaky_relu_,
+    log_softmax,
+    logsigmoid,
+    mish,
+    prelu,
+    relu,
+    relu6,
+    relu_,
+    selu,
+    selu_,
+    sigmoid,
+    silu,
+    softmax,
+    softmin,
+    softplus,
+    softsign,
+    tanh,
+    tanhshrink,
+    threshold,
+    threshold_,
+)
+from lazyvic.functional.attention import scaled_dot_product_attention
+from lazyvic.functional.convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from lazyvic.functional.linear import dropout, dropout1d, dropout2d, dropout3d, linear
+from lazyvic.functional.loss import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from lazyvic.functional.normalization import batch_norm, group_norm, instance_norm, layer_norm, normalize
+from lazyvic.functional.pooling import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
+from lazyvic.functional.sparse import embedding, one_hot
+from lazyvic.functional.vision import interpolate, pad, upsample, upsample_bilinear, upsample_nearest
+
+__all__ = [
+    # activations
+    "relu",
+    "relu_",
+    "relu6",
+    "elu",
+    "elu_",
+    "celu",
+    "celu_",
+    "selu",
+    "selu_",
+    "leaky_relu",
+    "leaky_relu_",
+    "prelu",
+    "glu",
+    "gelu",
+    "logsigmoid",
+    "tanhshrink",
+    "softsign",
+    "softplus",
+    "hardtanh",
+    "hardtanh_",
+    "hardswish",
+    "hardsigmoid",
+    "silu",
+    "mish",
+    "threshold",
+    "threshold_",
+    "sigmoid",
+    "tanh",
+    "softmax",
+    "softmin",
+    "log_softmax",
+    # linear, dropout, lookups
+    "linear",
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "one_hot",
+    "embedding",
+    # losses
+    "nll_loss",
+    "cross_entropy",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "kl_div",
+    # attention, convolution, pooling, normalization, vision
+    "scaled_dot_product_attention",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "batch_norm",
+    "layer_norm",
+    "group_norm",
+    "instance_norm",
+    "normalize",
+    "pad",
+    "interpolate",
+    "upsample",
+    "upsample_nearest",
+    "upsample_bilinear",
+]

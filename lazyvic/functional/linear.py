@@ -1,0 +1,70 @@
+"""Linear and dropout functions (``torch.nn.functional.linear``, ``dropout``, ``dropout1d/2d/3d``)."""
+
+from __future__ import annotations
+
+from lazyvic.errors import ShapeError
+from lazyvic.random import rand
+from lazyvic.tensor import Tensor, where
+from lazyvic.trace.composite import mark
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias``; x (..., in), weight (out, in), bias (out,). Raises ShapeError when
+    ``in`` differs."""
+    x = input
+    if x.shape[-1:] != weight.shape[-1:]:
+        raise ShapeError(f"linear: input shape {x.shape} does not fit weight shape {weight.shape}")
+    y = x @ weight.T
+    y = y + bias if bias is not None else y
+    if x.ndim == 2 and weight.ndim == 2 and x.dtype.is_floating_point:
+        return mark(y, "Gemm", (x, weight, bias), transB=1)
+    return y
+
+
+def _check_p(name: str, p: float) -> None:
+    if not 0 <= p <= 1:
+        raise ValueError(f"{name}: dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _dropped(name: str, input: Tensor, p: float, training: bool, inplace: bool, mask_shape: tuple) -> Tensor:
+    """Zero elements with probability ``p`` (whole slices where ``mask_shape`` has 1s) and scale the
+    rest by ``1 / (1 - p)``; the mask is drawn from lazyvic's seeded generator."""
+    _check_p(name, p)
+    if not training or p == 0:
+        return input
+    if p == 1:
+        y = input * 0.0
+    else:
+        keep = rand(*mask_shape, dtype=input.dtype, device=input.device) >= p
+        y = where(keep, input * (1.0 / (1.0 - p)), 0.0)
+    return input._assign(y) if inplace else y
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability ``p`` and scale the others by ``1 / (1 - p)`` when
+    ``training`` (Srivastava et al. 2014); the identity otherwise. Raises ValueError for p outside [0, 1]."""
+    return _dropped("dropout", input, p, training, inplace, input.shape)
+
+
+def _channel_dropout(name: str, input: Tensor, p: float, training: bool, inplace: bool, nd: int) -> Tensor:
+    if input.ndim not in (nd + 1, nd + 2):
+        raise ShapeError(
+            f"{name}: expected a {nd + 1}-D (unbatched) or {nd + 2}-D (batched) input, got shape {input.shape}"
+        )
+    lead = input.ndim - nd
+    return _dropped(name, input, p, training, inplace, input.shape[:lead] + (1,) * nd)
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels: input (N, C, L) or (C, L); each (n, c) row is dropped with probability p."""
+    return _channel_dropout("dropout1d", input, p, training, inplace, 1)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels: input (N, C, H, W) or (C, H, W) (Tompson et al. 2015)."""
+    return _channel_dropout("dropout2d", input, p, training, inplace, 2)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels: input (N, C, D, H, W) or (C, D, H, W)."""
+    return _channel_dropout("dropout3d", input, p, training, inplace, 3)

@@ -1,0 +1,414 @@
+"""Loss functions with PyTorch's names, arguments, defaults and reductions.
+
+Formulas are those of PyTorch's documentation of each function (``torch.nn.NLLLoss``,
+``CrossEntropyLoss``, ``BCELoss``, ``BCEWithLogitsLoss``, ``L1Loss``, ``MSELoss``,
+``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``) and of its implementation where the documentation
+leaves a choice open (``aten/src/ATen/native/Loss.cpp``, ``LossNLL.cpp``): the weighted mean
+divides by the sum of the weights of the counted targets; the logarithms of BCE are clamped at
+-100. ``reduction`` is ``'none'``, ``'mean'`` or ``'sum'`` (``kl_div`` adds ``'batchmean'``); the
+deprecated ``size_average``/``reduce`` map to it as PyTorch's ``legacy_get_string`` does.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import IndexError as LIndexError
+from lazyvic.functional.activation import logsigmoid
+from lazyvic.functional.sparse import one_hot
+from lazyvic.shapes import broadcast_shapes
+from lazyvic.tensor import Tensor, where
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduction(name: str, size_average, reduce, reduction: str, allowed: tuple = _REDUCTIONS) -> str:
+    """The reduction, from the deprecated ``size_average``/``reduce`` when either is given."""
+    if size_average is not None or reduce is not None:
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        reduction = ("mean" if size_average else "sum") if reduce else "none"
+        warnings.warn(
+            f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.",
+            stacklevel=3,
+        )
+    if reduction not in allowed:
+        raise ValueError(f"{name}: reduction must be one of {', '.join(map(repr, allowed))}, got {reduction!r}")
+    return reduction
+
+
+def _reduce(losses: Tensor, reduction: str) -> Tensor:
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.mean()
+    return losses
+
+
+def _check_float(name: str, what: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise DTypeError(f"{name}: {what} must be a lazyvic.Tensor, got {type(t).__name__}")
+    if not t.dtype.is_floating_point:
+        raise DTypeError(f"{name}: {what} must be a floating-point tensor, got {t.dtype.name}")
+
+
+# ================================================================= class targets
+def _check_targets(name: str, target: Tensor, classes: int, ignore_index: int) -> None:
+    """Class indices in [0, classes) or ``ignore_index``, checked now when the target is already
+    computed (PyTorch raises "Target out of bounds"); a pending target is not checked."""
+    node = target._node
+    if node.op != "buffer" or node.device != "cpu" or not target.numel():
+        return
+    data = node.data
+    bad = data[((data < 0) | (data >= classes)) & (data != ignore_index)]
+    if bad.size:
+        raise LIndexError(
+            f"{name}: target {int(bad.ravel()[0])} is out of bounds for {classes} classes "
+            f"(target shape {target.shape}, ignore_index={ignore_index})"
+        )
+
+
+def _class_rows(name: str, input: Tensor, target: Tensor) -> tuple:
+    """(N, C, d1, ...) scores and (N, d1, ...) targets as (M, C) rows and (M,) targets (classes last,
+    so the row kernels of log_softmax fuse), the (C,) / () unbatched case as one row, and the
+    shape a ``'none'`` result takes."""
+    if input.ndim == 0:
+        raise ShapeError(f"{name}: expected input (N, C, ...) or (C,), got a 0-d tensor")
+    if target.dtype.category != 1:
+        raise DTypeError(f"{name}: target must be an integer tensor of class indices, got {target.dtype.name}")
+    if input.ndim == 1:
+        if target.shape != ():
+            raise ShapeError(f"{name}: expected a 0-d target for input {input.shape} (C,), got {target.shape}")
+        return input.reshape(1, -1), target.reshape(1), ()
+    expected = input.shape[:1] + input.shape[2:]
+    if target.shape != expected:
+        raise ShapeError(
+            f"{name}: expected input (N, C, d1, ...) and target (N, d1, ...) = {expected}, "
+            f"got {input.shape} and {target.shape}"
+        )
+    if input.ndim > 2:
+        c = input.shape[1]
+        input = input.permute(0, *range(2, input.ndim), 1).reshape(-1, c)
+        target = target.reshape(-1)
+    return input, target, expected
+
+
+def _class_weight(name: str, weight, classes: int, input: Tensor):
+    if weight is None:
+        return None
+    _check_float(name, "weight", weight)
+    if weight.shape != (classes,):
+        raise ShapeError(f"{name}: weight shape {weight.shape} must be ({classes},) for input {input.shape}")
+    return weight.to(input.dtype) if weight.dtype is not input.dtype else weight
+
+
+def _nll_rows(logp: Tensor, target: Tensor, weight, ignore_index: int) -> tuple:
+    """Per-row losses ``-w[t] * logp[t]`` (0 for ignored rows) and the per-row weights that a mean
+    divides by. The one-hot compare is elementwise, so picking the target fuses into the row kernel."""
+    oh = one_hot(target, logp.shape[1], logp.dtype)
+    valid = (target != ignore_index).to(logp.dtype)
+    if weight is None:
+        return -(logp * oh).sum(1) * valid, valid
+    ohw = oh * weight
+    return -(logp * ohw).sum(1) * valid, ohw.sum(1) * valid
+
+
+def _reduce_rows(losses: Tensor, counts: Tensor, reduction: str, shape: tuple) -> Tensor:
+    if reduction == "none":
+        return losses.reshape(*shape)
+    if reduction == "sum":
+        return losses.sum()
+    return losses.sum() / counts.sum()
+
+
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log likelihood, as ``torch.nn.functional.nll_loss``: ``l_n = -w[y_n] * x[n, y_n]``.
+
+    input (N, C) or (N, C, d1, ...) log-probabilities, or (C,); target (N,) / (N, d1, ...) / () int
+    class indices; weight (C,). Targets equal to ``ignore_index`` count nowhere. ``'mean'`` divides
+    by the sum of ``w[y_n]`` over counted targets (PyTorch's rule: NaN when none counts).
+
+    Raises ShapeError for mismatched shapes, DTypeError for non-integer targets, IndexError for a
+    (computed) target outside [0, C) that is not ``ignore_index``.
+    """
+    reduction = _reduction("nll_loss", size_average, reduce, reduction)
+    rows, target, shape = _class_rows("nll_loss", input, target)
+    weight = _class_weight("nll_loss", weight, rows.shape[1], input)
+    _check_targets("nll_loss", target, rows.shape[1], ignore_index)
+    losses, counts = _nll_rows(rows, target, weight, ignore_index)
+    return _reduce_rows(losses, counts, reduction, shape)
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy of logits, as ``torch.nn.functional.cross_entropy``.
+
+    input (N, C), (N, C, d1, ...) or (C,) logits. target: int class indices (N,) / (N, d1, ...) /
+    (), or class probabilities of the input's shape (a floating target). weight (C,).
+
+    Class indices: ``l_n = (1 - e) * w[y_n] * -logp[n, y_n] + (e / C) * sum_c w[c] * -logp[n, c]``
+    with ``e = label_smoothing``; ``'mean'`` divides by the sum of ``w[y_n]`` over the targets that
+    are not ``ignore_index`` (PyTorch's ``cross_entropy_loss_label_smoothing``). Probabilities:
+    ``l_n = -sum_c w[c] * q[n, c] * logp[n, c]`` with ``q = (1 - e) * target + e / C``; ``'mean'``
+    divides by N * d1 * ... (``cross_entropy_loss_prob_target``).
+
+    Raises ShapeError for mismatched shapes, DTypeError for a target of another kind, IndexError
+    for a (computed) class index out of range, ValueError for ``label_smoothing`` outside [0, 1].
+    """
+    reduction = _reduction("cross_entropy", size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if isinstance(target, Tensor) and target.dtype.is_floating_point:
+        if target.shape != input.shape:  # PyTorch then reads it as class indices, and refuses the dtype
+            raise DTypeError(
+                f"cross_entropy: expected integer class indices, or class probabilities of the input's shape "
+                f"{input.shape}; got a {target.dtype.name} target of shape {target.shape}"
+            )
+        return _cross_entropy_probabilities(input, target, weight, reduction, label_smoothing)
+    rows, target, shape = _class_rows("cross_entropy", input, target)
+    c = rows.shape[1]
+    weight = _class_weight("cross_entropy", weight, c, input)
+    _check_targets("cross_entropy", target, c, ignore_index)
+    logp = rows.log_softmax(1)
+    losses, counts = _nll_rows(logp, target, weight, ignore_index)
+    if label_smoothing:
+        valid = (target != ignore_index).to(logp.dtype)
+        smooth = -(logp if weight is None else logp * weight).sum(1) * valid
+        losses = (1 - label_smoothing) * losses + (label_smoothing / c) * smooth
+    return _reduce_rows(losses, counts, reduction, shape)
+
+
+def _cross_entropy_probabilities(input, target, weight, reduction: str, label_smoothing: float) -> Tensor:
+    if input.ndim == 0:
+        raise ShapeError("cross_entropy: expected input (N, C, ...) or (C,), got a 0-d tensor")
+    class_dim = 0 if input.ndim == 1 else 1
+    c = input.shape[class_dim]
+    weight = _class_weight("cross_entropy", weight, c, input)
+    if target.dtype is not input.dtype:
+        target = target.to(input.dtype)
+    logp = input.log_softmax(class_dim)
+    if label_smoothing > 0:
+        target = target * (1 - label_smoothing) + label_smoothing / c
+    prod = logp * target
+    if weight is not None:
+        prod = prod * weight.reshape(c, *([1] * (input.ndim - class_dim - 1)))
+    if reduction == "none":
+        return -prod.sum(class_dim)
+    if reduction == "sum":
+        return -prod.sum()
+    return -prod.sum() * (1.0 / (input.numel() // c) if input.numel() else float("nan"))
+
+
+# ================================================================= binary targets
+def _same_shape(name: str, input: Tensor, target: Tensor) -> None:
+    if not isinstance(target, Tensor):
+        raise DTypeError(f"{name}: target must be a lazyvic.Tensor, got {type(target).__name__}")
+    if target.shape != input.shape:
+        raise ShapeError(f"{name}: target size {target.shape} must be the same as input size {input.shape}")
+
+
+def _elementwise_weight(name: str, weight, shape: tuple, what: str = "weight"):
+    if weight is None:
+        return None
+    _check_float(name, what, weight)
+    try:
+        broadcast_shapes(weight.shape, shape)
+    except ShapeError:
+        raise ShapeError(f"{name}: {what} shape {weight.shape} does not broadcast to the input shape {shape}") from None
+    return weight
+
+
+def _log_clamped(x: Tensor) -> Tensor:
+    """``max(log(x), -100)`` (PyTorch's BCE clamp), with a zero gradient and no NaN at x <= 0."""
+    positive = x > 0
+    lx = where(positive, where(positive, x, 1.0).log(), -100.0)
+    return where(lx < -100.0, -100.0, lx)
+
+
+def binary_cross_entropy(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    """Binary cross-entropy of probabilities, as ``torch.nn.functional.binary_cross_entropy``:
+    ``l_n = -w_n * (y_n * log(x_n) + (1 - y_n) * log(1 - x_n))`` with each log clamped at -100
+    (PyTorch's rule, so a probability of 0 or 1 gives a finite loss).
+
+    input and target of one shape (probabilities in [0, 1]; values outside give NaN, where PyTorch
+    raises); weight broadcasts to it. Raises ShapeError for different shapes, DTypeError for a
+    non-floating target.
+    """
+    reduction = _reduction("binary_cross_entropy", size_average, reduce, reduction)
+    _check_float("binary_cross_entropy", "input", input)
+    _same_shape("binary_cross_entropy", input, target)
+    _check_float("binary_cross_entropy", "target", target)
+    weight = _elementwise_weight("binary_cross_entropy", weight, input.shape)
+    losses = (target - 1.0) * _log_clamped(1.0 - input) - target * _log_clamped(input)
+    if weight is not None:
+        losses = losses * weight
+    return _reduce(losses, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Binary cross-entropy of logits, as ``torch.nn.functional.binary_cross_entropy_with_logits``:
+    ``l_n = -w_n * (p * y_n * log(sigmoid(x_n)) + (1 - y_n) * log(1 - sigmoid(x_n)))``, computed as
+    ``w_n * ((1 - y_n) * x_n - (1 + (p - 1) * y_n) * logsigmoid(x_n))`` (stable for any logit).
+
+    input and target of one shape; weight broadcasts to it; pos_weight (the weight p of positive
+    examples, e.g. (C,) for the last axis) broadcasts to it. Raises ShapeError for different or
+    non-broadcasting shapes, DTypeError for a non-floating target.
+    """
+    name = "binary_cross_entropy_with_logits"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    _check_float(name, "input", input)
+    _same_shape(name, input, target)
+    _check_float(name, "target", target)
+    weight = _elementwise_weight(name, weight, input.shape)
+    pos_weight = _elementwise_weight(name, pos_weight, input.shape, "pos_weight")
+    log_weight = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
+    losses = (1.0 - target) * input - log_weight * logsigmoid(input)
+    if weight is not None:
+        losses = losses * weight
+    return _reduce(losses, reduction)
+
+
+# ================================================================= regression
+def _check_pair(name: str, input: Tensor, target: Tensor, stacklevel: int = 3) -> None:
+    """Shapes that differ but broadcast warn (they will broadcast, as in PyTorch); others raise."""
+    if not isinstance(target, Tensor):
+        raise DTypeError(f"{name}: target must be a lazyvic.Tensor, got {type(target).__name__}")
+    if target.shape != input.shape:
+        try:
+            broadcast_shapes(input.shape, target.shape)
+        except ShapeError:
+            raise ShapeError(
+                f"{name}: input shape {input.shape} and target shape {target.shape} differ and do not broadcast"
+            ) from None
+        warnings.warn(
+            f"{name}: using a target size {target.shape} that is different to the input size {input.shape}. "
+            "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.",
+            stacklevel=stacklevel,
+        )
+
+
+def _pointwise(name: str, input: Tensor, target: Tensor) -> Tensor:
+    """``input - target`` after :func:`_check_pair`."""
+    _check_pair(name, input, target, stacklevel=4)
+    return input - target
+
+
+def _weighted(name: str, losses: Tensor, weight, input: Tensor, reduction: str, mean_by_weight: bool) -> Tensor:
+    if weight is None:
+        return _reduce(losses, reduction)
+    if weight.shape != input.shape:
+        raise ShapeError(f"{name}: weight shape {weight.shape} must be the input's shape {input.shape}")
+    losses = losses * weight
+    if reduction == "mean" and mean_by_weight:
+        return losses.sum() / weight.sum()
+    return _reduce(losses, reduction)
+
+
+def mse_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+) -> Tensor:
+    """Mean squared error, as ``torch.nn.functional.mse_loss``: ``l_n = w_n * (x_n - y_n)^2``;
+    with a ``weight`` (the input's shape) ``'mean'`` divides by ``sum(weight)``. Shapes that differ
+    but broadcast warn and broadcast, as PyTorch; others raise ShapeError."""
+    reduction = _reduction("mse_loss", size_average, reduce, reduction)
+    d = _pointwise("mse_loss", input, target)
+    return _weighted("mse_loss", d * d, weight, input, reduction, True)
+
+
+def l1_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+) -> Tensor:
+    """Mean absolute error, as ``torch.nn.functional.l1_loss``: ``l_n = w_n * |x_n - y_n|``; with a
+    ``weight`` ``'mean'`` divides by ``sum(weight)``. Shapes as :func:`mse_loss`."""
+    reduction = _reduction("l1_loss", size_average, reduce, reduction)
+    d = _pointwise("l1_loss", input, target)
+    return _weighted("l1_loss", d.abs(), weight, input, reduction, True)
+
+
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    """Smooth L1, as ``torch.nn.functional.smooth_l1_loss``: ``0.5 * d^2 / beta`` where
+    ``|d| < beta``, else ``|d| - 0.5 * beta`` (``d = x - y``); beta 0 is the L1 loss. Raises
+    ValueError for a negative beta; shapes as :func:`mse_loss`."""
+    reduction = _reduction("smooth_l1_loss", size_average, reduce, reduction)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    d = _pointwise("smooth_l1_loss", input, target)
+    a = d.abs()
+    if beta == 0:
+        return _reduce(a, reduction)
+    return _reduce(where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta), reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
+    """Huber loss, as ``torch.nn.functional.huber_loss``: ``0.5 * d^2`` where ``|d| < delta``, else
+    ``delta * (|d| - 0.5 * delta)``; times ``weight`` (the input's shape) when given, whose
+    ``'mean'`` is the plain mean (PyTorch's rule). Raises ValueError for delta <= 0."""
+    reduction = _reduction("huber_loss", None, None, reduction)
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    d = _pointwise("huber_loss", input, target)
+    a = d.abs()
+    losses = where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta)
+    return _weighted("huber_loss", losses, weight, input, reduction, False)
+
+
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """Kullback-Leibler divergence, as ``torch.nn.functional.kl_div``, with ``input`` the
+    log-probabilities: ``l = y * (log y - x)`` (0 where y = 0), or ``exp(y) * (y - x)`` with
+    ``log_target``. ``'batchmean'`` divides the sum by ``input.shape[0]`` (the mathematical KL);
+    ``'mean'`` by the number of elements (PyTorch warns). Shapes as :func:`mse_loss`."""
+    reduction = _reduction("kl_div", size_average, reduce, reduction, _REDUCTIONS + ("batchmean",))
+    if size_average is None and reduce is None and reduction == "mean":
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support size."
+            "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+            "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+            stacklevel=2,
+        )
+    _check_pair("kl_div", input, target)
+    if log_target:
+        losses = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        # xlogy(y, y): the log of a safe value where y <= 0, so its gradient is never NaN.
+        losses = where(positive, target * where(positive, target, 1.0).log(), 0.0) - target * input
+    if reduction == "batchmean":
+        s = losses.sum()
+        return s * (1.0 / input.shape[0]) if input.ndim else s
+    return _reduce(losses, reduction)

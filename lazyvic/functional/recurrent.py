@@ -1,0 +1,144 @@
+"""The recurrent cells (Elman RNN, LSTM, GRU) and the loops that step them over a sequence.
+
+All recurrent math lives here, so a dedicated kernel can replace it in one place: one step
+function per cell type, the cell functions (PyTorch's ``torch.rnn_tanh_cell``, ``rnn_relu_cell``,
+``lstm_cell``, ``gru_cell``) and one ``*_layer`` function per cell type that runs one layer in one
+direction over a whole sequence — the input projection of every time step as one matrix product,
+then one small product per step. ``nn.RNN``/``LSTM``/``GRU`` stack these layers.
+
+Equations and gate orders are those of PyTorch's documentation (``torch.nn.LSTM``: i, f, g, o;
+``torch.nn.GRU``: r, z, n, with ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``; Hochreiter &
+Schmidhuber 1997, Cho et al. 2014). Shapes: x (T, N, I), h and c (N, H), w_ih (G*H, I),
+w_hh (G*H, H), b_ih and b_hh (G*H,) or None, with G = 1 (RNN), 4 (LSTM) or 3 (GRU).
+"""
+
+from __future__ import annotations
+
+from lazyvic.errors import ShapeError
+from lazyvic.functional.linear import linear
+from lazyvic.indexing import stack
+from lazyvic.tensor import Tensor, where
+
+
+def _bias_sum(b_ih, b_hh):
+    if b_ih is None:
+        return b_hh
+    return b_ih if b_hh is None else b_ih + b_hh
+
+
+def _project(x: Tensor, w_ih: Tensor, bias) -> Tensor:
+    """The input projection of every step at once: (T, N, I) -> (T, N, G*H)."""
+    t, n, i = x.shape
+    return linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
+
+
+# ============================================================== one step
+def _rnn_step(xp: Tensor, h: Tensor, w_hh_t: Tensor, nonlinearity: str) -> Tensor:
+    pre = xp + h @ w_hh_t
+    return pre.tanh() if nonlinearity == "tanh" else pre.relu()
+
+
+def _lstm_step(xp: Tensor, h: Tensor, c: Tensor, w_hh_t: Tensor) -> tuple:
+    gates = xp + h @ w_hh_t
+    i, f, g, o = gates.chunk(4, 1)
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c.tanh(), c
+
+
+def _gru_step(xp: Tensor, h: Tensor, w_hh_t: Tensor, b_hh) -> Tensor:
+    hp = h @ w_hh_t
+    if b_hh is not None:
+        hp = hp + b_hh
+    x_r, x_z, x_n = xp.chunk(3, 1)
+    h_r, h_z, h_n = hp.chunk(3, 1)
+    r = (x_r + h_r).sigmoid()
+    z = (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return n + z * (h - n)  # (1 - z) * n + z * h
+
+
+# ============================================================== cells
+def _check_cell(name: str, input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, gates: int) -> None:
+    hidden = w_hh.shape[1] if w_hh.ndim == 2 else -1
+    if w_ih.ndim != 2 or w_hh.shape != (gates * hidden, hidden) or w_ih.shape[0] != gates * hidden:
+        raise ShapeError(
+            f"{name}: expected w_ih ({gates}*H, I) and w_hh ({gates}*H, H), got {w_ih.shape} and {w_hh.shape}"
+        )
+    if input.ndim != 2 or input.shape[1] != w_ih.shape[1]:
+        raise ShapeError(f"{name}: expected input (N, {w_ih.shape[1]}), got {input.shape}")
+    if hx.shape != (input.shape[0], hidden):
+        raise ShapeError(f"{name}: expected hidden state ({input.shape[0]}, {hidden}), got {hx.shape}")
+
+
+def rnn_tanh_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih=None, b_hh=None) -> Tensor:
+    """One Elman step: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)``; input (N, I), hx (N, H)."""
+    _check_cell("rnn_tanh_cell", input, hx, w_ih, w_hh, 1)
+    return _rnn_step(linear(input, w_ih, _bias_sum(b_ih, b_hh)), hx, w_hh.T, "tanh")
+
+
+def rnn_relu_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih=None, b_hh=None) -> Tensor:
+    """One Elman step with ReLU: ``h' = relu(x W_ih^T + b_ih + h W_hh^T + b_hh)``."""
+    _check_cell("rnn_relu_cell", input, hx, w_ih, w_hh, 1)
+    return _rnn_step(linear(input, w_ih, _bias_sum(b_ih, b_hh)), hx, w_hh.T, "relu")
+
+
+def lstm_cell(input: Tensor, hx: tuple, w_ih: Tensor, w_hh: Tensor, b_ih=None, b_hh=None) -> tuple:
+    """One LSTM step; ``hx = (h, c)`` each (N, H); returns ``(h', c')``."""
+    h, c = hx
+    _check_cell("lstm_cell", input, h, w_ih, w_hh, 4)
+    if c.shape != h.shape:
+        raise ShapeError(f"lstm_cell: expected cell state {h.shape}, got {c.shape}")
+    return _lstm_step(linear(input, w_ih, _bias_sum(b_ih, b_hh)), h, c, w_hh.T)
+
+
+def gru_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih=None, b_hh=None) -> Tensor:
+    """One GRU step; input (N, I), hx (N, H); returns h' (N, H)."""
+    _check_cell("gru_cell", input, hx, w_ih, w_hh, 3)
+    return _gru_step(linear(input, w_ih, b_ih), hx, w_hh.T, b_hh)
+
+
+# ============================================================== one layer over a sequence
+def _steps(length: int, reverse: bool):
+    return range(length - 1, -1, -1) if reverse else range(length)
+
+
+def _keep(active, new: Tensor, old: Tensor) -> Tensor:
+    """The new state where the sequence is running at this step, else the old one (packed input)."""
+    return new if active is None else where(active, new, old)
+
+
+def rnn_layer(
+    x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh", active=None
+) -> tuple:
+    """An Elman layer over x (T, N, I) from h (N, H), backwards in time when ``reverse``: returns
+    the outputs (T, N, H) (in time order) and the last hidden state (N, H). ``active``: for
+    sequences of different lengths, one (N, 1) bool tensor per step, True where the sequence runs
+    (a finished or not yet started sequence keeps its state)."""
+    xp, w_hh_t = _project(x, w_ih, _bias_sum(b_ih, b_hh)), w_hh.T
+    outs = [None] * x.shape[0]
+    for t in _steps(x.shape[0], reverse):
+        h = outs[t] = _keep(active and active[t], _rnn_step(xp[t], h, w_hh_t, nonlinearity), h)
+    return stack(outs, 0), h
+
+
+def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
+    """An LSTM layer over x (T, N, I) from (h, c): returns the outputs (T, N, H), h_T and c_T
+    (``active`` as :func:`rnn_layer`)."""
+    xp, w_hh_t = _project(x, w_ih, _bias_sum(b_ih, b_hh)), w_hh.T
+    outs = [None] * x.shape[0]
+    for t in _steps(x.shape[0], reverse):
+        h_new, c_new = _lstm_step(xp[t], h, c, w_hh_t)
+        a = active and active[t]
+        h, c = _keep(a, h_new, h), _keep(a, c_new, c)
+        outs[t] = h
+    return stack(outs, 0), h, c
+
+
+def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
+    """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``active`` as
+    :func:`rnn_layer`)."""
+    xp, w_hh_t = _project(x, w_ih, b_ih), w_hh.T
+    outs = [None] * x.shape[0]
+    for t in _steps(x.shape[0], reverse):
+        h = outs[t] = _keep(active and active[t], _gru_step(xp[t], h, w_hh_t, b_hh), h)
+    return stack(outs, 0), h

@@ -1,0 +1,227 @@
+"""Vision functions: ``pad``, ``interpolate`` (and the older ``upsample*`` spellings)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.functional.pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
+from lazyvic.tensor import Tensor, where
+from lazyvic.trace.composite import mark
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}  # -> NumPy
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad the last ``len(pad) // 2`` dimensions, as ``torch.nn.functional.pad``.
+
+    ``pad`` lists (before, after) pairs from the last dimension backwards:
+    ``(left, right, top, bottom, ...)``; sizes must be non-negative. Modes: ``constant`` (filled
+    with ``value``), ``reflect`` (mirrored without the edge; each pad smaller than the size),
+    ``replicate`` (the edge repeated) and ``circular`` (wrapped; each pad at most the size).
+    Non-constant modes gather along each padded axis, so their VJP sums the gradient of
+    repeated elements. Raises ValueError for a bad ``pad`` or mode.
+    """
+    pad = tuple(int(p) for p in pad)
+    value = 0.0 if value is None else value
+    if len(pad) % 2 or len(pad) // 2 > input.ndim or any(p < 0 for p in pad):
+        raise ValueError(
+            f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
+            f"(input {input.shape}), got {pad}"
+        )
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+    pairs = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if mode == "constant":
+        y = input._pad(tuple(pairs))
+        if value != 0:  # where, not y + mask * value: 0 * inf would be NaN inside
+            border = np.pad(np.zeros(input.shape, dtype=bool), pairs, constant_values=True)
+            y = where(Tensor(border).to(input.device), value, y)
+    else:
+        y = input
+        for axis, (before, after) in enumerate(pairs):
+            if before or after:
+                n = input.shape[axis]
+                limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
+                if limit is not None and max(before, after) > limit:
+                    raise ValueError(
+                        f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
+                        f"size {n} (input {input.shape})"
+                    )
+                idx = np.pad(np.arange(n), (before, after), mode=_PAD_MODES[mode])
+                y = y.index_select(axis, Tensor(idx).to(input.device))
+    pads_onnx = Tensor(np.array([b for b, _ in pairs] + [a for _, a in pairs], dtype=np.int64))
+    onnx_mode = {"replicate": "edge"}.get(mode, mode)
+    if mode == "circular":
+        return mark(y, "Pad", (input, pads_onnx), min_opset=19, mode="wrap")
+    return mark(y, "Pad", (input, pads_onnx, Tensor(np.array(value, dtype=input.dtype.np))), mode=onnx_mode)
+
+
+# ================================================================= interpolate
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "area", "bicubic")
+
+
+def _nearest_index(in_size: int, out_size: int, scale, exact: bool, np_float) -> np.ndarray:
+    """PyTorch's ``nearest_idx`` (UpSample.h): ``min(floor(dst * s), in - 1)`` with s = 1 / scale_factor
+    when given, else in / out, computed in the input's float type (``+ 0.5`` for nearest-exact)."""
+    dst = np.arange(out_size)
+    if out_size == in_size:
+        return dst
+    if out_size == 2 * in_size and not exact:
+        return dst >> 1
+    s = np_float(1.0 / scale) if scale is not None and scale > 0 else np_float(in_size) / np_float(out_size)
+    offset = np_float(0.5) if exact else np_float(0.0)
+    src = np.floor((dst.astype(np_float) + offset) * s).astype(np.int64)
+    return np.minimum(src, in_size - 1)
+
+
+def _linear_weights(in_size: int, out_size: int, scale, align_corners: bool, np_float) -> tuple:
+    """PyTorch's ``compute_source_index_and_lambda`` (UpSample.h): for each output position the two
+    input positions i0, i1 and their weights (1 - l, l), computed in the input's float type."""
+    dst = np.arange(out_size).astype(np_float)
+    if out_size == in_size:
+        i0 = np.arange(out_size)
+        return i0, i0, np.ones(out_size, np_float), np.zeros(out_size, np_float)
+    if align_corners:
+        s = np_float(in_size - 1) / np_float(out_size - 1) if out_size > 1 else np_float(0)
+        src = s * dst
+    else:
+        s = np_float(1.0 / scale) if scale is not None and scale > 0 else np_float(in_size) / np_float(out_size)
+        src = np.maximum(s * (dst + np_float(0.5)) - np_float(0.5), np_float(0))
+    i0 = np.minimum(src.astype(np.int64), in_size - 1)
+    lam = np.clip(src - i0.astype(np_float), 0, 1).astype(np_float)
+    i1 = i0 + (i0 < in_size - 1)
+    return i0, i1, (np_float(1) - lam).astype(np_float), lam
+
+
+def _along(x: Tensor, axis: int, values: np.ndarray) -> Tensor:
+    """``values`` (out,) as a tensor that broadcasts along ``axis`` of x."""
+    shape = (len(values),) + (1,) * (x.ndim - axis - 1)
+    return Tensor(values.reshape(shape)).to(x.device)
+
+
+def _index(x: Tensor, idx: np.ndarray) -> Tensor:
+    return Tensor(np.ascontiguousarray(idx, dtype=np.int64)).to(x.device)
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial axes of input (N, C, *spatial) (1 to 3 of them), as
+    ``torch.nn.functional.interpolate``.
+
+    Give ``size`` (an int or one per axis) or ``scale_factor`` (output size ``floor(in * scale)``).
+    Modes: ``nearest`` (PyTorch's legacy rule ``floor(dst * in / out)``), ``nearest-exact``,
+    ``linear`` (3-D input), ``bilinear`` (4-D), ``trilinear`` (5-D) — separable linear
+    interpolation with PyTorch's source positions, with or without ``align_corners`` — and
+    ``area`` (adaptive average pooling). Positions and weights are computed as PyTorch's
+    ``UpSample.h`` does, in the input's float type; the result gathers rows along each axis, so its
+    VJP is a scatter-add. ``bicubic`` and ``antialias=True`` raise UnsupportedOpError.
+
+    Raises ValueError for a missing or doubled size/scale, ``align_corners`` with a nearest mode,
+    or a size/scale of the wrong length; ShapeError for a mode that does not fit the input's rank.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"interpolate: mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    if mode == "bicubic" or antialias:
+        raise UnsupportedOpError(
+            f"interpolate: mode={mode!r}{' with antialias=True' if antialias else ''} is not supported "
+            f"(nearest, nearest-exact, linear, bilinear, trilinear and area are)"
+        )
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError(
+                "interpolate: align_corners option can only be set with the interpolating modes: "
+                "linear | bilinear | bicubic | trilinear"
+            )
+    elif align_corners is None:
+        align_corners = False
+    nd = input.ndim - 2
+    if nd not in (1, 2, 3):
+        raise ShapeError(
+            f"interpolate: expected input (N, C, d1[, d2[, d3]]) with 1 to 3 spatial axes, got {input.shape}"
+        )
+    if mode in _LINEAR_MODES and _LINEAR_MODES[mode] != nd:
+        want = _LINEAR_MODES[mode] + 2
+        raise ShapeError(f"interpolate: mode {mode!r} needs a {want}-D input, got {input.ndim}-D shape {input.shape}")
+    spatial = input.shape[2:]
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size or scale_factor")
+    if size is not None:
+        if recompute_scale_factor:
+            raise ValueError("interpolate: recompute_scale_factor is not meaningful with an explicit size")
+        sizes = list(size) if isinstance(size, (tuple, list)) else [size] * nd
+        if len(sizes) != nd:
+            raise ValueError(f"interpolate: size {size} must have one entry per spatial axis of input {input.shape}")
+        sizes = [int(s) for s in sizes]
+        scales = [None] * nd
+    else:
+        scales = list(scale_factor) if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nd
+        if len(scales) != nd:
+            raise ValueError(
+                f"interpolate: scale_factor {scale_factor} must have one entry per spatial axis of input {input.shape}"
+            )
+        scales = [float(s) for s in scales]
+        sizes = [int(math.floor(n * s)) for n, s in zip(spatial, scales)]
+        if recompute_scale_factor or mode == "area":
+            scales = [None] * nd
+    if any(s < 1 for s in sizes):
+        raise ShapeError(f"interpolate: output size {tuple(sizes)} must be positive (input {input.shape})")
+    if mode == "area":
+        if nd == 1:
+            return adaptive_avg_pool1d(input, sizes[0])
+        if nd == 2:
+            return adaptive_avg_pool2d(input, sizes)
+        raise UnsupportedOpError(f"interpolate: mode 'area' on a 5-D input {input.shape} is not supported")
+    if not mode.startswith("nearest") and not input.dtype.is_floating_point:
+        raise DTypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype.name}")
+    np_float = np.float64 if input.dtype.name == "float64" else np.float32
+    x = input
+    # The last axis first: PyTorch's kernels nest the interpolation of the first axis outermost.
+    for k in reversed(range(nd)):
+        axis, n, o, s = 2 + k, spatial[k], sizes[k], scales[k]
+        if mode.startswith("nearest"):
+            if o != n:
+                x = x.index_select(axis, _index(x, _nearest_index(n, o, s, mode == "nearest-exact", np_float)))
+            continue
+        if o == n:
+            continue
+        i0, i1, w0, w1 = _linear_weights(n, o, s, align_corners, np_float)
+        dt_np = x.dtype.np
+        x0 = x.index_select(axis, _index(x, i0))
+        if not w1.any():
+            x = x0
+            continue
+        x1 = x.index_select(axis, _index(x, i1))
+        x = x0 * _along(x, axis, w0.astype(dt_np)) + x1 * _along(x, axis, w1.astype(dt_np))
+    return x
+
+
+def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None) -> Tensor:
+    """Deprecated spelling of :func:`interpolate` (PyTorch warns the same)."""
+    warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:
+    """Deprecated: ``interpolate(input, size, scale_factor, mode='nearest')``."""
+    warnings.warn("nn.functional.upsample_nearest is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:
+    """Deprecated: ``interpolate(input, size, scale_factor, mode='bilinear', align_corners=True)``."""
+    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -1,0 +1,257 @@
+"""Normalization modules: BatchNorm1d/2d/3d, LayerNorm, GroupNorm, InstanceNorm1d/2d/3d.
+
+PyTorch's parameter and buffer names (``weight``, ``bias``, ``running_mean``, ``running_var``,
+``num_batches_tracked``) and initial values (ones, zeros, zeros, ones, 0), so state_dicts load
+both ways.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from lazyvic import dtypes, modes
+from lazyvic import functional as F
+from lazyvic.creation import ones, zeros
+from lazyvic.errors import ShapeError
+from lazyvic.nn.module import Module, Parameter
+from lazyvic.tensor import Tensor
+
+
+class _NormBase(Module):
+    """The parameters and running statistics that batch and instance norm share."""
+
+    def __init__(self, num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=True):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", zeros((), dtype=dtypes.int64, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            with modes.no_grad():
+                self.running_mean.zero_()
+                self.running_var.fill_(1.0)
+                self.num_batches_tracked.zero_()
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class _BatchNorm(_NormBase):
+    """Batch normalization over every axis but 1 (see ``F.batch_norm``); subclasses fix the ranks.
+
+    Parameters ``weight`` (ones) and ``bias`` (zeros) when ``affine``; buffers ``running_mean``
+    (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64 0) when
+    ``track_running_stats`` — PyTorch's state_dict names. ``momentum=None`` averages the running
+    statistics cumulatively over the batches seen.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    _ranks: tuple = ()
+    _layout: str = ""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in self._ranks or x.shape[1] != self.num_features:
+            layout = self._layout.replace("C", str(self.num_features))
+            raise ShapeError(f"{type(self).__name__}: expected input {layout}, got {x.shape}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with modes.no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        # Without running statistics even evaluation normalizes with the batch's, as in PyTorch.
+        use_batch_stats = self.training or self.running_mean is None
+        return F.batch_norm(
+            x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats, momentum, self.eps
+        )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) over (N) or (N, L), as ``torch.nn.BatchNorm1d``."""
+
+    _ranks, _layout = (2, 3), "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) over (N, H, W), as ``torch.nn.BatchNorm2d``."""
+
+    _ranks, _layout = (4,), "(N, C, H, W)"
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of (N, C, D, H, W) over (N, D, H, W), as ``torch.nn.BatchNorm3d``."""
+
+    _ranks, _layout = (5,), "(N, C, D, H, W)"
+
+
+class LayerNorm(Module):
+    """Layer normalization over the last ``len(normalized_shape)`` axes (``F.layer_norm``); parameters
+    ``weight`` (ones) and ``bias`` (zeros) of ``normalized_shape`` when ``elementwise_affine``."""
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(*self.normalized_shape, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(zeros(*self.normalized_shape, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GroupNorm(Module):
+    """Group normalization (``F.group_norm``): input (N, num_channels, ...); parameters ``weight``
+    (ones) and ``bias`` (zeros) of (num_channels,) when ``affine``. Raises ValueError when
+    ``num_groups`` does not divide ``num_channels``."""
+
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _InstanceNorm(_NormBase):
+    """Instance normalization (``F.instance_norm``) of (N, C, *spatial) or unbatched (C, *spatial)
+    inputs; subclasses fix the number of spatial axes. Defaults as PyTorch: no affine parameters and
+    no running statistics; with ``track_running_stats`` evaluation normalizes with them."""
+
+    _spatial = 1
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
+
+    def forward(self, input: Tensor) -> Tensor:
+        name, s = type(self).__name__, self._spatial
+        if input.ndim not in (s + 1, s + 2):
+            raise ShapeError(
+                f"{name}: expected a {s + 2}-D (N, C, *spatial) or {s + 1}-D (C, *spatial) input, got shape {input.shape}"
+            )
+        c = input.shape[input.ndim - s - 1]
+        if c != self.num_features:
+            if self.affine or self.track_running_stats:
+                raise ShapeError(
+                    f"{name}: expected {self.num_features} channels (num_features) at axis "
+                    f"{input.ndim - s - 1} of input {input.shape}, got {c}"
+                )
+            warnings.warn(
+                f"{name}: input's size at dim={input.ndim - s - 1} does not match num_features. You can silence "
+                "this warning by not passing in num_features, which is not used because affine=False",
+                stacklevel=2,
+            )
+        unbatched = input.ndim == s + 1
+        x = input.unsqueeze(0) if unbatched else input
+        y = F.instance_norm(
+            x,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training or not self.track_running_stats,
+            self.momentum if self.momentum is not None else 0.0,
+            self.eps,
+        )
+        return y.squeeze(0) if unbatched else y
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization of (N, C, L) or (C, L) over L."""
+
+    _spatial = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization of (N, C, H, W) or (C, H, W) over (H, W)."""
+
+    _spatial = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization of (N, C, D, H, W) or (C, D, H, W) over (D, H, W)."""
+
+    _spatial = 3

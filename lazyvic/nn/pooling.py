@@ -1,0 +1,116 @@
+"""Pooling modules: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d (see ``F.*_pool*``)."""
+
+from __future__ import annotations
+
+from lazyvic import functional as F
+from lazyvic.nn.module import Module
+from lazyvic.tensor import Tensor
+
+
+class _MaxPoolNd(Module):
+    def __init__(
+        self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False, ceil_mode: bool = False
+    ):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = (
+            kernel_size,
+            stride if stride is not None else kernel_size,
+            padding,
+        )
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool1d(_MaxPoolNd):
+    """Maximum over windows: (N, C, L) or (C, L) -> (N, C, oL) (``F.max_pool1d``)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.max_pool1d(
+            input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
+        )
+
+
+class MaxPool2d(_MaxPoolNd):
+    """Maximum over windows: (N, C, H, W) or (C, H, W) -> (N, C, oH, oW) (``F.max_pool2d``)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.max_pool2d(
+            input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
+        )
+
+
+class AvgPool1d(Module):
+    """Mean over windows: (N, C, L) or (C, L) -> (N, C, oL) (``F.avg_pool1d``)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = (
+            kernel_size,
+            stride if stride is not None else kernel_size,
+            padding,
+        )
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    """Mean over windows: (N, C, H, W) or (C, H, W) -> (N, C, oH, oW) (``F.avg_pool2d``)."""
+
+    def __init__(
+        self,
+        kernel_size,
+        stride=None,
+        padding=0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override=None,
+    ):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = (
+            kernel_size,
+            stride if stride is not None else kernel_size,
+            padding,
+        )
+        self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.avg_pool2d(
+            input,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool1d(Module):
+    """Mean over PyTorch's adaptive windows: (N, C, L) -> (N, C, output_size)."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
+    """Mean over PyTorch's adaptive windows: (N, C, H, W) -> (N, C, *output_size)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(input, self.output_size)

@@ -1,0 +1,235 @@
+"""nn.RNN / LSTM / GRU and their cells against PyTorch (tests/fixtures/torch_sequence.npz, made by
+tests/fixtures/make_sequence_fixtures.py): PyTorch's state_dict loaded into the lazyvic module,
+outputs and final states, gradients of the inputs, initial states and every parameter; plus the
+state_dict layout and initialization, dropout between layers, finite differences and errors.
+
+Gradients are those of the sum over outputs of ``sum(output * cotangent(output.shape))``
+(tests/nn/_cotangent.py).
+"""
+
+import math
+from collections import namedtuple
+
+import _torch_fixtures as torch_fixtures
+import numpy as np
+import pytest
+from _cotangent import cotangent
+from _oracle import check_vjp
+
+import lazyvic
+from lazyvic import nn
+from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.functional import recurrent
+
+FIXTURE = "torch_sequence.npz"
+SPEC = torch_fixtures.spec(FIXTURE)
+TOL = dict(rtol=3e-5, atol=3e-6)
+COMPILED = {"lstm_batch_first"}  # also through the compiler (the small ones: compiling is slow)
+pytestmark = pytest.mark.usefixtures("interpreted")
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return torch_fixtures.arrays(FIXTURE)
+
+
+def unflatten(flat: np.ndarray, layout: list) -> dict:
+    """The named tensors of a flat array, cut with the spec's [key, shape] list."""
+    out, start = {}, 0
+    for key, shape in layout:
+        n = math.prod(shape)
+        out[key] = flat[start : start + n].reshape(shape)
+        start += n
+    assert start == flat.size
+    return out
+
+
+def flatten_outputs(result) -> list:
+    if isinstance(result, lazyvic.Tensor):
+        return [result]
+    return [t for r in result for t in flatten_outputs(r)]
+
+
+def run_case(ref, case, module):
+    """Load the case's parameters, run it as the fixture script did, back-propagate; returns the
+    module, the input tensors and the outputs."""
+    name = case["name"]
+    assert [[k, list(v.shape)] for k, v in module.state_dict().items()] == case["state_dict"]
+    module.load_state_dict(unflatten(ref[f"{name}.params"], case["state_dict"]))
+    prefix = f"{name}.input."
+    inputs = {}
+    for key in ref:
+        if key.startswith(prefix):
+            a = ref[key]
+            grad = a.dtype == np.float32 and "mask" not in key
+            inputs[key[len(prefix) :]] = lazyvic.tensor(a, requires_grad=grad)
+    return inputs
+
+
+def check_case(ref, case, module, outputs, inputs):
+    name = case["name"]
+    assert len(outputs) == case["outputs"]
+    total = None
+    for i, y in enumerate(outputs):
+        assert y.shape == ref[f"{name}.out{i}"].shape, f"{name} output {i}"
+        term = (y * lazyvic.tensor(cotangent(y.shape))).sum()
+        total = term if total is None else total + term
+    total.backward()
+    for i, y in enumerate(outputs):
+        np.testing.assert_allclose(y.numpy(), ref[f"{name}.out{i}"], **TOL, err_msg=f"{name} output {i}")
+    for key, t in inputs.items():
+        if t.requires_grad:
+            np.testing.assert_allclose(t.grad.numpy(), ref[f"{name}.grad.input.{key}"], **TOL, err_msg=f"{name} d{key}")
+    grads = unflatten(ref[f"{name}.param_grads"], case["state_dict"])
+    for key, p in module.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), grads[key], **TOL, err_msg=f"{name} grad of {key}")
+
+
+def _cases():
+    return [
+        pytest.param(c, m, id=f"{c['name']}-{m}")
+        for c in SPEC["rnn"]
+        for m in (("never", "always") if c["name"] in COMPILED else ("never",))
+    ]
+
+
+# nn.utils.rnn.PackedSequence's fields (the RNNs read any object that has them).
+PackedSequence = namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])
+
+
+@pytest.mark.parametrize("case, mode", _cases(), indirect=["mode"])
+def test_recurrent_layers_match_torch(ref, case, mode):
+    module = getattr(nn, case["cls"])(*case["args"], **case["kwargs"])
+    inputs = run_case(ref, case, module)
+    h0, c0 = inputs.get("h0"), inputs.get("c0")
+    if case.get("packed"):
+        x = PackedSequence(*(inputs[f] for f in PackedSequence._fields))
+    else:
+        x = inputs["x"]
+    result = module(x) if h0 is None else module(x, (h0, c0) if c0 is not None else h0)
+    if case.get("packed"):
+        assert isinstance(result[0], PackedSequence) and result[0].batch_sizes is x.batch_sizes
+        result = (result[0].data, result[1])
+    check_case(ref, case, module, flatten_outputs(result), inputs)
+
+
+def test_fixture_covers_the_listed_options():
+    kwargs = [c["kwargs"] for c in SPEC["rnn"]]
+    assert {c["cls"] for c in SPEC["rnn"]} == {"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell"}
+    assert {c["cls"] for c in SPEC["rnn"] if c.get("packed")} == {"LSTM", "GRU"}
+    assert any(k.get("bidirectional") and k.get("num_layers") == 2 for k in kwargs)
+    assert any(k.get("batch_first") for k in kwargs) and any(k.get("bias") is False for k in kwargs)
+
+
+def test_output_structure_is_pytorchs():
+    lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+    out, (h, c) = lstm(lazyvic.zeros(5, 2, 3))
+    assert out.shape == (5, 2, 8) and h.shape == c.shape == (4, 2, 4)
+    out, h = nn.GRU(3, 4, batch_first=True)(lazyvic.zeros(2, 5, 3))
+    assert out.shape == (2, 5, 4) and h.shape == (1, 2, 4)
+    out, h = nn.RNN(3, 4)(lazyvic.zeros(5, 3))
+    assert out.shape == (5, 4) and h.shape == (1, 4)
+    h, c = nn.LSTMCell(3, 4)(lazyvic.zeros(2, 3))
+    assert h.shape == c.shape == (2, 4)
+
+
+def test_parameters_are_initialized_as_pytorch():
+    lazyvic.manual_seed(0)
+    gru = nn.GRU(3, 16, num_layers=2)
+    bound = 1 / math.sqrt(16)
+    for name, p in gru.named_parameters():
+        v = p.numpy()
+        assert np.abs(v).max() <= bound and v.std() > bound / 4, name
+    assert [n for n, _ in nn.RNN(2, 3, bias=False).named_parameters()] == ["weight_ih_l0", "weight_hh_l0"]
+    assert len(nn.LSTM(2, 3, num_layers=2).all_weights) == 2
+    nn.LSTM(2, 3).flatten_parameters()  # scripts call it; nothing to do
+
+
+def test_dropout_between_layers_only_in_training():
+    lazyvic.manual_seed(1)
+    with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+        nn.LSTM(3, 4, dropout=0.5)
+    lstm = nn.LSTM(3, 4, num_layers=2, dropout=0.5)
+    x = lazyvic.tensor(np.random.default_rng(0).normal(size=(3, 2, 3)).astype(np.float32))
+    lstm.eval()
+    a, b = lstm(x)[0].numpy(), lstm(x)[0].numpy()
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    lstm.train()
+    c = lstm(x)[0].numpy()
+    assert not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("mode", ["never"], indirect=True)  # three steps: interpret them
+def test_unrolled_lstm_trains_one_step(mode):
+    lazyvic.manual_seed(0)
+    model = nn.LSTM(2, 3)
+    head = nn.Linear(3, 1)
+    params = list(model.parameters()) + list(head.parameters())
+    opt = lazyvic.optim.SGD(params, lr=0.5)
+    x = lazyvic.tensor(np.random.default_rng(1).normal(size=(4, 2, 2)).astype(np.float32))
+    y = lazyvic.tensor(np.ones((2, 1), np.float32))
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        out, _ = model(x)
+        loss = ((head(out[-1]) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[2] < losses[0]
+
+
+_R = np.random.default_rng(9)
+
+
+@pytest.mark.parametrize(
+    "fn, arrays",
+    [
+        (lambda x, h, c, wi, wh, b: recurrent.lstm_layer(x, h, c, wi, wh, b, None, reverse=True)[0], [
+            _R.normal(size=(3, 2, 2)), _R.normal(size=(2, 2)), _R.normal(size=(2, 2)), _R.normal(size=(8, 2)) * 0.5,
+            _R.normal(size=(8, 2)) * 0.5, _R.normal(size=8) * 0.1]),
+        (lambda x, h, wi, wh, bi, bh: recurrent.gru_layer(x, h, wi, wh, bi, bh)[1], [
+            _R.normal(size=(3, 2, 2)), _R.normal(size=(2, 2)), _R.normal(size=(6, 2)) * 0.5,
+            _R.normal(size=(6, 2)) * 0.5, _R.normal(size=6) * 0.1, _R.normal(size=6) * 0.1]),
+        (lambda x, h, wi, wh: recurrent.rnn_layer(x, h, wi, wh, nonlinearity="tanh")[0], [
+            _R.normal(size=(3, 2, 2)), _R.normal(size=(2, 2)), _R.normal(size=(2, 2)), _R.normal(size=(2, 2))]),
+    ],
+    ids=["lstm_reverse", "gru", "rnn_tanh"],
+)  # fmt: skip
+@pytest.mark.parametrize("mode", ["never"], indirect=True)  # many evaluations: interpret them
+def test_recurrent_layer_vjp_matches_finite_differences(fn, arrays, mode):
+    check_vjp(fn, *arrays)
+
+
+def test_recurrent_errors_name_the_layer():
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    with pytest.raises(
+        ShapeError, match=r"LSTM: expected input to be 2-D \(T, I\) or 3-D \(T, N, I\), got shape \(1, 5, 2, 3\)"
+    ):
+        lstm(lazyvic.zeros(1, 5, 2, 3))
+    with pytest.raises(ShapeError, match=r"LSTM: input.size\(-1\) must be equal to input_size: expected 3"):
+        lstm(lazyvic.zeros(5, 2, 4))
+    with pytest.raises(ShapeError, match=r"LSTM: expected h_0 of shape \(2, 2, 4\), got \(1, 2, 4\)"):
+        lstm(lazyvic.zeros(5, 2, 3), (lazyvic.zeros(1, 2, 4), lazyvic.zeros(2, 2, 4)))
+    with pytest.raises(ShapeError, match="LSTM: hx must be a pair"):
+        lstm(lazyvic.zeros(5, 2, 3), lazyvic.zeros(2, 2, 4))
+    with pytest.raises(ShapeError, match=r"GRU: expected h_0 of shape \(1, 4\)"):
+        nn.GRU(3, 4)(lazyvic.zeros(5, 3), lazyvic.zeros(1, 2, 4))
+    with pytest.raises(DTypeError, match="RNN: expected a floating-point input, got int64"):
+        nn.RNN(3, 4)(lazyvic.zeros(5, 2, 3, dtype=lazyvic.int64))
+    with pytest.raises(UnsupportedOpError, match="LSTM: proj_size=2"):
+        nn.LSTM(3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM"):
+        nn.RNNBase("GRU", 3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="RNN: unknown nonlinearity 'gelu'"):
+        nn.RNN(3, 4, nonlinearity="gelu")
+    with pytest.raises(ValueError, match="dropout should be a number in range"):
+        nn.GRU(3, 4, dropout=1.5)
+    with pytest.raises(ShapeError, match=r"LSTMCell: expected input \(N, 3\) or \(3,\), got \(2, 4\)"):
+        nn.LSTMCell(3, 4)(lazyvic.zeros(2, 4))
+    with pytest.raises(ShapeError, match=r"GRUCell: expected a hidden state of shape \(2, 4\), got \(2, 5\)"):
+        nn.GRUCell(3, 4)(lazyvic.zeros(2, 3), lazyvic.zeros(2, 5))
+
+    packed = PackedSequence(lazyvic.zeros(5, 3), lazyvic.tensor([2, 2]), None, None)
+    with pytest.raises(ShapeError, match=r"LSTM: expected a PackedSequence with data .* got data \(5, 3\)"):
+        lstm(packed)

@@ -76,7 +76,7 @@ long = int64
 int = int32  # noqa: A001
 
 # metrics and viz: the facade modules lazyvic/metrics.py and lazyvic/viz.py (importable as modules)
-from lazyvic import (
+from lazyvic import (  # noqa: E402, I001
     accelerator,
     amp,
     autograd,
@@ -91,7 +91,7 @@ from lazyvic import (
     optim,
     utils,
     viz,
-)  # noqa: E402, I001
+)
 from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.interop.format_v1 import load, save  # noqa: E402

@@ -7,6 +7,9 @@ Each twin takes the tensor first (PyTorch's ``input``) and calls the method of t
 method's docstring, shapes, dtypes and errors hold; ``out=`` writes the result into an existing
 tensor of its shape (``Tensor.copy_``). Binary arithmetic (``add``, ``mul``, ``pow`` ...) also takes
 a Python number first, as PyTorch does.
+
+``torch.trace(x)`` has no twin here: ``lazyvic.trace`` is the subpackage of the lazy graph (use
+``x.trace()``).
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ _TWINS = (
     # shapes
     "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes", "swapdims", "permute",
     "movedim", "moveaxis", "t", "narrow", "select", "split", "chunk", "unbind", "flip", "fliplr", "flipud", "roll",
-    "tile", "repeat_interleave", "diag", "diagonal", "trace", "broadcast_to",
+    "tile", "repeat_interleave", "diag", "diagonal", "broadcast_to",
     # gathers and scatters
     "gather", "scatter", "scatter_add", "index_select", "index_add", "index_copy", "index_fill", "take",
     "take_along_dim", "masked_select", "nonzero", "argwhere", "unique",

@@ -255,6 +255,12 @@ def _value_for(x, value, shape: tuple, opname: str = "__setitem__"):
     return value.expand(*shape) if value.shape != tuple(shape) else value
 
 
+def _shaped(v, shape: tuple):
+    """``v`` reshaped to ``shape``; a 0-d value is expanded instead (the lowering cannot compile a
+    reshape of a scalar input followed by a pad)."""
+    return v.expand(*shape) if v.ndim == 0 else v.reshape(*shape)
+
+
 def _embed(t, shape: tuple, starts, stops, steps):
     """``t`` (the shape of the basic-indexed region) placed at those positions of a zero tensor of
     ``shape``: per axis, a zero-padded stride (a size-1 axis beside it, padded to ``step``) and
@@ -331,12 +337,12 @@ def setitem(x, index, value) -> None:
     starts, stops, steps, out_shape, tensor_axes = _basic_plan(x.shape, index, "__setitem__")
     if not tensor_axes:
         region = tuple(max(0, -(-(b - a) // s)) for a, b, s in zip(starts, stops, steps))
-        v = _value_for(x, value, out_shape).reshape(*region)
+        v = _shaped(_value_for(x, value, out_shape), region)
         inside = v.new_full((), True).to(dt.bool_).expand(*region)
         x._assign(_embed(v, x.shape, starts, stops, steps).where(_embed(inside, x.shape, starts, stops, steps), x))
         return
     linear, keep = _flat_positions(x, index, starts, stops, steps, out_shape, tensor_axes)
-    v = _value_for(x, value, tuple(linear.shape)).reshape(-1)
+    v = _shaped(_value_for(x, value, tuple(linear.shape)), (-1,) if linear.ndim else (1,))
     if keep is None:
         x._assign(_scatter_flat(x, linear.reshape(-1), v, unique=False))
         return

@@ -357,7 +357,7 @@ def _triangle(x, diagonal: int, lower: bool, opname: str):
     make = np.tril if lower else np.triu
     mask = x.new_tensor(make(np.ones((r, c), dtype=bool), diagonal), dtype=dt.bool_)
     mask = with_band_mask_recipe(mask, r, c, diagonal, lower)
-    return x.where(mask, 0 if x.dtype.category < 2 else 0.0)
+    return x.where(mask, False if x.dtype is dt.bool_ else 0 if x.dtype.category == 1 else 0.0)
 
 
 def tril(x, diagonal: int = 0):

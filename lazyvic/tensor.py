@@ -1,18 +1,25 @@
 """Tensor: the user-facing lazy tensor (PyTorch names and semantics).
 
 Every method is thin: it checks and broadcasts its arguments, then records one
-primitive from the op table with :meth:`Tensor.apply`. Nothing is computed until a
-sync point (``numpy()``, ``item()``, ``tolist()``, ``bool()``/``int()``/
-``float()``/``index()``, ``__array__``, ``repr``/``str``, or ``lazyvic.sync``),
-which cuts every live pending tensor into one trace and runs its plan
-(:mod:`lazyvic.sync`).
+primitive from the op table with :meth:`Tensor.apply`, or is a composite written in
+a room of its own below this module, over the tensors it is handed. Nothing is
+computed until a sync point (``numpy()``, ``item()``, ``tolist()``,
+``bool()``/``int()``/``float()``/``index()``, ``__array__``, ``repr``/``str``/
+``format``, the data-dependent ``nonzero``/``unique``/``masked_select``/boolean-mask
+indexing, or ``lazyvic.sync``), which cuts every live pending tensor into one trace
+and runs its plan (:mod:`lazyvic.sync`).
 
-The rest of the front end has rooms of its own: :mod:`lazyvic.creation` (``tensor``,
-``zeros``, ``arange`` ...), :mod:`lazyvic.random` (the seeded generator, ``rand``, ``randn``
-...), :mod:`lazyvic.indexing` (``x[...]``), :mod:`lazyvic.sync` (the live-tensor registry and
-the sync), :mod:`lazyvic.autograd` (``backward``) and :mod:`lazyvic.modes` (grad and autocast
-modes). This module keeps the class and the few functions its methods need: ``where``,
-``matmul``, ``cat``, ``stack`` and the copies between devices.
+The composites' rooms (each a set of methods, as ``Tensor.sum is reductions.sum``):
+:mod:`lazyvic.reductions` (sum, mean, max, prod, cumsum ...), :mod:`lazyvic.pointwise`
+(rounding, trigonometry, ``//``, ``%``, isnan ...), :mod:`lazyvic.ordering` (sort, topk,
+median ...), :mod:`lazyvic.products` (matmul, mm, einsum ...), :mod:`lazyvic.linalg`
+(norms), :mod:`lazyvic.shaping` (squeeze, split, flip, roll, repeat, diag ...),
+:mod:`lazyvic.selection` (gather, scatter, index_add ...) and :mod:`lazyvic.indexing`
+(``x[...]`` read and written). The rest of the front end: :mod:`lazyvic.creation`
+(``tensor``, ``zeros``, ``arange`` ...), :mod:`lazyvic.random`, :mod:`lazyvic.sync`,
+:mod:`lazyvic.autograd`, :mod:`lazyvic.modes`; :mod:`lazyvic.functions` (above this
+module) holds the module-level twins (``lazyvic.exp(x)`` ...). This module keeps the
+class and the functions its methods need: ``where``, ``to_operand``, ``full_tensor``.
 """
 
 from __future__ import annotations

@@ -203,17 +203,42 @@ def clamp_max(x, max):  # noqa: A002
     return clamp(x, max=max)
 
 
-def floor_divide(x, other):
-    """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral (computed
-    in float64, exact below 2**53)."""
+def _integral_pair(x, other) -> bool:
     if _is_tensor(other):
-        integral = x.dtype.category < 2 and other.dtype.category < 2
-    else:
-        integral = x.dtype.category < 2 and isinstance(other, (int, np.integer)) and not isinstance(other, bool)
-    if integral:
-        d = x.dtype if not _is_tensor(other) else dt.promote(x.dtype, other.dtype)
-        return (x.to(dt.float64) / (other.to(dt.float64) if _is_tensor(other) else float(other))).floor().to(d)
-    return (x / other).floor()
+        return x.dtype.category < 2 and other.dtype.category < 2
+    return x.dtype.category < 2 and isinstance(other, (int, np.integer)) and not isinstance(other, bool)
+
+
+def _rounded_quotient(x, other, rounding):
+    """``rounding(x / other)``; integer operands stay integral (the quotient is taken in float64,
+    exact below 2**53)."""
+    if _is_tensor(other):
+        if _integral_pair(x, other):
+            d = dt.promote(x.dtype, other.dtype)
+            return rounding(x.to(dt.float64) / other.to(dt.float64)).to(d)
+    elif _integral_pair(x, other):
+        return rounding(x.to(dt.float64) / float(other)).to(x.dtype)
+    return rounding(x / other)
+
+
+def floor_divide(x, other):
+    """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral."""
+    return _rounded_quotient(x, other, lambda q: q.floor())
+
+
+def divide(x, other, *, rounding_mode=None):
+    """``x / other``; ``rounding_mode="floor"`` rounds the quotient down (``//``), ``"trunc"``
+    toward zero, and integer operands then stay integral, as PyTorch's ``div``.
+
+    Raises:
+        ValueError: another rounding mode."""
+    if rounding_mode is None:
+        return x / other
+    if rounding_mode == "floor":
+        return _rounded_quotient(x, other, lambda q: q.floor())
+    if rounding_mode == "trunc":
+        return _rounded_quotient(x, other, lambda q: q.trunc())
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
 def remainder(x, other):
@@ -223,11 +248,7 @@ def remainder(x, other):
 
 def fmod(x, other):
     """``x - trunc(x / other) * other`` (C's fmod: the result has the sign of ``x``)."""
-    if x.dtype.category < 2 and (not _is_tensor(other) or other.dtype.category < 2):
-        q = (x.to(dt.float64) / (other.to(dt.float64) if _is_tensor(other) else float(other))).trunc()
-        d = x.dtype if not _is_tensor(other) else dt.promote(x.dtype, other.dtype)
-        return x - q.to(d) * other
-    return x - (x / other).trunc() * other
+    return x - _rounded_quotient(x, other, lambda q: q.trunc()) * other
 
 
 # ------------------------------------------------------------------- tests

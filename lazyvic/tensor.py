@@ -607,15 +607,7 @@ class Tensor:
 
     subtract = sub
 
-    def div(self, other, *, rounding_mode=None):
-        """True division; ``rounding_mode="floor"`` is ``floor_divide``, ``"trunc"`` rounds toward 0."""
-        if rounding_mode == "floor":
-            return self.floor_divide(other)
-        if rounding_mode == "trunc":
-            return (self / other).trunc().to(self.dtype) if self.dtype.category < 2 else (self / other).trunc()
-        return self / other
-
-    divide = true_divide = div
+    div = divide = true_divide = pointwise.divide
 
     def _float(self) -> "Tensor":
         return self if self.dtype.is_floating_point else self.to(dt.default_float)

@@ -207,3 +207,12 @@ def test_clamp_forms_logical_functions(mode):
 def test_composite_gradients(name, fn, lo, hi):
     a = np.random.default_rng(7).uniform(lo, hi, (2, 3)) + 0.013
     check_vjp(fn, a)
+
+
+def test_div_rounding_modes_promote_as_pytorch():
+    i = lv.tensor([-7, 7])
+    assert_tensor(i.div(2.5, rounding_mode="trunc"), np.array([-2.0, 2.0], np.float32))  # a float operand
+    assert_tensor(lv.div(i, lv.tensor([2, -2]), rounding_mode="floor"), np.array([-4, -4]))
+    assert_tensor(i.div(lv.tensor([2.0, 4.0]), rounding_mode="floor"), np.array([-4.0, 1.0], np.float32))
+    with pytest.raises(ValueError, match="div: rounding_mode must be None, 'trunc' or 'floor', got 'round'"):
+        i.div(2, rounding_mode="round")

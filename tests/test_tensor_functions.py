@@ -224,3 +224,31 @@ def test_in_place_variants(mode):
     lv.sync()
     assert_tensor(x, np.maximum(np.floor(np.abs(a)), 1.0))
     assert_tensor(y, np.exp(np.where(a > 0, 0, a)))
+
+
+def test_script_idioms_of_the_issue():
+    """Lines of pytorch/examples word_language_model (positional encoding) and nanoGPT (top-k
+    filtering), run with ``torch`` bound to lazyvic."""
+    import math
+
+    torch = lv
+    max_len, d_model = 10, 8
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    p = np.arange(max_len)[:, None] * np.exp(np.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    want = np.zeros((max_len, d_model))
+    want[:, 0::2], want[:, 1::2] = np.sin(p), np.cos(p)
+    np.testing.assert_allclose(pe.numpy(), want, atol=2e-6)
+
+    a = np.random.default_rng(0).standard_normal((2, 5, 7)).astype(np.float32)
+    logits = torch.tensor(a)[:, -1, :] / 0.8
+    v, _ = torch.topk(logits, min(3, logits.size(-1)))
+    logits[logits < v[:, [-1]]] = -float("Inf")
+    probs = lv.functional.softmax(logits, dim=-1)
+    last = a[:, -1, :] / np.float32(0.8)
+    kept = last >= np.sort(last, 1)[:, -3:][:, :1]
+    e = np.where(kept, np.exp(last - last.max(1, keepdims=True)), 0)
+    np.testing.assert_allclose(probs.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)

@@ -101,6 +101,7 @@ def test_order_statistic_gradients_go_to_the_picked_elements():
 
 
 # ================================================================ reductions
+@pytest.mark.parametrize("mode", ["never"], indirect=True)  # compiled: test_long_scans_and_products
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "bool"])
 def test_prod_cumsum_cumprod_dtypes(dtype, mode):
     a = np.random.default_rng(5).integers(-2, 3, size=(3, 4)).astype(dtype)
@@ -125,10 +126,19 @@ def test_prod_cumsum_cumprod_dtypes(dtype, mode):
 
 def test_long_scans_and_products(mode):
     a = np.random.default_rng(6).uniform(0.9, 1.1, (2, 300))
-    x = lv.tensor(a)
-    assert_tensor(x.cumsum(1), np.cumsum(a, 1), rtol=1e-12)
-    assert_tensor(x.cumprod(1), np.cumprod(a, 1), rtol=1e-12)
-    assert_tensor(x.prod(1), np.prod(a, 1), rtol=1e-12)
+    b = np.random.default_rng(7).integers(-3, 4, (300, 2))
+    x, y = lv.tensor(a), lv.tensor(b)
+    outs = [
+        (x.cumsum(1), np.cumsum(a, 1)),
+        (x.cumprod(1), np.cumprod(a, 1)),
+        (x.prod(1), np.prod(a, 1)),
+        (y.cumsum(0), np.cumsum(b, 0)),
+        (y[:20].cumprod(0), np.cumprod(b[:20], 0)),
+        (y.any(0), np.any(b, 0)),
+    ]
+    lv.sync()
+    for t, want in outs:
+        assert_tensor(t, want, rtol=1e-12)
 
 
 def test_var_std_argument_forms():

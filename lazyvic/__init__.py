@@ -3,21 +3,26 @@
 This module only re-exports the public API (``import lazyvic as torch`` style); each name lives
 in its own module: ``tensor`` (the Tensor class, ``where``, ``matmul``), ``creation``
 (``tensor``, ``zeros``, ``arange`` ...), ``random`` (``manual_seed``, ``rand`` ...),
-``indexing`` (``cat``, ``stack``), ``sync`` (``sync``, deterministic mode), ``modes`` (grad
-mode), ``capture`` (``compile``), ``amp`` (``autocast``), ``interop`` (``save``, ``load``,
-ONNX, PyTorch checkpoints), ``tools`` (``viz``, ``explain``), ``generator`` (``Generator``),
-``transfer`` (``device``), ``settings`` (threads, default dtype), ``size`` (``Size``),
-``queries`` (``is_tensor`` ...), ``utils.data`` (``DataLoader`` ...).
+``indexing`` (``cat``, ``stack``), ``functions`` (the module-level twins of the Tensor methods:
+``exp``, ``sum``, ``max``, ``topk``, ``einsum`` ...), ``linalg`` (norms), ``sync`` (``sync``,
+deterministic mode), ``modes`` (grad mode), ``capture`` (``compile``), ``amp`` (``autocast``),
+``interop`` (``save``, ``load``, ONNX, PyTorch checkpoints), ``tools`` (``viz``, ``explain``),
+``generator`` (``Generator``), ``transfer`` (``device``), ``settings`` (threads, default dtype),
+``size`` (``Size``), ``utils.data`` (``DataLoader`` ...).
 """
 
 from lazyvic import errors
 from lazyvic.creation import (
     arange,
+    as_tensor,
     empty,
+    empty_like,
     eye,
     from_numpy,
     full,
     full_like,
+    linspace,
+    logspace,
     ones,
     ones_like,
     tensor,
@@ -27,6 +32,7 @@ from lazyvic.creation import (
     zeros_like,
 )
 from lazyvic.dtypes import DType, bool_, finfo, float32, float64, iinfo, int32, int64
+from lazyvic.functions import *  # noqa: F403 (PyTorch's module-level twins of the Tensor methods; functions.__all__)
 from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
 from lazyvic.modes import (
@@ -37,7 +43,6 @@ from lazyvic.modes import (
     no_grad,
     set_grad_enabled,
 )
-from lazyvic.queries import is_floating_point, is_tensor, numel
 from lazyvic.random import (
     bernoulli,
     get_rng_state,
@@ -66,7 +71,7 @@ from lazyvic.settings import (
 from lazyvic.shapes import broadcast_shapes
 from lazyvic.size import Size
 from lazyvic.sync import are_deterministic_algorithms_enabled, sync, use_deterministic_algorithms
-from lazyvic.tensor import Tensor, matmul, where
+from lazyvic.tensor import Tensor, matmul
 from lazyvic.transfer import device
 
 bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
@@ -84,6 +89,7 @@ from lazyvic import (  # noqa: E402, I001
     cuda,
     data,
     functional,
+    linalg,
     metrics,
     models,
     nn,

@@ -13,7 +13,8 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.shapes import shape_arg
-from lazyvic.tensor import Tensor, full_tensor, where
+from lazyvic.shaping import arange_onnx, with_band_mask_recipe
+from lazyvic.tensor import Tensor, full_tensor
 from lazyvic.trace.composite import recipe
 from lazyvic.transfer import device_arg, placed
 
@@ -89,18 +90,8 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     t = Tensor(np.arange(start, end, step, dtype=np.float64 if not is_int else np.int64).astype(d.np), dtype=d)
     t = placed(t, place)
     if is_int:
-        recipe(t, _arange_onnx, start=int(start), end=int(end), step=int(step), dtype=d.name)
+        recipe(t, arange_onnx, start=int(start), end=int(end), step=int(step), dtype=d.name)
     return t
-
-
-def _onnx_scalar(b, value) -> str:
-    return b.node("Reshape", [b.ints([value]), b.ints([], "scalar_shape")])
-
-
-def _arange_onnx(b, names, at) -> str:
-    """ONNX Range for an integer arange whose bounds follow a dynamic axis."""
-    out = b.node("Range", [_onnx_scalar(b, at["start"]), _onnx_scalar(b, at["end"]), _onnx_scalar(b, at["step"])])
-    return out if at["dtype"] == "int64" else b.node("Cast", [out], to=b.onnx_dtype(at["dtype"]))
 
 
 def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True, device=None) -> "Tensor":
@@ -110,26 +101,64 @@ def band_mask(rows: int, cols: int, diagonal: int = 0, lower: bool = True, devic
     dynamic axis (a causal mask over the sequence) compute it in the graph."""
     make = np.tril if lower else np.triu
     mask = placed(Tensor(make(np.ones((rows, cols), dtype=bool), diagonal)), device_arg(device, "band_mask"))
-    return recipe(mask, _band_mask_onnx, rows=rows, cols=cols, diagonal=diagonal, lower=lower)
-
-
-def _band_mask_onnx(b, names, at) -> str:
-    i = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["rows"], step=1, dtype="int64")), b.ints([1])])
-    j = b.node("Unsqueeze", [_arange_onnx(b, [], dict(start=0, end=at["cols"], step=1, dtype="int64")), b.ints([0])])
-    offset = b.node("Sub", [j, i])
-    diagonal = b.const(np.asarray(at["diagonal"], dtype=np.int64))
-    return b.node("LessOrEqual" if at["lower"] else "GreaterOrEqual", [offset, diagonal])
+    return with_band_mask_recipe(mask, rows, cols, diagonal, lower)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
     return placed(Tensor(np.eye(n, m, dtype=dt.get_dtype(dtype or dt.default_float).np)), device_arg(device, "eye"))
 
 
+def empty_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    """``zeros_like`` (lazyvic has no uninitialized memory)."""
+    return full_like(x, 0, dtype, device)
+
+
+def linspace(start, end, steps: int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` (both included), float32 unless
+    ``dtype`` says otherwise. Computed in float64 as ``start + i * (end - start) / (steps - 1)``
+    (NumPy's linspace; PyTorch's differs in the last bit for some values), then rounded.
+
+    Raises:
+        ValueError: negative ``steps``.
+    """
+    if steps < 0:
+        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+    d = dt.get_dtype(dtype) if dtype is not None else dt.default_float
+    values = np.linspace(float(start), float(end), int(steps), dtype=np.float64)
+    if d.category < 2:
+        values = np.trunc(values)
+    t = placed(Tensor(values.astype(d.np), dtype=d), device_arg(device, "linspace"))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def logspace(
+    start, end, steps: int, base: float = 10.0, dtype=None, device=None, requires_grad: bool = False
+) -> Tensor:
+    """``base ** linspace(start, end, steps)``, computed in float64 and rounded once."""
+    if steps < 0:
+        raise ValueError(f"logspace: number of steps must be non-negative, got {steps}")
+    d = dt.get_dtype(dtype) if dtype is not None else dt.default_float
+    values = float(base) ** np.linspace(float(start), float(end), int(steps), dtype=np.float64)
+    t = placed(Tensor(values.astype(d.np), dtype=d), device_arg(device, "logspace"))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """``data`` as a tensor: a tensor of that dtype and device is returned as it is (no copy, as
+    PyTorch); anything else is converted as by :func:`tensor`."""
+    if isinstance(data, Tensor):
+        out = data
+        if dtype is not None and dt.get_dtype(dtype) is not out.dtype:
+            out = out.to(dtype)
+        return out if device is None else out.to(device)
+    return tensor(data, dtype=dtype, device=device)
+
+
 def tril(x: Tensor, diagonal: int = 0) -> Tensor:
-    r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=True, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
+    """The lower triangle of the last two axes, zeros above (``Tensor.tril``)."""
+    return x.tril(diagonal)
 
 
 def triu(x: Tensor, diagonal: int = 0) -> Tensor:
-    r, c = x.shape[-2:]
-    return where(band_mask(r, c, diagonal, lower=False, device=x.device), x, 0 if x.dtype.category < 2 else 0.0)
+    """The upper triangle of the last two axes, zeros below (``Tensor.triu``)."""
+    return x.triu(diagonal)

@@ -1,42 +1,58 @@
 """Tensor: the user-facing lazy tensor (PyTorch names and semantics).
 
 Every method is thin: it checks and broadcasts its arguments, then records one
-primitive from the op table with :meth:`Tensor.apply`. Nothing is computed until a
-sync point (``numpy()``, ``item()``, ``tolist()``, ``bool()``/``int()``/
-``float()``/``index()``, ``__array__``, ``repr``/``str``, or ``lazyvic.sync``),
-which cuts every live pending tensor into one trace and runs its plan
-(:mod:`lazyvic.sync`).
+primitive from the op table with :meth:`Tensor.apply`, or is a composite written in
+a room of its own below this module, over the tensors it is handed. Nothing is
+computed until a sync point (``numpy()``, ``item()``, ``tolist()``,
+``bool()``/``int()``/``float()``/``index()``, ``__array__``, ``repr``/``str``/
+``format``, the data-dependent ``nonzero``/``unique``/``masked_select``/boolean-mask
+indexing, or ``lazyvic.sync``), which cuts every live pending tensor into one trace
+and runs its plan (:mod:`lazyvic.sync`).
 
-The rest of the front end has rooms of its own: :mod:`lazyvic.creation` (``tensor``,
-``zeros``, ``arange`` ...), :mod:`lazyvic.random` (the seeded generator, ``rand``, ``randn``
-...), :mod:`lazyvic.indexing` (``x[...]``), :mod:`lazyvic.sync` (the live-tensor registry and
-the sync), :mod:`lazyvic.autograd` (``backward``) and :mod:`lazyvic.modes` (grad and autocast
-modes). This module keeps the class and the few functions its methods need: ``where``,
-``matmul``, ``cat``, ``stack`` and the copies between devices.
+The composites' rooms (each a set of methods, as ``Tensor.sum is reductions.sum``):
+:mod:`lazyvic.reductions` (sum, mean, max, prod, cumsum ...), :mod:`lazyvic.pointwise`
+(rounding, trigonometry, ``//``, ``%``, isnan ...), :mod:`lazyvic.ordering` (sort, topk,
+median ...), :mod:`lazyvic.products` (matmul, mm, einsum ...), :mod:`lazyvic.linalg`
+(norms), :mod:`lazyvic.shaping` (squeeze, split, flip, roll, repeat, diag ...),
+:mod:`lazyvic.selection` (gather, scatter, index_add ...) and :mod:`lazyvic.indexing`
+(``x[...]`` read and written). The rest of the front end: :mod:`lazyvic.creation`
+(``tensor``, ``zeros``, ``arange`` ...), :mod:`lazyvic.random`, :mod:`lazyvic.sync`,
+:mod:`lazyvic.autograd`, :mod:`lazyvic.modes`; :mod:`lazyvic.functions` (above this
+module) holds the module-level twins (``lazyvic.exp(x)`` ...). This module keeps the
+class and the functions its methods need: ``where``, ``to_operand``, ``full_tensor``.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import weakref
-from collections import namedtuple
 
 import numpy as np
 
-from lazyvic import autograd, indexing, modes, transfer
+from lazyvic import (
+    autograd,
+    indexing,
+    linalg,
+    modes,
+    ordering,
+    pointwise,
+    products,
+    reductions,
+    selection,
+    shaping,
+    transfer,
+)
 from lazyvic import dtypes as dt
 from lazyvic import generator as _rng  # the seeded stream of the in-place random methods
 from lazyvic import ops as optable
 from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
-from lazyvic.errors import IndexError as LIndexError
+from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
+from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
 from lazyvic.runtime import device as _dev
-from lazyvic.shapes import broadcast_shapes, norm_axes, norm_axis, shape_arg
+from lazyvic.selection import check_index_bounds  # noqa: F401 (re-exported for lazyvic.functional)
+from lazyvic.shapes import broadcast_shapes, norm_axis, shape_arg
 from lazyvic.sync import live, sync, track
-from lazyvic.trace.composite import mark
 from lazyvic.trace.node import Node, parameter_nodes
-
-ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
@@ -103,6 +119,29 @@ def _detach_history(t: "Tensor") -> None:
         if inputs is not None and any(i is t for i in inputs):  # None: freed by a backward
             u._ctx = (opdef, tuple(old if i is t else i for i in inputs), nodes, attrs, node)
     old._users, t._users = t._users, None
+
+
+def _in_place(name: str):
+    """The in-place twin ``name_`` of method ``name``: the tensor rebound to ``self.name(...)``."""
+
+    def method(self, *args, **kwargs):
+        return self._assign(getattr(self, name)(*args, **kwargs))
+
+    method.__name__ = method.__qualname__ = f"{name}_"
+    method.__doc__ = f"In place: this tensor rebound to ``self.{name}(...)`` (see ``_assign``)."
+    return method
+
+
+def _unary(op: str, floating: bool = True):
+    """The method recording unary primitive ``op`` (integer inputs cast to the default float
+    dtype first when ``floating``)."""
+
+    def method(self):
+        return _apply(op, (self._float() if floating else self,))
+
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = f"The ``{op}`` primitive, elementwise (lazyvic/ops/elementwise.py)."
+    return method
 
 
 def _scalar_operand(value, dtype: dt.DType) -> "Tensor":
@@ -217,18 +256,28 @@ class Tensor:
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    nelement = numel
+
+    def element_size(self) -> int:
+        """Bytes per element (4 for float32)."""
+        return self.dtype.np.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     # ----------------------------------------------------------- sync points
-    def numpy(self) -> np.ndarray:
+    def numpy(self, *, force: bool = False) -> np.ndarray:
         """Sync point: compute and return the value as a NumPy array.
 
         On the CPU the array shares the tensor's memory. On CUDA it is a host copy (as
         tinygrad's ``numpy()``; PyTorch asks for ``.cpu().numpy()``), counted in
-        ``lazyvic.metrics`` as device-to-host bytes."""
+        ``lazyvic.metrics`` as device-to-host bytes. ``force`` (PyTorch's: detach and copy to
+        the CPU first) is accepted: this already holds for every tensor."""
         node = self._node
         if node.op == "scalar":
             node.realize(np.array(node.value, dtype=node.dtype.np))
@@ -284,6 +333,20 @@ class Tensor:
         return f"tensor({body}{extra})"
 
     __str__ = __repr__
+
+    def __format__(self, format_spec: str) -> str:
+        """A 0-d tensor formats its value (``f"{loss:.3f}"``, a sync point); others only with an
+        empty format, as ``str``.
+
+        Raises:
+            TypeError: a format spec for a tensor with dimensions (as PyTorch)."""
+        if self.ndim == 0:
+            return self.item().__format__(format_spec)
+        if format_spec:
+            raise TypeError(
+                f"unsupported format string {format_spec!r} passed to Tensor.__format__ (shape {self.shape})"
+            )
+        return str(self)
 
     # --------------------------------------------------------------- autograd
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
@@ -405,6 +468,37 @@ class Tensor:
     def clamp_(self, min=None, max=None) -> "Tensor":
         return self._assign(self.clamp(min, max))
 
+    def masked_fill_(self, mask, value) -> "Tensor":
+        return self._assign(self.masked_fill(mask, value))
+
+    def scatter_(self, dim, index, src=None, *, value=None, reduce=None) -> "Tensor":
+        return self._assign(self.scatter(dim, index, src, value=value, reduce=reduce))
+
+    def scatter_add_(self, dim, index, src) -> "Tensor":
+        return self._assign(self.scatter_add(dim, index, src))
+
+    def index_add_(self, dim, index, source, *, alpha=1) -> "Tensor":
+        return self._assign(self.index_add(dim, index, source, alpha=alpha))
+
+    def index_fill_(self, dim, index, value) -> "Tensor":
+        return self._assign(self.index_fill(dim, index, value))
+
+    def index_copy_(self, dim, index, source) -> "Tensor":
+        return self._assign(self.index_copy(dim, index, source))
+
+    abs_, neg_, exp_, log_, sqrt_, sigmoid_, tanh_, relu_, pow_ = (
+        _in_place(n) for n in ("abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "relu", "pow")
+    )
+    floor_, ceil_, round_, trunc_, sign_, sin_, cos_ = (
+        _in_place(n) for n in ("floor", "ceil", "round", "trunc", "sign", "sin", "cos")
+    )
+    clamp_min_, clamp_max_, nan_to_num_ = (_in_place(n) for n in ("clamp_min", "clamp_max", "nan_to_num"))
+
+    def __setitem__(self, index, value) -> None:
+        """``x[index] = value`` (and ``x[index] += v``): lazy, see :func:`lazyvic.indexing.setitem`.
+        A boolean mask with a tensor value is a sync point (its count is data)."""
+        indexing.setitem(self, index, value)
+
     def __iadd__(self, other):
         return self._assign(self + other)
 
@@ -416,6 +510,12 @@ class Tensor:
 
     def __itruediv__(self, other):
         return self._assign(self / other)
+
+    def __ifloordiv__(self, other):
+        return self._assign(self // other)
+
+    def __imod__(self, other):
+        return self._assign(self % other)
 
     # ------------------------------------------------------------ elementwise
     def _binary(self, opname: str, other, reverse: bool = False) -> "Tensor":
@@ -476,35 +576,22 @@ class Tensor:
     def __rtruediv__(self, other):
         return self._float()._binary("div", other, True)
 
-    def __pow__(self, exponent):
-        # Small integer powers become multiplications (exact and vectorizable).
-        if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
-            if exponent == 2:
-                return self * self
-            if exponent == 1:
-                return self + 0
-            if exponent == 0.5 and self.dtype.is_floating_point:
-                return self.sqrt()
-            if self.dtype.category == 1 and isinstance(exponent, numbers.Integral) and exponent >= 0:
-                return self._integer_power(int(exponent))
-        return self._float()._binary("pow", exponent)
+    def __floordiv__(self, other):
+        return self.floor_divide(other)
 
-    def _integer_power(self, exponent: int) -> "Tensor":
-        # PyTorch keeps int ** int integral; square-and-multiply is exact.
-        result, base = None, self
-        while exponent:
-            if exponent & 1:
-                result = base if result is None else result * base
-            exponent >>= 1
-            if exponent:
-                base = base * base
-        return result if result is not None else self._full_like(1)
+    def __rfloordiv__(self, other):
+        return to_operand(other, self.dtype).floor_divide(self)
+
+    def __mod__(self, other):
+        return self.remainder(other)
+
+    def __rmod__(self, other):
+        return to_operand(other, self.dtype).remainder(self)
+
+    __pow__ = pow = pointwise.pow  # small integer powers as products (lazyvic/pointwise.py)
 
     def __rpow__(self, base):
         return self._float()._binary("pow", base, True)
-
-    def pow(self, exponent):
-        return self.__pow__(exponent)
 
     def __neg__(self):
         return _apply("neg", (self,))
@@ -558,23 +645,10 @@ class Tensor:
     __rand__ = __and__
     __ror__ = __or__
 
-    def eq(self, other):
-        return self == other
-
-    def ne(self, other):
-        return self != other
-
-    def lt(self, other):
-        return self < other
-
-    def le(self, other):
-        return self <= other
-
-    def gt(self, other):
-        return self > other
-
-    def ge(self, other):
-        return self >= other
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+    greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+    mul = multiply = __mul__
+    neg = negative = __neg__
 
     def add(self, other, alpha=1):
         return self + (other * alpha if alpha != 1 else other)
@@ -582,26 +656,16 @@ class Tensor:
     def sub(self, other, alpha=1):
         return self - (other * alpha if alpha != 1 else other)
 
-    def mul(self, other):
-        return self * other
+    subtract = sub
 
-    def div(self, other):
-        return self / other
-
-    def neg(self):
-        return -self
+    div = divide = true_divide = pointwise.divide
 
     def _float(self) -> "Tensor":
         return self if self.dtype.is_floating_point else self.to(dt.default_float)
 
-    def exp(self):
-        return _apply("exp", (self._float(),))
-
-    def log(self):
-        return _apply("log", (self._float(),))
-
-    def sqrt(self):
-        return _apply("sqrt", (self._float(),))
+    exp, log, sqrt, tanh, sigmoid, erf = (_unary(op) for op in ("exp", "log", "sqrt", "tanh", "sigmoid", "erf"))
+    relu, abs = _unary("relu", floating=False), _unary("abs", floating=False)
+    absolute = abs
 
     def rsqrt(self):
         return 1.0 / self.sqrt()
@@ -609,26 +673,8 @@ class Tensor:
     def reciprocal(self):
         return 1.0 / self._float()
 
-    def tanh(self):
-        return _apply("tanh", (self._float(),))
-
-    def sigmoid(self):
-        return _apply("sigmoid", (self._float(),))
-
-    def erf(self):
-        return _apply("erf", (self._float(),))
-
-    def relu(self):
-        return _apply("relu", (self,))
-
-    def abs(self):
-        return _apply("abs", (self,))
-
     def square(self):
         return self * self
-
-    def sign(self):
-        return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
 
     def maximum(self, other):
         return self._binary("maximum", other)
@@ -636,20 +682,18 @@ class Tensor:
     def minimum(self, other):
         return self._binary("minimum", other)
 
-    def clamp(self, min=None, max=None):
-        """Clamp to [min, max]; either bound may be None (``clip`` is an alias)."""
-        if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
-        # where(), not maximum/minimum: a value on a bound keeps its whole gradient, as in PyTorch
-        # (maximum would split it with the bound).
-        out = self
-        if min is not None:
-            out = where(out < min, min, out)
-        if max is not None:
-            out = where(out > max, max, out)
-        return out
-
-    clip = clamp
+    # Compositions and the newer primitives, written over this class in lazyvic/pointwise.py.
+    sign = sgn = pointwise.sign
+    floor, ceil, trunc, fix, frac = pointwise.floor, pointwise.ceil, pointwise.trunc, pointwise.fix, pointwise.frac
+    round, sin, cos, tan = pointwise.round, pointwise.sin, pointwise.cos, pointwise.tan
+    log1p, expm1, log2, log10, exp2 = pointwise.log1p, pointwise.expm1, pointwise.log2, pointwise.log10, pointwise.exp2
+    clamp = clip = pointwise.clamp
+    clamp_min, clamp_max = pointwise.clamp_min, pointwise.clamp_max
+    floor_divide, remainder, fmod = pointwise.floor_divide, pointwise.remainder, pointwise.fmod
+    isnan, isinf, isposinf, isneginf = pointwise.isnan, pointwise.isinf, pointwise.isposinf, pointwise.isneginf
+    isfinite, nan_to_num, isclose = pointwise.isfinite, pointwise.nan_to_num, pointwise.isclose
+    logical_not, logical_and = pointwise.logical_not, pointwise.logical_and
+    logical_or, logical_xor = pointwise.logical_or, pointwise.logical_xor
 
     def where(self, condition, other):
         """PyTorch's ``x.where(condition, y)``: x where condition is true, else y."""
@@ -713,97 +757,38 @@ class Tensor:
     def bool(self):
         return self != 0 if self.dtype is not dt.bool_ else self
 
+    def type_as(self, other) -> "Tensor":
+        """This tensor cast to ``other``'s dtype."""
+        return self.to(other.dtype)
+
+    def half(self):
+        """Raises DTypeError: lazyvic stores no float16 tensors yet (``lazyvic.autocast`` rounds
+        matmul and conv operands to float16 precision instead)."""
+        raise DTypeError("half: lazyvic has no float16 tensors yet; use lazyvic.autocast(dtype=lazyvic.float16)")
+
+    def bfloat16(self):
+        """Raises DTypeError: lazyvic stores no bfloat16 tensors yet (see ``half``)."""
+        raise DTypeError("bfloat16: lazyvic has no bfloat16 tensors yet; use lazyvic.autocast(dtype=lazyvic.bfloat16)")
+
     # -------------------------------------------------------------- reductions
     def _reduce(self, opname: str, axes: tuple) -> "Tensor":
         """Primitive reduction over ``axes`` keeping them as size 1."""
         return _apply(opname, (self,), axes=tuple(axes))
 
-    def _reduced(self, opname: str, dim, keepdim: bool) -> "Tensor":
-        axes = norm_axes(dim, self.ndim, opname)
-        if not axes:
-            return self
-        out = self._reduce(opname, axes)
-        if not keepdim:
-            out = out.reshape(*(s for i, s in enumerate(self.shape) if i not in axes))
-        return out
-
-    def sum(self, dim=None, keepdim: bool = False, dtype=None) -> "Tensor":
-        """Sum over ``dim`` (int, tuple, or None for all). Bool and int32 inputs sum as int64."""
-        x = self
-        if dtype is not None:
-            x = x.to(dtype)
-        elif x.dtype.category < 2:
-            x = x.to(dt.int64)
-        return x._reduced("sum", dim, keepdim)
-
-    def mean(self, dim=None, keepdim: bool = False) -> "Tensor":
-        if not self.dtype.is_floating_point:
-            raise DTypeError(f"mean: expected a floating-point input, got {self.dtype.name}")
-        axes = norm_axes(dim, self.ndim, "mean")
-        n = math.prod(self.shape[a] for a in axes)
-        return self.sum(dim, keepdim) * (1.0 / n if n else float("nan"))
-
-    def var(self, dim=None, keepdim: bool = False, correction: int = 1, unbiased=None) -> "Tensor":
-        if unbiased is not None:
-            correction = int(unbiased)
-        axes = norm_axes(dim, self.ndim, "var")
-        n = math.prod(self.shape[a] for a in axes)
-        centered = self - self.mean(axes, keepdim=True)
-        return (centered * centered).sum(axes, keepdim) * (
-            1.0 / max(n - correction, 0) if n > correction else float("nan")
-        )
-
-    def std(self, dim=None, keepdim: bool = False, correction: int = 1, unbiased=None) -> "Tensor":
-        return self.var(dim, keepdim, correction, unbiased).sqrt()
-
-    def amax(self, dim=None, keepdim: bool = False) -> "Tensor":
-        return self._reduced("max", dim, keepdim)
-
-    def amin(self, dim=None, keepdim: bool = False) -> "Tensor":
-        return self._reduced("min", dim, keepdim)
-
-    def max(self, dim=None, keepdim: bool = False):
-        """``max()`` -> tensor; ``max(dim)`` -> (values, indices) as in PyTorch; ``max(other)`` -> maximum."""
-        if isinstance(dim, Tensor):
-            return self.maximum(dim)
-        if dim is None:
-            return self.amax()
-        return ValuesIndices(self.amax(dim, keepdim), self.argmax(dim, keepdim))
-
-    def min(self, dim=None, keepdim: bool = False):
-        if isinstance(dim, Tensor):
-            return self.minimum(dim)
-        if dim is None:
-            return self.amin()
-        return ValuesIndices(self.amin(dim, keepdim), self.argmin(dim, keepdim))
-
-    def argmax(self, dim=None, keepdim: bool = False) -> "Tensor":
-        """Index of the first maximum along ``dim`` (of the flattened tensor when None), int64."""
-        if dim is None:
-            return self.reshape(-1).argmax(0, keepdim=False)
-        return self._reduced("argmax", norm_axis(dim, self.ndim, "argmax"), keepdim)
-
-    def argmin(self, dim=None, keepdim: bool = False) -> "Tensor":
-        return (-self).argmax(dim, keepdim)
-
-    def logsumexp(self, dim, keepdim: bool = False) -> "Tensor":
-        m = self.amax(dim, keepdim=True).detach()
-        out = (self - m).exp().sum(dim, keepdim=True).log() + m
-        return out if keepdim else out.squeeze(dim)
-
-    def softmax(self, dim: int) -> "Tensor":
-        """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable)."""
-        dim = norm_axis(dim, self.ndim, "softmax")
-        m = self.amax(dim, keepdim=True).detach()
-        e = (self - m).exp()
-        return mark(e / e.sum(dim, keepdim=True), "Softmax", (self,), axis=dim)
-
-    def log_softmax(self, dim: int) -> "Tensor":
-        """``x - logsumexp(x)`` along ``dim``."""
-        dim = norm_axis(dim, self.ndim, "log_softmax")
-        m = self.amax(dim, keepdim=True).detach()
-        shifted = self - m
-        return mark(shifted - shifted.exp().sum(dim, keepdim=True).log(), "LogSoftmax", (self,), axis=dim)
+    # lazyvic/reductions.py and lazyvic/ordering.py (written over this class).
+    sum, mean, var, std, prod = reductions.sum, reductions.mean, reductions.var, reductions.std, reductions.prod
+    amax, amin, max, min = reductions.amax, reductions.amin, reductions.max, reductions.min
+    argmax, argmin, logsumexp = reductions.argmax, reductions.argmin, reductions.logsumexp
+    softmax, log_softmax = reductions.softmax, reductions.log_softmax
+    cumsum, cumprod, all, any, count_nonzero = (
+        reductions.cumsum,
+        reductions.cumprod,
+        reductions.all,
+        reductions.any,
+        reductions.count_nonzero,
+    )
+    argsort, sort, msort, topk = ordering.argsort, ordering.sort, ordering.msort, ordering.topk
+    kthvalue, median = ordering.kthvalue, ordering.median
 
     # ---------------------------------------------------------------- movement
     def reshape(self, *shape) -> "Tensor":
@@ -866,28 +851,14 @@ class Tensor:
     def broadcast_to(self, shape):
         return self.expand(*shape)
 
-    def squeeze(self, dim=None) -> "Tensor":
-        if dim is None:
-            return self.reshape(*(s for s in self.shape if s != 1))
-        axes = norm_axes(dim, self.ndim, "squeeze")
-        return self.reshape(*(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
-
-    def unsqueeze(self, dim: int) -> "Tensor":
-        d = norm_axis(dim, self.ndim + 1, "unsqueeze")
-        return self.reshape(*self.shape[:d], 1, *self.shape[d:])
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
-        if self.ndim == 0:
-            return self.reshape(1)
-        s = norm_axis(start_dim, self.ndim, "flatten")
-        e = norm_axis(end_dim, self.ndim, "flatten")
-        if s > e:
-            raise ShapeError(f"flatten: start_dim {start_dim} after end_dim {end_dim}")
-        return self.reshape(*self.shape[:s], math.prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
-
-    def unflatten(self, dim: int, sizes) -> "Tensor":
-        d = norm_axis(dim, self.ndim, "unflatten")
-        return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
+    # lazyvic/shaping.py (written over this class).
+    squeeze, unsqueeze, flatten, unflatten = shaping.squeeze, shaping.unsqueeze, shaping.flatten, shaping.unflatten
+    split, chunk, narrow, select, unbind = shaping.split, shaping.chunk, shaping.narrow, shaping.select, shaping.unbind
+    movedim = moveaxis = shaping.movedim
+    swapaxes = swapdims = shaping.swapaxes
+    flip, fliplr, flipud, roll = shaping.flip, shaping.fliplr, shaping.flipud, shaping.roll
+    repeat, tile = shaping.repeat, shaping.tile
+    diag, diagonal, trace, tril, triu = shaping.diag, shaping.diagonal, shaping.trace, shaping.tril, shaping.triu
 
     def _slice(self, starts, stops, steps) -> "Tensor":
         if tuple(starts) == (0,) * self.ndim and tuple(stops) == self.shape and set(steps) <= {1}:
@@ -908,37 +879,6 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def split(self, split_size, dim: int = 0):
-        d = norm_axis(dim, self.ndim, "split")
-        n = self.shape[d]
-        sizes = (
-            [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
-            if isinstance(split_size, int)
-            else list(split_size)
-        )
-        if sum(sizes) != n:
-            raise ShapeError(f"split: sizes {sizes} do not add up to {n} along dim {dim} of {self.shape}")
-        out, start = [], 0
-        for s in sizes:
-            out.append(self.narrow(d, start, s))
-            start += s
-        return tuple(out)
-
-    def chunk(self, chunks: int, dim: int = 0):
-        n = self.shape[norm_axis(dim, self.ndim, "chunk")]
-        return self.split(-(-n // chunks), dim)
-
-    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
-        d = norm_axis(dim, self.ndim, "narrow")
-        if start < 0:
-            start += self.shape[d]
-        if not (0 <= start and start + length <= self.shape[d]):
-            raise LIndexError(f"narrow: range {start}:{start + length} out of bounds for dim {dim} of {self.shape}")
-        starts = [0] * self.ndim
-        stops = list(self.shape)
-        starts[d], stops[d] = start, start + length
-        return self._slice(starts, stops, [1] * self.ndim)
-
     # -------------------------------------------------------------- indexing ops
     def _gather(self, index: "Tensor", dim: int) -> "Tensor":
         return _apply("gather", (self, index), dim=dim)
@@ -946,33 +886,43 @@ class Tensor:
     def _scatter_add(self, index: "Tensor", src: "Tensor", dim: int) -> "Tensor":
         return _apply("scatter_add", (self, index, src), dim=dim)
 
-    def gather(self, dim: int, index: "Tensor") -> "Tensor":
-        """``out[i][j] = self[index[i][j]][j]`` for dim 0 (PyTorch semantics); index int64."""
-        index = to_operand(index, dt.int64)
-        d = norm_axis(dim, self.ndim, "gather")
-        check_index_bounds("gather", index, self.shape, d)
-        return self._gather(index, d)
+    # lazyvic/selection.py (written over this class).
+    gather, scatter_add, index_select = selection.gather, selection.scatter_add, selection.index_select
+    scatter, index_add, index_copy, index_fill = (
+        selection.scatter,
+        selection.index_add,
+        selection.index_copy,
+        selection.index_fill,
+    )
+    take, take_along_dim = selection.take, selection.take_along_dim
 
-    def scatter_add(self, dim: int, index: "Tensor", src: "Tensor") -> "Tensor":
-        index = to_operand(index, dt.int64)
-        d = norm_axis(dim, self.ndim, "scatter_add")
-        check_index_bounds("scatter_add", index, self.shape, d)
-        return self._scatter_add(index, to_operand(src, self.dtype), d)
+    # Sync points (their output size is data), defined here so that lazyvic.explain names them.
+    def nonzero(self, *, as_tuple: bool = False):
+        """Indices of the non-zero elements: (count, ndim) int64, or one tensor per axis. A sync point."""
+        return indexing.nonzero(self, as_tuple=as_tuple)
 
-    def index_select(self, dim: int, index) -> "Tensor":
-        """Rows (along ``dim``) picked by a 1-D int64 ``index``."""
-        index = to_operand(index, dt.int64)
-        if index.ndim != 1:
-            raise ShapeError(f"index_select: index must be 1-D, got shape {index.shape}")
-        d = norm_axis(dim, self.ndim, "index_select")
-        check_index_bounds("index_select", index, self.shape, d)
-        shape = self.shape[:d] + (index.shape[0],) + self.shape[d + 1 :]
-        view = (1,) * d + (index.shape[0],) + (1,) * (self.ndim - d - 1)
-        return self._gather(index.reshape(*view).expand(*shape), d)
+    argwhere = nonzero
+
+    def masked_select(self, mask) -> "Tensor":
+        """The elements where ``mask`` is true, 1-D. A sync point (see lazyvic/selection.py)."""
+        return selection.masked_select(self, mask)
+
+    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim=None):
+        """Distinct values (and inverse indices, counts). A sync point (see lazyvic/selection.py)."""
+        return selection.unique(self, sorted, return_inverse, return_counts, dim)
+
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None) -> "Tensor":
+        """Each element repeated along ``dim``; counts in a pending tensor make it a sync point."""
+        return shaping.repeat_interleave(self, repeats, dim, output_size=output_size)
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, other) -> "Tensor":
         return matmul(self, other)
+
+    # lazyvic/products.py and lazyvic/linalg.py (written over this class).
+    mm, bmm, mv, dot, outer, ger = products.mm, products.bmm, products.mv, products.dot, products.outer, products.outer
+    addmm, addmv, baddbmm = products.addmm, products.addmv, products.baddbmm
+    norm = linalg.tensor_norm
 
     def __matmul__(self, other):
         return matmul(self, other)
@@ -995,6 +945,10 @@ class Tensor:
 
     def new_ones(self, *size):
         return full_tensor(shape_arg(size), 1, self.dtype, transfer.device_arg(self.device, "full"))
+
+    def new_empty(self, *size):
+        """A new tensor of ``size`` with this dtype and device (zeros: lazyvic has no uninitialized memory)."""
+        return self.new_zeros(*size)
 
     def new_full(self, size, value):
         shape = shape_arg((size,) if isinstance(size, int) else tuple(size))
@@ -1055,20 +1009,6 @@ class Tensor:
 
 
 # ============================================================ module functions
-def check_index_bounds(opname: str, index: Tensor, shape: tuple, dim: int) -> None:
-    """Raise at the op for a realized index out of range (a pending index is checked when it runs)."""
-    data = index._node.data if index._node.op == "buffer" and index._node.device == "cpu" else None
-    if data is None or not data.size or data.dtype.kind not in "iu":
-        return
-    n = shape[dim]
-    bad = data[(data < 0) | (data >= n)]
-    if bad.size:
-        raise LIndexError(
-            f"{opname}: index {int(bad.ravel()[0])} is out of range for dimension {dim} "
-            f"with size {n} (input shape {shape}, index shape {index.shape})"
-        )
-
-
 def _to_array(data, dtype) -> tuple:
     if isinstance(data, Tensor):
         arr = data.numpy()
@@ -1155,61 +1095,6 @@ def full_tensor(shape: tuple, fill_value, dtype: dt.DType, device: str) -> Tenso
     if device == "cpu":
         return out._broadcast_to(shape)
     return _apply("expand", (out,), _device=device, shape=shape)
-
-
-def autocast_operands(*tensors: Tensor) -> tuple:
-    """The operands of a matmul or conv2d under ``lazyvic.autocast``: float32 ones rounded to the
-    autocast precision (``modes.autocast_precision()``), others as they are."""
-    p = modes.autocast_precision()
-    if p is None or modes.in_backward():
-        # VJP products are not autocast: a backward called inside the context computes what
-        # one called outside computes; the gradients are rounded by the rounding ops' own VJPs.
-        return tensors
-    return tuple(_apply(p.op, (t,)) if t.dtype is dt.float32 and t._node.op != p.op else t for t in tensors)
-
-
-def matmul(a, b) -> Tensor:
-    """Matrix product with PyTorch's rules for 1-D operands and batch broadcasting.
-
-    Shapes: (..., M, K) @ (..., K, N) -> (..., M, N). Raises ShapeError when K differs.
-    """
-    if not isinstance(a, Tensor):
-        a = to_operand(a, b.dtype)
-    b = to_operand(b, a.dtype)
-    shape_a, shape_b = a.shape, b.shape
-    if a.ndim == 0 or b.ndim == 0:
-        raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")
-    a, b = _promote_pair(a._float(), b._float(), "matmul")
-    a, b = autocast_operands(a, b)
-    squeeze_a = squeeze_b = False
-    if a.ndim == 1:
-        a, squeeze_a = a.reshape(1, a.shape[0]), True
-    if b.ndim == 1:
-        b, squeeze_b = b.reshape(b.shape[0], 1), True
-    if a.shape[-1] != b.shape[-2]:
-        raise ShapeError(
-            f"matmul: shapes {shape_a} and {shape_b} cannot be multiplied ({a.shape[-1]} != {b.shape[-2]})"
-        )
-    if b.ndim == 2 and a.ndim > 2:
-        # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product. One BLAS call
-        # instead of one per batch item, and the VJP for b is one product over all rows
-        # instead of a batched product followed by a sum over the batch.
-        out = _apply("matmul", (a.reshape(-1, a.shape[-1]), b)).reshape(*a.shape[:-1], b.shape[-1])
-        return out.reshape(*out.shape[:-1]) if squeeze_b else out
-    try:
-        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], "matmul")
-    except ShapeError:
-        raise ShapeError(
-            f"matmul: batch dimensions of shapes {shape_a} and {shape_b} cannot be broadcast together"
-        ) from None
-    a = a._broadcast_to(batch + a.shape[-2:])
-    b = b._broadcast_to(batch + b.shape[-2:])
-    out = _apply("matmul", (a, b))
-    if squeeze_a:
-        out = out.reshape(*out.shape[:-2], out.shape[-1])
-    if squeeze_b:
-        out = out.reshape(*out.shape[:-1]) if not squeeze_a else out.reshape(*out.shape[:-1])
-    return out
 
 
 # ================================================= Tensor.data (the autograd section's alias)

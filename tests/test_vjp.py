@@ -162,10 +162,39 @@ VJP_CASES = [
     ("mse_loss", lambda x, y: F.mse_loss(x, y), [_r(2, 3), _r(2, 3, seed=1)]),
     ("linear", lambda x, w, b: F.linear(x, w, b), [_r(2, 3), _r(4, 3, seed=1), _r(4, seed=2)]),
     ("mlp", lambda x, w: (x @ w).tanh().sum(1).exp(), [_r(2, 3), _r(3, 2, seed=1)]),
+    # trigonometry, rounding (zero gradient away from the steps), log1p / expm1, products
+    ("sin", lambda x: x.sin(), [_r(2, 3, low=-3, high=3)]),
+    ("cos", lambda x: x.cos(), [_r(2, 3, low=-3, high=3)]),
+    ("floor", lambda x: x.floor() * x, [_r(2, 3, low=-3, high=3)]),
+    ("round", lambda x: (x * 2.0).round() + x, [_r(2, 3, low=-3, high=3) + 0.13]),
+    ("log1p", lambda x: x.log1p(), [_r(2, 3, low=-0.5, high=2)]),
+    ("expm1", lambda x: x.expm1(), [_r(2, 3)]),
+    ("prod_dim", lambda x: x.prod(1), [_r(2, 3)]),
+    ("prod_all_with_a_zero", lambda x: x.prod(), [np.array([[0.5, 0.0, -1.5], [1.2, 0.7, -0.9]])]),
+    ("cumsum", lambda x: x.cumsum(1), [_r(2, 5)]),
+    ("cumprod_with_a_zero", lambda x: x.cumprod(0), [np.array([[0.5, 1.1], [0.0, -0.7], [1.3, 2.0], [0.9, 0.0]])]),
+    # values picked by the stable sort: the gradient goes back to where each value came from
+    ("sort_values", lambda x: x.sort(1, descending=True).values, [_distinct(2, 4)]),
+    ("topk_values", lambda x: x.topk(2, 0).values, [_distinct(4, 3)]),
+    ("median_dim", lambda x: x.median(1).values, [_distinct(3, 5)]),
+    # writes through __setitem__ (in place on a non-leaf): the old value's gradient where it is kept
+    ("setitem_slice", lambda x, v: _set(x * 1.0, (slice(None), slice(0, 3, 2)), v), [_r(2, 4), _r(2, 2, seed=1)]),
+    ("setitem_tensor", lambda x, v: _set(x * 1.0, lv.tensor([2, 0]), v), [_r(3, 2), _r(2, 2, seed=1)]),
+    ("einsum_batched", lambda a, b: lv.einsum("bij,bkj->bik", a, b), [_r(2, 2, 3), _r(2, 4, 3, seed=1)]),
+    ("diag_roll_flip", lambda x: x.diag(1).roll(1, 0).flip(1), [_r(3)]),
+    ("vector_norm", lambda x: lv.linalg.vector_norm(x, 3, dim=1), [_away_from_zero(2, 3)]),
 ]
+
+
+def _set(y, index, value):
+    y[index] = value
+    return y
+
 
 # Cases that also run through the compiler.
 COMPILED = {
+    "sin",
+    "cumprod_with_a_zero",
     "matmul_batched_broadcast",
     "conv2d_stride_pad",
     "getitem_steps_2d",

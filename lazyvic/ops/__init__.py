@@ -17,6 +17,8 @@ Kinds:
     scatter      scatter_add along one dimension
     conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py)
     pool         2-D max pooling (a window kernel; ops/pool.py)
+    sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
+                 it runs as its NumPy reference, a reported step)
 
 Each entry may also carry its ONNX rule (``onnx``), which the exporter
 (lazyvic/interop/onnx/export.py) calls; a primitive that is one ONNX node declares it with
@@ -32,5 +34,5 @@ imports every family so that the table is complete, and imports nothing above ``
 from __future__ import annotations
 
 # Registration happens on import of each family.
-from lazyvic.ops import conv, elementwise, index, matmul, movement, pool, reduce, source  # noqa: E402,F401
+from lazyvic.ops import conv, elementwise, index, matmul, movement, pool, reduce, sort, source  # noqa: E402,F401
 from lazyvic.ops.opdef import OPS, OpDef, get, onnx_node, register

@@ -176,6 +176,112 @@ unary(
 )
 
 
+# --- trigonometric, rounding, log1p / expm1 --------------------------------
+# libm calls in both kernel kinds (``math.*``: Numba's CPU and CUDA targets, and the CUDA simulator,
+# which runs kernels as Python); the guards give the IEEE results where Python's ``math`` raises.
+def _inf(dtype, sign="") -> str:
+    return f"{ALIAS[dtype.name]}({sign}np.inf)"
+
+
+def _nan(dtype) -> str:
+    return f"{ALIAS[dtype.name]}(np.nan)"
+
+
+def _trig_expr(fn: str):
+    def expr(a, di, do):
+        return f"math.{fn}({a[0]}) if abs({a[0]}) < {_inf(do)} else {_nan(do)}"
+
+    return expr
+
+
+def _log1p_expr(a, di, do):
+    x = a[0]
+    return f"math.log1p({x}) if {x} > {const(do, -1)} else ({_inf(do, '-')} if {x} == {const(do, -1)} else {_nan(do)})"
+
+
+def _expm1_expr(a, di, do):
+    return f"{_inf(do)} if {a[0]} > {const(do, 709.0)} else math.expm1({a[0]})"
+
+
+# 2**23 (float32) and 2**52 (float64): from there on every value is an integer, and below it
+# ``(|x| + 2**p) - 2**p`` is |x| rounded to an integer, half to even (IEEE addition rounds to
+# nearest even; the kernels are strict: no reassociation). Only arithmetic, comparisons and
+# copysign, so one expression serves the CPU, CUDA and the simulator, and keeps the sign of zero.
+_INTEGRAL_FROM = {"float32": 8388608.0, "float64": 4503599627370496.0}
+
+
+def _rounding_expr(floor: bool):
+    def expr(a, di, do):
+        x, big, one = a[0], const(do, _INTEGRAL_FROM[do.name]), const(do, 1)
+        q = f"(abs({x}) + {big} - {big})"
+        if floor:  # floor(x) = -ceil(|x|) below zero, trunc(|x|) above
+            q = f"(({q} + {one} if {q} < abs({x}) else {q}) if {x} < 0 else ({q} - {one} if {q} > abs({x}) else {q}))"
+        return f"{x} if not (abs({x}) < {big}) else {ALIAS[do.name]}(math.copysign({q}, {x}))"
+
+    return expr
+
+
+def _round_reference(x):
+    return np.round(x)  # half to even, as PyTorch's round
+
+
+def _add_const_onnx(op_before: str | None, op_after: str | None, value):
+    """``op_after(op_before(x) + value)`` in ONNX (log1p: Log(x + 1); expm1: Exp(x) - 1)."""
+
+    def rule(b, names, at, shape, dtype):
+        x = b.node(op_before, names) if op_before else names[0]
+        y = b.node("Add", [x, b.const(np.asarray(value, dtype=dtype.np))])
+        return b.node(op_after, [y]) if op_after else y
+
+    return rule
+
+
+unary(
+    "sin",
+    lambda x: np.sin(x.astype(np.float64)).astype(x.dtype),
+    _trig_expr("sin"),
+    lambda g, x, out, at: (g * x[0].cos(),),
+    onnx=onnx_node("Sin", since=(7, 22)),
+)
+unary(
+    "cos",
+    lambda x: np.cos(x.astype(np.float64)).astype(x.dtype),
+    _trig_expr("cos"),
+    lambda g, x, out, at: (-g * x[0].sin(),),
+    onnx=onnx_node("Cos", since=(7, 22)),
+)
+# floor and round are step functions: their gradient is zero, as in PyTorch (ceil, trunc and frac
+# are built on floor in the front end).
+unary(
+    "floor",
+    np.floor,
+    _rounding_expr(True),
+    lambda g, x, out, at: (g.zeros_like(),),
+    onnx=onnx_node("Floor", since=(13,)),
+)
+unary(
+    "round",
+    _round_reference,
+    _rounding_expr(False),
+    lambda g, x, out, at: (g.zeros_like(),),
+    onnx=onnx_node("Round", since=(11, 22)),
+)
+unary(
+    "log1p",
+    lambda x: np.log1p(x.astype(np.float64)).astype(x.dtype),
+    _log1p_expr,
+    lambda g, x, out, at: (g / (x[0] + 1.0),),
+    onnx=_add_const_onnx(None, "Log", 1),
+)
+unary(
+    "expm1",
+    lambda x: np.expm1(x.astype(np.float64)).astype(x.dtype),
+    _expm1_expr,
+    lambda g, x, out, at: (g * (out + 1.0),),
+    onnx=_add_const_onnx("Exp", None, -1),
+)
+
+
 def _not_infer(shapes, dtypes, attrs):
     if dtypes[0] is not dt.bool_:
         raise DTypeError(f"logical_not: expected a bool input, got {dtypes[0].name}")

@@ -129,6 +129,52 @@ register(
 )
 
 
+def _shift_in_one(t, toward_end: bool):
+    """``t`` moved one place along its last axis (toward its end, or its start), a 1 coming in."""
+    n, lead = t.shape[-1], ((0, 0),) * (t.ndim - 1)
+    one = t.new_ones(*t.shape[:-1], 1)
+    if n == 1:
+        return one
+    if toward_end:
+        return one._pad(lead + ((0, n - 1),)) + t.narrow(-1, 0, n - 1)._pad(lead + ((1, 0),))
+    return t.narrow(-1, 1, n - 1)._pad(lead + ((0, 1),)) + one._pad(lead + ((n - 1, 0),))
+
+
+def _exclusive_products(y):
+    """Along the last axis of ``y``: the product of every other element, from cumulative products
+    from both ends (no division, so zeros in ``y`` are right)."""
+    before = _shift_in_one(y.cumprod(-1), toward_end=True)
+    after = _shift_in_one(y.flip(-1).cumprod(-1).flip(-1), toward_end=False)
+    return before * after
+
+
+def _prod_vjp(g, x, out, attrs):
+    # d prod / d x_i = the product of the other elements of x_i's group (PyTorch's rule, zeros included).
+    a, axes = x[0], attrs["axes"]
+    keep = [i for i in range(a.ndim) if i not in axes]
+    perm = keep + list(axes)
+    moved = a.permute(*perm)
+    grouped = moved.reshape(*moved.shape[: len(keep)], -1)
+    others = _exclusive_products(grouped).reshape(*moved.shape)
+    inverse = [perm.index(i) for i in range(a.ndim)]
+    return ((g.expand(*a.shape).permute(*perm) * others).permute(*inverse),)
+
+
+register(
+    OpDef(
+        "prod",
+        "reduce",
+        1,
+        _reduce_infer("prod"),
+        lambda x, at: np.prod(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
+        vjp=_prod_vjp,
+        reduce_init=lambda d: [("", const(d, 1))],
+        reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} * {v}"],
+        onnx=_reduce_onnx("ReduceProd", 18),
+    )
+)
+
+
 def _argmax_ref(x, at):
     (axis,) = at["axes"]
     return np.argmax(x[0], axis=axis, keepdims=True).astype(np.int64)

@@ -43,6 +43,13 @@ _SYNC_POINTS = {
     "__array__": "__array__",
     "__repr__": "repr",
     "__str__": "repr",
+    "__format__": "format",
+    "__getitem__": "boolean mask index",
+    "__setitem__": "boolean mask assignment",
+    "nonzero": "nonzero",
+    "masked_select": "masked_select",
+    "unique": "unique",
+    "repeat_interleave": "repeat_interleave",
 }
 SIZE_LIMIT = "size limit"
 END_OF_CALL = "end of explain"

@@ -15,9 +15,7 @@ rtol=1e-3), except for the cases in LOOSE_TOLERANCE, which use the case's own to
 
 Expected failures are strict xfails with a reason: cases using an element type lazyvic lacks
 (float16, bfloat16, uint8, int8, float8, int4, strings, ...; the reason names the type, computed by
-``_dtype_reason``), cases applying Floor/Ceil/Round/Sin/Cos to computed tensors (lazyvic has no
-primitive for them; the importer folds them on constants only: ``_fold_only_reason``), and the
-cases listed in XFAIL.
+``_dtype_reason``), and the cases listed in XFAIL.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import lazyvic  # noqa: E402
-from lazyvic.errors import UnsupportedOpError  # noqa: E402
 from lazyvic.interop.onnx import registry  # noqa: E402
 from lazyvic.runtime.config import config  # noqa: E402
 
@@ -94,25 +91,6 @@ def _dtype_reason(case) -> str | None:
     return None
 
 
-_FOLD_ONLY = {"Floor", "Ceil", "Round", "Sin", "Cos"}
-
-
-def _fold_only_reason(case) -> str | None:
-    """Floor, Ceil, Round, Sin and Cos import only on constants (lazyvic has no primitive for them):
-    the reason when the importer refuses this case's graph at load time for that."""
-    ops = sorted({n.op_type for n in case.model.graph.node} & _FOLD_ONLY)
-    if not ops:
-        return None
-    try:
-        lazyvic.onnx.load(case.model)
-    except UnsupportedOpError as e:
-        if "of a computed tensor" in str(e):
-            return f"lazyvic has no {'/'.join(ops)} primitive (the importer folds them on constants only)"
-    except Exception:
-        return None
-    return None
-
-
 def _collect():
     from onnx.backend.test.case.node import collect_testcases
 
@@ -138,7 +116,7 @@ def _collect():
 CASES = _collect()
 _BY_NAME = {c.name: c for c in CASES}
 # The expected-failure reason of every selected case (None: it must pass).
-REASONS = {c.name: XFAIL.get(c.name) or _dtype_reason(c) or _fold_only_reason(c) for c in CASES}
+REASONS = {c.name: XFAIL.get(c.name) or _dtype_reason(c) for c in CASES}
 _RESULTS = {"passed": 0}
 
 

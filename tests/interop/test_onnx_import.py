@@ -694,7 +694,7 @@ def test_shape_chain_is_constant_folded_without_a_sync():
     assert all(not isinstance(b, lazyvic.nn.Parameter) for b in lazyvic.onnx.load(model).buffers())
 
 
-def test_fold_only_ops_on_shape_arithmetic_and_refused_on_data():
+def test_rounding_and_trig_ops_fold_on_shape_arithmetic_and_run_on_data():
     # half = floor(shape[-1] / 2) computed in float, as exporters write for dynamic sizes.
     nodes = [
         _node("Shape", ["x"], ["s"], start=-1),
@@ -708,13 +708,15 @@ def test_fold_only_ops_on_shape_arithmetic_and_refused_on_data():
         _node("ReduceSum", ["c"], ["cs"], keepdims=0),
         _node("Add", ["y0", "cs"], ["y"]),
     ]
-    # (A float *initializer* would be an nn.Parameter, i.e. a tensor, so Floor of it would be refused.)
     inits = {"zero": np.array([0], np.int64), "axes": np.array([2], np.int64)}
     m = _model(nodes, {"x": X234}, ["y"], inits)
     got = lazyvic.onnx.load(m)(X234).numpy()
     np.testing.assert_allclose(got, X234[:, :, :2] + np.cos(2.0), rtol=1e-6)
-    with pytest.raises(UnsupportedOpError, match="Floor of a computed tensor.*nodes 'fl'"):
-        lazyvic.onnx.load(_model([_node("Floor", ["x"], ["y"], name="fl")], {"x": X234}, ["y"]))
+    # On data they are primitives now (Floor, Round, Sin, Cos) or built from them (Ceil).
+    data = (X234 * 3.7).astype(np.float32)
+    for op_type, ref in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.round), ("Sin", np.sin), ("Cos", np.cos)):
+        got = lazyvic.onnx.load(_model([_node(op_type, ["x"], ["y"])], {"x": data}, ["y"]))(data).numpy()
+        np.testing.assert_allclose(got, ref(data), rtol=1e-6, atol=1e-6, err_msg=op_type)
 
 
 def test_multiple_outputs_tensor_and_numpy_inputs():

@@ -2,8 +2,9 @@
 
 - ``optable.py``     derived from the op table: Neg Abs Relu Sqrt Exp Log Sigmoid Tanh Erf Not Add
                      Sub Mul Equal Less LessOrEqual Greater GreaterOrEqual Where MatMul Transpose
+                     Sin Cos Floor Round
 - ``elementwise.py`` Div Pow Mod Reciprocal Clip Max Min Sum Mean And Or Xor IsNaN IsInf Identity
-                     Dropout Cast CastLike; Floor Ceil Round Sin Cos of constants only
+                     Dropout Cast CastLike Ceil
 - ``activation.py``  LeakyRelu PRelu Sign Softplus Softsign Elu Selu Celu HardSigmoid HardSwish
                      ThresholdedRelu Mish Swish SwiGLU Shrink Gelu
 - ``nn.py``          Gemm Softmax LogSoftmax NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss

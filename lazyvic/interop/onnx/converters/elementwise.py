@@ -1,7 +1,7 @@
 """Elementwise ops written by hand: Div Pow Mod Reciprocal Clip Max Min Sum Mean And Or Xor IsNaN
-IsInf Identity Dropout Cast CastLike, and Floor Ceil Round Sin Cos of constants only.
+IsInf Identity Dropout Cast CastLike Ceil.
 
-Add, Sub, Mul, Relu, Exp, Equal, Where, ... are not here: they come from the op table
+Add, Sub, Mul, Relu, Exp, Equal, Where, Floor, Round, Sin, Cos ... are not here: they come from the op table
 (``converters/optable.py``). Div, Pow, Max and Min have primitives too, but their ONNX semantics
 differ from the primitive's, so they keep a converter (each says why).
 """
@@ -15,7 +15,6 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic import functional as F
 from lazyvic.creation import full
-from lazyvic.errors import UnsupportedOpError
 from lazyvic.interop.onnx.context import (
     ELEM_DTYPES,
     SUPPORTED_TYPES_NOTE,
@@ -273,22 +272,9 @@ def cast_like(ctx, a, like):
     return ctx.tensor(a).to(_cast_like_target(ctx, like))
 
 
-# ------------------------------------------------------------------ constants only
-# Ops lazyvic has no primitive for: NumPy on constants only (shape arithmetic, position tables).
-def _fold_only(op_type: str, since: tuple, fn) -> None:
-    def fold(ctx, a):
-        return _fold_unary(fn, a)
-
-    def no_primitive(ctx, a):
-        raise UnsupportedOpError(
-            f"{ctx.label()}: lazyvic has no {op_type} primitive; it folds {op_type} of constants only"
-        )
-
-    register(op_type, since=since, fold=fold, fold_only=True)(no_primitive)
-
-
-_fold_only("Floor", (13,), np.floor)
-_fold_only("Ceil", (13,), np.ceil)
-_fold_only("Round", (11, 22), np.round)
-_fold_only("Sin", (7, 22), np.sin)
-_fold_only("Cos", (7, 22), np.cos)
+# ------------------------------------------------------------------ rounding
+# Floor, Round, Sin and Cos are primitives (their converters come from the op table);
+# Ceil is -floor(-x).
+@register("Ceil", since=(13,), fold=lambda ctx, a: _fold_unary(np.ceil, a))
+def ceil(ctx, a):
+    return ctx.tensor(a).ceil()

@@ -1,0 +1,319 @@
+"""Elementwise functions built on the op table's primitives: rounding (``floor``, ``ceil``,
+``trunc``, ``frac``, ``round``), ``sign``, trigonometry (``sin``, ``cos``, ``tan``), logarithms
+and exponentials (``log1p``, ``expm1``, ``log2``, ``log10``, ``exp2``), ``clamp``, floor division
+and remainders, tests (``isnan``, ``isinf``, ``isfinite``, ``isclose``), ``nan_to_num`` and the
+logical functions (PyTorch's names, dtypes and special values).
+
+Written over the tensors they are handed (their methods and ``Tensor.apply``), so this module sits
+below :mod:`lazyvic.tensor`, whose methods these functions are. ``floor``, ``round``, ``sin``,
+``cos``, ``log1p`` and ``expm1`` are primitives (lazyvic/ops/elementwise.py); the rest are
+compositions that fusion turns back into one loop.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from lazyvic import dtypes as dt
+from lazyvic.errors import DTypeError
+
+
+def _is_tensor(value) -> bool:
+    return hasattr(value, "_node")
+
+
+def _float(x):
+    return x if x.dtype.is_floating_point else x.to(dt.default_float)
+
+
+def _unchanged_if_integral(x):
+    """Rounding an integer or bool tensor gives a copy of it (PyTorch keeps the dtype)."""
+    return x.clone()
+
+
+# ------------------------------------------------------------------ rounding
+def floor(x):
+    """Largest integer <= x, elementwise (same dtype; integer inputs are returned as a copy)."""
+    return x.apply("floor", x) if x.dtype.is_floating_point else _unchanged_if_integral(x)
+
+
+def ceil(x):
+    """Smallest integer >= x: ``-floor(-x)`` (exact, and -0.0 where PyTorch gives it)."""
+    return -(-x).floor() if x.dtype.is_floating_point else _unchanged_if_integral(x)
+
+
+def trunc(x):
+    """x rounded toward zero: ``ceil`` below zero, ``floor`` above."""
+    if not x.dtype.is_floating_point:
+        return _unchanged_if_integral(x)
+    return x.ceil().where(x < 0, x.floor())
+
+
+fix = trunc
+
+
+def frac(x):
+    """Fractional part ``x - trunc(x)`` (sign of x; NaN for infinities, as PyTorch).
+
+    Raises:
+        DTypeError: an integer input (PyTorch has no integer frac).
+    """
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"frac: expected a floating-point input, got {x.dtype.name}")
+    return x - x.trunc()
+
+
+def round(x, decimals: int = 0):  # noqa: A001
+    """Round half to even (``round(2.5) == 2``, as PyTorch and IEEE 754); with ``decimals``,
+    ``round(x * 10**decimals) / 10**decimals`` as PyTorch computes it."""
+    if not x.dtype.is_floating_point:
+        return _unchanged_if_integral(x)
+    if decimals == 0:
+        return x.apply("round", x)
+    scale = 10.0**decimals
+    return (x * scale).round() / scale
+
+
+def sign(x):
+    """-1, 0 or 1 elementwise, in x's dtype; ``sign(-0.0)`` and ``sign(nan)`` are 0, as PyTorch
+    computes ``(0 < x) - (x < 0)``.
+
+    Raises:
+        DTypeError: a bool input.
+    """
+    if x.dtype is dt.bool_:
+        raise DTypeError("sign: bool tensors have no sign; cast to an integer or float dtype first")
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+sgn = sign
+
+
+def pow(x, exponent):  # noqa: A001
+    """``x ** exponent`` (tensor or number, either side broadcast). Integer powers 0, 1 and 2, and
+    0.5, are exact products or ``sqrt``; an integer tensor to a non-negative integer power stays
+    integral (square and multiply), as in PyTorch; otherwise the result is floating."""
+    if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
+        if exponent == 2:
+            return x * x
+        if exponent == 1:
+            return x + 0
+        if exponent == 0.5 and x.dtype.is_floating_point:
+            return x.sqrt()
+        if x.dtype.category == 1 and isinstance(exponent, numbers.Integral) and exponent >= 0:
+            return _integer_power(x, int(exponent))
+    return _float(x)._binary("pow", exponent)
+
+
+def _integer_power(x, exponent: int):
+    # Square and multiply: exact for integers.
+    result, base = None, x
+    while exponent:
+        if exponent & 1:
+            result = base if result is None else result * base
+        exponent >>= 1
+        if exponent:
+            base = base * base
+    return result if result is not None else x.ones_like()
+
+
+# -------------------------------------------------------- trigonometry, logs
+def sin(x):
+    """Sine (radians); integer inputs give the default float dtype."""
+    x = _float(x)
+    return x.apply("sin", x)
+
+
+def cos(x):
+    """Cosine (radians); integer inputs give the default float dtype."""
+    x = _float(x)
+    return x.apply("cos", x)
+
+
+def tan(x):
+    """Tangent: ``sin(x) / cos(x)`` (within a few ulp of libm's tan away from its poles)."""
+    x = _float(x)
+    return x.sin() / x.cos()
+
+
+def log1p(x):
+    """``log(1 + x)``, accurate for small x (libm's log1p)."""
+    x = _float(x)
+    return x.apply("log1p", x)
+
+
+def expm1(x):
+    """``exp(x) - 1``, accurate for small x (libm's expm1)."""
+    x = _float(x)
+    return x.apply("expm1", x)
+
+
+def _log_base(x, base: float):
+    # float32 is computed in float64 and rounded once, so exact powers of the base give integers.
+    x = _float(x)
+    if x.dtype is dt.float32:
+        return (x.to(dt.float64).log() / math.log(base)).to(dt.float32)
+    return x.log() / math.log(base)
+
+
+def log2(x):
+    """Base-2 logarithm (float32 inputs are computed in float64: ``log2(8.0) == 3.0``)."""
+    return _log_base(x, 2.0)
+
+
+def log10(x):
+    """Base-10 logarithm (float32 inputs are computed in float64: ``log10(1000.0) == 3.0``)."""
+    return _log_base(x, 10.0)
+
+
+def exp2(x):
+    """``2 ** x`` (libm's pow: exact for integral x)."""
+    return 2.0 ** _float(x)
+
+
+# ------------------------------------------------------------ clamp, division
+def clamp(x, min=None, max=None):  # noqa: A002
+    """Clamp to [min, max] (numbers or tensors); either bound may be None (``clip`` is an alias).
+
+    A value on a bound keeps its whole gradient, as in PyTorch.
+
+    Raises:
+        ValueError: both bounds are None.
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    # where(), not maximum/minimum: maximum would split a tie's gradient with the bound; and NaN
+    # stays NaN (a comparison with NaN is false).
+    out = x
+    if min is not None:
+        out = out.where(~(out < min), min)
+    if max is not None:
+        out = out.where(~(out > max), max)
+    return out
+
+
+def clamp_min(x, min):  # noqa: A002
+    return clamp(x, min=min)
+
+
+def clamp_max(x, max):  # noqa: A002
+    return clamp(x, max=max)
+
+
+def _integral_pair(x, other) -> bool:
+    if _is_tensor(other):
+        return x.dtype.category < 2 and other.dtype.category < 2
+    return x.dtype.category < 2 and isinstance(other, (int, np.integer)) and not isinstance(other, bool)
+
+
+def _rounded_quotient(x, other, rounding):
+    """``rounding(x / other)``; integer operands stay integral (the quotient is taken in float64,
+    exact below 2**53)."""
+    if _is_tensor(other):
+        if _integral_pair(x, other):
+            d = dt.promote(x.dtype, other.dtype)
+            return rounding(x.to(dt.float64) / other.to(dt.float64)).to(d)
+    elif _integral_pair(x, other):
+        return rounding(x.to(dt.float64) / float(other)).to(x.dtype)
+    return rounding(x / other)
+
+
+def floor_divide(x, other):
+    """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral."""
+    return _rounded_quotient(x, other, lambda q: q.floor())
+
+
+def divide(x, other, *, rounding_mode=None):
+    """``x / other``; ``rounding_mode="floor"`` rounds the quotient down (``//``), ``"trunc"``
+    toward zero, and integer operands then stay integral, as PyTorch's ``div``.
+
+    Raises:
+        ValueError: another rounding mode."""
+    if rounding_mode is None:
+        return x / other
+    if rounding_mode == "floor":
+        return _rounded_quotient(x, other, lambda q: q.floor())
+    if rounding_mode == "trunc":
+        return _rounded_quotient(x, other, lambda q: q.trunc())
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def remainder(x, other):
+    """``x - floor(x / other) * other`` (Python's ``%``: the result has the sign of ``other``)."""
+    return x - x.floor_divide(other) * other
+
+
+def fmod(x, other):
+    """``x - trunc(x / other) * other`` (C's fmod: the result has the sign of ``x``)."""
+    return x - _rounded_quotient(x, other, lambda q: q.trunc()) * other
+
+
+# ------------------------------------------------------------------- tests
+def isnan(x):
+    """True where x is NaN (a bool tensor; never for integer inputs)."""
+    return x != x
+
+
+def isinf(x):
+    """True where x is +inf or -inf."""
+    return x.abs() == math.inf if x.dtype.is_floating_point else x != x
+
+
+def isposinf(x):
+    return x == math.inf if x.dtype.is_floating_point else x != x
+
+
+def isneginf(x):
+    return x == -math.inf if x.dtype.is_floating_point else x != x
+
+
+def isfinite(x):
+    """True where x is neither infinite nor NaN (``x - x == 0``)."""
+    return (x - x) == 0 if x.dtype.is_floating_point else x == x
+
+
+def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+    """NaN -> ``nan``, +inf -> ``posinf`` (default: the dtype's largest value), -inf -> ``neginf``
+    (default: the lowest); integer inputs are returned as a copy."""
+    if not x.dtype.is_floating_point:
+        return x.clone()
+    info = np.finfo(x.dtype.np)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = x.where(x == x, nan)
+    out = out.where(out != math.inf, posinf)
+    return out.where(out != -math.inf, neginf)
+
+
+def isclose(x, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    """``|x - other| <= atol + rtol * |other|`` elementwise, or equal (infinities); with
+    ``equal_nan`` two NaNs are close. Integer operands are compared in float64."""
+    if not _is_tensor(other):
+        other = x.new_tensor(other)
+    if x.dtype.category < 2 or other.dtype.category < 2:
+        x, other = x.to(dt.float64), other.to(dt.float64)
+    close = (x == other) | ((x - other).abs() <= atol + rtol * other.abs())
+    if equal_nan:
+        close = close | ((x != x) & (other != other))
+    return close
+
+
+# ----------------------------------------------------------------- logical
+def logical_not(x):
+    """``x == 0`` as a bool tensor."""
+    return ~x.bool()
+
+
+def logical_and(x, other):
+    return x.bool() & (other.bool() if _is_tensor(other) else bool(other))
+
+
+def logical_or(x, other):
+    return x.bool() | (other.bool() if _is_tensor(other) else bool(other))
+
+
+def logical_xor(x, other):
+    return x.bool() != (other.bool() if _is_tensor(other) else bool(other))

@@ -1,0 +1,233 @@
+"""Trace families: one structure, many sizes.
+
+Two traces of the same *structure* (the same ops, inputs, ranks, dtypes and non-size
+attributes) may differ in their sizes: the batch, a sequence length, the slice a loop moves
+over its data. A family keeps the examples it has seen and fits a :class:`Template` to them:
+which integers are constants, which are *size symbols* read from the input shapes (a dim that
+changed between examples; dims that changed together share a symbol, PyTorch's "duck
+sizing"), and how every size-like attribute (a reshape target, an expand shape, a slice's
+bounds) follows from the symbols. An attribute that no expression explains becomes a *free*
+symbol read from the attribute itself (a slice start that moves with a loop index).
+
+The template is a hypothesis checked on every use: :meth:`Template.bind` reads the symbols from
+a new trace's values and returns the binding only if every value the template predicts is the
+value the trace has; a plan lowered for the template (its guards checked too) then computes
+exactly what a plan for the new trace would. A trace the template does not explain is added to
+the examples and the template is fitted again.
+
+Sites are positions in a trace's flat tuple of integer values (see :func:`sites`); the fitting
+works on value tuples only, so it is independent of how traces are stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Attributes whose integers are sizes or offsets (they may follow the symbols); every other
+# attribute is part of the structure.
+SIZE_ATTRS = {
+    "reshape": ("shape",),
+    "expand": ("shape",),
+    "slice": ("starts", "stops"),
+    "pad": ("pads",),
+    "rand": ("shape",),
+    "randn": ("shape",),
+}
+# Attributes whose integers are offsets (they may be 0): their free symbols have lower bound 0.
+OFFSET_ATTRS = {"slice": ("starts", "stops"), "pad": ("pads",)}
+
+
+def _flatten(value, out: list) -> None:
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _flatten(v, out)
+    else:
+        out.append(value)
+
+
+def _skeleton(value):
+    """``value`` with every int replaced by None (the shape of a nested size attribute)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_skeleton(v) for v in value)
+    return None
+
+
+@dataclass(frozen=True)
+class Sites:
+    """Where the integers of a trace are: ``values`` (flat), and for each site its kind:
+    ``"input"`` (a dim of an input buffer: symbols are read there), ``"size"`` (a size
+    attribute), ``"offset"`` (an offset attribute), ``"shape"`` (a derived shape: it follows from
+    the others by the ops' shape rules, so templates never constrain it)."""
+
+    signature: tuple
+    values: tuple
+    kinds: tuple
+
+
+def sites(entries) -> Sites:
+    """The structure signature and the integer sites of a trace's entries
+    ``(op, attrs, inputs, shape, dtype_name)`` (``attrs`` a sorted tuple of (name, value))."""
+    sig, values, kinds = [], [], []
+    for op, attrs, inputs, shape, dtype in entries:
+        if op in ("buffer", "scalar"):
+            sig.append((op, attrs, len(shape), dtype))
+            values.extend(shape)
+            kinds.extend(["input" if op == "buffer" else "shape"] * len(shape))
+            continue
+        size_names = SIZE_ATTRS.get(op, ())
+        offset_names = OFFSET_ATTRS.get(op, ())
+        structural = []
+        for name, value in attrs:
+            if name in size_names:
+                flat: list = []
+                _flatten(value, flat)
+                values.extend(flat)
+                kinds.extend(["offset" if name in offset_names else "size"] * len(flat))
+                structural.append((name, _skeleton(value)))
+            else:
+                structural.append((name, value))
+        sig.append((op, tuple(structural), inputs, len(shape), dtype))
+        values.extend(shape)
+        kinds.extend(["shape"] * len(shape))
+    return Sites(tuple(sig), tuple(values), tuple(kinds))
+
+
+# -- expressions over symbols --------------------------------------------------------------
+@dataclass(frozen=True)
+class Expr:
+    """``coef * prod(symbols) + const``, or an affine ``coef * symbol + const`` (one symbol)."""
+
+    coef: int
+    symbols: tuple  # symbol indices, multiplied
+    const: int = 0
+
+    def __call__(self, env: list) -> int:
+        v = self.coef
+        for s in self.symbols:
+            v *= env[s]
+        return v + self.const
+
+
+def _fit_site(ys: tuple, symbols: list) -> Expr | None:
+    """The simplest expression over ``symbols`` (each a tuple of values, one per example) that
+    gives ``ys``: a symbol, ``a*s + b``, then ``c * s_i * s_j (* s_k)``."""
+    n = len(ys)
+    for i, s in enumerate(symbols):
+        if s == ys:
+            return Expr(1, (i,))
+    for i, s in enumerate(symbols):
+        pts = [(s[k], ys[k]) for k in range(n)]
+        x0, y0 = pts[0]
+        for x1, y1 in pts[1:]:
+            if x1 != x0:
+                a, r = divmod(y1 - y0, x1 - x0)
+                if r == 0 and a != 0 and all(a * x + (y0 - a * x0) == y for x, y in pts):
+                    return Expr(a, (i,), y0 - a * x0)
+                break
+    for width in (2, 3):
+        for combo in _combinations(len(symbols), width):
+            base = [1] * n
+            for k in range(n):
+                for i in combo:
+                    base[k] *= symbols[i][k]
+            if base[0] and ys[0] % base[0] == 0:
+                c = ys[0] // base[0]
+                if c and all(c * base[k] == ys[k] for k in range(n)):
+                    return Expr(c, combo)
+    return None
+
+
+def _combinations(n: int, k: int):
+    if k == 0:
+        yield ()
+        return
+    for i in range(n):
+        for rest in _combinations(n, k - 1):
+            if not rest or rest[0] >= i:
+                yield (i,) + rest
+
+
+@dataclass
+class Template:
+    """A fitted family: for every site, how its value follows from the symbols.
+
+    Attributes:
+        symbols: per symbol, ``(site, lower_bound)``: where its value is read and the smallest
+            value it may take (2 for a size read from an input dim, 0 for a free offset).
+        exprs: per site, an int (a constant), an :class:`Expr`, or None (a derived shape, or
+            the site a free symbol is read from).
+        free: the symbols read from an attribute rather than an input dim.
+    """
+
+    symbols: list
+    exprs: list
+    free: set = field(default_factory=set)
+
+    def bind(self, values: tuple) -> list | None:
+        """The symbols' values for a trace with site ``values``, or None when the template does
+        not explain them (a constant differs, an expression predicts another value, a size
+        symbol is below its lower bound)."""
+        env = [values[site] for site, _ in self.symbols]
+        for v, (_, lower) in zip(env, self.symbols):
+            if v < lower:
+                return None
+        for site, e in enumerate(self.exprs):
+            if e is None:
+                continue
+            expected = e if isinstance(e, int) else e(env)
+            if values[site] != expected:
+                return None
+        return env
+
+    @property
+    def is_static(self) -> bool:
+        return not self.symbols
+
+
+def fit(examples: list, kinds: tuple) -> Template:
+    """Fit a template to the site values of ``examples`` (tuples of equal length, one per trace
+    of the same structure) with site ``kinds`` from :func:`sites`.
+
+    Input dims that differ between examples become size symbols (dims that change together
+    share one); a size or offset attribute that differs becomes the simplest expression of the
+    symbols that gives its values, else a free symbol read from it. Derived shapes are left to
+    the ops' shape rules. With one example, everything is a constant.
+    """
+    columns = list(zip(*examples))
+    symbols: list = []
+    by_values: dict = {}
+    exprs: list = [None] * len(kinds)
+    free: set = set()
+    # Size symbols: varying input dims (the first site of each distinct value tuple).
+    for site, kind in enumerate(kinds):
+        if kind != "input":
+            continue
+        col = columns[site]
+        if len(set(col)) == 1:
+            exprs[site] = col[0]
+            continue
+        if col not in by_values:
+            by_values[col] = len(symbols)
+            symbols.append((site, 2 if min(col) >= 2 else 0))
+            continue
+        exprs[site] = Expr(1, (by_values[col],))
+    sym_values = [columns[site] for site, _ in symbols]
+    for site, kind in enumerate(kinds):
+        if kind not in ("size", "offset"):
+            continue
+        col = columns[site]
+        if len(set(col)) == 1:
+            exprs[site] = col[0]
+            continue
+        e = _fit_site(col, sym_values)
+        if e is None:  # a free symbol, read from this site
+            index = len(symbols)
+            symbols.append((site, 0 if kind == "offset" or min(col) < 2 else 2))
+            sym_values.append(col)
+            free.add(index)
+            continue
+        exprs[site] = e
+    # The first site of each symbol is where it is read: no expression there.
+    for site, _ in symbols:
+        exprs[site] = None
+    return Template(symbols, exprs, free)

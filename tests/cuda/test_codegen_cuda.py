@@ -836,3 +836,17 @@ def test_max_pool_runs_on_the_device(results):
     assert "error" not in rec, rec.get("error")
     assert not any("max_pool2d" in s for s in rec["host_steps"]) and "max_pool2d" not in rec["fallbacks"], rec
     assert results["case_max_pool_ties_and_nan"]["steps"] == ["max_pool2d(1, 1, 2, 2)", "max_pool2d(1, 1, 4, 4)"]
+
+
+def test_kernel_header_names_the_device_library():
+    """A CUDA kernel file imports the kernel language's names that the device library defines
+    (lowering/kernel_files.py derives them; nothing lists them by hand)."""
+    pytest.importorskip("numba.cuda")
+    from lazyvic.lowering.cuda import kernel_lib
+    from lazyvic.lowering.cuda.loader import kernel_header
+
+    header = kernel_header()
+    assert "from lazyvic.lowering.cuda.kernel_lib import (" in header
+    for name in ("f32", "b1", "exp_f32", "sigmoid_f64", "fmin", "acc_max", "rand_f64", "round_bf16_f32"):
+        assert name in header and hasattr(kernel_lib, name)
+    assert "scatter_add_into" not in header  # a CPU plan's kernel, not in the device library

@@ -3,8 +3,9 @@
 :class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
 NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
 (a conv2d), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
-scatter_add, :class:`IndexCheckStep` checks a gather's indices, and :class:`ReferenceStep`
-runs an op's NumPy reference (ops with no kernel yet: the plan's reported fallbacks).
+scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
+(``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
+reported fallbacks).
 Operands of library steps are ``lowering.pipeline.Operand``: a buffer or a scalar read
 through its movement ops as NumPy views.
 """
@@ -16,6 +17,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.lowering.reference import ReferenceStep, view
+
+__all__ = [
+    "ConvStep",
+    "IndexCheckStep",
+    "KernelStep",
+    "MatmulStep",
+    "PoolStep",
+    "ReferenceStep",
+    "ScatterAddStep",
+    "view",
+]
 
 
 @dataclass
@@ -44,16 +57,6 @@ class KernelStep:
             *[t(scalars[s]) for s, t in self.scalars],
             *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
         )
-
-
-def view(env, scalars, chain):
-    """An operand (``lowering.pipeline.Operand``): a buffer, or a scalar input, with its
-    movement ops applied as NumPy views (each op's reference)."""
-    kind, base, ops, dtype = chain
-    a = env[base] if kind == "buffer" else np.asarray(scalars[base], dtype=dtype)
-    for opdef, attrs in ops:
-        a = opdef.reference([a], attrs)
-    return a
 
 
 @dataclass
@@ -188,29 +191,6 @@ class PoolStep:
     def __call__(self, env, flat, scalars):
         (kh, kw), (sh, sw), (ph, pw) = self.attrs["kernel"], self.attrs["stride"], self.attrs["padding"]
         self.kernel(np.ascontiguousarray(view(env, scalars, self.x)), env[self.out], kh, kw, sh, sw, ph, pw)
-
-
-@dataclass
-class ReferenceStep:
-    name: str
-    op: str
-    out: int
-    args: tuple  # operand chains, as MatmulStep's
-    reference: object
-    attrs: dict
-    dtype: object
-
-    def writes(self):
-        return (self.out,)
-
-    def reads(self):
-        return tuple(c.base for c in self.args if c.kind == "buffer")
-
-    def __call__(self, env, flat, scalars):
-        vals = [view(env, scalars, c) for c in self.args]
-        with np.errstate(all="ignore"):
-            out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
-        np.copyto(env[self.out], out)
 
 
 @dataclass

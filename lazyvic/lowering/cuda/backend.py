@@ -23,7 +23,6 @@ import numpy as np
 
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Backend
-from lazyvic.lowering.cpu.steps import ReferenceStep
 from lazyvic.lowering.cuda import codegen
 from lazyvic.lowering.cuda.index_steps import CudaGatherStep, CudaIndexCheckStep, index_view, scatter_add_step
 from lazyvic.lowering.cuda.plan import CudaPlan
@@ -39,6 +38,7 @@ from lazyvic.lowering.cuda.steps import (
 )
 from lazyvic.lowering.cuda.target import CudaTarget
 from lazyvic.lowering.pipeline import gathers
+from lazyvic.lowering.reference import ReferenceStep
 
 
 def _matmul_step(entries, root: int, args: list) -> CudaMatmulStep:

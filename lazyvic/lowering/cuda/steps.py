@@ -9,8 +9,8 @@
 - :class:`CudaMaxPoolStep` and :class:`CudaRandnStep` run fixed kernels of the CUDA library
   (``lowering/cuda/kernel_lib.py``); the steps that read indices are in
   ``lowering/cuda/index_steps.py``;
-- :class:`HostStep` runs a CPU step (an op without a CUDA kernel yet: its NumPy reference)
-  on host copies of its operands and copies the result back.
+- :class:`HostStep` runs a ReferenceStep (``lowering/reference.py``: an op without a CUDA
+  kernel yet) on host copies of its operands and copies the result back.
 
 Operands are ``lowering.pipeline.Operand``. Copies go through the plan (``plan.to_device``,
 ``plan.to_host``, ``plan.count``), which counts them; launch sizes come from the plan's
@@ -162,7 +162,7 @@ class CudaMatmulStep:
             fill[plan.target.launch(dense.size)](dense, np.dtype(chain.dtype).type(scalars[chain.base]))
             return dense
         if chain.kind == "scalar":  # a padded scalar: made on the host, sent when it changes
-            from lazyvic.lowering.cpu.steps import view
+            from lazyvic.lowering.reference import view
 
             if self.scratch[which] is None:
                 self.scratch[which] = DeviceCopy()
@@ -302,9 +302,9 @@ class CudaConvStep:
 
 @dataclass
 class HostStep:
-    """A CPU plan step run on host copies of its operands; its results are copied back."""
+    """A host step run on host copies of its operands; its results are copied back."""
 
-    step: object  # a CPU plan step (lowering/cpu/steps.py): a ReferenceStep, an op with no device step
+    step: object  # a lowering.reference.ReferenceStep: an op with no device step
     entries: list = field(repr=False)
 
     @property

@@ -71,7 +71,7 @@ class Backend(abc.ABC):
             cache_dir = self.default_cache_dir()
         if debug is None:
             debug = self.default_debug()
-        return pipeline.compile(trace, self, cache_dir, debug)
+        return pipeline.compile_plan(trace, self, cache_dir, debug)
 
     @abc.abstractmethod
     def default_cache_dir(self):

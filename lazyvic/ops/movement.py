@@ -5,6 +5,10 @@ permute(perm)                   axes reordered
 expand(shape)                   size-1 axes repeated (same rank)
 slice(starts, stops, steps)     per-axis ranges, steps > 0, already normalized
 pad(pads)                       ((before, after), ...) zeros added per axis
+
+Each declares how an output index maps to the input index it reads (``index_map``, or
+``flat_index`` for reshape), when it is the identity, and, for reshape and permute, how two
+in a row fold into one; code generation and the graph passes read these declarations.
 """
 
 from __future__ import annotations
@@ -119,6 +123,47 @@ def _pad_vjp(g, x, out, at):
     return (g._slice(starts, stops, tuple(1 for _ in starts)),)
 
 
+# Index maps: output index (one affine form per axis) -> the input index it reads.
+def _permute_index(index, at, in_shape, shape):
+    in_index = [None] * len(in_shape)
+    for k, p in enumerate(at["perm"]):
+        in_index[p] = index[k]
+    return in_index
+
+
+def _expand_index(index, at, in_shape, shape):
+    # A repeated axis reads element 0 of the input's size-1 axis (a scalar input: no axes).
+    return [i.scale(0) if (n == 1 and s != 1) else i for i, n, s in zip(index, in_shape, shape)]
+
+
+def _slice_index(index, at, in_shape, shape):
+    return [i.scale(step) + start for i, start, step in zip(index, at["starts"], at["steps"])]
+
+
+def _pad_index(index, at, in_shape, shape):
+    return [i + (-before) for i, (before, _) in zip(index, at["pads"])]
+
+
+def _same_shape(at, in_shape, shape):
+    return in_shape == shape
+
+
+def _permute_is_identity(at, in_shape, shape):
+    return tuple(at["perm"]) == tuple(range(len(shape)))
+
+
+def _slice_is_identity(at, in_shape, shape):
+    return in_shape == shape and set(at["steps"]) <= {1}
+
+
+def _pad_is_identity(at, in_shape, shape):
+    return all(b == 0 and a == 0 for b, a in at["pads"])
+
+
+def _permute_fold(inner, outer):
+    return {"perm": tuple(inner["perm"][p] for p in outer["perm"])}
+
+
 # ONNX export rules (opset 13: shapes, slice bounds and pads are int64 inputs).
 def _reshape_onnx(b, names, at, shape, dtype):
     return b.node("Reshape", [names[0], b.ints(shape, "shape", infer_one=True)])
@@ -163,6 +208,9 @@ register(
         lambda x, at: x[0].reshape(at["shape"]),
         vjp=lambda g, x, out, at: (g.reshape(x[0].shape),),
         onnx=_reshape_onnx,
+        flat_index=True,
+        is_identity=_same_shape,
+        fold=lambda inner, outer: outer,
     )
 )
 register(
@@ -174,6 +222,9 @@ register(
         lambda x, at: x[0].transpose(at["perm"]),
         vjp=_permute_vjp,
         onnx=onnx_node("Transpose", since=(13, 21, 23, 24, 25), carried=("perm",), from_onnx=_permute_from_onnx),
+        index_map=_permute_index,
+        is_identity=_permute_is_identity,
+        fold=_permute_fold,
     )
 )
 register(
@@ -185,7 +236,34 @@ register(
         lambda x, at: np.broadcast_to(x[0], at["shape"]),
         vjp=_expand_vjp,
         onnx=_expand_onnx,
+        index_map=_expand_index,
+        is_identity=_same_shape,
     )
 )
-register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref, vjp=_slice_vjp, onnx=_slice_onnx))
-register(OpDef("pad", "movement", 1, _pad_infer, lambda x, at: np.pad(x[0], at["pads"]), vjp=_pad_vjp, onnx=_pad_onnx))
+register(
+    OpDef(
+        "slice",
+        "movement",
+        1,
+        _slice_infer,
+        _slice_ref,
+        vjp=_slice_vjp,
+        onnx=_slice_onnx,
+        index_map=_slice_index,
+        is_identity=_slice_is_identity,
+    )
+)
+register(
+    OpDef(
+        "pad",
+        "movement",
+        1,
+        _pad_infer,
+        lambda x, at: np.pad(x[0], at["pads"]),
+        vjp=_pad_vjp,
+        onnx=_pad_onnx,
+        index_map=_pad_index,
+        reads_outside=True,
+        is_identity=_pad_is_identity,
+    )
+)

@@ -34,6 +34,19 @@ class OpDef:
             form at all. Either way the exporter raises UnsupportedOpError naming the op. A
             primitive that is one ONNX node declares it with :func:`onnx_node`, which the
             importer reads too (``lazyvic/interop/onnx/converters/optable.py``).
+        index_map: movement only: ``(index, attrs, in_shape, shape) -> in_index``, the input
+            index that output element ``index`` reads. Indices are lists of affine forms, one
+            per axis: any objects with ``+ int`` and ``.scale(k)`` (the lowering's ``Lin``);
+            code generation reads movement ops through it instead of copying data.
+        reads_outside: movement only: ``index_map`` may map outside the input, where the value
+            is zero (pad): code generation guards those reads.
+        flat_index: movement only: the op keeps the row-major order of the elements, so an
+            output element reads the input element at the same flat offset (reshape); code
+            generation re-decomposes the flat offset into the input's axes.
+        is_identity: movement only: ``(attrs, in_shape, shape) -> bool``, true when the op
+            returns its input unchanged (the graph passes drop it).
+        fold: movement only: ``(inner_attrs, outer_attrs) -> attrs``, the one op equal to this
+            op applied to the output of the same op (the graph passes fold the two).
     """
 
     name: str
@@ -47,6 +60,11 @@ class OpDef:
     reduce_combine: Callable | None = None
     differentiable: bool = True
     onnx: Callable | None = None
+    index_map: Callable | None = None
+    reads_outside: bool = False
+    flat_index: bool = False
+    is_identity: Callable | None = None
+    fold: Callable | None = None
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,19 @@ A fresh 64 MB array costs about 19 ms of page faults here, more than the kernel
 that fills it. Outputs of at least ``MIN_BYTES`` come from this pool; when the
 node holding one is garbage-collected, the array returns to the pool unless
 something else (a NumPy array the user got from ``.numpy()``, or a view of it)
-still refers to it.
+still refers to it. Arrays start on a 64-byte boundary (``lowering.memory.aligned_empty``:
+BLAS writes into them). The CPU backend takes its outputs from :func:`take`.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import weakref
 
 import numpy as np
 
-ALIGN = 64  # OpenBLAS runs ~800x slower into a 16-byte aligned output (measured here)
+from lazyvic.lowering.memory import ALIGN, aligned_empty, aligned_view
+
 MIN_BYTES = 1 << 20
 MAX_POOLED_BYTES = 1 << 30
 MAX_WATCHED = 16  # released-but-still-referenced allocations checked again later
@@ -23,21 +24,6 @@ MAX_WATCHED = 16  # released-but-still-referenced allocations checked again late
 _free: dict = {}  # nbytes -> list of raw uint8 arrays
 _pooled_bytes = [0]
 _released: list = []  # allocations whose node died, not yet checked
-
-
-def _aligned_view(raw: np.ndarray, n: int, shape, dtype) -> np.ndarray:
-    start = (-raw.__array_interface__["data"][0]) % ALIGN
-    return raw[start : start + n].view(dtype).reshape(shape)
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary.
-
-    Its ``base`` is the raw uint8 allocation (NumPy points every view at the owner).
-    """
-    dtype = np.dtype(dtype)
-    n = math.prod(shape) * dtype.itemsize
-    return _aligned_view(np.empty(n + ALIGN, dtype=np.uint8), n, shape, dtype)
 
 
 def take(shape, dtype, aligned: bool = True) -> np.ndarray:
@@ -59,7 +45,7 @@ def take(shape, dtype, aligned: bool = True) -> np.ndarray:
         if free:
             raw = free.pop()
             _pooled_bytes[0] -= raw.nbytes
-            return _aligned_view(raw, n, shape, dtype)
+            return aligned_view(raw, n, shape, dtype)
     return aligned_empty(shape, dtype)
 
 

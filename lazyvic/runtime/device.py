@@ -12,7 +12,9 @@ Every copy between host and device is counted in :mod:`lazyvic.metrics`:
 CUDA tensor on the host, and those a CUDA plan makes for the ops it runs on the host).
 
 ``numba.cuda`` is imported only when a CUDA device is first asked for, so CPU-only
-programs never pay for it.
+programs never pay for it. GPU detection lives here (:func:`cuda_available`,
+:func:`simulated`, :func:`cupy`); the CUDA backend is handed what it found
+(``runtime/executor.py``), as the lowering sits below the runtime.
 """
 
 from __future__ import annotations
@@ -89,16 +91,22 @@ def canonical(device, opname: str = "to") -> str:
 
 def simulated() -> bool:
     """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
-    from lazyvic.lowering.cuda_plan import simulated as lowering_simulated
+    from numba import config as numba_config
 
-    return lowering_simulated()
+    return bool(numba_config.ENABLE_CUDASIM)
 
 
+@functools.lru_cache(maxsize=None)
 def cupy():
-    """CuPy when it is importable and a real GPU is in use (not the simulator), else None."""
-    from lazyvic.lowering.cuda_plan import cupy_on_gpu
-
-    return cupy_on_gpu()
+    """CuPy when it is importable and a real GPU is in use (not the simulator), else None
+    (looked for once)."""
+    if simulated():
+        return None
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    return cp
 
 
 def count(direction: str, nbytes: int) -> None:

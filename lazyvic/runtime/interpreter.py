@@ -1,7 +1,8 @@
 """The NumPy reference interpreter: runs any trace with the op table's references.
 
 It is the oracle of the tests, the first run of a plan in ``hot`` mode, and the
-fallback for what the code generator cannot compile.
+fallback for what the code generator cannot compile. It reads the trace's named entries one
+at a time (``Trace.entry``).
 """
 
 from __future__ import annotations
@@ -13,20 +14,22 @@ from lazyvic.dtypes import get_dtype
 
 
 def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
+    """Run ``trace`` on host ``inputs`` (per input slot) and ``scalars`` (per scalar slot);
+    returns per output a NumPy array the caller owns."""
     values: list = [None] * len(trace.entries)
-    dtypes = trace.dtypes
-    for i, (op, attrs, args, _, _) in enumerate(trace.entries):
-        if op == "buffer":
-            values[i] = inputs[attrs[0]]
-        elif op == "scalar":
-            values[i] = dtypes[i].np.type(scalars[attrs[0]])
+    for i in range(len(values)):
+        e = trace.entry(i)  # one at a time: a run keeps nothing of the trace's
+        if e.op == "buffer":
+            values[i] = inputs[e.slot]
+        elif e.op == "scalar":
+            values[i] = e.dtype.np.type(scalars[e.slot])
         else:
-            opdef = optable.OPS[op]
+            opdef = optable.OPS[e.op]
             with np.errstate(all="ignore"):
-                out = opdef.reference([values[j] for j in args], dict(attrs))
+                out = opdef.reference([values[j] for j in e.inputs], e.attrs)
             out = np.asarray(out)
-            if out.dtype != dtypes[i].np:
-                out = out.astype(dtypes[i].np)
+            if out.dtype != e.dtype.np:
+                out = out.astype(e.dtype.np)
             values[i] = out
     results = []
     for o in trace.outputs:
@@ -36,4 +39,19 @@ def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
     return results
 
 
-__all__ = ["interpret", "get_dtype"]
+def interpret_cuda(trace, inputs: list, scalars: list) -> list:
+    """A CUDA trace on the interpreter: host copies in, device copies out (counted). An input
+    may already be a host array (a constant made of Python numbers, realized on the CPU
+    earlier in the same sync), as a CUDA plan also takes."""
+    from lazyvic.runtime import device
+
+    shapes = [None] * trace.n_inputs
+    for i in range(len(trace.entries)):
+        e = trace.entry(i)
+        if e.op == "buffer":
+            shapes[e.slot] = e.shape
+    host = [a if isinstance(a, np.ndarray) else device.to_host(a, shape) for a, shape in zip(inputs, shapes)]
+    return [device.to_device(o) for o in interpret(trace, host, scalars)]
+
+
+__all__ = ["interpret", "interpret_cuda", "get_dtype"]

@@ -40,6 +40,16 @@ fallback_ops: Counter = Counter()
 # so recording costs nothing per op and nothing at all when explain is not running.
 recorder = None
 
+# The runtime's plan cache, for the counts below: runtime/plan_cache.py registers it when it
+# is made (it sits above this module, which imports nothing of it).
+_plan_cache: dict = {}
+
+
+def register_plan_cache(cache: dict) -> None:
+    """Count ``cache`` (trace key -> PlanEntry) in :func:`snapshot` and :func:`plans`."""
+    global _plan_cache
+    _plan_cache = cache
+
 
 def add(name: str, value=1) -> None:
     counters[name] += value
@@ -47,11 +57,9 @@ def add(name: str, value=1) -> None:
 
 def snapshot() -> dict:
     """A copy of every counter, plus ``fallback_ops`` (op name -> count) and the cache size."""
-    from lazyvic.runtime.plan_cache import plan_cache
-
     snap = dict(counters)
     snap["fallback_ops"] = dict(fallback_ops)
-    snap["plans_cached"] = len(plan_cache)
+    snap["plans_cached"] = len(_plan_cache)
     snap["compile_seconds"] = round(snap["compile_seconds"], 6)
     peaks = [p["memory"]["peak"] for p in plans() if p["memory"]]
     snap["planned_peak_bytes"] = max(peaks, default=0)
@@ -60,7 +68,7 @@ def snapshot() -> dict:
 
 
 def _kernels_on_disk() -> int:
-    from lazyvic.lowering.kernel_cache import kernel_dir
+    from lazyvic.lowering.cpu.kernel_cache import kernel_dir
     from lazyvic.runtime.config import config
 
     try:
@@ -75,10 +83,8 @@ def plans() -> list[dict]:
     ``memory`` — the planned bytes split into ``inputs``, ``parameters``, ``temporaries``
     (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
     """
-    from lazyvic.runtime.plan_cache import plan_cache
-
     out = []
-    for entry in plan_cache.values():
+    for entry in _plan_cache.values():
         plan = entry.plan
         out.append(
             {

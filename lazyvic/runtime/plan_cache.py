@@ -5,6 +5,10 @@ interpreter; when it recurs its plan is compiled and every later run uses it.
 In deterministic mode a plan is compiled at first sight, so results never
 depend on whether a key was seen before. A plan that fails to compile is run by the interpreter and counted as a
 fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
+
+A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)
+and run through ``executor.execute`` (``plan.run``), the same way for the CPU and CUDA; only
+the interpreter needs to know the device (CUDA traces get host copies in, device copies out).
 """
 
 from __future__ import annotations
@@ -15,12 +19,10 @@ import sys
 import time
 import warnings
 
-import numpy as np
-
 from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
-from lazyvic.runtime.executor import execute
-from lazyvic.runtime.interpreter import interpret
+from lazyvic.runtime.executor import backend, execute
+from lazyvic.runtime.interpreter import interpret, interpret_cuda
 
 
 class PlanEntry:
@@ -50,6 +52,7 @@ class PlanCache(dict):
 
 
 plan_cache = PlanCache()
+metrics.register_plan_cache(plan_cache)
 
 
 def plan_name(key) -> str:
@@ -62,46 +65,45 @@ def plan_name(key) -> str:
 _CAUSES = ("structure", "input shape", "dtype", "constant", "derived shape")
 
 
-def _root_differences(old_entries: tuple, new_entries: tuple) -> list[int]:
-    """Positions where the traces differ for a reason of their own, not only because an
-    input entry differs (a dtype or shape change propagates to every op downstream)."""
-    differs = [False] * min(len(old_entries), len(new_entries))
+def _root_differences(old, new) -> list[int]:
+    """Positions where traces ``old`` and ``new`` differ for a reason of their own, not only
+    because an input entry differs (a dtype or shape change propagates to every op downstream)."""
+    differs = [False] * min(len(old.entries), len(new.entries))
     roots = []
-    for i, (a, b) in enumerate(zip(old_entries, new_entries)):
-        if a == b:
+    for i, (a, b) in enumerate(zip(old.entries, new.entries)):
+        if a == b:  # the key's own entries: equal ones cost a tuple comparison, no Entry
             continue
         differs[i] = True
-        if a[0] == b[0] and a[1] == b[1] and a[2] == b[2] and any(differs[j] for j in b[2]):
+        a, b = old.entry(i), new.entry(i)
+        if a.op == b.op and a.attrs == b.attrs and a.inputs == b.inputs and any(differs[j] for j in b.inputs):
             continue  # same op, attributes and inputs: its shape/dtype follows from an input's
         roots.append(i)
     return roots
 
 
-def _entry_diff(i: int, a: tuple, b: tuple) -> dict:
-    """What differs between entry ``a`` (cached trace) and ``b`` (new trace) at position ``i``."""
-    op_a, attrs_a, ins_a, shape_a, dt_a = a
-    op_b, attrs_b, ins_b, shape_b, dt_b = b
-    d = {"entry": i, "op": op_b}
-    if op_a != op_b:
-        return d | {"kind": "structure", "detail": f"op {op_a} -> {op_b}"}
-    if ins_a != ins_b:
-        return d | {"kind": "structure", "detail": f"inputs {list(ins_a)} -> {list(ins_b)}"}
-    if op_b in ("buffer", "scalar") and attrs_a != attrs_b:
-        return d | {"kind": "structure", "detail": f"{op_b} slot {attrs_a[0]} -> {attrs_b[0]}"}
-    if attrs_a != attrs_b:
-        da, db = dict(attrs_a), dict(attrs_b)
+def _entry_diff(i: int, a, b) -> dict:
+    """What differs between Entry ``a`` (cached trace) and ``b`` (new trace) at position ``i``."""
+    d = {"entry": i, "op": b.op}
+    if a.op != b.op:
+        return d | {"kind": "structure", "detail": f"op {a.op} -> {b.op}"}
+    if a.inputs != b.inputs:
+        return d | {"kind": "structure", "detail": f"inputs {list(a.inputs)} -> {list(b.inputs)}"}
+    if b.is_input and a.attrs != b.attrs:
+        return d | {"kind": "structure", "detail": f"{b.op} slot {a.slot} -> {b.slot}"}
+    if a.attrs != b.attrs:
+        da, db = dict(a.attrs), dict(b.attrs)
         names = sorted(k for k in da.keys() | db.keys() if da.get(k) != db.get(k))
         changes = ", ".join(f"{k}={da.get(k)!r} -> {db.get(k)!r}" for k in names)
         return d | {"kind": "constant", "attr": names[0] if names else None, "detail": changes}
-    if dt_a != dt_b:
-        return d | {"kind": "dtype", "detail": f"dtype {dt_a} -> {dt_b}"}
-    if op_b == "buffer":
+    if a.dtype is not b.dtype:
+        return d | {"kind": "dtype", "detail": f"dtype {a.dtype.name} -> {b.dtype.name}"}
+    if b.op == "buffer":
         return d | {
             "kind": "input shape",
-            "slot": attrs_b[0],
-            "detail": f"input {attrs_b[0]} shape {shape_a} -> {shape_b}",
+            "slot": b.slot,
+            "detail": f"input {b.slot} shape {a.shape} -> {b.shape}",
         }
-    return d | {"kind": "derived shape", "detail": f"shape {shape_a} -> {shape_b}"}
+    return d | {"kind": "derived shape", "detail": f"shape {a.shape} -> {b.shape}"}
 
 
 def diff_traces(old, new, limit: int = 5) -> list[dict]:
@@ -111,7 +113,7 @@ def diff_traces(old, new, limit: int = 5) -> list[dict]:
     ``entry`` (position in the new trace), ``op`` and ``detail``. Entries that differ only
     because an input differs are left out.
     """
-    diffs = [_entry_diff(i, old.entries[i], new.entries[i]) for i in _root_differences(old.entries, new.entries)]
+    diffs = [_entry_diff(i, old.entry(i), new.entry(i)) for i in _root_differences(old, new)]
     if len(old.entries) != len(new.entries):
         diffs.append(
             {
@@ -165,7 +167,7 @@ def miss_reason(trace, max_candidates: int = 32) -> dict:
     cands = cands[:max_candidates]
     best, best_score = None, None
     for e in cands:
-        score = (abs(e.n_ops - n), len(_root_differences(e.trace.entries, trace.entries)))
+        score = (abs(e.n_ops - n), len(_root_differences(e.trace, trace)))
         if best_score is None or score < best_score:
             best, best_score = e, score
     diffs = diff_traces(best.trace, trace)
@@ -195,20 +197,15 @@ def describe_groups(plan) -> list[dict]:
             {
                 "name": step.name if step is not None else f"node{g.root}",
                 "kind": kind,
-                "ops": [plan.entries[j][0] for j in sorted(g.members)] or [plan.entries[g.root][0]],
+                "ops": [plan.entries[j].op for j in sorted(g.members)] or [plan.entries[g.root].op],
             }
         )
     return out
 
 
 def _compile(trace):
-    if _on_cuda(trace):
-        from lazyvic.lowering.cuda_plan import compile_trace_cuda as compile_trace
-    else:
-        from lazyvic.lowering import compile_trace
-
     t0 = time.perf_counter()
-    plan = compile_trace(trace, config.cache_dir, config.debug)
+    plan = backend(trace.device).compile(trace, config.cache_dir, config.debug)
     if config.gc_freeze:
         # Compiling leaves ~10^5 long-lived objects (Numba's and ours) that every full
         # collection would walk again; see LAZYVIC_GC_FREEZE in runtime/config.py.
@@ -261,49 +258,6 @@ def run(trace, inputs: list, scalars: list) -> list:
     return out
 
 
-def _on_cuda(trace) -> bool:
-    return trace.key[2][:1] == ("cuda",)
-
-
-def _input_shapes(trace) -> list:
-    shapes = [None] * trace.n_inputs
-    for op, attrs, _, shape, _ in trace.entries:
-        if op == "buffer":
-            shapes[attrs[0]] = shape
-    return shapes
-
-
-_COPIES = ("host_to_device", "device_to_host")
-
-
-def _run_cuda_plan(plan, inputs: list, scalars: list) -> list:
-    """Run a CudaPlan; outputs are flat device arrays (see lazyvic.runtime.device). The copies
-    the plan counted in its stats during the run (an index error included) go to metrics."""
-    from lazyvic.runtime import device
-
-    stats = plan.stats
-    before = [(stats.get(d, 0), stats.get(d + "_bytes", 0)) for d in _COPIES]
-    try:
-        outs = plan.run(inputs, scalars, to_host=False)
-    finally:
-        for d, (n, nbytes) in zip(_COPIES, before):
-            metrics.add(d + "_copies", stats.get(d, 0) - n)
-            metrics.add(d + "_bytes", stats.get(d + "_bytes", 0) - nbytes)
-    return [device.to_device(o) if isinstance(o, np.ndarray) else device.storage(o) for o in outs]
-
-
-def _interpret_cuda(trace, inputs: list, scalars: list) -> list:
-    """A CUDA trace on the NumPy interpreter: host copies in, device copies out (counted).
-    An input may already be a host array (a constant made of Python numbers, realized on the
-    CPU earlier in the same sync), as CudaPlan.run also takes."""
-    from lazyvic.runtime import device
-
-    host = [
-        a if isinstance(a, np.ndarray) else device.to_host(a, shape) for a, shape in zip(inputs, _input_shapes(trace))
-    ]
-    return [device.to_device(o) for o in interpret(trace, host, scalars)]
-
-
 def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
     mode = config.compile
     if mode == "hot" and config.deterministic:
@@ -323,27 +277,18 @@ def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict
         if event is not None:
             event["compiled"] = True
             event["compile_seconds"] = time.perf_counter() - t0
-    on_cuda = _on_cuda(trace)
     if entry.plan is not None and mode != "never":
-        plan = entry.plan
         t0 = time.perf_counter()
-        out = _run_cuda_plan(plan, inputs, scalars) if on_cuda else execute(plan, inputs, scalars, config.debug)
-        dt = time.perf_counter() - t0
-        metrics.add("execute_seconds", dt)
-        metrics.add("compiled_runs")
-        if plan.fallbacks:
-            metrics.add("fallbacks", len(plan.fallbacks))
-            for op in plan.fallbacks:
-                metrics.fallback_ops[op] += 1
+        out = execute(entry.plan, inputs, scalars, config.debug)
         if event is not None:
             event["ran"] = "plan"
-            event["execute_seconds"] = dt
+            event["execute_seconds"] = time.perf_counter() - t0
         return out
     if entry.failed is not None:
         metrics.add("fallbacks")
         metrics.fallback_ops["<whole trace: " + entry.failed.split(":")[0] + ">"] += 1
     t0 = time.perf_counter()
-    out = _interpret_cuda(trace, inputs, scalars) if on_cuda else interpret(trace, inputs, scalars)
+    out = interpret_cuda(trace, inputs, scalars) if trace.device == "cuda" else interpret(trace, inputs, scalars)
     dt = time.perf_counter() - t0
     metrics.add("interpret_seconds", dt)
     metrics.add("execute_seconds", dt)

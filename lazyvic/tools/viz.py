@@ -1,7 +1,7 @@
 """The visualizer: traces and plans as Graphviz pictures.
 
 :func:`draw` turns pending tensors, a :class:`~lazyvic.trace.cut.Trace`, a compiled
-:class:`~lazyvic.lowering.plan.Plan` or a plan-cache ``PlanEntry`` into a
+:class:`~lazyvic.lowering.backend.Plan` (CPU or CUDA) or a plan-cache ``PlanEntry`` into a
 ``graphviz.Digraph``: one node per op (op, shape, dtype, module scope), edges labelled
 with shapes, each fused kernel of a plan drawn as a cluster named after the kernel.
 ``collapse="module"`` draws one box per module scope instead, so a whole training step
@@ -53,68 +53,25 @@ def _shape(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")" if len(shape) != 1 else f"({shape[0]},)"
 
 
-def _dtype_name(d) -> str:
-    return d if isinstance(d, str) else d.name
-
-
-def _vertices(entries, param_slots, scopes) -> list[_Vertex]:
+def _vertices(entries, param_slots) -> list[_Vertex]:
+    """One vertex per named entry (``lazyvic.trace.entry.Entry``) of a trace or a plan; a plan's
+    entries carry the scope of the trace entry they came from (the graph passes keep it)."""
     out = []
-    for i, (op, attrs, inputs, shape, dtype) in enumerate(entries):
-        scope = scopes[i] if i < len(scopes) else None
-        if op == "buffer":
-            slot = attrs[0]
-            kind = "param" if slot in param_slots else "input"
-            out.append(_Vertex(i, op, attrs, (), shape, _dtype_name(dtype), kind, scope, f"{kind} {slot}"))
-        elif op == "scalar":
-            out.append(_Vertex(i, op, attrs, (), shape, _dtype_name(dtype), "scalar", scope, f"scalar {attrs[0]}"))
+    for i, e in enumerate(entries):
+        dtype = e.dtype.name
+        if e.op == "buffer":
+            kind = "param" if e.slot in param_slots else "input"
+            out.append(_Vertex(i, e.op, e.attrs, (), e.shape, dtype, kind, e.scope, f"{kind} {e.slot}"))
+        elif e.op == "scalar":
+            out.append(_Vertex(i, e.op, e.attrs, (), e.shape, dtype, "scalar", e.scope, f"scalar {e.slot}"))
         else:
-            out.append(_Vertex(i, op, attrs, tuple(inputs), shape, _dtype_name(dtype), "op", scope))
+            out.append(_Vertex(i, e.op, e.attrs, tuple(e.inputs), e.shape, dtype, "op", e.scope))
     return out
-
-
-class _Tagged(dict):
-    """Attrs that remember the trace position they came from (the passes pass attrs through)."""
-
-    __slots__ = ("pos",)
-
-
-def _plan_scopes(entries: list, trace) -> list:
-    """Module scope of each plan entry.
-
-    The graph passes (lowering/passes.py) drop identities, fold movements, merge equal
-    subexpressions and transpose matmuls, so plan positions are not trace positions. The
-    same passes are run again on the trace with attrs that remember their position; the
-    few entries the passes rewrote take the scope of a consumer (or of an input).
-    """
-    from lazyvic.lowering.passes import simplify, transpose_matmuls
-
-    if trace is None or len(trace.scopes) != len(trace.entries) or len(trace.dtypes) != len(trace.entries):
-        return [None] * len(entries)
-    tagged = []
-    for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries):
-        if op not in ("buffer", "scalar"):
-            attrs = _Tagged(attrs)
-            attrs.pos = i
-        tagged.append((op, attrs, inputs, shape, trace.dtypes[i]))
-    redone, _ = simplify(*transpose_matmuls(tagged, list(trace.outputs)))
-    if len(redone) != len(entries):  # not the plan of this trace
-        return [None] * len(entries)
-    scopes = [trace.scopes[a.pos] if isinstance(a, _Tagged) else None for _, a, _, _, _ in redone]
-    known = [isinstance(e[1], _Tagged) or e[0] in ("buffer", "scalar") for e in redone]
-    for j in range(len(entries) - 1, -1, -1):  # rewritten entries: a consumer's scope
-        if not known[j]:
-            scopes[j] = next(
-                (scopes[k] for k in range(j + 1, len(entries)) if j in entries[k][2] and scopes[k] is not None), None
-            )
-    for j, e in enumerate(entries):  # ... or an input's
-        if scopes[j] is None and not known[j]:
-            scopes[j] = next((scopes[i] for i in e[2] if scopes[i] is not None), None)
-    return scopes
 
 
 def _resolve(target):
     """-> (vertices, outputs, plan or None, title)."""
-    from lazyvic.lowering.plan import Plan
+    from lazyvic.lowering.backend import Plan
     from lazyvic.runtime.plan_cache import PlanEntry
     from lazyvic.tensor import Tensor
     from lazyvic.trace.cut import Trace, cut
@@ -146,10 +103,10 @@ def _resolve(target):
         )
     if plan is not None:
         params = trace.param_slots if trace is not None else frozenset()
-        verts = _vertices(plan.entries, params, _plan_scopes(plan.entries, trace))
+        verts = _vertices(plan.entries, params)
         outputs = tuple(o[1] for o in plan.outputs if o[0] == "buffer")
         return verts, outputs, plan, f"{plan.name}: {len(plan.steps)} steps"
-    verts = _vertices(trace.entries, trace.param_slots, trace.scopes)
+    verts = _vertices(trace.named, trace.param_slots)
     return verts, tuple(trace.outputs), None, f"trace of {len(trace.entries)} ops"
 
 

@@ -7,13 +7,18 @@ enter the key, so new data and new scalar values reuse a cached plan.
 
 Each entry of ``Trace.entries`` is ``(op, attrs, inputs, shape, dtype_name)``
 where ``inputs`` are positions of earlier entries; for ``buffer`` and ``scalar``
-entries ``attrs`` is ``(slot,)``.
+entries ``attrs`` is ``(slot,)``. These plain tuples are the key, built at every sync;
+readers of the trace use its :class:`~lazyvic.trace.entry.Entry` objects instead
+(``Trace.named``, ``Trace.entry(i)``: made when asked for, so a plan-cache hit never builds
+them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from lazyvic.trace.entry import Entry, named_entries, named_entry
 from lazyvic.trace.node import Node, parameter_nodes, reset_pending_count
 
 
@@ -32,6 +37,35 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    @cached_property
+    def named(self) -> tuple:
+        """The entries as :class:`~lazyvic.trace.entry.Entry` (dtype, scope and origin included),
+        built on first use and kept with the trace."""
+        return named_entries(self.entries, self.dtypes, self.scopes)
+
+    def entry(self, i: int) -> Entry:
+        """Entry ``i`` as an :class:`~lazyvic.trace.entry.Entry`, made now and kept by nobody
+        (``named[i]`` when all of them are built already)."""
+        named = self.__dict__.get("named")
+        if named is not None:
+            return named[i]
+        return named_entry(
+            self.entries[i],
+            self.dtypes[i] if i < len(self.dtypes) else None,
+            self.scopes[i] if i < len(self.scopes) else None,
+            i,
+        )
+
+    @property
+    def flags(self) -> tuple:
+        """The flags the trace was cut with, part of its key (the front end's: device, mode)."""
+        return self.key[2]
+
+    @property
+    def device(self) -> str:
+        """``"cuda"`` when the first of its flags says so, else ``"cpu"``."""
+        return "cuda" if self.flags[:1] == ("cuda",) else "cpu"
 
 
 def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[Node]]:

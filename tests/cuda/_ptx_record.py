@@ -83,11 +83,11 @@ def _closure(fn) -> dict:
 
 
 def install_recorder(kinds: dict) -> dict:
-    """Patch the simulator's kernel launch (and cuda_plan.load_kernel, for the generated
-    kernels' kind); returns the dict that fills with ``key -> record``."""
+    """Patch the simulator's kernel launch (and lowering.cuda.loader.load_kernel, for the
+    generated kernels' kind); returns the dict that fills with ``key -> record``."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from lazyvic.lowering import cuda_plan
+    from lazyvic.lowering.cuda import loader
 
     seen: dict = {}
     launch = FakeCUDAKernel.__call__
@@ -102,7 +102,7 @@ def install_recorder(kinds: dict) -> dict:
                 "closure": _closure(fn) if "<locals>" in fn.__qualname__ else {},
                 "args": [_arg_type(a) for a in args],
             }
-            generated = fn.__module__.startswith("lazyvic_cuda_kernels.")  # see cuda_plan.load_kernel
+            generated = fn.__module__.startswith("lazyvic_cuda_kernels.")  # see loader.load_kernel
             rec["kind"] = kinds.get(fn.__name__, "generated") if generated else "library"
             key = json.dumps([rec["module"], rec["qualname"], rec["file"], rec["closure"], rec["args"]])
             if key in seen:
@@ -112,13 +112,13 @@ def install_recorder(kinds: dict) -> dict:
         return launch(self, *args)
 
     FakeCUDAKernel.__call__ = recorded
-    load = cuda_plan.load_kernel
+    load = loader.load_kernel
 
     def load_kernel(ks, cache_dir, stats):
         kinds[ks.name] = ks.kind
         return load(ks, cache_dir, stats)
 
-    cuda_plan.load_kernel = load_kernel  # _compile looks it up as a module global
+    loader.load_kernel = load_kernel  # the backend looks it up in the module at each compile
     return seen
 
 
@@ -165,7 +165,7 @@ def codegen_cases(lv) -> None:
     runs and other launch sizes launch no other kernel), then its checks as they are."""
     import test_codegen_cuda as cases
 
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import backend
     from lazyvic.trace.cut import cut
 
     for name in cases.CASES:
@@ -173,7 +173,7 @@ def codegen_cases(lv) -> None:
             outs, _ = getattr(cases, name)(lv)
             for trace_outs in [] if outs is None else outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
-                compile_trace_cuda(trace).run(inputs, scalars)
+                backend("cuda").compile(trace).run(inputs, scalars, to_host=True)
             emit({"case": f"codegen:{name}"})
         except Exception:  # noqa: BLE001 - reported to the parent test
             emit({"case": f"codegen:{name}", "error": traceback.format_exc()})
@@ -189,11 +189,11 @@ def record(group: str) -> None:
     sys.path[:0] = [str(HERE), str(TESTS)]
     sys.setswitchinterval(1e-5)  # the simulator's barriers poll their threads
     import lazyvic as lv
-    from lazyvic.lowering import cuda_plan
+    from lazyvic.lowering.cuda import target
 
     # Fewer simulated threads: launch sizes change no result and no kernel source, only the
-    # simulator's time (cuda_plan's "Launch sizes").
-    cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MAX_BLOCKS = 8, 1
+    # simulator's time (lowering/cuda/target.py's "Launch sizes").
+    target.SIMULATOR_THREADS, target.SIMULATOR_MAX_BLOCKS = 8, 1
     kinds: dict = {}
     seen = install_recorder(kinds)
     emit({"case": "_probe", "simulated": lv.cuda.is_simulated()})
@@ -206,15 +206,15 @@ def record(group: str) -> None:
 
 
 def _factory_kernel(rec: dict):
-    """The GPU's dispatcher of a factory-made kernel: the factory called as cuda_plan calls it
-    on a GPU (the simulator's smaller tile replaced by the GPU's)."""
+    """The GPU's dispatcher of a factory-made kernel: the factory called as the CUDA target calls
+    it on a GPU (the simulator's smaller tile replaced by the GPU's)."""
     import numpy as np
 
-    from lazyvic.lowering import cuda_kernel_lib, cuda_plan
+    from lazyvic.lowering.cuda import kernel_lib, target
 
     where = f"{rec['module']}:{rec['qualname']}"
-    if where == "lazyvic.lowering.cuda_kernel_lib:matmul_kernel.<locals>.matmul_tiled":
-        return cuda_kernel_lib.matmul_kernel(cuda_plan.MATMUL_TILE, np.dtype(rec["closure"]["dtype"]["dtype"]))
+    if where == "lazyvic.lowering.cuda.kernel_lib:matmul_kernel.<locals>.matmul_tiled":
+        return kernel_lib.matmul_kernel(target.MATMUL_TILE, np.dtype(rec["closure"]["dtype"]["dtype"]))
     raise LookupError(f"no known factory for {where} (add it to _ptx_record._factory_kernel)")
 
 

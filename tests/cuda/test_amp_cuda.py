@@ -1,7 +1,7 @@
 """The autocast rounding primitives on CUDA, under Numba's CUDA simulator.
 
-``round_float16`` / ``round_bfloat16`` run through ``compile_trace_cuda`` (kernels whose
-header imports ``cuda_kernel_lib.round_*``) and must give the CPU plan's bits. The simulator
+``round_float16`` / ``round_bfloat16`` run through the CUDA backend (kernels whose
+header imports ``lowering.cuda.kernel_lib.round_*``) and must give the CPU plan's bits. The simulator
 needs ``NUMBA_ENABLE_CUDASIM=1`` before Numba is first imported, so the checks run in a
 subprocess (this file run as a script) that prints one JSON line per check, as
 tests/cuda/test_codegen_cuda.py does. Sizes are small: the simulator runs each CUDA thread
@@ -71,15 +71,14 @@ def _values(dtype, n=160, seed=0) -> np.ndarray:
 
 # -- checks (run in the subprocess) ----------------------------------------------------------
 def _cpu_and_cuda(outs):
-    from lazyvic.lowering import compile_trace
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
-    from lazyvic.runtime.executor import execute
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.runtime.executor import backend, execute
     from lazyvic.trace.cut import cut
 
     trace, inputs, scalars, _ = cut([t._node for t in outs])
     cpu = execute(compile_trace(trace), inputs, scalars)
-    plan = compile_trace_cuda(trace)
-    return cpu, plan.run(inputs, scalars), plan
+    plan = backend("cuda").compile(trace)
+    return cpu, plan.run(inputs, scalars, to_host=True), plan
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -141,7 +140,7 @@ CHECKS = ("check_rounding_bits", "check_autocast_matmul")
 
 def _run_checks() -> None:
     import lazyvic as lv
-    from lazyvic.lowering.cuda_plan import simulated
+    from lazyvic.runtime.device import simulated
 
     sys.setswitchinterval(1e-5)  # the simulator's barrier polls its threads
     print(json.dumps({"check": "_probe", "simulated": simulated()}), flush=True)

@@ -1,8 +1,8 @@
 """CUDA code generation against the CPU plans, under Numba's CUDA simulator.
 
 Each case builds a real lazy graph, cuts it into a trace and runs the trace
-through the CPU plan (``lowering.compile_trace`` + executor) and through
-``compile_trace_cuda(...).run``. The simulator needs ``NUMBA_ENABLE_CUDASIM=1``
+through the CPU plan (``lowering.cpu.compile_trace`` + executor) and through the runtime's
+CUDA backend (``runtime.executor.backend("cuda").compile(...).run``). The simulator needs ``NUMBA_ENABLE_CUDASIM=1``
 before Numba is first imported, so the cases run in one subprocess (this file run
 as a script) that reports each case as one JSON line; the tests here read them.
 Shapes are tiny: the simulator runs every CUDA thread as a Python thread.
@@ -338,20 +338,19 @@ CASES = [name for name in list(globals()) if name.startswith("case_")]
 def _errors_alike(trace, inputs, scalars, *replaced) -> list:
     """``replaced``: pairs (a good index input, the bad array put in its place)."""
     import lazyvic as lv
-    from lazyvic.lowering import compile_trace
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
-    from lazyvic.runtime.executor import execute
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.runtime.executor import backend, execute
 
     bad_inputs = list(inputs)
     for index, bad in replaced:
         (slot,) = [k for k, a in enumerate(inputs) if a.dtype == index.dtype and np.array_equal(a, index)]
         bad_inputs[slot] = bad
-    plan = compile_trace_cuda(trace)
+    plan = backend("cuda").compile(trace)
     messages = []
     for run in (
         lambda: execute(compile_trace(trace), bad_inputs, scalars),
-        lambda: plan.run(bad_inputs, scalars),
-        lambda: plan.run(bad_inputs, scalars),
+        lambda: plan.run(bad_inputs, scalars, to_host=True),
+        lambda: plan.run(bad_inputs, scalars, to_host=True),
     ):
         try:
             run()
@@ -360,7 +359,7 @@ def _errors_alike(trace, inputs, scalars, *replaced) -> list:
             messages.append(str(e))
     if messages[0] is None or messages.count(messages[0]) != 3:
         return [f"CPU raised {messages[0]!r}, CUDA {messages[1]!r} then {messages[2]!r}"]
-    expected, got = execute(compile_trace(trace), inputs, scalars), plan.run(inputs, scalars)
+    expected, got = execute(compile_trace(trace), inputs, scalars), plan.run(inputs, scalars, to_host=True)
     if not all(np.allclose(g, e, rtol=RTOL, atol=ATOL) for e, g in zip(expected, got)):
         return ["good indices after bad ones: other results than the CPU's"]
     return []
@@ -400,7 +399,7 @@ def check_index_errors(lv):
 def check_one_error_copy_per_run(lv):
     """However many index checks a plan has, one copy of its error buffer comes back per run
     (after the last step), besides the outputs."""
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import backend
     from lazyvic.trace.cut import cut
 
     problems = []
@@ -409,12 +408,12 @@ def check_one_error_copy_per_run(lv):
         outs = [x.gather(1, lv.tensor(np.full((4, 2), k, np.int64))) * 2.0 for k in range(n)]
         outs.append(x.gather(1, x.argmax(1, keepdim=True) + 0))  # a computed index: a device gather step
         trace, inputs, scalars, _ = cut([t._node for t in outs])
-        plan = compile_trace_cuda(trace)
+        plan = backend("cuda").compile(trace)
         if len(plan.checks) != n + 1:
             problems.append(f"{len(plan.checks)} checks, expected {n + 1}")
         for _ in range(2):
             before = dict(plan.stats)
-            plan.run(inputs, scalars)
+            plan.run(inputs, scalars, to_host=True)
             copies, sent = (plan.stats[k] - before.get(k, 0) for k in ("device_to_host", "device_to_host_bytes"))
             if (copies, sent) != (len(outs) + 1, 4 * 2 * 4 * n + 4 * 4 + 24 * (n + 1)):
                 problems.append(f"{n + 1} checks: {copies} copies, {sent} bytes back in a run")
@@ -476,23 +475,22 @@ def check_packed_scalars_are_sent_when_they_change(lv):
     device at the first run and again only when their values change."""
     from numba import cuda
 
-    from lazyvic.lowering import compile_trace
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
-    from lazyvic.runtime.executor import execute
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.runtime.executor import backend, execute
     from lazyvic.trace.cut import cut
 
     y = lv.tensor(_data(3, 5))
     for k in range(12):
         y = y * (1.0 + k / 100.0) + k / 10.0
     trace, inputs, scalars, _ = cut([y._node])
-    plan = compile_trace_cuda(trace)
+    plan = backend("cuda").compile(trace)
     groups = sum(len(s.packed) for s in plan.kernels)
     device_inputs = [cuda.to_device(a) for a in inputs]  # not counted: only the plan's own copies
     problems = [] if groups else ["no packed scalars"]
     changed = [v * 1.5 for v in scalars]
     for values, sends in ((scalars, groups), (scalars, 0), (changed, groups), (changed, 0), (scalars, groups)):
         before = plan.stats.get("host_to_device", 0)
-        got = plan.run(device_inputs, values)
+        got = plan.run(device_inputs, values, to_host=True)
         if plan.stats.get("host_to_device", 0) - before != sends:
             problems.append(f"{plan.stats.get('host_to_device', 0) - before} copies to the device, expected {sends}")
         (expected,) = execute(compile_trace(trace), inputs, values)
@@ -504,14 +502,15 @@ def check_packed_scalars_are_sent_when_they_change(lv):
 def check_scatter_layout(lv):
     """An embedding's backward sorts its N ids once for all D columns: N keys, N map entries
     (not N * D), one thread per (run of equal ids, column)."""
-    from lazyvic.lowering.cuda_plan import CudaScatterAddStep, compile_trace_cuda
+    from lazyvic.lowering.cuda.index_steps import CudaScatterAddStep
+    from lazyvic.runtime.executor import backend
     from lazyvic.trace.cut import cut
 
     w = lv.tensor(_data(9, 6), requires_grad=True)
     ids = lv.tensor(np.array([[1, 8, 1, 0, 4], [4, 4, 1, 7, 1]], dtype=np.int64))
     lv.functional.embedding(ids, w).sum().backward()
     trace, _, _, _ = cut([w.grad._node])
-    (step,) = [s for s in compile_trace_cuda(trace).steps if isinstance(s, CudaScatterAddStep)]
+    (step,) = [s for s in backend("cuda").compile(trace).steps if isinstance(s, CudaScatterAddStep)]
     layout = (step.key_view.n, step.col_out.size, None if step.view.rmap is None else step.view.rmap.size)
     return [] if layout == (10, 6, None) else [f"keys, columns, map entries: {layout}, expected (10, 6, None)"]
 
@@ -519,13 +518,13 @@ def check_scatter_layout(lv):
 def check_conv_has_no_column_map(lv):
     """conv2d's im2col kernel computes each source address: besides the operands, only its 15
     sizes go to the device (no int64 map of the columns' size, 36 x 60 here)."""
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import backend
     from lazyvic.trace.cut import cut
 
     x, w = _data(2, 4, 5, 6), _data(3, 4, 3, 3, seed=1)
     trace, inputs, scalars, _ = cut([lv.functional.conv2d(lv.tensor(x), lv.tensor(w), padding=1)._node])
-    plan = compile_trace_cuda(trace)
-    plan.run(inputs, scalars)
+    plan = backend("cuda").compile(trace)
+    plan.run(inputs, scalars, to_host=True)
     sent = plan.stats["host_to_device_bytes"]
     return [] if sent == x.nbytes + w.nbytes + 15 * 8 else [f"{sent} bytes sent to the device"]
 
@@ -545,14 +544,14 @@ LAUNCH_CASES = (
 
 
 def _other_launch(plan, inputs, scalars, got) -> list:
-    from lazyvic.lowering import cuda_plan
+    from lazyvic.lowering.cuda import target
 
-    saved = cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE
-    cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE = 3, 64, 8
+    saved = target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE
+    target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE = 3, 64, 8
     try:
-        other = plan.run(inputs, scalars)
+        other = plan.run(inputs, scalars, to_host=True)
     finally:
-        cuda_plan.SIMULATOR_MAX_BLOCKS, cuda_plan.SIMULATOR_THREADS, cuda_plan.SIMULATOR_MATMUL_TILE = saved
+        target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE = saved
     return [
         f"output {k}: other bits with another launch configuration"
         for k, (g, o) in enumerate(zip(got, other))
@@ -564,7 +563,7 @@ def _on_device(plan, inputs, scalars, got) -> list:
     """Inputs given as device arrays, outputs kept on the device: the same bits."""
     from numba import cuda
 
-    outs = plan.run([cuda.to_device(a) for a in inputs], scalars, to_host=False)
+    outs = plan.run([cuda.to_device(a) for a in inputs], scalars)
     return [
         f"output {k}: other bits with device inputs and outputs"
         for k, (g, o) in enumerate(zip(got, outs))
@@ -590,9 +589,10 @@ def _compare(expected, got, again, how) -> list:
 def _run_cases() -> None:
     """Subprocess side: run every case, print one JSON line per case."""
     import lazyvic as lv
-    from lazyvic.lowering import compile_trace
-    from lazyvic.lowering.cuda_plan import CudaPlan, compile_trace_cuda, simulated
-    from lazyvic.runtime.executor import execute
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.lowering.cuda import CudaPlan
+    from lazyvic.runtime.device import simulated
+    from lazyvic.runtime.executor import backend, execute
     from lazyvic.trace.cut import cut
 
     # The simulator's barrier polls its threads: switch between them often.
@@ -611,9 +611,9 @@ def _run_cases() -> None:
             for trace_outs in outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
                 expected = execute(compile_trace(trace), inputs, scalars)
-                plan: CudaPlan = compile_trace_cuda(trace)
-                got = plan.run(inputs, scalars)
-                again = plan.run(inputs, scalars)
+                plan: CudaPlan = backend("cuda").compile(trace)
+                got = plan.run(inputs, scalars, to_host=True)
+                again = plan.run(inputs, scalars, to_host=True)
                 out_bytes += sum(g.nbytes for g in got + again)
                 runs, out_copies = runs + 2, out_copies + len(got + again)
                 problems += _compare(expected, got, again, how)
@@ -796,19 +796,16 @@ def test_codegen_cuda_source_is_stable():
     """Generating twice gives the same source (kernels are keyed and cached by it); runs
     without the simulator: code generation does not import numba.cuda."""
     import lazyvic as lv
-    from lazyvic.lowering import codegen_cuda
+    from lazyvic.lowering.cuda import codegen
     from lazyvic.lowering.fusion import is_library, plan_groups
     from lazyvic.trace.cut import cut
 
     x = lv.tensor(_data(4, 16))
     trace, _, _, _ = cut([lv.functional.softmax(x * 2.0, 1)._node])
-    entries = [
-        (op, attrs if op in ("buffer", "scalar") else dict(attrs), inputs, shape, trace.dtypes[i])
-        for i, (op, attrs, inputs, shape, _) in enumerate(trace.entries)
-    ]
+    entries = list(trace.named)
     groups, m, _ = plan_groups(entries, list(trace.outputs))
     (g,) = [g for g in groups if not is_library(entries, g.root)]
-    a, b = codegen_cuda.generate(entries, m, g), codegen_cuda.generate(entries, m, g)
+    a, b = codegen.generate(entries, m, g), codegen.generate(entries, m, g)
     assert a.source == b.source and a.name == b.name and a.kind == "rows" and a.threads == 32
     assert "cuda.syncthreads()" in a.source and np.prod(g.space_shape) == 64
 
@@ -817,12 +814,12 @@ def test_debug_prints_kernel_source(capfd):
     """LAZYVIC_DEBUG=3 prints each generated kernel (compiling a plan needs no GPU: numba-cuda
     compiles a kernel at its first launch)."""
     import lazyvic as lv
-    from lazyvic.lowering.cuda_plan import compile_trace_cuda
+    from lazyvic.runtime.executor import backend
     from lazyvic.trace.cut import cut
 
     x = lv.tensor(_data(3, 12))
     trace, _, _, _ = cut([lv.functional.layer_norm(x, (12,))._node])
-    plan = compile_trace_cuda(trace, debug=3)
+    plan = backend("cuda").compile(trace, debug=3)
     err = capfd.readouterr().err
     (kernel,) = plan.kernels
     assert f"def {kernel.name}(out, in0" in err and "@cuda.jit" in err and kernel.kind == "rows"
@@ -838,3 +835,17 @@ def test_max_pool_runs_on_the_device(results):
     assert "error" not in rec, rec.get("error")
     assert not any("max_pool2d" in s for s in rec["host_steps"]) and "max_pool2d" not in rec["fallbacks"], rec
     assert results["case_max_pool_ties_and_nan"]["steps"] == ["max_pool2d(1, 1, 2, 2)", "max_pool2d(1, 1, 4, 4)"]
+
+
+def test_kernel_header_names_the_device_library():
+    """A CUDA kernel file imports the kernel language's names that the device library defines
+    (lowering/kernel_files.py derives them; nothing lists them by hand)."""
+    pytest.importorskip("numba.cuda")
+    from lazyvic.lowering.cuda import kernel_lib
+    from lazyvic.lowering.cuda.loader import kernel_header
+
+    header = kernel_header()
+    assert "from lazyvic.lowering.cuda.kernel_lib import (" in header
+    for name in ("f32", "b1", "exp_f32", "sigmoid_f64", "fmin", "acc_max", "rand_f64", "round_bf16_f32"):
+        assert name in header and hasattr(kernel_lib, name)
+    assert "scatter_add_into" not in header  # a CPU plan's kernel, not in the device library

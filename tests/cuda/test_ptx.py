@@ -12,8 +12,8 @@ GPU, in two steps (the subprocess side is tests/cuda/_ptx_record.py):
 2. compile each recorded kernel with ``numba.cuda.compile_ptx`` for compute capabilities
    8.0 and 9.0, in a process of this interpreter NOT under the simulator: generated kernels
    from the files the plans loaded them from, library kernels from
-   ``lazyvic.lowering.cuda_kernel_lib``, factory-made ones (the tiled matmul) built with the
-   GPU's parameters (``cuda_plan.MATMUL_TILE``, not the simulator's tile).
+   ``lazyvic.lowering.cuda.kernel_lib``, factory-made ones (the tiled matmul) built with the
+   GPU's parameters (``lowering.cuda.target.MATMUL_TILE``, not the simulator's tile).
 
 It skips where this interpreter cannot compile PTX (numba-cuda or its NVVM missing), as in
 CI. To run it for real, in an environment with the ``cuda`` extra (no GPU needed):
@@ -43,8 +43,8 @@ SCRIPT = HERE / "_ptx_record.py"
 GROUPS = ("ops", "gpt", "resnet", "codegen", "amp")
 CCS = ("8.0", "9.0")
 
-# What the recorded set must hold: the kinds of generated kernels (codegen_cuda) and the
-# library kernels of cuda_kernel_lib that the cases above launch.
+# What the recorded set must hold: the kinds of generated kernels (lowering/cuda/codegen.py)
+# and the library kernels of lowering/cuda/kernel_lib.py that the cases above launch.
 GENERATED_KINDS = {"elementwise", "rows", "thread_rows"}
 LIBRARY_KERNELS = {
     "gather_copy",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lazyvic as lv
-from lazyvic.lowering.plan import KernelStep, MatmulStep
+from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
 from lazyvic.runtime.config import config
 from lazyvic.runtime.plan_cache import plan_cache
 
@@ -133,9 +133,9 @@ def test_zero_size_and_scalar_outputs():
 
 
 def test_large_parallel_kernel(monkeypatch):
-    from lazyvic.lowering import codegen_cpu
+    from lazyvic.lowering.cpu import codegen
 
-    monkeypatch.setattr(codegen_cpu, "PARALLEL_MIN_ELEMENTS", 1 << 15)  # parallel at a small size
+    monkeypatch.setattr(codegen, "PARALLEL_MIN_ELEMENTS", 1 << 15)  # parallel at a small size
     big = rng.standard_normal((256, 300)).astype(np.float32)
     (y,), plan = _compiled(lambda x: (x * 0.5).tanh() + x.sum(1, keepdim=True), big)
     np.testing.assert_allclose(y, np.tanh(big * 0.5) + big.sum(1, keepdims=True), rtol=1e-5, atol=1e-4)

@@ -187,12 +187,12 @@ def test_second_process_loads_kernels_from_disk(tmp_path):
 
 
 def test_compile_failure_falls_back_loudly(hot, monkeypatch):
-    import lazyvic.lowering as lowering
+    from lazyvic.lowering.cpu import CpuBackend
 
     def broken(*args, **kwargs):
         raise RuntimeError("no kernel for this")
 
-    monkeypatch.setattr(lowering, "compile_trace", broken)
+    monkeypatch.setattr(CpuBackend, "compile", broken)
     config.compile = "always"
     x = lv.tensor(np.arange(5, dtype=np.float32))
     with pytest.warns(RuntimeWarning, match="could not be compiled"):
@@ -204,10 +204,10 @@ def test_compile_failure_falls_back_loudly(hot, monkeypatch):
 
 THREADS_SCRIPT = textwrap.dedent("""
     import hashlib, numpy as np, lazyvic as lv
-    from lazyvic.lowering import codegen_cpu
+    from lazyvic.lowering.cpu import codegen
     from lazyvic.runtime.config import config
     config.compile = "always"
-    codegen_cpu.PARALLEL_MIN_ELEMENTS = 1 << 15  # parallel kernels at a size that compiles fast
+    codegen.PARALLEL_MIN_ELEMENTS = 1 << 15  # parallel kernels at a size that compiles fast
     rng = np.random.default_rng(0)
     x = lv.tensor(rng.standard_normal((256, 300)).astype(np.float32))
     y = (x.softmax(1) * 3.0).tanh().sum(0) + lv.functional.layer_norm(x, (300,)).mean()

@@ -180,8 +180,14 @@ def test_plan_of_tinygpt_keeps_scopes(compile_always, own_plan_cache):
     params = _tiny_gpt_step()
     lazyvic.sync()
     entry = own_plan_cache.last
-    scopes = viz._plan_scopes(entry.plan.entries, entry.trace)
+    scopes = [e.scope for e in entry.plan.entries]
     assert "transformer.h.0.attn" in scopes and "optim.AdamW" in scopes
+    # Every plan entry names the trace entry it came from, and keeps its scope through the passes
+    # (the transposed-matmul rewrite turns a permute of a product into a product).
+    trace = entry.trace.named
+    for e in entry.plan.entries:
+        assert e.origin is not None and e.scope == trace[e.origin].scope
+        assert e.op == trace[e.origin].op or (e.op, trace[e.origin].op) == ("matmul", "permute")
     src = viz.draw(entry, collapse="module").source
     assert "transformer.h.0.mlp.c_fc (backward)" in src
     del params

@@ -1,7 +1,7 @@
 """Device functions that generated CUDA kernels call: the kernel language of
 ``lowering/kernel_lib.py`` on the GPU.
 
-Kernels from ``lowering/codegen_cuda.py`` use the same scalar expressions as the
+Kernels from ``lowering/cuda/codegen.py`` use the same scalar expressions as the
 CPU kernels (the op table's ``expr``), so this module defines the same names:
 
 - casts ``b1, f32, f64, i32, i64`` (NumPy scalar types, as on the CPU);
@@ -235,7 +235,7 @@ def fill(out, value):
 @cuda.jit(device=True)
 def clamp_index(v, size):
     """``v`` clamped into ``[0, size)``: kernels read indices before the plan has seen their range
-    check (cuda_plan raises after its last step), so a bad one must still read in bounds."""
+    check (the CUDA plan raises after its last step), so a bad one must still read in bounds."""
     return min(max(v, 0), size - 1)
 
 

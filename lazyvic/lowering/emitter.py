@@ -1,55 +1,37 @@
-"""CPU code generation: one FusionGroup -> Python source of a Numba kernel.
+"""The kernel emitter shared by the code generators: one FusionGroup -> the statements of its loops.
 
 A kernel loops over its space ``(shape, axes)``: the kept dimensions are the
-outer loops (the first one a ``prange`` when the kernel is large enough), the
-reduced dimensions the inner loops. Each reduction stage is one pass over the
-reduced dimensions into an accumulator; values that depend only on the outer
-indices are computed once per row, before the pass that first needs them. The
-root is then written by a last pass (full-shape root) or once per row
+outer loops, the reduced dimensions the inner loops. Each reduction stage is one
+pass over the reduced dimensions into an accumulator; values that depend only on
+the outer indices are computed once per row, before the pass that first needs
+them. The root is then written by a last pass (full-shape root) or once per row
 (reduced-shape root).
 
 Indices are affine forms over the loop variables (:class:`Lin`); movement ops
-transform them (permute, expand, slice, pad) or, for reshape, decompose the
-flat offset back into dimensions when the strides allow it — otherwise the
-planner materializes the reshaped value (:class:`NeedsMaterialize`). Adjacent
-loops that every index walks contiguously are merged, so a contiguous
-elementwise kernel is a single flat loop that LLVM vectorizes.
+transform them through their op-table index maps (``OpDef.index_map``: permute,
+expand, slice, pad) or, for ops that keep the element order (``OpDef.flat_index``:
+reshape), decompose the flat offset back into dimensions when the strides allow it —
+otherwise the planner materializes the value (:class:`NeedsMaterialize`). Adjacent
+loops that every index walks contiguously are merged, so a contiguous elementwise
+kernel is a single flat loop that LLVM vectorizes.
 
+:class:`Emitter` builds the statements (one per op, each cast to its dtype: a bare
+literal would widen float32 arithmetic to float64) and the loop structure; each
+backend lays them out as a kernel: ``lowering/cpu/codegen.py`` (Numba loops) and
+``lowering/cuda/codegen.py`` (grid-stride loops and one block per row).
 Buffers are passed flat (1-D, C-contiguous); scalars as typed NumPy scalars, or,
 for kernels with many of them (a long chain of ``x * 1.0001``), packed into one
-1-D array per dtype that the kernel unpacks once.
-One statement per op, each cast to its dtype (a bare literal would widen
-float32 arithmetic to float64).
+1-D array per dtype that the kernel unpacks once (:func:`kernel_arguments`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
-from lazyvic.lowering.kernel_cache import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS, const
 
-# Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
-# 131k-524k elements between BLAS calls): serial kernels with 2-thread BLAS ran the step in
-# 26 ms against 35 ms with parallel kernels (whose OpenMP team waited for cores held by
-# spinning BLAS threads), and a busy neighbouring process slowed parallel kernels 3x
-# (each parallel region waits for a descheduled worker) but serial ones 1.4-2x.
-PARALLEL_MIN_ELEMENTS = 1 << 20
-PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
-# Kernels use strict IEEE arithmetic, so elementwise work rounds exactly as the NumPy
-# interpreter does (no FMA contraction, no reassociation): a seeded computation gives the
-# same bits whether its plan ran interpreted or compiled. Only a reduction's accumulation
-# step may be reassociated, which the vectorizer needs: it is written with kernel_lib's
-# acc_add / acc_max / acc_min, which put the flags on that one instruction. (Function-wide
-# reassociation turned a log-softmax's (x - m) - log(s) into x - (m + log(s)), losing the
-# low bits of inputs near 1e4.) The order is fixed per compiled kernel, so results are the
-# same on every run and for every thread count.
-FASTMATH = "False"
 
 
 class Lin:
@@ -138,21 +120,9 @@ def unflatten(f: Lin, shape, sizes):
     return dims
 
 
-class KernelSource:
-    """The generated source of one kernel and what it needs to run."""
+class Emitter:
+    """Builds the statements and loops of one fusion group's kernel (see the module docstring)."""
 
-    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=()):
-        self.name = name
-        self.source = source
-        self.sha = sha
-        self.buffers = buffers  # entry positions, argument order (after the output)
-        self.scalars = scalars  # scalar slots passed one by one, argument order
-        self.packed = packed  # ((dtype name, scalar slots), ...): arrays after the buffers
-        self.parallel = parallel
-        self.arg_types = arg_types  # (dtype name, is_array) per argument
-
-
-class _Emitter:
     def __init__(self, entries, materialized, group: FusionGroup):
         self.e = entries
         self.m = materialized
@@ -222,10 +192,11 @@ class _Emitter:
         hit = self.loop_memo.get(key) or self.row_memo.get(key)
         if hit is not None:
             return hit
-        op, attrs, inputs, shape, dtype = self.e[i]
+        e = self.e[i]
+        op, shape, dtype = e.op, e.shape, e.dtype
         opdef = optable.OPS[op]
         if op == "scalar":
-            slot = attrs[0]
+            slot = e.slot
             if slot not in self.scals:
                 self.scals[slot] = f"s{len(self.scals)}"
             return self.scals[slot], False
@@ -247,17 +218,17 @@ class _Emitter:
                 load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
             res = (self.statement(load, dtype, inner), inner)
         elif opdef.kind == "elementwise":
-            args = [self.emit(j, idx, conds) for j in inputs]
-            in_dtypes = [self.e[j][4] for j in inputs]
+            args = [self.emit(j, idx, conds) for j in e.inputs]
+            in_dtypes = [self.e[j].dtype for j in e.inputs]
             inner = any(a[1] for a in args)
             self.ops_used.append(op)
             res = (self.statement(opdef.expr([a[0] for a in args], in_dtypes, dtype), dtype, inner), inner)
         elif opdef.kind == "movement":
-            res = self.emit_movement(i, op, attrs, inputs[0], shape, idx, conds)
+            res = self.emit_movement(i, idx, conds)
         elif opdef.kind == "random":
             # A counter-based generator: the value depends only on (seed, offset, element).
-            seed, _ = self.emit(inputs[0], [], conds)
-            offset, _ = self.emit(inputs[1], [], conds)
+            seed, _ = self.emit(e.inputs[0], [], conds)
+            offset, _ = self.emit(e.inputs[1], [], conds)
             f = flat(idx, shape)
             inner = self.depends_on_inner([f])
             k = self.statement(self.lin_token(f), dt.int64, inner)
@@ -265,13 +236,14 @@ class _Emitter:
             res = (self.statement(opdef.expr([seed, offset, k], [], dtype), dtype, inner), inner)
         elif opdef.kind == "gather":
             # out[idx] = x[idx with dim replaced by index[idx]]: a load at a loaded index.
-            dim = attrs["dim"]
-            where, inner = self.emit(inputs[1], idx, conds)
+            dim = e.attrs["dim"]
+            x, index = e.inputs
+            where, inner = self.emit(index, idx, conds)
             self.dyn_inner[where] = inner
-            self.dyn_size[where] = self.e[inputs[0]][3][dim]
+            self.dyn_size[where] = self.e[x].shape[dim]
             x_idx = [Lin({where: 1}) if d == dim else lin for d, lin in enumerate(idx)]
             self.ops_used.append(op)
-            res = self.emit(inputs[0], x_idx, conds)
+            res = self.emit(x, x_idx, conds)
         else:
             raise NeedsMaterialize(i, f"{op} cannot be inlined")
         (self.loop_memo if res[1] and self.loop_lines is not None else self.row_memo)[key] = res
@@ -293,12 +265,17 @@ class _Emitter:
             parts.append(f"({lo} <= {tok} < {hi})")
         return " and ".join(parts)
 
-    def emit_movement(self, i, op, attrs, src, shape, idx, conds):
-        in_shape = self.e[src][3]
-        in_m = src in self.m or self.e[src][0] == "buffer"
-        if op == "reshape":
-            f = flat(idx, shape)
-            if in_m and self.e[src][0] != "scalar":
+    def emit_movement(self, i: int, idx: list, conds: tuple):
+        """Movement node i read at ``idx``: its input read at the index that the op's declaration
+        in the op table maps ``idx`` to (``OpDef.index_map``, ``flat_index``, ``reads_outside``)."""
+        e = self.e[i]
+        opdef = optable.OPS[e.op]
+        src = e.inputs[0]
+        in_shape = self.e[src].shape
+        in_m = src in self.m or self.e[src].op == "buffer"
+        if opdef.flat_index:
+            f = flat(idx, e.shape)
+            if in_m and self.e[src].op != "scalar":
                 in_idx = unflatten(f, in_shape, self.sizes_all()) or None
                 if in_idx is None:
                     # Loading a buffer needs only the flat offset.
@@ -306,45 +283,37 @@ class _Emitter:
             else:
                 in_idx = unflatten(f, in_shape, self.sizes_all())
                 if in_idx is None:
-                    raise NeedsMaterialize(src, "reshape of a strided view")
+                    raise NeedsMaterialize(src, f"{e.op} of a strided view")
             return self.emit(src, in_idx, conds)
-        if op == "permute":
-            in_idx = [None] * len(in_shape)
-            for k, p in enumerate(attrs["perm"]):
-                in_idx[p] = idx[k]
-            return self.emit(src, in_idx, conds)
-        if op == "expand":
-            if not in_shape:
-                return self.emit(src, [], conds)
-            in_idx = [Lin() if (n == 1 and s != 1) else lin for lin, n, s in zip(idx, in_shape, shape)]
-            dropped = [lin for lin, n, s in zip(idx, in_shape, shape) if n == 1 and s != 1]
-            outer_dropped = any(v in self.outer for lin in dropped for v in lin.terms)
-            if outer_dropped and not in_m and self._cost(src) >= 3:
+        if opdef.index_map is None:
+            raise NeedsMaterialize(i, f"unknown movement op {e.op}")
+        in_idx = opdef.index_map(idx, e.attrs, in_shape, e.shape)
+        if in_idx and not in_m:
+            # Outer loops the input no longer depends on (a broadcast) would compute it again
+            # for every value of theirs.
+            kept = {v for lin in in_idx for v in lin.terms}
+            dropped = any(v in self.outer and v not in kept for lin in idx for v in lin.terms)
+            if dropped and self._cost(src) >= 3:
                 raise NeedsMaterialize(src, "broadcast of a costly value would recompute it")
+        if not opdef.reads_outside:
             return self.emit(src, in_idx, conds)
-        if op == "slice":
-            in_idx = [lin.scale(st) + a for lin, a, st in zip(idx, attrs["starts"], attrs["steps"])]
-            return self.emit(src, in_idx, conds)
-        if op == "pad":
-            in_idx = [lin + (-before) for lin, (before, _) in zip(idx, attrs["pads"])]
-            sizes = self.sizes_all()
-            new = []
-            for lin, n in zip(in_idx, in_shape):
-                lo, hi = lin.bounds(sizes)
-                if lo < 0 or hi >= n:
-                    new.append((lin, 0, n))
-            all_conds = conds + tuple(new)
-            val, inner = self.emit(src, in_idx, all_conds)
-            if not new:
-                return val, inner
-            dtype = self.e[i][4]
-            inner = inner or self.depends_on_inner([c[0] for c in new])
-            expr = f"{val} if {self.cond_expr(tuple(new))} else {const(dtype, 0)}"
-            return self.statement(expr, dtype, inner), inner
-        raise NeedsMaterialize(i, f"unknown movement op {op}")
+        # Reads outside the input give zero: guard the axes whose index can leave it.
+        sizes = self.sizes_all()
+        new = []
+        for lin, n in zip(in_idx, in_shape):
+            lo, hi = lin.bounds(sizes)
+            if lo < 0 or hi >= n:
+                new.append((lin, 0, n))
+        all_conds = conds + tuple(new)
+        val, inner = self.emit(src, in_idx, all_conds)
+        if not new:
+            return val, inner
+        inner = inner or self.depends_on_inner([c[0] for c in new])
+        expr = f"{val} if {self.cond_expr(tuple(new))} else {const(e.dtype, 0)}"
+        return self.statement(expr, e.dtype, inner), inner
 
     def load_flat(self, src, f, conds):
-        dtype = self.e[src][4]
+        dtype = self.e[src].dtype
         inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
         load = f"{self.buffer_name(src)}[{self.lin_token(f, self.buffer_name(src))}]"
         if conds:
@@ -360,12 +329,12 @@ class _Emitter:
         total, stack, seen = 0, [i], set()
         while stack and total < limit:
             j = stack.pop()
-            if j in seen or j in self.m or self.e[j][0] in ("buffer", "scalar"):
+            if j in seen or j in self.m or self.e[j].is_input:
                 continue
             seen.add(j)
-            if optable.OPS[self.e[j][0]].kind != "movement":
+            if optable.OPS[self.e[j].op].kind != "movement":
                 total += 1
-            stack.extend(self.e[j][2])
+            stack.extend(self.e[j].inputs)
         return total
 
     # -- structure -------------------------------------------------------------
@@ -389,10 +358,10 @@ class _Emitter:
         seen, stack = set(), [start]
         while stack:
             j = stack.pop()
-            if j in seen or j in stop or j in self.m or self.e[j][0] in ("buffer", "scalar"):
+            if j in seen or j in stop or j in self.m or self.e[j].is_input:
                 continue
             seen.add(j)
-            stack.extend(self.e[j][2])
+            stack.extend(self.e[j].inputs)
         return seen
 
     def choose_row_cache(self):
@@ -402,35 +371,35 @@ class _Emitter:
         output row is written only by the last pass, at the same index.
         """
         root = self.g.root
-        if not self.axes or root in self.stage_set or self.e[root][3] != tuple(self.shape):
+        if not self.axes or root in self.stage_set or self.e[root].shape != tuple(self.shape):
             return None
         final = set()
-        for j in self.e[root][2]:
+        for j in self.e[root].inputs:
             final |= self._inlined_from(j, self.stage_set)
         staged = set()
         for s in self.g.stages:
-            staged |= self._inlined_from(self.e[s][2][0], self.stage_set)
+            staged |= self._inlined_from(self.e[s].inputs[0], self.stage_set)
         costly = ("exp", "log", "tanh", "sigmoid", "erf", "pow")
         best = None
         for j in final & staged:
-            op, _, _, shape, dtype = self.e[j]
-            if j == root or shape != tuple(self.shape) or dtype is not self.e[root][4]:
+            e = self.e[j]
+            if j == root or e.shape != tuple(self.shape) or e.dtype is not self.e[root].dtype:
                 continue
-            if any(self.e[k][0] in costly for k in self._inlined_from(j, self.stage_set)):
+            if any(self.e[k].op in costly for k in self._inlined_from(j, self.stage_set)):
                 best = j if best is None or j > best else best
         return best
 
     def build(self):
         g = self.g
         root = g.root
-        r_op, r_attrs, r_inputs, r_shape, r_dtype = self.e[root]
+        r_shape = self.e[root].shape
         self.row_cache = self.choose_row_cache()
         self.row_cache_stored = False
         for s in g.stages:
-            sop, sattrs, sinputs, sshape, sdtype = self.e[s]
+            sop, sinputs = self.e[s].op, self.e[s].inputs
             opdef = optable.OPS[sop]
             acc = f"a{len(self.stage_result)}"
-            inits = opdef.reduce_init(self.e[sinputs[0]][4])
+            inits = opdef.reduce_init(self.e[sinputs[0]].dtype)
             names = [acc + suffix for suffix, _ in inits]
             for name, (_, lit) in zip(names, inits):
                 self.row_lines.append(f"{name} = {lit}")
@@ -439,7 +408,7 @@ class _Emitter:
             r_flat = flat(
                 [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes], [self.shape[d] for d in self.axes]
             )
-            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), self.e[sinputs[0]][4]))
+            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), self.e[sinputs[0]].dtype))
             self.close_loop()
             self.stage_result[s] = names[0]
             self.ops_used.append(sop)
@@ -449,9 +418,9 @@ class _Emitter:
             idx = self.full_index()
             v, inner = self.emit(extra, idx, (), root=True)
             name = f"out{k + 1}"
-            self.row_lines.append(f"{name}[{self.lin_token(flat(idx, self.e[extra][3]), name)}] = {v}")
+            self.row_lines.append(f"{name}[{self.lin_token(flat(idx, self.e[extra].shape), name)}] = {v}")
             self.row_memo[(extra, tuple(l.key() for l in idx), ())] = (v, inner)
-            self.ops_used.append(self.e[extra][0])
+            self.ops_used.append(self.e[extra].op)
         full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
         if root in self.stage_set:
             value = self.stage_result[root]
@@ -518,7 +487,7 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
     scalar_slots = list(em.scals)
     packed = ()
     if len(scalar_slots) > PACK_SCALARS:
-        slot_dtype = {e[1][0]: e[4].name for e in entries if e[0] == "scalar"}
+        slot_dtype = {e.slot: e.dtype.name for e in entries if e.op == "scalar"}
         by_dtype: dict = {}
         for slot in scalar_slots:
             by_dtype.setdefault(slot_dtype[slot], []).append(slot)
@@ -538,94 +507,10 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
     return text, buffers, scalar_slots, packed, args
 
 
-def generate(entries, materialized, group: FusionGroup) -> KernelSource:
-    """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
-    em = _Emitter(entries, materialized, group)
-    em.build()
-    em.merge_loops()
-    numel = math.prod(group.space_shape)
-    parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
-
-    def render(lines, depth):
-        out = []
-        for line in lines:
-            if isinstance(line, tuple):
-                ind = "    " * depth
-                d = depth
-                for v in em.inner:
-                    out.append(f"{'    ' * d}for i{v} in range({em.loop_sizes[v]}):")
-                    d += 1
-                if not em.inner:
-                    out.append(f"{ind}if True:")
-                    d += 1
-                out.extend(render(line[1], d))
-            else:
-                out.append("    " * depth + line)
-        return out
-
-    # A parallel kernel's serial body runs outer rows [lo, hi). Arrays whose index moves
-    # by a fixed stride with the outer variable are passed as views starting at row lo and
-    # indexed from ii = 0: an index that LLVM cannot prove non-negative keeps NumPy's
-    # negative-index wraparound in the loop and blocks vectorization.
-    rebased: dict = {}
-    if parallel:
-        v0 = em.outer[0]
-        coefs: dict = {}
-        for lin, buf in zip(em.lins, em.lin_buf):
-            if buf is not None:
-                coefs.setdefault(buf, set()).add((lin.terms.get(v0, 0), lin.const >= 0))
-        rebased = {b: next(iter(c))[0] for b, c in coefs.items() if len(c) == 1 and next(iter(c))[1]}
-    body = []
-    depth = 1
-    for k, v in enumerate(em.outer):
-        if k == 0 and parallel:
-            body.append("    for ii in range(hi - lo):")
-            body.append(f"        i{v} = lo + ii")
-        else:
-            body.append(f"{'    ' * depth}for i{v} in range({em.loop_sizes[v]}):")
-        depth += 1
-    body.extend(render(em.row_lines, depth))
-    text = "\n".join(body)
-    for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
-        text = text.replace(f"\x00{n}\x00", em.render_lin(lin, em.outer[0] if buf in rebased else None))
-
-    text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
-    fastmath = FASTMATH
-    options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
-    if parallel:
-        # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly
-        # (a softmax ran 4x slower than the same loops serial): the parallel kernel only
-        # splits the outer loop into chunks and calls the serial body on each.
-        n_outer = em.loop_sizes[em.outer[0]]
-        per_row = max(1, numel // max(n_outer, 1))
-        chunk = max(1, min(n_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
-        n_chunks = -(-n_outer // chunk)
-        chunk_args = [f"{a}[lo * {rebased[a]}:]" if rebased.get(a) else a for a in args]
-        source = "\n".join(
-            [
-                f"@njit(fastmath={fastmath}, {options})",
-                f"def KERNEL_NAME_rows({', '.join(args + ['lo', 'hi'])}):",
-                text,
-                "",
-                "",
-                f"@njit(parallel=True, {options})",
-                f"def KERNEL_NAME({', '.join(args)}):",
-                f"    for c in prange({n_chunks}):",
-                f"        lo = c * {chunk}",
-                f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
-                "",
-            ]
-        )
-    else:
-        source = "\n".join([f"@njit(fastmath={fastmath}, {options})", f"def KERNEL_NAME({', '.join(args)}):", text, ""])
-    # The library version is part of the identity: a new kernel_lib never reuses old files.
-    sha = hashlib.sha1((LIB_HASH + source).encode()).hexdigest()
-    ops = [o for o in dict.fromkeys(em.ops_used)][:4]
-    name = "k_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
-    source = source.replace("KERNEL_NAME", name)
-    arg_types = (
-        [(entries[group.root][4].name, True)]
-        + [(entries[x][4].name, True) for x in group.extra_roots]
-        + [(entries[b][4].name, True) for b in buffers]
+def argument_types(entries, group, buffers) -> list:
+    """``(dtype name, is_array)`` of a kernel's array arguments: its outputs, then ``buffers``."""
+    return (
+        [(entries[group.root].dtype.name, True)]
+        + [(entries[x].dtype.name, True) for x in group.extra_roots]
+        + [(entries[b].dtype.name, True) for b in buffers]
     )
-    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)

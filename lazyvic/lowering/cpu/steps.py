@@ -1,31 +1,34 @@
-"""Plan: what the runtime executes for one trace key.
+"""The steps of a CPU plan, each run over an environment of arrays indexed by entry position.
 
-A plan is a sequence of steps over an environment of arrays indexed by entry
-position: :class:`KernelStep` calls a generated Numba kernel,
-:class:`MatmulStep` calls BLAS through NumPy's matmul into a pooled buffer,
-:class:`ConvStep` copies im2col columns and calls BLAS (a conv2d), :class:`PoolStep`
-runs a max_pool2d kernel, and
-:class:`ReferenceStep` runs an op's NumPy reference (ops with no kernel yet:
-these are the plan's reported fallbacks).
+:class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
+NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
+(a conv2d), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
+scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
+(``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
+reported fallbacks).
+Operands of library steps are ``lowering.pipeline.Operand``: a buffer or a scalar read
+through its movement ops as NumPy views.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.lowering.reference import ReferenceStep, view
 
-# Products below this many flops run on one BLAS thread in plans with parallel kernels
-# (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
-SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
-# Plans with convolutions whose products are all below this many flops run BLAS on one
-# thread even without parallel kernels: at ResNet-18 batch 1 (products of at most 1.2e6
-# flops) two OpenBLAS threads gained nothing on a quiet machine and, with another process
-# busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
-SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
+__all__ = [
+    "ConvStep",
+    "IndexCheckStep",
+    "KernelStep",
+    "MatmulStep",
+    "PoolStep",
+    "ReferenceStep",
+    "ScatterAddStep",
+    "view",
+]
 
 
 @dataclass
@@ -56,20 +59,11 @@ class KernelStep:
         )
 
 
-def _view(env, scalars, chain):
-    """An operand: a buffer (or a scalar input) with its movement ops applied as NumPy views."""
-    kind, base, ops, dtype = chain
-    a = env[base] if kind == "buffer" else np.asarray(scalars[base], dtype=dtype)
-    for ref, attrs in ops:
-        a = ref([a], attrs)
-    return a
-
-
 @dataclass
 class MatmulStep:
     name: str
     out: int
-    a: tuple  # ("buffer" | "scalar", position | slot, [(reference, attrs) movement ops], dtype)
+    a: tuple  # lowering.pipeline.Operand
     b: tuple
     k: int = 0  # inner dimension (for the plan's BLAS policy)
 
@@ -77,17 +71,17 @@ class MatmulStep:
         return (self.out,)
 
     def reads(self):
-        return tuple(c[1] for c in (self.a, self.b) if c[0] == "buffer")
+        return tuple(c.base for c in (self.a, self.b) if c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
-        np.matmul(_view(env, scalars, self.a), _view(env, scalars, self.b), out=env[self.out])
+        np.matmul(view(env, scalars, self.a), view(env, scalars, self.b), out=env[self.out])
 
 
 @dataclass
 class ConvStep:
     """conv2d (ops/conv.py): zero padding (split by column phase, so that every output row of a
     tap is one contiguous run) and im2col over the live kernel taps into scratch buffers (Numba
-    kernels, lowering/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
+    kernels, lowering/cpu/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
     NumPy reference, in the same chunks of images, so both round alike).
 
     The scratch buffers (columns, product, padded input) belong to the step, made on its
@@ -99,8 +93,8 @@ class ConvStep:
     x: tuple  # operand chains, as MatmulStep's
     w: tuple
     attrs: dict
-    im2col: object  # lowering.im2col.im2col
-    pad_into: object  # lowering.im2col.pad_into
+    im2col: object  # lowering.cpu.im2col.im2col
+    pad_into: object  # lowering.cpu.im2col.pad_into
     gemm: object  # ops.conv.conv_gemm
     taps: object  # ops.conv.taps
     tap_weights: object  # ops.conv.tap_weights
@@ -112,11 +106,11 @@ class ConvStep:
         return (self.out,)
 
     def reads(self):
-        return tuple(c[1] for c in (self.x, self.w) if c[0] == "buffer")
+        return tuple(c.base for c in (self.x, self.w) if c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
-        x = np.ascontiguousarray(_view(env, scalars, self.x))
-        w = _view(env, scalars, self.w)
+        x = np.ascontiguousarray(view(env, scalars, self.x))
+        w = view(env, scalars, self.w)
         out = env[self.out]
         n, o, oh, ow = out.shape
         at = self.attrs
@@ -155,7 +149,7 @@ class ConvStep:
             offsets = [i * dh * wd + j * dw - pt * wd - pl for i in rows for j in cols]
             strides = (c * h * wd, sh * wd, sw)
         else:
-            # Split by column phase (lowering/im2col.pad_into): each output row of a tap is
+            # Split by column phase (lowering/cpu/im2col.pad_into): each output row of a tap is
             # one contiguous run of the buffer, whatever the stride.
             hp, wq = h + pt + pb, -(-(wd + pl + pr) // sw)
             padded = np.zeros((n, c, hp, sw, wq), dtype=out.dtype)
@@ -179,7 +173,7 @@ class ConvStep:
 
 @dataclass
 class PoolStep:
-    """max_pool2d (ops/pool.py): one Numba kernel (lowering/pool_kernels.py) over the
+    """max_pool2d (ops/pool.py): one Numba kernel (lowering/cpu/pool_kernels.py) over the
     materialized input."""
 
     name: str
@@ -192,34 +186,11 @@ class PoolStep:
         return (self.out,)
 
     def reads(self):
-        return (self.x[1],) if self.x[0] == "buffer" else ()
+        return (self.x.base,) if self.x.kind == "buffer" else ()
 
     def __call__(self, env, flat, scalars):
         (kh, kw), (sh, sw), (ph, pw) = self.attrs["kernel"], self.attrs["stride"], self.attrs["padding"]
-        self.kernel(np.ascontiguousarray(_view(env, scalars, self.x)), env[self.out], kh, kw, sh, sw, ph, pw)
-
-
-@dataclass
-class ReferenceStep:
-    name: str
-    op: str
-    out: int
-    args: tuple  # operand chains, as MatmulStep's
-    reference: object
-    attrs: dict
-    dtype: object
-
-    def writes(self):
-        return (self.out,)
-
-    def reads(self):
-        return tuple(c[1] for c in self.args if c[0] == "buffer")
-
-    def __call__(self, env, flat, scalars):
-        vals = [_view(env, scalars, c) for c in self.args]
-        with np.errstate(all="ignore"):
-            out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
-        np.copyto(env[self.out], out)
+        self.kernel(np.ascontiguousarray(view(env, scalars, self.x)), env[self.out], kh, kw, sh, sw, ph, pw)
 
 
 @dataclass
@@ -236,10 +207,10 @@ class ScatterAddStep:
         return (self.out,)
 
     def reads(self):
-        return tuple(c[1] for c in self.args if c[0] == "buffer")
+        return tuple(c.base for c in self.args if c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
-        base, index, src = [_view(env, scalars, c) for c in self.args]
+        base, index, src = [view(env, scalars, c) for c in self.args]
         out = env[self.out]
         np.copyto(out, base)
         bad = self.kernel(out, index, src, self.dim)
@@ -265,57 +236,10 @@ class IndexCheckStep:
         return ()
 
     def reads(self):
-        return (self.index[1],)
+        return (self.index.base,)
 
     def __call__(self, env, flat, scalars):
-        idx = _view(env, scalars, self.index)
+        idx = view(env, scalars, self.index)
         if idx.size and (idx.min() < 0 or idx.max() >= self.size):
             bad = idx[(idx < 0) | (idx >= self.size)].ravel()[0]
             raise LIndexError(f"{self.op}: index {int(bad)} out of range for dimension of size {self.size}")
-
-
-@dataclass
-class Plan:
-    """A compiled plan: steps, their memory plan, and where inputs and outputs go."""
-
-    name: str
-    entries: list = field(repr=False)
-    steps: list = field(repr=False)
-    input_pos: list = field(repr=False)  # (entry position, input slot)
-    outputs: list = field(repr=False)  # per trace output: ("buffer", pos) | ("scalar", slot)
-    memory: object = None
-    groups: list = field(default_factory=list, repr=False)
-    fallbacks: tuple = ()
-    stats: dict = field(default_factory=dict)
-    # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
-    blas_threads: int | None = None
-    pool: list = field(default=None, repr=False)  # runtime state: set by the executor
-    env_template: list = field(default=None, repr=False)
-    flat_template: list = field(default=None, repr=False)
-
-    def single_thread_blas(self) -> bool:
-        """True when BLAS should run on one thread while this plan runs.
-
-        Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
-        on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
-        each pool waiting for the other's spinning threads (about 8 ms, a scheduler slice,
-        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
-        Plans whose products are large keep multithreaded BLAS, where its speed-up is
-        worth more than the contention costs.
-        """
-        flops = [
-            2 * math.prod(self.entries[s.out][3]) * s.k for s in self.steps if isinstance(s, (MatmulStep, ConvStep))
-        ]
-        if (
-            any(isinstance(s, ConvStep) for s in self.steps)
-            and flops
-            and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
-        ):
-            return True
-        if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
-            return False
-        return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
-
-    @property
-    def kernels(self) -> list:
-        return [s for s in self.steps if isinstance(s, KernelStep)]

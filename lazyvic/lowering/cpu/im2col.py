@@ -1,4 +1,4 @@
-"""The im2col copy of a conv2d step (lowering/plan.ConvStep), as Numba kernels.
+"""The im2col copy of a conv2d step (lowering/cpu/steps.ConvStep), as Numba kernels.
 
 ``cols (C*T, N*oH*oW)``: row ``(c, i, j)``, column ``(n, p, q)`` holds the zero-padded
 ``x[n, c, i*dH + p*sH - top, j*dW + q*sW - left]`` (``ops/conv.im2col_reference`` is the
@@ -16,7 +16,7 @@ gather on the plain padded input, 160 us (split 31 + runs 127) now; a 3x3 16-cha
 at 8x8 went from 123 us (padding 20 + gather 103) to 41 us (5 + 36).
 
 Indices are unsigned: with signed ones Numba checks each for wraparound, which kept LLVM from
-vectorizing the copies (the 3x3 run copy took 197 us signed). Serial (see lowering._conv_step
+vectorizing the copies (the 3x3 run copy took 197 us signed). Serial (see lowering/cpu/backend._conv_step
 for why).
 """
 

@@ -1,7 +1,7 @@
 """CUDA code generation: one FusionGroup -> Python source of a numba-cuda kernel.
 
-The same fusion groups as the CPU get the same kernel body: ``codegen_cpu``'s
-emitter builds it (index algebra, movement ops as index math, one typed
+The same fusion groups as the CPU get the same kernel body: the shared
+emitter (``lowering/emitter.py``) builds it (index algebra, movement ops as index math, one typed
 statement per op, row caches, multi-output loops) and this module only lays it
 out for a GPU:
 
@@ -33,7 +33,7 @@ Buffers are passed flat (1-D device arrays) and scalars as typed NumPy scalars
 (or packed into one device array per dtype), exactly as to the CPU kernels.
 
 Memory safety of inlined gathers: the range check of a gather's index runs on the device
-without waiting for its result (``cuda_plan``: the plan raises after its last step), so
+without waiting for its result (``lowering/cuda/plan.py``: the plan raises after its last step), so
 the kernel reading the index may see an out-of-range one. Each loaded index is clamped
 into ``[0, size)`` right where it is loaded: no out-of-bounds access, and a result that
 is never seen (the run raises). Valid indices are unchanged.
@@ -46,9 +46,9 @@ import math
 from pathlib import Path
 
 from lazyvic import ops as optable
-from lazyvic.lowering.codegen_cpu import _Emitter, kernel_arguments
+from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments
 from lazyvic.lowering.fusion import FusionGroup
-from lazyvic.lowering.kernel_cache import LIB_HASH
+from lazyvic.lowering.kernel_files import LIB_HASH
 from lazyvic.ops.elementwise import ALIAS
 
 # Row kernels: threads per block, from the row length (a power of two, so the tree is
@@ -59,10 +59,11 @@ MAX_ROW_THREADS = 256
 # (a column sum of a (B, 6) batch: one block per 6-element row would leave most threads idle).
 SERIAL_ROW_MAX = 8
 
-# The device library is part of a kernel's identity, as kernel_lib is for CPU kernels.
-CUDA_LIB_HASH = hashlib.sha1(
-    (LIB_HASH + Path(__file__).with_name("cuda_kernel_lib.py").read_text()).encode()
-).hexdigest()[:16]
+# The device library (lowering/cuda/kernel_lib.py) is part of a kernel's identity, as
+# kernel_lib is for CPU kernels.
+CUDA_LIB_HASH = hashlib.sha1((LIB_HASH + Path(__file__).with_name("kernel_lib.py").read_text()).encode()).hexdigest()[
+    :16
+]
 
 _NP_OF_ALIAS = {alias: name for name, alias in ALIAS.items()}
 
@@ -109,7 +110,7 @@ def _decode(var: str, dims: list, sizes: dict, indent: str) -> list:
 class _Layout:
     """Lays the emitter's row statements out as the body of a row kernel."""
 
-    def __init__(self, em: _Emitter, entries, group: FusionGroup):
+    def __init__(self, em: Emitter, entries, group: FusionGroup):
         self.em = em
         self.reduce_len = math.prod(em.loop_sizes[d] for d in em.inner)
         self.serial = self.reduce_len <= SERIAL_ROW_MAX  # one thread per row
@@ -118,9 +119,8 @@ class _Layout:
         # Build() makes one pass per stage, in order, with accumulators a<k><suffix>.
         self.stage_accs = []
         for k, s in enumerate(group.stages):
-            sop, _, sinputs, _, _ = entries[s]
-            opdef = optable.OPS[sop]
-            in_dtype = entries[sinputs[0]][4]
+            opdef = optable.OPS[entries[s].op]
+            in_dtype = entries[entries[s].inputs[0]].dtype
             accs = [
                 (f"a{k}{suffix}", _NP_OF_ALIAS[lit[: lit.index("(")]]) for suffix, lit in opdef.reduce_init(in_dtype)
             ]
@@ -223,8 +223,8 @@ def _clamp_gather_indices(lines: list, ranges: dict, clamped: set) -> list:
 
 def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     """Generate the CUDA kernel for ``group``; raises NeedsMaterialize to ask for a buffer
-    (for the same reasons, at the same nodes, as ``codegen_cpu.generate``)."""
-    em = _Emitter(entries, materialized, group)
+    (for the same reasons, at the same nodes, as ``lowering.cpu.codegen.generate``)."""
+    em = Emitter(entries, materialized, group)
     em.dyn_size = _GatherRanges()
     em.build()
     em.merge_loops()
@@ -232,7 +232,7 @@ def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     em.row_lines = _clamp_gather_indices(em.row_lines, em.dyn_size.smallest, clamped)
     if clamped != set(em.dyn_size.smallest):  # an index loaded otherwise than by one statement
         raise RuntimeError(
-            f"codegen_cuda: gather indices {sorted(set(em.dyn_size.smallest) - clamped)} "
+            f"lowering.cuda.codegen: gather indices {sorted(set(em.dyn_size.smallest) - clamped)} "
             f"of group {group.root} could not be clamped"
         )
     rows = any(isinstance(line, tuple) for line in em.row_lines)
@@ -267,11 +267,7 @@ def generate(entries, materialized, group: FusionGroup) -> CudaKernelSource:
     source = "\n".join(["@cuda.jit(cache=True)", f"def KERNEL_NAME({', '.join(args)}):", text, ""])
     sha = hashlib.sha1((CUDA_LIB_HASH + source).encode()).hexdigest()
     ops = list(dict.fromkeys(em.ops_used))[:4]
-    name = "kcu_" + "_".join(ops or [entries[group.root][0]]) + "_" + sha[:12]
+    name = "kcu_" + "_".join(ops or [entries[group.root].op]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
-    arg_types = (
-        [(entries[group.root][4].name, True)]
-        + [(entries[x][4].name, True) for x in group.extra_roots]
-        + [(entries[b][4].name, True) for b in buffers]
-    )
+    arg_types = argument_types(entries, group, buffers)
     return CudaKernelSource(name, source, sha, buffers, scalar_slots, packed, arg_types, kind, outer_size, threads)

@@ -13,7 +13,7 @@ at batch 32 (3x3 stride 2 over (32, 16, 16, 16), 2 cores, in the compiled forwar
 us with the NaN-aware loop alone, 120 us now. Still latency-bound (about 10 cycles per output):
 a separable pass (rows, then columns) measured 70 us where W == sW*oW, left for later. Indices
 are unsigned (signed ones cost a wraparound test each).
-Serial, for the reason given in lowering._conv_step.
+Serial, for the reason given in lowering/cpu/backend._conv_step.
 """
 
 from __future__ import annotations

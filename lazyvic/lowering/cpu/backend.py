@@ -1,0 +1,159 @@
+"""The CPU backend: Numba kernels (``lowering/cpu/codegen.py``), BLAS through NumPy, a CpuPlan.
+
+Library groups: matmul (BLAS), conv2d (im2col copies and one BLAS product), max_pool2d (a
+window kernel) and scatter_add (a compiled kernel); any other op without a kernel runs its
+NumPy reference inside the plan and is reported as a fallback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lazyvic import ops as optable
+from lazyvic.lowering import kernel_lib
+from lazyvic.lowering.backend import Backend
+from lazyvic.lowering.cpu import codegen, kernel_cache
+from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
+from lazyvic.lowering.cpu.steps import (
+    ConvStep,
+    IndexCheckStep,
+    KernelStep,
+    MatmulStep,
+    PoolStep,
+    ReferenceStep,
+    ScatterAddStep,
+)
+from lazyvic.lowering.pipeline import gathers
+
+
+def _matmul_step(lowered, root: int, args: list) -> MatmulStep:
+    e = lowered.entries[root]
+    return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1])
+
+
+def _conv_step(lowered, root: int, args: list) -> ConvStep:
+    """A conv2d: zero padding and im2col (serial Numba kernels) and one BLAS product.
+
+    The copies stay serial: a parallel im2col made the plan's BLAS single-threaded or, left
+    multithreaded, fought with its spinning threads (ResNet-18 batch 32, 2 cores: the 7x7
+    stem convolution took 6.3 ms with a parallel im2col against 1.4 ms serial)."""
+    from lazyvic.lowering.cpu import im2col
+    from lazyvic.ops import conv
+
+    entries = lowered.entries
+    e = entries[root]
+    x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
+    rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
+    return ConvStep(
+        f"conv2d{e.shape}",
+        root,
+        args[0],
+        args[1],
+        e.attrs,
+        im2col.im2col,
+        im2col.pad_into,
+        conv.conv_gemm,
+        conv.taps,
+        conv.tap_weights,
+        conv.images_per_chunk,
+        w_shape[1] * len(rows) * len(cols),
+    )
+
+
+def _pool_step(lowered, root: int, args: list) -> PoolStep:
+    from lazyvic.lowering.cpu import pool_kernels
+
+    e = lowered.entries[root]
+    return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d)
+
+
+def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:
+    e = lowered.entries[root]
+    return ScatterAddStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["dim"], kernel_lib.scatter_add_into)
+
+
+# Library step of each op kind the CPU has one for (the others run their NumPy reference).
+LIBRARY_STEPS = {"matmul": _matmul_step, "conv": _conv_step, "pool": _pool_step, "scatter": _scatter_step}
+
+
+class CpuBackend(Backend):
+    """Lowers traces to :class:`~lazyvic.lowering.cpu.plan.CpuPlan`.
+
+    ``allocate(shape, dtype, aligned)`` makes a plan's output arrays (the runtime hands its
+    buffer pool, ``lazyvic.runtime.buffers.take``; by default a fresh 64-byte aligned array).
+    """
+
+    device = "cpu"
+    plan_prefix = "plan_"
+
+    def __init__(self, allocate: Callable = allocate_output):
+        self.allocate = allocate
+
+    def default_cache_dir(self):
+        return Path.home() / ".cache" / "lazyvic"
+
+    def generate(self, entries, materialized, group):
+        return codegen.generate(entries, materialized, group)
+
+    def kernel_steps(self, lowered, group, ks) -> list:
+        steps = [IndexCheckStep(f"check {op} index", index, size, op) for op, index, _, size in gathers(lowered, group)]
+        scalar_dtypes = lowered.scalar_dtypes
+        fn = kernel_cache.load(ks, lowered.cache_dir, [scalar_dtypes[s].name for s in ks.scalars], lowered.stats)
+        steps.append(
+            KernelStep(
+                ks.name,
+                fn,
+                group.root,
+                tuple(ks.buffers),
+                tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                tuple((np.dtype(d), slots) for d, slots in ks.packed),
+                ks.source,
+                tuple(group.extra_roots),
+                ks.parallel,
+            )
+        )
+        return steps
+
+    def describe_kernel(self, ks, group) -> str:
+        return (
+            f"kernel {ks.name}: space {group.space_shape} reduce {group.space_axes} "
+            f"stages {len(group.stages)} ops {len(group.members)}"
+        )
+
+    def library_step(self, lowered, group, args):
+        make = LIBRARY_STEPS.get(optable.OPS[lowered.entries[group.root].op].kind)
+        return make(lowered, group.root, args) if make is not None else None
+
+    def reference_step(self, lowered, group, args) -> ReferenceStep:
+        e = lowered.entries[group.root]
+        return ReferenceStep(
+            f"{e.op}{e.shape}", e.op, group.root, tuple(args), optable.OPS[e.op].reference, e.attrs, e.dtype
+        )
+
+    def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CpuPlan:
+        plan = CpuPlan(
+            name,
+            lowered.entries,
+            steps,
+            input_pos,
+            out_specs,
+            memory,
+            lowered.groups,
+            fallbacks,
+            lowered.stats,
+            allocate=self.allocate,
+        )
+        # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
+        # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.
+        deterministic = "deterministic" in lowered.trace.flags
+        plan.blas_threads = 1 if deterministic or plan.single_thread_blas() else None
+        return plan
+
+
+def compile_trace(trace, cache_dir=None, debug: int = 0) -> CpuPlan:
+    """Lower ``trace`` for the CPU with a backend of default settings (outputs are fresh
+    arrays, not the runtime's pool); the runtime's own backend is ``runtime.executor.backend``."""
+    return CpuBackend().compile(trace, cache_dir, debug)

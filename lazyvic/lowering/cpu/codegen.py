@@ -1,0 +1,137 @@
+"""CPU code generation: one FusionGroup -> Python source of a Numba kernel.
+
+The shared emitter (``lowering/emitter.py``) builds the kernel's statements and loops; this
+module lays them out for Numba: the kept dimensions are the outer loops, the first one
+split into chunks run by ``prange`` when the kernel is large enough, the reduced
+dimensions the inner loops (``range(0, n)``, which LLVM vectorizes). Each kernel's source
+is named by its hash and loaded from a file (``lowering/cpu/kernel_cache.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments
+from lazyvic.lowering.fusion import FusionGroup
+from lazyvic.lowering.kernel_files import LIB_HASH
+
+# Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
+# 131k-524k elements between BLAS calls): serial kernels with 2-thread BLAS ran the step in
+# 26 ms against 35 ms with parallel kernels (whose OpenMP team waited for cores held by
+# spinning BLAS threads), and a busy neighbouring process slowed parallel kernels 3x
+# (each parallel region waits for a descheduled worker) but serial ones 1.4-2x.
+PARALLEL_MIN_ELEMENTS = 1 << 20
+PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
+# Kernels use strict IEEE arithmetic, so elementwise work rounds exactly as the NumPy
+# interpreter does (no FMA contraction, no reassociation): a seeded computation gives the
+# same bits whether its plan ran interpreted or compiled. Only a reduction's accumulation
+# step may be reassociated, which the vectorizer needs: it is written with kernel_lib's
+# acc_add / acc_max / acc_min, which put the flags on that one instruction. (Function-wide
+# reassociation turned a log-softmax's (x - m) - log(s) into x - (m + log(s)), losing the
+# low bits of inputs near 1e4.) The order is fixed per compiled kernel, so results are the
+# same on every run and for every thread count.
+FASTMATH = "False"
+
+
+class KernelSource:
+    """The generated source of one kernel and what it needs to run."""
+
+    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=()):
+        self.name = name
+        self.source = source
+        self.sha = sha
+        self.buffers = buffers  # entry positions, argument order (after the output)
+        self.scalars = scalars  # scalar slots passed one by one, argument order
+        self.packed = packed  # ((dtype name, scalar slots), ...): arrays after the buffers
+        self.parallel = parallel
+        self.arg_types = arg_types  # (dtype name, is_array) per argument
+
+
+def generate(entries, materialized, group: FusionGroup) -> KernelSource:
+    """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
+    em = Emitter(entries, materialized, group)
+    em.build()
+    em.merge_loops()
+    numel = math.prod(group.space_shape)
+    parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
+
+    def render(lines, depth):
+        out = []
+        for line in lines:
+            if isinstance(line, tuple):
+                ind = "    " * depth
+                d = depth
+                for v in em.inner:
+                    out.append(f"{'    ' * d}for i{v} in range({em.loop_sizes[v]}):")
+                    d += 1
+                if not em.inner:
+                    out.append(f"{ind}if True:")
+                    d += 1
+                out.extend(render(line[1], d))
+            else:
+                out.append("    " * depth + line)
+        return out
+
+    # A parallel kernel's serial body runs outer rows [lo, hi). Arrays whose index moves
+    # by a fixed stride with the outer variable are passed as views starting at row lo and
+    # indexed from ii = 0: an index that LLVM cannot prove non-negative keeps NumPy's
+    # negative-index wraparound in the loop and blocks vectorization.
+    rebased: dict = {}
+    if parallel:
+        v0 = em.outer[0]
+        coefs: dict = {}
+        for lin, buf in zip(em.lins, em.lin_buf):
+            if buf is not None:
+                coefs.setdefault(buf, set()).add((lin.terms.get(v0, 0), lin.const >= 0))
+        rebased = {b: next(iter(c))[0] for b, c in coefs.items() if len(c) == 1 and next(iter(c))[1]}
+    body = []
+    depth = 1
+    for k, v in enumerate(em.outer):
+        if k == 0 and parallel:
+            body.append("    for ii in range(hi - lo):")
+            body.append(f"        i{v} = lo + ii")
+        else:
+            body.append(f"{'    ' * depth}for i{v} in range({em.loop_sizes[v]}):")
+        depth += 1
+    body.extend(render(em.row_lines, depth))
+    text = "\n".join(body)
+    for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
+        text = text.replace(f"\x00{n}\x00", em.render_lin(lin, em.outer[0] if buf in rebased else None))
+
+    text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
+    fastmath = FASTMATH
+    options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
+    if parallel:
+        # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly
+        # (a softmax ran 4x slower than the same loops serial): the parallel kernel only
+        # splits the outer loop into chunks and calls the serial body on each.
+        n_outer = em.loop_sizes[em.outer[0]]
+        per_row = max(1, numel // max(n_outer, 1))
+        chunk = max(1, min(n_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
+        n_chunks = -(-n_outer // chunk)
+        chunk_args = [f"{a}[lo * {rebased[a]}:]" if rebased.get(a) else a for a in args]
+        source = "\n".join(
+            [
+                f"@njit(fastmath={fastmath}, {options})",
+                f"def KERNEL_NAME_rows({', '.join(args + ['lo', 'hi'])}):",
+                text,
+                "",
+                "",
+                f"@njit(parallel=True, {options})",
+                f"def KERNEL_NAME({', '.join(args)}):",
+                f"    for c in prange({n_chunks}):",
+                f"        lo = c * {chunk}",
+                f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
+                "",
+            ]
+        )
+    else:
+        source = "\n".join([f"@njit(fastmath={fastmath}, {options})", f"def KERNEL_NAME({', '.join(args)}):", text, ""])
+    # The library version is part of the identity: a new kernel_lib never reuses old files.
+    sha = hashlib.sha1((LIB_HASH + source).encode()).hexdigest()
+    ops = [o for o in dict.fromkeys(em.ops_used)][:4]
+    name = "k_" + "_".join(ops or [entries[group.root].op]) + "_" + sha[:12]
+    source = source.replace("KERNEL_NAME", name)
+    arg_types = argument_types(entries, group, buffers)
+    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)

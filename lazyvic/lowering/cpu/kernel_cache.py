@@ -1,0 +1,78 @@
+"""CPU kernel files: written once per canonical source, imported, compiled.
+
+Each kernel's source is written to ``$LAZYVIC_CACHE_DIR/kernels/<name>.py`` (named by the
+SHA-1 of the library hash and its source; checked before use and rewritten when it differs,
+see ``lowering/kernel_files.py``) and imported. The same kernel used by several plans is
+loaded once per process, and Numba's on-disk cache lets a second process skip compilation.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from numba import types
+
+from lazyvic.lowering.kernel_files import LIB_HASH, header, import_file, library_names, write_checked
+
+_HEADER_IMPORTS = """import math
+
+import numpy as np
+from numba import njit, prange
+"""
+
+_loaded: dict = {}
+
+_NB = {
+    "bool": types.boolean,
+    "int32": types.int32,
+    "int64": types.int64,
+    "float32": types.float32,
+    "float64": types.float64,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_header() -> str:
+    """The lines above every CPU kernel's source."""
+    return header(
+        "lazyvic.lowering.cpu.codegen",
+        f"kernel_lib {LIB_HASH}",
+        _HEADER_IMPORTS,
+        "lazyvic.lowering.kernel_lib",
+        library_names(),
+    )
+
+
+def kernel_dir(cache_dir: Path) -> Path:
+    d = Path(cache_dir) / "kernels"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
+    """Return the compiled dispatcher of kernel source ``ks`` (compiling or loading from cache).
+
+    ``stats`` counts ``kernels_compiled`` / ``kernels_loaded`` (from Numba's disk cache).
+    """
+    sig_types = (
+        [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
+        + [_NB[d] for d in scalar_dtypes]
+        + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed]
+    )
+    key = (ks.sha, tuple(scalar_dtypes))
+    fn = _loaded.get(key)
+    if fn is not None:
+        return fn
+    path = kernel_dir(cache_dir) / f"{ks.name}.py"
+    write_checked(path, kernel_header() + ks.source)
+    fn = getattr(import_file(f"lazyvic_kernels.{ks.name}", path), ks.name)
+    t0 = time.perf_counter()
+    hits_before = sum(fn.stats.cache_hits.values())
+    fn.compile(tuple(sig_types))
+    which = "kernels_loaded" if sum(fn.stats.cache_hits.values()) > hits_before else "kernels_compiled"
+    stats[which] = stats.get(which, 0) + 1
+    stats["kernel_seconds"] = stats.get("kernel_seconds", 0.0) + time.perf_counter() - t0
+    _loaded[key] = fn
+    return fn

@@ -1,0 +1,190 @@
+"""The CPU plan: steps (``lowering/cpu/steps.py``), their memory plan, and :meth:`CpuPlan.run`.
+
+A run binds the input arrays, takes the output arrays from the allocator the runtime handed
+the backend (``lazyvic.runtime.buffers.take``: a pool of large outputs), runs the steps and
+hands back the outputs. The environment is a list indexed by entry position, holding each
+buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays). The
+plan's pooled temporaries are allocated and viewed once, on its first run; a plan's buffers
+belong to one run at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from lazyvic import ops as optable
+from lazyvic.lowering.backend import Plan
+from lazyvic.lowering.cpu.steps import ConvStep, KernelStep, MatmulStep
+from lazyvic.lowering.memory import aligned_empty
+
+# Products below this many flops run on one BLAS thread in plans with parallel kernels
+# (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
+SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
+# Plans with convolutions whose products are all below this many flops run BLAS on one
+# thread even without parallel kernels: at ResNet-18 batch 1 (products of at most 1.2e6
+# flops) two OpenBLAS threads gained nothing on a quiet machine and, with another process
+# busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
+SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
+BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
+
+
+def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
+    """The output allocator of a plan compiled without one from the runtime: 64-byte aligned
+    arrays (BLAS writes into them), plain ``np.empty`` ones otherwise."""
+    return aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
+
+
+class _BLASThreads:
+    """Sets the number of threads of the BLAS libraries loaded in this process (through
+    threadpoolctl, found once) for the duration of a plan run."""
+
+    def __init__(self):
+        self.libs = None
+
+    def _find(self) -> list:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            return [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+        except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
+            return []
+
+    def limit(self, n: int) -> list:
+        if self.libs is None:
+            self.libs = self._find()
+        saved = []
+        for lib in self.libs:
+            saved.append(lib.num_threads)
+            lib.set_num_threads(n)
+        return saved
+
+    def restore(self, saved: list) -> None:
+        for lib, n in zip(self.libs, saved):
+            lib.set_num_threads(n)
+
+
+blas_threads = _BLASThreads()
+
+
+@dataclass
+class CpuPlan(Plan):
+    """A compiled CPU plan: steps, their memory plan, and where inputs and outputs go."""
+
+    name: str
+    entries: list = field(repr=False)  # lazyvic.trace.entry.Entry, after the graph passes
+    steps: list = field(repr=False)
+    input_pos: list = field(repr=False)  # (entry position, input slot)
+    outputs: list = field(repr=False)  # per trace output: ("buffer", pos, dtype) | ("scalar", slot, dtype)
+    memory: object = None
+    groups: list = field(default_factory=list, repr=False)
+    fallbacks: tuple = ()
+    stats: dict = field(default_factory=dict)
+    # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
+    blas_threads: int | None = None
+    # (shape, NumPy dtype, aligned) -> a new output array; the runtime's buffer pool.
+    allocate: Callable = field(default=allocate_output, repr=False)
+    pool: list = field(default=None, repr=False)  # run state: the temporaries' storage
+    env_template: list = field(default=None, repr=False)
+    flat_template: list = field(default=None, repr=False)
+    new_outputs: list = field(default=None, repr=False)  # (pos, shape, NumPy dtype, aligned) made per run
+
+    device = "cpu"
+
+    def single_thread_blas(self) -> bool:
+        """True when BLAS should run on one thread while this plan runs.
+
+        Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
+        on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
+        each pool waiting for the other's spinning threads (about 8 ms, a scheduler slice,
+        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
+        Plans whose products are large keep multithreaded BLAS, where its speed-up is
+        worth more than the contention costs.
+        """
+        flops = [
+            2 * math.prod(self.entries[s.out].shape) * s.k for s in self.steps if isinstance(s, (MatmulStep, ConvStep))
+        ]
+        if (
+            any(isinstance(s, ConvStep) for s in self.steps)
+            and flops
+            and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
+        ):
+            return True
+        if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
+            return False
+        return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
+
+    @property
+    def kernels(self) -> list:
+        return [s for s in self.steps if isinstance(s, KernelStep)]
+
+    def run(self, inputs: list, scalars: list, debug: int = 0) -> list:
+        """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
+        scalar slot (Python numbers). Returns per trace output a NumPy array the caller owns.
+        ``debug >= 4`` prints each step's time."""
+        if self.blas_threads is None:
+            return self._run(inputs, scalars, debug)
+        saved = blas_threads.limit(self.blas_threads)
+        try:
+            return self._run(inputs, scalars, debug)
+        finally:
+            blas_threads.restore(saved)
+
+    def _prepare(self) -> None:
+        mem = self.memory
+        self.pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
+        n = len(self.entries)
+        env, flat = [None] * n, [None] * n
+        for pos, slot in mem.slot_of.items():
+            shape, dtype = self.entries[pos].shape, self.entries[pos].dtype
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            env[pos] = self.pool[slot][:nbytes].view(dtype.np).reshape(shape)
+            flat[pos] = env[pos].reshape(-1)
+        self.env_template, self.flat_template = env, flat
+        # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
+        self.new_outputs = [
+            (pos, self.entries[pos].shape, dtype.np, optable.OPS[self.entries[pos].op].kind in BLAS_KINDS)
+            for kind, pos, dtype in self.outputs
+            if kind == "buffer" and pos not in mem.slot_of
+        ]
+
+    def _run(self, inputs: list, scalars: list, debug: int) -> list:
+        if self.pool is None:
+            self._prepare()
+        env = self.env_template[:]
+        flat = self.flat_template[:]
+        for pos, slot in self.input_pos:
+            a = inputs[slot]
+            env[pos] = a
+            flat[pos] = a.reshape(-1)
+        entries = self.entries
+        for pos, shape, dtype, aligned in self.new_outputs:
+            if env[pos] is None:  # not an input handed back as an output
+                a = self.allocate(shape, dtype, aligned)
+                env[pos] = a
+                flat[pos] = a.reshape(-1)
+        if debug >= 4:
+            for step in self.steps:
+                t0 = time.perf_counter()
+                step(env, flat, scalars)
+                print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
+        else:
+            for step in self.steps:
+                step(env, flat, scalars)
+        outs, given = [], set()
+        for kind, pos, dtype in self.outputs:
+            if kind == "scalar":
+                outs.append(np.array(scalars[pos], dtype=dtype.np))
+            elif entries[pos].op == "buffer" or pos in given:
+                # An output folded onto an input, or two outputs merged by CSE: each tensor
+                # gets storage of its own.
+                outs.append(np.array(env[pos], copy=True))
+            else:
+                outs.append(env[pos])
+                given.add(pos)
+        return outs

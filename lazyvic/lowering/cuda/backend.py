@@ -1,0 +1,215 @@
+"""The CUDA backend: trace -> :class:`~lazyvic.lowering.cuda.plan.CudaPlan` (numba-cuda kernels
+on device arrays).
+
+The trace is lowered exactly as for the CPU (``lowering/pipeline.py``): the same passes, the
+same fusion groups, the same memory plan. Only code generation (``lowering/cuda/codegen.py``)
+and the steps differ: generated kernels (loaded by ``lowering/cuda/loader.py``), matmul and
+conv2d through ``CudaTarget.matmul``, max_pool2d, gathers at computed indices, scatter_add and
+randn through fixed kernels of the CUDA library; any other op runs its NumPy reference on
+host copies (a HostStep, reported as a fallback).
+
+``numba.cuda`` is imported only when a plan is compiled, so this module loads on machines
+without CUDA. The runtime makes the backend with a :class:`CudaTarget` describing the device
+(``lazyvic.runtime.executor.backend``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from lazyvic import ops as optable
+from lazyvic.lowering.backend import Backend
+from lazyvic.lowering.cuda import codegen
+from lazyvic.lowering.cuda.index_steps import CudaGatherStep, CudaIndexCheckStep, index_view, scatter_add_step
+from lazyvic.lowering.cuda.plan import CudaPlan
+from lazyvic.lowering.cuda.steps import (
+    CudaConvStep,
+    CudaKernelStep,
+    CudaMatmulStep,
+    CudaMaxPoolStep,
+    CudaRandnStep,
+    HostStep,
+    conv_dims,
+    operand_map,
+)
+from lazyvic.lowering.cuda.target import CudaTarget
+from lazyvic.lowering.pipeline import gathers
+from lazyvic.lowering.reference import ReferenceStep
+
+
+def _matmul_step(entries, root: int, args: list) -> CudaMatmulStep:
+    e = entries[root]
+    shape = e.shape
+    return CudaMatmulStep(
+        f"matmul{shape}",
+        root,
+        args[0],
+        args[1],
+        math.prod(shape[:-2]),
+        shape[-2],
+        entries[e.inputs[0]].shape[-1],
+        shape[-1],
+        (operand_map(entries, args[0]), operand_map(entries, args[1])),
+    )
+
+
+def _conv_step(entries, root: int, args: list) -> CudaConvStep:
+    e = entries[root]
+    groups = e.attrs["groups"]
+    o, cg, kh, kw = entries[e.inputs[1]].shape
+    return CudaConvStep(
+        f"conv2d{e.shape}",
+        root,
+        args[0],
+        args[1],
+        groups,
+        o // groups,
+        cg * kh * kw,
+        e.shape[0] * e.shape[2] * e.shape[3],
+        conv_dims(entries, root),
+        (operand_map(entries, args[0]), operand_map(entries, args[1])),
+    )
+
+
+def _pool_step(entries, root: int, args: list) -> CudaMaxPoolStep | None:
+    if args[0].kind != "buffer":
+        return None
+    e = entries[root]
+    (kh, kw), (sh, sw), (ph, pw) = e.attrs["kernel"], e.attrs["stride"], e.attrs["padding"]
+    h, w = entries[e.inputs[0]].shape[2:]
+    return CudaMaxPoolStep(
+        f"max_pool2d{e.shape}",
+        root,
+        args[0],
+        (h, w, e.shape[2], e.shape[3], kh, kw, sh, sw, ph, pw),
+        operand_map(entries, args[0]),
+    )
+
+
+def _gather_step(entries, root: int, args: list) -> CudaGatherStep:
+    e = entries[root]
+    dim = e.attrs["dim"]
+    x_shape, index_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
+    return CudaGatherStep(
+        f"{e.op}{e.shape}",
+        root,
+        args[0],
+        args[1],
+        dim,
+        x_shape[dim],
+        x_shape,
+        operand_map(entries, args[0]),
+        index_view(entries, args[1], index_shape),
+    )
+
+
+def _random_step(entries, root: int, args: list) -> CudaRandnStep | None:
+    e = entries[root]
+    if e.op != "randn" or not (args[0].kind == args[1].kind == "scalar"):
+        return None  # the device kernel draws normal numbers from scalar (seed, offset)
+    return CudaRandnStep(f"{e.op}{e.shape}", root, args[0], args[1])
+
+
+# Library step of each op kind CUDA has one for (None from a builder: not for these operands).
+LIBRARY_STEPS = {
+    "matmul": _matmul_step,
+    "conv": _conv_step,
+    "pool": _pool_step,
+    "gather": _gather_step,
+    "scatter": scatter_add_step,
+    "random": _random_step,
+}
+
+
+class CudaBackend(Backend):
+    """Lowers traces to CudaPlans running on ``target`` (see ``lowering/cuda/target.py``)."""
+
+    device = "cuda"
+    plan_prefix = "cuda_plan_"
+
+    def __init__(self, target: CudaTarget | None = None):
+        self.target = target if target is not None else CudaTarget()
+
+    def default_cache_dir(self):
+        return Path(os.environ.get("LAZYVIC_CACHE_DIR") or Path.home() / ".cache" / "lazyvic")
+
+    def default_debug(self) -> int:
+        try:
+            return int(os.environ.get("LAZYVIC_DEBUG", "0") or 0)
+        except ValueError:
+            return 0
+
+    def generate(self, entries, materialized, group):
+        return codegen.generate(entries, materialized, group)
+
+    def kernel_steps(self, lowered, group, ks) -> list:
+        from lazyvic.lowering.cuda.loader import load_kernel
+
+        entries = lowered.entries
+        steps, never_runs = [], False
+        for op, index, index_shape, size in gathers(lowered, group):
+            check = CudaIndexCheckStep(f"check {op} index", index, size, op, index_view(entries, index, index_shape))
+            never_runs |= check.size == 0 and check.view.n > 0
+            steps.append(check)
+        kernel = load_kernel(ks, lowered.cache_dir, lowered.stats)
+        scalar_dtypes = lowered.scalar_dtypes
+        steps.append(
+            CudaKernelStep(
+                ks.name,
+                kernel,
+                group.root,
+                tuple(ks.buffers),
+                tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                tuple((np.dtype(d), slots) for d, slots in ks.packed),
+                ks.kind,
+                ks.size,
+                ks.threads,
+                ks.source,
+                tuple(group.extra_roots),
+                never_runs,
+            )
+        )
+        return steps
+
+    def describe_kernel(self, ks, group) -> str:
+        return (
+            f"cuda kernel {ks.name} ({ks.kind}, {ks.size} x {ks.threads or 'grid-stride'}): "
+            f"space {group.space_shape} reduce {group.space_axes} stages {len(group.stages)} ops {len(group.members)}"
+        )
+
+    def library_step(self, lowered, group, args):
+        make = LIBRARY_STEPS.get(optable.OPS[lowered.entries[group.root].op].kind)
+        return make(lowered.entries, group.root, args) if make is not None else None
+
+    def reference_step(self, lowered, group, args) -> HostStep:
+        e = lowered.entries[group.root]
+        reference = ReferenceStep(
+            f"{e.op}{e.shape}", e.op, group.root, tuple(args), optable.OPS[e.op].reference, e.attrs, e.dtype
+        )
+        return HostStep(reference, lowered.entries)
+
+    def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CudaPlan:
+        checks = []  # the plan's error buffer: one place per index check, in plan order
+        for step in steps:
+            if hasattr(step, "index_check"):
+                step.check = len(checks)
+                checks.append(step.index_check())
+        stats = lowered.stats
+        stats["compile_seconds"] = seconds
+        return CudaPlan(
+            name,
+            lowered.entries,
+            steps,
+            input_pos,
+            out_specs,
+            memory,
+            lowered.groups,
+            fallbacks,
+            stats,
+            checks=checks,
+            target=self.target,
+        )

@@ -1,0 +1,200 @@
+"""The compile loop, one for every backend: trace -> passes -> fusion -> kernels -> steps -> Plan.
+
+:func:`compile_plan` lowers a canonical trace for a backend (``lowering/backend.py``):
+
+1. the graph passes (``lowering/passes.py``) over the trace's named entries;
+2. fusion (``lowering/fusion.py``) and one kernel source per fused group from the backend's
+   code generator; a group that cannot be emitted without a materialized intermediate raises
+   NeedsMaterialize and the fusion is planned again (:func:`lower`);
+3. the backend's steps: for each kernel group its kernel (and the range checks of the
+   indices it gathers with), for each library group (matmul, conv2d, ...) the backend's
+   library step, or its NumPy reference step when it has none (the plan's ``fallbacks``);
+4. the memory plan of the steps (``lowering/memory.py``) and where inputs and outputs go
+   (:func:`plan_layout`), then the backend's Plan.
+
+``LAZYVIC_DEBUG=2`` prints each kernel's group, ``3`` its source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from lazyvic import ops as optable
+from lazyvic.lowering.fusion import NeedsMaterialize, is_library, plan_groups
+from lazyvic.lowering.memory import plan_memory
+from lazyvic.lowering.passes import simplify, transpose_matmuls
+
+MAX_REPLANS = 200
+
+
+class Operand(NamedTuple):
+    """An operand of a library step, read through NumPy views: its base (a buffer's entry
+    position or a scalar's slot) and the movement ops applied to it, innermost first."""
+
+    kind: str  # "buffer" | "scalar"
+    base: int
+    ops: list  # [(OpDef, attrs)]
+    dtype: object  # NumPy dtype
+
+
+def operand(entries, j: int, links) -> Operand:
+    """Node j as an :class:`Operand`; ``links(j)`` says whether node j is a movement op read
+    through a view (the walk stops at the first that is not)."""
+    ops = []
+    while links(j):
+        e = entries[j]
+        ops.append((optable.OPS[e.op], e.attrs))
+        j = e.inputs[0]
+    base = entries[j]
+    if base.op == "scalar":
+        return Operand("scalar", base.slot, list(reversed(ops)), base.dtype.np)
+    return Operand("buffer", j, list(reversed(ops)), base.dtype.np)
+
+
+def is_movement(entries):
+    """``links`` for :func:`operand`: every movement op is read through a view."""
+    return lambda j: optable.OPS[entries[j].op].kind == "movement"
+
+
+@dataclass
+class Lowered:
+    """A trace after the backend-neutral half of lowering (see :func:`lower`); what a backend's
+    step builders read."""
+
+    trace: object
+    entries: list  # named entries after the graph passes (lazyvic.trace.entry.Entry)
+    outputs: list  # entry positions of the trace's outputs
+    groups: list  # FusionGroups in run order
+    materialized: set
+    chain_nodes: set  # movement nodes read by library steps through views
+    sources: dict  # group root -> the backend's kernel source (library groups have none)
+    scalar_dtypes: dict  # scalar slot -> DType
+    cache_dir: object
+    debug: int
+    stats: dict
+
+
+def _force(forced: set, e: NeedsMaterialize) -> None:
+    if e.node in forced:
+        raise RuntimeError(f"lowering: could not materialize node {e.node} ({e.why})")
+    forced.add(e.node)
+
+
+def lower(trace, generate, cache_dir=None, debug: int = 0) -> Lowered:
+    """Passes, fusion and one kernel source per fused group.
+
+    ``generate(entries, m, group)`` is a backend's code generator; a group it cannot emit
+    without a materialized intermediate raises NeedsMaterialize and the fusion is planned
+    again, with every node asked for in one round materialized at once.
+    """
+    entries, outputs = simplify(*transpose_matmuls(list(trace.named), list(trace.outputs)))
+    forced: set = set()
+    for _ in range(MAX_REPLANS):
+        try:
+            groups, m, chain_nodes = plan_groups(entries, outputs, frozenset(forced))
+        except NeedsMaterialize as e:
+            _force(forced, e)
+            continue
+        # Generate every kernel, collecting all the nodes that need a buffer, then plan
+        # again once (not once per node: a large training step would plan many times).
+        sources, wanted = {}, []
+        for g in groups:
+            if is_library(entries, g.root):
+                continue
+            try:
+                sources[g.root] = generate(entries, m, g)
+            except NeedsMaterialize as e:
+                wanted.append(e)
+        if not wanted:
+            break
+        for e in {e.node: e for e in wanted}.values():
+            _force(forced, e)
+    else:
+        raise RuntimeError("lowering: fusion did not converge")
+    scalar_dtypes = {e.slot: e.dtype for e in entries if e.op == "scalar"}
+    return Lowered(trace, entries, outputs, groups, m, chain_nodes, sources, scalar_dtypes, cache_dir, debug, {})
+
+
+def gathers(lowered: Lowered, group) -> list:
+    """The inlined gathers of a kernel group, whose indices need a range check before it runs:
+    ``(op, index operand, index shape, size of the gathered dimension)`` each."""
+    entries = lowered.entries
+    out = []
+    for j in group.members:
+        e = entries[j]
+        if optable.OPS[e.op].kind == "gather":
+            x, index = e.inputs
+            chain = operand(entries, index, is_movement(entries))
+            out.append((e.op, chain, entries[index].shape, entries[x].shape[e.attrs["dim"]]))
+    return out
+
+
+def plan_layout(lowered: Lowered, steps: list) -> tuple:
+    """What every backend's plan needs once its steps are built: ``(out_specs, input_pos,
+    memory)`` — per trace output ``("scalar", slot, dtype)`` or ``("buffer", pos, dtype)``,
+    the ``(entry position, input slot)`` of each input, and the memory plan of the steps."""
+    entries, outputs, groups = lowered.entries, lowered.outputs, lowered.groups
+    out_specs = []
+    for o in outputs:
+        e = entries[o]
+        if e.op == "scalar":
+            out_specs.append(("scalar", e.slot, e.dtype))
+        else:
+            out_specs.append(("buffer", o, e.dtype))
+    input_pos = [(i, e.slot) for i, e in enumerate(entries) if e.op == "buffer"]
+    out_set = {o for o in outputs if not entries[o].is_input}
+    temporaries = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
+    temporaries -= out_set
+    steps_io = [(s.writes(), s.reads()) for s in steps]
+    memory = plan_memory(
+        entries,
+        steps_io,
+        temporaries,
+        out_set,
+        {p for p, _ in input_pos},
+        frozenset(p for p, slot in input_pos if slot in lowered.trace.param_slots),
+    )
+    return out_specs, input_pos, memory
+
+
+def compile_plan(trace, backend, cache_dir, debug: int):
+    """Lower canonical ``trace`` to ``backend``'s Plan (see the module docstring)."""
+    # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(trace.entries) + 1000))
+    try:
+        return _compile(trace, backend, cache_dir, debug)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _compile(trace, backend, cache_dir, debug: int):
+    t0 = time.perf_counter()
+    lowered = lower(trace, backend.generate, cache_dir, debug)
+    entries = lowered.entries
+    steps, fallbacks = [], []
+    for g in lowered.groups:
+        ks = lowered.sources.get(g.root)
+        if ks is not None:
+            steps.extend(backend.kernel_steps(lowered, g, ks))
+            if debug >= 2:
+                print(f"[lazyvic] {backend.describe_kernel(ks, g)}", file=sys.stderr)
+            if debug >= 3:
+                print(ks.source, file=sys.stderr)
+            continue
+        e = entries[g.root]
+        args = [operand(entries, j, lowered.chain_nodes.__contains__) for j in e.inputs]
+        step = backend.library_step(lowered, g, args)
+        if step is None:
+            step = backend.reference_step(lowered, g, args)
+            fallbacks.append(e.op)
+        steps.append(step)
+    out_specs, input_pos, memory = plan_layout(lowered, steps)
+    name = backend.plan_prefix + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
+    return backend.make_plan(
+        lowered, name, steps, input_pos, out_specs, memory, tuple(fallbacks), time.perf_counter() - t0
+    )

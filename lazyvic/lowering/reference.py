@@ -1,0 +1,49 @@
+"""Operands on the host and the NumPy reference step, shared by the backends.
+
+A library step's operand (``lowering.pipeline.Operand``) is a buffer or a scalar input read
+through its movement ops; on the host those ops are NumPy views (:func:`view`, each op's own
+reference). :class:`ReferenceStep` runs an op that has no kernel yet through its NumPy
+reference: a CPU plan runs it as it is, a CUDA plan on host copies of its operands (its
+HostStep). Either way the op is one of the plan's reported fallbacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def view(env, scalars, chain):
+    """An operand (``lowering.pipeline.Operand``): a buffer, or a scalar input, with its
+    movement ops applied as NumPy views (each op's reference)."""
+    kind, base, ops, dtype = chain
+    a = env[base] if kind == "buffer" else np.asarray(scalars[base], dtype=dtype)
+    for opdef, attrs in ops:
+        a = opdef.reference([a], attrs)
+    return a
+
+
+@dataclass
+class ReferenceStep:
+    """``out = reference(operands, attrs)``, cast to ``dtype``, into the plan's buffer."""
+
+    name: str
+    op: str
+    out: int
+    args: tuple  # Operands
+    reference: object
+    attrs: dict
+    dtype: object
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in self.args if c.kind == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        vals = [view(env, scalars, c) for c in self.args]
+        with np.errstate(all="ignore"):
+            out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
+        np.copyto(env[self.out], out)

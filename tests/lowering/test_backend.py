@@ -1,0 +1,126 @@
+"""The shared lowering: named entries through the passes, the op table's index maps, kernel files.
+
+Plans here compile into a temporary cache directory, so the kernels they write stay out of the
+suite's cache (whose files are compared before and after refactorings of the lowering).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import lazyvic as lv
+from lazyvic import ops as optable
+from lazyvic.lowering.cpu import CpuPlan, compile_trace, kernel_cache
+from lazyvic.lowering.emitter import Lin
+from lazyvic.lowering.kernel_files import library_names
+from lazyvic.lowering.passes import simplify, transpose_matmuls
+from lazyvic.trace import cut
+from lazyvic.trace.entry import Attrs, Entry
+
+
+def _trace(*tensors):
+    trace, inputs, scalars, _ = cut([t._node for t in tensors])
+    return trace, inputs, scalars
+
+
+def test_entries_are_named_and_read_only():
+    x = lv.tensor(np.ones((2, 3), np.float32))
+    trace, _, _ = _trace((x * 2.0).permute(1, 0))
+    e = trace.named[-1]
+    assert isinstance(e, Entry) and e.op == "permute" and e.attrs["perm"] == (1, 0)
+    assert e.shape == (3, 2) and e.dtype is lv.float32 and e.origin == len(trace.entries) - 1
+    assert trace.entry(0) == trace.named[0] and trace.named[0].slot == 0
+    with pytest.raises(TypeError, match="read-only"):
+        e.attrs["perm"] = (0, 1)
+    assert hash(Attrs(perm=(1, 0))) == hash(e.attrs)
+
+
+def test_passes_keep_scope_and_origin():
+    x = lv.tensor(np.ones((4, 5), np.float32))
+    w = lv.tensor(np.ones((5, 3), np.float32))
+    y = (x.permute(1, 0).permute(1, 0) @ w).permute(1, 0).reshape(3, 4).reshape(12)
+    trace, _, _ = _trace(y)
+    entries, outputs = simplify(*transpose_matmuls(list(trace.named), list(trace.outputs)))
+    ops = [e.op for e in entries if not e.is_input]
+    assert "reshape" in ops and ops.count("reshape") == 1  # reshape of a reshape folded
+    assert ops.count("matmul") == 1  # permute(x @ w) became w^T @ x^T
+    for e in entries:
+        origin = trace.named[e.origin]
+        assert e.scope == origin.scope
+        assert e.op == origin.op or (e.op, origin.op) == ("matmul", "permute")
+
+
+class _Ints(int):
+    """An index that is a plain number: enough of an affine form for the op table's maps."""
+
+    def scale(self, k):
+        return _Ints(self * k)
+
+    def __add__(self, other):
+        return _Ints(int(self) + other)
+
+
+MOVEMENTS = [
+    ("permute", (2, 3, 4), {"perm": (2, 0, 1)}),
+    ("expand", (2, 1, 4), {"shape": (2, 3, 4)}),
+    ("expand", (), {"shape": (2, 3)}),
+    ("slice", (5, 7), {"starts": (1, 0), "stops": (5, 7), "steps": (2, 3)}),
+    ("pad", (2, 3), {"pads": ((1, 2), (0, 1))}),
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", MOVEMENTS, ids=[m[0] + str(m[1]) for m in MOVEMENTS])
+def test_index_maps_agree_with_the_references(op, shape, attrs):
+    opdef = optable.OPS[op]
+    x = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int64).reshape(shape)
+    ref = np.asarray(opdef.reference([x], attrs))
+    for index in itertools.product(*(range(n) for n in ref.shape)):
+        at = opdef.index_map([_Ints(i) for i in index], attrs, shape, ref.shape)
+        inside = all(0 <= i < n for i, n in zip(at, shape))
+        assert inside or opdef.reads_outside, (op, index, at)
+        assert ref[index] == (x[tuple(at)] if inside else 0), (op, index, at)
+
+
+def test_every_movement_op_is_declared():
+    for name, opdef in optable.OPS.items():
+        if opdef.kind == "movement":
+            assert (opdef.index_map is not None) != opdef.flat_index, name
+            assert opdef.is_identity is not None, name
+    at = {"perm": (1, 2, 0)}
+    assert optable.OPS["permute"].fold(at, at) == {"perm": (2, 0, 1)}
+
+
+def test_index_maps_work_on_affine_forms():
+    i, j = Lin({0: 1}), Lin({1: 1})
+    (a, b) = optable.OPS["slice"].index_map([i, j], {"starts": (1, 2), "steps": (2, 1)}, (5, 5), (2, 3))
+    assert a.key() == (((0, 2),), 1) and b.key() == (((1, 1),), 2)
+
+
+def test_kernel_files_are_checked_and_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_cache, "_loaded", {})
+    a = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    x = lv.tensor(a)
+    trace, inputs, scalars = _trace((x * 3.0).exp())
+    plan = compile_trace(trace, tmp_path)
+    assert isinstance(plan, CpuPlan)
+    (kernel,) = plan.kernels
+    path = tmp_path / "kernels" / f"{kernel.name}.py"
+    expected = kernel_cache.kernel_header() + kernel.source
+    assert path.read_text() == expected
+    path.write_text(expected.replace("exp_f32", "log_f32"))  # another program's file, same name
+    monkeypatch.setattr(kernel_cache, "_loaded", {})
+    plan = compile_trace(trace, tmp_path)
+    assert path.read_text() == expected
+    (y,) = plan.run(inputs, scalars)
+    np.testing.assert_allclose(y, np.exp(a * 3), rtol=1e-6)
+    assert not list(path.parent.glob(".tmp-*"))
+
+
+def test_kernel_headers_name_the_library():
+    names = library_names()
+    for name in ("f32", "b1", "exp_f32", "erf_f32", "fmax", "acc_add", "rand_f32", "round_bf16_f64"):
+        assert name in names
+    assert "njit" not in names and "np" not in names and not any(n.startswith("_") for n in names)
+    header = kernel_cache.kernel_header()
+    assert "from lazyvic.lowering.kernel_lib import (" in header and all(n in header for n in names)

@@ -365,7 +365,10 @@ def _write_atomic(path: str, chunks: list) -> None:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
-            os.replace(tmp, path)  # while the lock is held
+            if fcntl is not None:
+                os.replace(tmp, path)  # while the lock is held: no cleaner ever sees it unlocked
+        if fcntl is None:
+            os.replace(tmp, path)  # Windows cannot rename a file that is still open
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -32,6 +32,28 @@ data can be mistaken for one:
 All JSON is written with sorted keys, fixed separators and ASCII escapes, and the
 safetensors header is rewritten with its metadata keys sorted (safetensors itself writes
 them in hash order), so the same weights and the same object give byte-identical files.
+
+This module also holds what every lazyvic file reader and writer shares (``torch.py``, the ONNX
+package): the load limit and the atomic write.
+
+Load limit
+    A file may make a loader allocate one copy of the data it holds (widened to a lazyvic dtype
+    where the reader says so) and at most :func:`load_limit` bytes more: a decompressed pickle, a
+    tensor larger than its storage (stride 0, overlapping views), constants an ONNX graph folds
+    from a few bytes. The limit is ``max_bytes=`` where a loader takes it, else the environment
+    variable ``LAZYVIC_MAX_LOAD_BYTES`` (bytes, with an optional K/M/G/T suffix, or ``inf``), else
+    ``max(DEFAULT_MAX_LOAD_BYTES, size of the file)`` (256 MiB, or the file's own size when
+    larger). Loaders check it before they allocate and raise :class:`CheckpointError` (or
+    ``OnnxError``) naming the file, what would be allocated and the limit.
+
+Atomic writes
+    :func:`save`, ``interop.torch.save``/``save_safetensors`` and ``onnx.export`` write to a
+    temporary file ``.<name>.lazyvic-<pid>-<8 hex digits>.tmp`` beside the target, fsync it and
+    rename it over the target. A process killed mid-write leaves its temporary file behind; the
+    next save to the same target removes such leftovers of that target (and only those: the exact
+    name pattern, a regular file, not written to for ``STALE_TEMP_AGE_S`` seconds, and not locked:
+    writers hold an ``flock`` on their temporary file while they write). Where ``fcntl.flock`` is
+    missing (Windows) nothing is removed.
 """
 
 from __future__ import annotations
@@ -41,7 +63,10 @@ import importlib
 import json
 import math
 import os
+import re
 import secrets
+import stat
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -53,9 +78,93 @@ from lazyvic.nn.module import Module
 from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so leftover temporary files are never removed
+    fcntl = None
+
 FORMAT_NAME = "lazyvic"
 FORMAT_VERSION = 1
 KINDS = ("module", "state")
+
+# ------------------------------------------------------------------ load limit
+
+LOAD_LIMIT_ENV = "LAZYVIC_MAX_LOAD_BYTES"
+# 256 MiB: far above what real checkpoints and models make beyond their own data (an expanded
+# position-ids buffer, a folded attention mask, a pickle of a few MB), far below what a few
+# hundred hostile bytes should be able to take from the machine.
+DEFAULT_MAX_LOAD_BYTES = 256 * 2**20
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _parse_bytes(text: str, where: str) -> float:
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    if value in ("INF", "NONE", "UNLIMITED"):
+        return math.inf
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)].strip()
+    if not number.isdigit():
+        raise ValueError(
+            f"{where}={text!r}: expected a number of bytes, optionally with a K, M, G or T suffix "
+            f"(powers of 1024), or 'inf'"
+        )
+    return int(number) * _UNITS[unit]
+
+
+def load_limit(file_bytes: int, max_bytes: float | None = None) -> float:
+    """How many bytes a loader may allocate beyond one copy of a file's own data.
+
+    ``max_bytes`` (a loader's keyword) when given, else ``LAZYVIC_MAX_LOAD_BYTES`` when set,
+    else ``max(DEFAULT_MAX_LOAD_BYTES, file_bytes)``. ``math.inf`` (or ``inf`` in the variable)
+    turns the limit off, for files you trust. Raises ValueError for a negative ``max_bytes`` or a
+    variable that is not a byte count.
+    """
+    if max_bytes is not None:
+        if not (isinstance(max_bytes, (int, float)) and max_bytes >= 0):
+            raise ValueError(f"max_bytes={max_bytes!r}: expected a number of bytes >= 0, or math.inf")
+        return max_bytes
+    text = os.environ.get(LOAD_LIMIT_ENV)
+    if text:
+        return _parse_bytes(text, LOAD_LIMIT_ENV)
+    return max(DEFAULT_MAX_LOAD_BYTES, int(file_bytes))
+
+
+def _size_text(nbytes: float) -> str:
+    if nbytes == math.inf:
+        return "unlimited"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} bytes"
+
+
+class LoadBudget:
+    """The bytes one load (or one run of an imported ONNX graph) may still allocate beyond the file.
+
+    ``charge(nbytes, what)`` is called before an allocation the file asks for; past the limit it
+    raises ``error(message)`` naming ``what``, the total and the limit, and how to raise it.
+    ``credit(nbytes)`` returns bytes the file's own data backs (a storage, once).
+    """
+
+    def __init__(self, limit: float, source: str, error=CheckpointError, scope: str = ""):
+        self.limit, self.source, self.error = limit, source, error
+        self.scope = scope or "this load may allocate beyond the file's own data"
+        self.used = 0
+
+    def charge(self, nbytes: int, what: str) -> None:
+        used = self.used + int(nbytes)
+        if used > self.limit:
+            raise self.error(
+                f"{self.source}: {what} would take {_size_text(nbytes)}, more than {self.scope} "
+                f"({_size_text(self.limit)}, {_size_text(max(self.used, 0))} already used); if you trust "
+                f"the file, raise the limit with max_bytes=... or the environment variable {LOAD_LIMIT_ENV} "
+                f"(e.g. {LOAD_LIMIT_ENV}=8G)"
+            )
+        self.used = used
+
+    def credit(self, nbytes: int) -> None:
+        self.used -= int(nbytes)
+
 
 # Where to point users whose file is some other checkpoint.
 _OTHER_READERS = (
@@ -227,23 +336,39 @@ def _serialize(arrays: dict, metadata: dict) -> list:
     return [len(text).to_bytes(8, "little"), text, memoryview(blob)[8 + size :]]
 
 
+# The temporary file of an atomic write: ".<target name>.lazyvic-<pid>-<8 hex digits>.tmp".
+_TEMP_INFIX = ".lazyvic-"
+_TEMP_TAIL = re.compile(r"[0-9]+-[0-9a-f]{8}\.tmp\Z")
+# A leftover is removed only once nothing has written to it for this long (and nothing holds its
+# lock): it closes the gap between a writer creating its file and locking it.
+STALE_TEMP_AGE_S = 60.0
+
+
 def _write_atomic(path: str, chunks: list) -> None:
+    """Write ``chunks`` to ``path`` through a locked temporary file, fsync, rename; see the module docstring."""
     directory, base = os.path.split(os.path.abspath(path))
+    _remove_stale_temporaries(directory, base)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(directory, f".{base}{_TEMP_INFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, like a plain open(path, "wb")
             break
         except FileExistsError:
             continue
     try:
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # a filesystem without locks: the age rule still holds
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            if fcntl is not None:
+                os.replace(tmp, path)  # while the lock is held: no cleaner ever sees it unlocked
+        if fcntl is None:
+            os.replace(tmp, path)  # Windows cannot rename a file that is still open
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -255,6 +380,37 @@ def _write_atomic(path: str, chunks: list) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _remove_stale_temporaries(directory: str, base: str) -> None:
+    """Remove temporary files of ``base`` left by writers that died (see the module docstring)."""
+    if fcntl is None:
+        return
+    prefix = f".{base}{_TEMP_INFIX}"
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(prefix)]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        if not _TEMP_TAIL.fullmatch(entry.name[len(prefix) :]):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_TEMP_AGE_S:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live writer: BlockingIOError
+            opened, now_there = os.fstat(fd), os.lstat(entry.path)
+            if (opened.st_dev, opened.st_ino) == (now_there.st_dev, now_there.st_ino):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 # ------------------------------------------------------------------------- load
@@ -286,9 +442,18 @@ def load(path, model: Module | None = None, map_location=None):
             beyond the end, safetensors cannot decode it); not a lazyvic format file;
             written by a newer lazyvic (format version above ``FORMAT_VERSION``); the
             model's class differs from the recorded one; the module cannot be rebuilt
-            without ``model=``; or ``load_state_dict`` finds missing, unexpected or
-            mis-shaped keys (then no parameter is changed).
+            without ``model=``; ``load_state_dict`` finds missing, unexpected or
+            mis-shaped keys (then no parameter is changed); the machine runs out of memory
+            (a ``MemoryError``) or the saved structure is nested too deeply for Python (a
+            ``RecursionError``) while reading it.
         DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
+
+    What a file can make this allocate: its own bytes (read whole), one copy of its tensors, and
+    the module its recorded lazyvic class builds from the recorded config, whose parameters are
+    replaced by the file's tensors after the strict shape check. ``OnnxModule`` and lazyvic's
+    layers create their parameters lazily, so a config naming huge shapes fails that check before
+    anything that size exists (a constructor that computes with NumPy eagerly, such as
+    ``Embedding``'s ``padding_idx`` mask, allocates what its config asks for).
 
     ``map_location`` (``torch.load``'s name): None or ``"cpu"`` (tensors on the CPU, as
     saved), ``"cuda"`` (the loaded tensors, or the rebuilt module, on the GPU), or a
@@ -299,6 +464,15 @@ def load(path, model: Module | None = None, map_location=None):
     if isinstance(map_location, dict):
         map_location = map_location.get("cpu", "cpu")  # a lazyvic file holds host tensors
     device = canonical(map_location, "load") if map_location is not None else "cpu"
+    try:
+        return _load(source, path, model, device)
+    except MemoryError:
+        raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
+    except RecursionError:
+        raise _corrupt(path, "its structure is nested too deeply for Python (RecursionError)") from None
+
+
+def _load(source, path: str, model: Module | None, device: str):
     blob = _read(source, path)
     metadata = _parse_header(path, blob)
     kind = metadata["kind"]

@@ -66,15 +66,26 @@ Security
     ``collections.OrderedDict`` and a few builtins for plain containers); any other
     global (``os.system``, ``builtins.eval``, ...) and any persistent id that is not a
     storage tuple raises :class:`CheckpointError` before anything is called.
+
+    Every size, stride and offset is checked against its storage, and what a file can make
+    :func:`load` allocate is bounded (``lazyvic.interop.format_v1.load_limit``): one copy of its
+    storages in the lazyvic dtypes, plus at most the load limit (256 MiB, or the file's size
+    when larger; ``max_bytes=`` or ``LAZYVIC_MAX_LOAD_BYTES`` change it) for everything the file
+    does not back with bytes: a compressed ``data.pkl`` (counted at its unpacked size before it
+    is unpacked), tensors larger than their storage (stride 0, overlapping views). Tensors that
+    are the same view of one storage come back as one object, so a storage referenced a
+    thousand times is copied once.
 """
 
 from __future__ import annotations
 
 import collections
 import io
+import math
 import mmap
 import os
 import pickle
+import reprlib
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -84,7 +95,7 @@ import safetensors.numpy
 
 from lazyvic.creation import tensor as _tensor
 from lazyvic.errors import CheckpointError, DTypeError
-from lazyvic.interop.format_v1 import _write_atomic
+from lazyvic.interop.format_v1 import LoadBudget, _write_atomic, load_limit
 from lazyvic.nn.module import Parameter
 from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
@@ -256,13 +267,20 @@ ADMITTED_GLOBALS.update((f"torch.{name}", _TorchDType(name)) for name in (*_STOR
 
 
 class _Storage:
-    """One storage of the file: its dtype, its element count and (once known) its data."""
+    """One storage of the file: its dtype, its element count and (once known) its data.
 
-    __slots__ = ("key", "dtype_name", "numel", "data", "location")
+    ``root`` / ``root_nbytes``: the key and byte size of the storage whose bytes these are (a
+    legacy view's root; the storage itself otherwise), so that the load limit counts the bytes
+    of the file once however many views refer to them.
+    """
 
-    def __init__(self, key: str, dtype_name: str | None, numel: int, data: np.ndarray | None):
+    __slots__ = ("key", "dtype_name", "numel", "data", "location", "root", "root_nbytes")
+
+    def __init__(self, key: str, dtype_name: str | None, numel: int, data: np.ndarray | None, root=None):
         self.key, self.dtype_name, self.numel, self.data = key, dtype_name, numel, data
         self.location = "cpu"  # where torch saved it ("cpu", "cuda:0", ...): map_location reads it
+        self.root = key if root is None else root.root
+        self.root_nbytes = (0 if data is None else data.nbytes) if root is None else root.root_nbytes
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -387,12 +405,19 @@ def _is_int_tuple(value) -> bool:
     return isinstance(value, tuple) and all(type(v) is int for v in value)
 
 
+_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
 def _short(value) -> str:
-    text = repr(value)
+    """A bounded repr for messages (reprlib: a deeply nested value cannot recurse)."""
+    text = _REPR.repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> object:
+def load(
+    path: str | os.PathLike, map_location=None, as_numpy: bool = False, *, max_bytes: float | None = None
+) -> object:
     """Read a checkpoint written by ``torch.save`` (zip or legacy format), without PyTorch.
 
     Returns the saved object — dicts, ``OrderedDict``, lists, tuples, sets and scalars as
@@ -403,7 +428,10 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
     :class:`lazyvic.nn.Parameter`. Size, stride and storage offset are honoured; with
     ``as_numpy=True`` tensors that share a storage are views of one writable array (one
     copy of the storage), so ``np.shares_memory`` holds between them, as in torch. The
-    same tensor object saved twice comes back as one object.
+    same tensor object saved twice comes back as one object, and so do tensors that are the
+    same view (storage, offset, size, stride, dtype) of one storage, such as tied weights: a
+    lazyvic Tensor owns its memory, so tensors that are different views of one storage are
+    copies of their views.
 
     The file is memory-mapped: zip records (stored, uncompressed) and legacy storages
     are sliced at their offsets, so the data is copied once, into the result. Record
@@ -415,6 +443,14 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
     ``{saved location: device}`` dict such as ``{"cuda:0": "cpu"}`` (saved locations it does
     not name keep their device). A callable is not supported. Ignored with ``as_numpy``.
 
+    ``max_bytes``: how many bytes the load may allocate beyond one copy of the file's storages
+    (in the lazyvic dtypes); the default, ``lazyvic.interop.format_v1.load_limit``, is the
+    environment variable ``LAZYVIC_MAX_LOAD_BYTES`` when set, else 256 MiB or the file's size
+    when larger; ``math.inf`` turns it off for files you trust. Counted against it, before
+    anything is allocated: a compressed ``data.pkl``'s unpacked size, and every tensor larger
+    than what its storage holds (a stride-0 or overlapping view materialized as a Tensor; with
+    ``as_numpy=True`` views stay views, bfloat16 excepted).
+
     Raises:
         CheckpointError: naming the file and the problem: no such file or unreadable; not
             a PyTorch checkpoint (neither a zip nor the legacy magic number); a truncated
@@ -423,7 +459,9 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
             ``os.system``) or a persistent id that is not a storage tuple; an unknown
             storage type; a dtype lazyvic cannot represent (complex, quantized, float8);
             a storage too short for a tensor's size, stride and offset; a callable
-            ``map_location``.
+            ``map_location``; a load that would allocate more than ``max_bytes`` beyond the
+            file's data; running out of memory (``MemoryError``) or a structure nested too
+            deeply for Python (``RecursionError``).
         DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
     """
     path = os.fspath(path)
@@ -437,14 +475,23 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
     with f:
         head = f.read(len(ZIP_MAGIC))
         f.seek(0)
-        if os.fstat(f.fileno()).st_size == 0:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
             raise CheckpointError(f"{path} is not a PyTorch checkpoint: the file is empty")
+        budget = LoadBudget(load_limit(size, max_bytes), path)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        reader = None
         try:
-            reader = _Reader(path, mm, as_numpy, place)
+            reader = _Reader(path, mm, as_numpy, place, budget)
             if head == ZIP_MAGIC:
                 return reader.load_zip()
             return reader.load_legacy(f)
+        except MemoryError:
+            raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
+        except RecursionError:
+            raise CheckpointError(
+                f"{path}: corrupt checkpoint: its objects are nested too deeply for Python (RecursionError)"
+            ) from None
         finally:
             reader = None
             try:
@@ -456,10 +503,13 @@ def load(path: str | os.PathLike, map_location=None, as_numpy: bool = False) -> 
 class _Reader:
     """Turns storages and rebuild calls into arrays or Tensors for one file."""
 
-    def __init__(self, path: str, mm: mmap.mmap, as_numpy: bool, place=None):
+    def __init__(self, path: str, mm: mmap.mmap, as_numpy: bool, place=None, budget: LoadBudget | None = None):
         self.path, self.mm, self.as_numpy = path, mm, as_numpy
         self.place = place or (lambda location: "cpu")  # saved location -> lazyvic device
         self.byteorder = "<"
+        self.budget = budget or LoadBudget(load_limit(len(mm)), path)
+        self._credited: set = set()  # (storage root, dtype) whose bytes the budget was credited
+        self._views: dict = {}  # one Tensor per distinct view (address, shape, strides, dtype, ...)
 
     # ----------------------------------------------------------------- zip format
     def load_zip(self):
@@ -479,10 +529,11 @@ class _Reader:
             )
         prefix = pkl_names[0][: -len("data.pkl")]
         try:
-            byteorder = (
-                archive.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in infos else "little"
-            )
-            pickled = archive.read(pkl_names[0])
+            byteorder_info = infos.get(prefix + "byteorder")
+            byteorder = self._read_small(archive, byteorder_info).decode().strip() if byteorder_info else "little"
+            pickled = self._read_small(archive, infos[pkl_names[0]])
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{path}: the record {prefix}byteorder is not text") from None
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
             raise CheckpointError(f"{path} is a corrupt or truncated zip archive: {e}") from None
         self._set_byteorder(byteorder)
@@ -501,6 +552,13 @@ class _Reader:
             return self._unpickle(io.BytesIO(pickled), storages, legacy=False)
         finally:
             cache.clear()
+
+    def _read_small(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+        """A record read whole (``data.pkl``, ``byteorder``); a compressed one's unpacked size is
+        counted against the load limit before it is unpacked (zipfile stops at that size)."""
+        if info.compress_type != zipfile.ZIP_STORED:
+            self.budget.charge(info.file_size, f"record {info.filename} (compressed, {info.file_size} bytes unpacked)")
+        return archive.read(info)
 
     def _record(self, info: zipfile.ZipInfo) -> memoryview:
         """The bytes of a stored record, sliced from the mapped file (no copy)."""
@@ -602,7 +660,8 @@ class _Reader:
             root = roots[key]
             if view_offset < 0 or view_size < 0 or view_offset + view_size > root.numel:
                 raise CheckpointError(f"{path}: storage view {view_key!r} lies outside storage {key!r}")
-            return _Storage(f"{view_key}", root.dtype_name, view_size, root.data[view_offset : view_offset + view_size])
+            view_data = root.data[view_offset : view_offset + view_size]
+            return _Storage(f"{view_key}", root.dtype_name, view_size, view_data, root=root)
 
         f.seek(objects_at)
         try:
@@ -635,8 +694,8 @@ class _Reader:
         unpickler = RestrictedUnpickler(file, self.path, storages, build or self._build, legacy)
         try:
             return unpickler.load()
-        except (CheckpointError, MemoryError):
-            raise
+        except (CheckpointError, MemoryError, RecursionError):
+            raise  # load() names the file for the last two
         except Exception as e:  # UnpicklingError, EOFError, a bad opcode argument, ...
             raise CheckpointError(
                 f"{self.path}: corrupt or truncated checkpoint pickle ({type(e).__name__}: {e})"
@@ -660,7 +719,7 @@ class _Reader:
             np_dtype = np.dtype(_STORAGE_NP[dtype_name]).newbyteorder(self.byteorder)
             usable = len(data) - len(data) % np_dtype.itemsize
             data = data[:usable].view(np_dtype)
-        numel = int(np.prod(size, dtype=np.int64)) if size else 1
+        numel = math.prod(size)  # Python ints: a hostile size cannot overflow
         if numel == 0:
             needed = offset
         else:
@@ -677,19 +736,49 @@ class _Reader:
             view = np.lib.stride_tricks.as_strided(
                 data[offset:], shape=size, strides=tuple(s * item for s in stride), writeable=self.as_numpy
             )
+        if self.as_numpy and dtype_name != "bfloat16":
+            return view  # a view of the storage's one copy: nothing allocated
+        device = None if self.as_numpy else self.place(storage.location)
+        requires_grad = requires_grad and not self.as_numpy and np.dtype(_LAZYVIC_NP[dtype_name]).kind == "f"
+        key = None
+        if numel and not self.as_numpy:
+            address = view.__array_interface__["data"][0]
+            key = (address, view.shape, view.strides, view.dtype.str, dtype_name, requires_grad, device)
+            if key in self._views:
+                return self._views[key]
+        self._charge(storage, dtype_name, numel, size, stride)
         if dtype_name == "bfloat16":
-            bits = np.asarray(view, dtype=np.uint16).astype(np.uint32) << 16
+            bits = view.astype(np.uint32)  # bfloat16 is the high half of a float32
+            bits <<= 16
             view = bits.view(np.float32)
-        if self.as_numpy:
-            return view
-        target = np.dtype(_LAZYVIC_NP[dtype_name])
-        if dtype_name == "uint64" and view.size and view.max() > np.iinfo(np.int64).max:
+            if self.as_numpy:
+                return view
+        elif dtype_name == "uint64" and view.size and view.max() > np.iinfo(np.int64).max:
             raise CheckpointError(
                 f"{self.path}: a torch.uint64 tensor (storage {storage.key!r}) holds values above the int64 "
                 f"maximum; lazyvic has no uint64 (load it with as_numpy=True)"
             )
-        array = np.array(view, dtype=target, order="C")  # the one copy, off the mapped file
-        return _tensor(array, requires_grad=requires_grad and target.kind == "f", device=self.place(storage.location))
+        if view.dtype == np.float16:
+            view = view.astype(np.float32)  # lazyvic has no float16
+        out = _tensor(view, dtype=_LAZYVIC_NP[dtype_name], requires_grad=requires_grad, device=device)  # one copy
+        if key is not None:
+            self._views[key] = out
+        return out
+
+    def _charge(self, storage: _Storage, dtype_name: str, numel: int, size: tuple, stride: tuple) -> None:
+        """Count a materialized tensor against the load limit; the bytes of its storage's root (in
+        the output dtype) are credited once, so only what the file does not back is counted."""
+        out_itemsize = np.dtype(_LAZYVIC_NP[dtype_name]).itemsize if not self.as_numpy else 4  # bfloat16 -> float32
+        root = (storage.root, dtype_name)
+        if root not in self._credited:
+            self._credited.add(root)
+            stored_itemsize = np.dtype(_STORAGE_NP[dtype_name]).itemsize
+            self.budget.credit(storage.root_nbytes // stored_itemsize * out_itemsize)
+        self.budget.charge(
+            numel * out_itemsize,
+            f"a tensor of size {size} and stride {stride} over storage {storage.key!r} "
+            f"({storage.root_nbytes} bytes in the file)",
+        )
 
 
 def _no_storages(path: str):
@@ -932,25 +1021,35 @@ def load_safetensors(path: str | os.PathLike, as_numpy: bool = False) -> dict:
     Tensors convert float16 to float32 and int8/int16/uint8/uint16 to int32, uint32 to int64
     (all exact). bfloat16 needs ``ml_dtypes`` in safetensors' NumPy backend.
 
+    What a file can make this allocate: its tensors, whose bytes safetensors checks lie in the
+    file without overlapping (once as stored, once more widened to a lazyvic dtype).
+
     Raises:
         CheckpointError: naming the file: missing, unreadable, or not a valid safetensors
-            file; or a dtype lazyvic cannot represent (as_numpy=False).
+            file; a dtype lazyvic cannot represent (as_numpy=False); running out of memory
+            (``MemoryError``).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such file")
     try:
         arrays = safetensors.numpy.load_file(path)
+    except MemoryError:
+        raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
     except Exception as e:  # SafetensorError, a dtype NumPy does not know, ...
         raise CheckpointError(f"{path}: not a valid safetensors file ({type(e).__name__}: {e})") from None
     if as_numpy:
         return arrays
     out = {}
-    for name, array in arrays.items():
+    for name in list(arrays):
+        array = arrays.pop(name)  # one stored copy at a time next to the widened ones
         target = _LAZYVIC_NP.get(array.dtype.name)
         if target is None:
             raise CheckpointError(f"{path}: tensor {name!r} has dtype {array.dtype}, which lazyvic cannot represent")
-        out[name] = Tensor(np.asarray(array, dtype=target))
+        try:
+            out[name] = Tensor(np.asarray(array, dtype=target))
+        except MemoryError:
+            raise CheckpointError(f"{path}: ran out of memory while loading tensor {name!r} (MemoryError)") from None
     return out
 
 

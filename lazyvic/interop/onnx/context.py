@@ -4,21 +4,40 @@ A value while an imported graph runs is either a *known constant* (a NumPy array
 nodes, integer and bool initializers, shapes, and what folds from them) or a lazy ``Tensor``
 (graph inputs, floating-point initializers, and everything computed from them). The element
 types lazyvic has are listed here once, for the loader and the converters.
+
+Every NumPy array a run makes (folded constants, the index and weight tables some converters
+build) counts against the run's :class:`~lazyvic.interop.format_v1.LoadBudget`
+(:data:`RUN_BUDGET`, set by ``OnnxModule.forward``): converters call :meth:`NodeContext.reserve`
+with the shape before making an array whose size the model chooses (a shape or a count read from
+a constant, a broadcast, a product), so a model of a few hundred bytes cannot make gigabytes.
 """
 
 from __future__ import annotations
+
+import contextvars
+import math
 
 import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.creation import tensor
 from lazyvic.errors import DTypeError, OnnxError
+from lazyvic.interop.format_v1 import LoadBudget, load_limit
 from lazyvic.tensor import Tensor
 
 # ONNX TensorProto element types lazyvic has.
 ELEM_DTYPES = {1: dt.float32, 6: dt.int32, 7: dt.int64, 9: dt.bool_, 11: dt.float64}
 SUPPORTED_TYPES_TEXT = "FLOAT (float32), DOUBLE (float64), INT32, INT64 and BOOL"
 SUPPORTED_TYPES_NOTE = "lazyvic supports " + SUPPORTED_TYPES_TEXT
+
+
+# The allocation budget of the OnnxModule run in progress (None outside a run).
+RUN_BUDGET: contextvars.ContextVar = contextvars.ContextVar("lazyvic_onnx_run_budget", default=None)
+
+
+def run_budget(limit: float, source: str) -> LoadBudget:
+    """A budget for one run of an imported graph (see the module docstring)."""
+    return LoadBudget(limit, source, OnnxError, scope="one run of this model may make in constants")
 
 
 def elem_name(elem_type: int) -> str:
@@ -100,6 +119,28 @@ class NodeContext:
     def wants_output(self, i: int) -> bool:
         return i < len(self.outputs) and self.outputs[i] != ""
 
+    def reserve(self, shape, dtype, what: str = "the result") -> None:
+        """Count a NumPy array of ``shape`` and ``dtype`` (or an itemsize) that this node is about to
+        make against the run's budget, before making it; OnnxError naming the node past the limit
+        or for a negative dimension. Outside a run, one array may take the default load limit."""
+        dims = tuple(int(n) for n in shape)
+        if any(n < 0 for n in dims):
+            raise self.error(f"{what} would have a negative dimension: shape {dims}")
+        itemsize = dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
+        budget = RUN_BUDGET.get() or run_budget(load_limit(0), self.source)
+        budget.charge(math.prod(dims) * itemsize, f"node '{self.name}' ({self.op}): {what} of shape {dims}")
+
+    def reserve_broadcast(self, arrays, what: str = "the broadcast result") -> tuple:
+        """:meth:`reserve` for the broadcast of ``arrays`` (at their largest itemsize); returns its shape."""
+        present = [a for a in arrays if a is not None]
+        try:
+            shape = tuple(np.broadcast_shapes(*[a.shape for a in present]))
+        except ValueError:
+            shapes = ", ".join(str(a.shape) for a in present)
+            raise self.error(f"input shapes {shapes} cannot be broadcast together") from None
+        self.reserve(shape, max(np.dtype(dtype_np(a)).itemsize for a in present), what)
+        return shape
+
     # ---------------------------------------------------------------- values
     def tensor(self, value) -> Tensor:
         """A lazy Tensor for an input (constants become realized tensors of their dtype)."""
@@ -128,3 +169,13 @@ class NodeContext:
         if not -ndim <= axis < max(ndim, 1):
             raise self.error(f"{what} {axis} is out of range for rank {ndim}")
         return axis % ndim if ndim else 0
+
+
+def broadcast_fold(fold):
+    """Wrap a fold whose result has its inputs' broadcast shape so that it reserves that first."""
+
+    def reserving(ctx: NodeContext, *arrays):
+        ctx.reserve_broadcast(arrays)
+        return fold(ctx, *arrays)
+
+    return reserving

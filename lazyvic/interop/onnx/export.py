@@ -32,7 +32,6 @@ for every node written; ``onnx.helper`` builds the protobufs and
 from __future__ import annotations
 
 import os
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -40,6 +39,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import OnnxError, UnsupportedOpError
+from lazyvic.interop.format_v1 import _write_atomic as write_atomic
 from lazyvic.interop.onnx.builder import ONNX_DTYPES, GraphBuilder, SymInt, drop_redundant_broadcasts, rename
 from lazyvic.modes import no_grad
 from lazyvic.nn.module import Module
@@ -497,20 +497,10 @@ def _emit(
 
 
 def _write_atomic(model, path: Path) -> None:
+    """The file, written as every lazyvic file is (``format_v1._write_atomic``: a locked temporary
+    file beside it, fsync, rename; leftovers of killed writers are removed on the next save)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.fspath(path), [model.SerializeToString()])
 
 
 def _version() -> str:

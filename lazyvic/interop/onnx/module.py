@@ -18,27 +18,39 @@ cached, fused and differentiated like any other lazyvic code. Inputs that the sp
 but that lazyvic needs as Python values (Reshape's shape, Slice's starts/ends, axes, ...) are read
 from constants, or from a Tensor that already holds data (no sync); a Tensor still pending there
 (a shape computed from data) is computed first with ``.numpy()`` (a sync point).
+
+Untrusted models: loading checks that the graph is in single static assignment form (no duplicate
+initializer or input names, no node output that redefines a name) and that no tensor refers to
+external data it could not read from the model's folder (``reader.py``); parameters are created
+lazily, so a stored config naming huge initializer shapes allocates nothing before
+``load_state_dict`` checks the shapes. A run may make at most ``max_fold_bytes`` (plus the bytes
+of its inputs) in NumPy constants (``context.py``), checked before each array is made.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import re
 
 import numpy as np
 
+from lazyvic.creation import full
 from lazyvic.errors import LazyvicError, OnnxError, UnsupportedOpError
+from lazyvic.interop.format_v1 import load_limit
 from lazyvic.interop.onnx.context import (
     ELEM_DTYPES,
+    RUN_BUDGET,
     SUPPORTED_TYPES_TEXT,
     NodeContext,
     const_tensor,
     elem_name,
     is_const,
     lazyvic_dtype,
+    run_budget,
     shape_of,
 )
-from lazyvic.interop.onnx.reader import initializer_arrays, read_model, strip_initializers
+from lazyvic.interop.onnx.reader import initializer_arrays, read_model, refuse_external_data, strip_initializers
 from lazyvic.interop.onnx.registry import MAX_OPSET, MIN_OPSET, converter, supported_ops
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor
@@ -62,19 +74,25 @@ def state_dict_keys(names) -> dict:
     """
     names = list(names)
     dotted = [n for n in names if all(_NAME_PART.match(p) for p in n.split("."))]
-    prefixes = {".".join(n.split(".")[:i]) for n in dotted for i in range(1, n.count(".") + 1)}
+    prefixes = set()
+    for n in dotted:  # every proper prefix, found by position (linear in the name's length)
+        prefixes.update(n[:i] for i, c in enumerate(n) if c == ".")
     keys = {n: n for n in dotted if n not in prefixes}
     taken = set(keys.values()) | prefixes
+    next_suffix: dict = {}  # base -> the suffix to try next, so n names of one base cost O(n), not O(n^2)
     for n in names:
         if n in keys:
             continue
         base = re.sub(r"[^A-Za-z0-9_]", "_", n) or "_"
         if base[0].isdigit():
             base = "_" + base
-        key, i = base, 1
+        key, i = base, next_suffix.get(base, 1)
+        if i > 1:
+            key = f"{base}_{i}"
         while key in taken:
             i += 1
             key = f"{base}_{i}"
+        next_suffix[base] = i
         keys[n] = key
         taken.add(key)
     return keys
@@ -92,9 +110,16 @@ class OnnxModule(Module):
     """An ONNX graph as a lazyvic module (build with :func:`load`).
 
     ``OnnxModule(model=..., source=...)`` rebuilds the structure from ``config`` (see
-    :func:`load`) with zero-filled parameters; ``lazyvic.load`` then fills them. Attributes:
-    ``input_names`` / ``output_names`` (graph order), ``opset`` (default domain),
-    ``initializer_keys`` (initializer name -> state_dict key), ``config`` (JSON-able).
+    :func:`load`) with zero-filled parameters, created lazily (nothing is allocated until they
+    are used); ``lazyvic.load`` then fills them. Attributes: ``input_names`` / ``output_names``
+    (graph order), ``opset`` (default domain), ``initializer_keys`` (initializer name ->
+    state_dict key), ``config`` (JSON-able), ``max_fold_bytes`` (how many bytes of NumPy
+    constants one call may make beyond the bytes of its inputs; default
+    ``lazyvic.interop.format_v1.load_limit`` of the model's size: ``LAZYVIC_MAX_LOAD_BYTES``, else
+    256 MiB or the model's size when larger; assign to change it).
+
+    Raises OnnxError for a stored graph that cannot be parsed, refers to external data, or is not
+    in single static assignment form (see :func:`load`).
     """
 
     def __init__(self, model: str, source: str = "<ModelProto>"):
@@ -128,9 +153,13 @@ class OnnxModule(Module):
                 f"({', '.join(repr(t.values.name) for t in graph.sparse_initializer)}) "
                 f"are not supported"
             )
+        refuse_external_data(proto, source)
         init_names = [t.name for t in graph.initializer]
         init_set = set(init_names)
+        _refuse_duplicates(source, "initializer", init_names)
+        _refuse_duplicates(source, "graph input", [vi.name for vi in graph.input])
         inputs = [vi for vi in graph.input if vi.name not in init_set]
+        input_set = {vi.name for vi in inputs}
         steps, unsupported = [], {}
         defined = set(init_names) | {vi.name for vi in inputs}
         undefined = []
@@ -155,7 +184,21 @@ class OnnxModule(Module):
             for name in node.input:
                 if name and name not in defined:
                     undefined.append((ctx, name))
-            defined.update(n for n in node.output if n)
+            for name in node.output:
+                if name and name in defined:
+                    what = (
+                        "a graph input"
+                        if name in input_set
+                        else "an initializer"
+                        if name in init_set
+                        else "the output of an earlier node or of this one"
+                    )
+                    raise OnnxError(
+                        f"{ctx.label()}: output '{name}' redefines {what}; an ONNX graph assigns each "
+                        f"name once (single static assignment), so the model is malformed"
+                    )
+                if name:
+                    defined.add(name)
             steps.append(ctx)
         if unsupported:
             lines = [f"{what}: nodes {', '.join(repr(n) for n in names)}" for what, names in unsupported.items()]
@@ -188,19 +231,25 @@ class OnnxModule(Module):
                 )
         keys = state_dict_keys(init_names)
         slots = {}
+        declared_bytes = 0
         for t in graph.initializer:
             if t.data_type not in ELEM_DTYPES:
                 raise OnnxError(
                     f"{source}: initializer '{t.name}' has type {elem_name(t.data_type)} "
                     f"(lazyvic supports {SUPPORTED_TYPES_TEXT})"
                 )
+            if any(n < 0 for n in t.dims):
+                raise OnnxError(f"{source}: initializer '{t.name}' has a negative dimension in shape {tuple(t.dims)}")
             d = ELEM_DTYPES[t.data_type]
             owner, attr = self._owner(keys[t.name])
-            zeros = np.zeros(tuple(t.dims), dtype=d.np)
+            # Lazy zeros: a stored config names shapes, and nothing that size may exist before
+            # load_state_dict has checked them against the file's tensors.
+            zeros = full(tuple(t.dims), False if d.name == "bool" else 0, dtype=d)
+            declared_bytes += math.prod(t.dims) * np.dtype(d.np).itemsize
             if d.is_floating_point:
                 owner.register_parameter(attr, Parameter(zeros))
             else:
-                owner.register_buffer(attr, const_tensor(zeros, dtype=d))
+                owner.register_buffer(attr, zeros)
             slots[t.name] = (owner, attr, d.is_floating_point)
         d = self.__dict__
         d["opset"] = opset
@@ -212,6 +261,7 @@ class OnnxModule(Module):
         d["_onnx_outputs"] = [(o.name, o.type.tensor_type) for o in graph.output]
         d["_onnx_steps"] = steps
         d["_onnx_slots"] = slots
+        d["max_fold_bytes"] = load_limit(proto.ByteSize() + declared_bytes)
 
     @staticmethod
     def _node_problem(ctx: NodeContext, opsets: dict):
@@ -291,6 +341,8 @@ class OnnxModule(Module):
             )
         previous = NodeContext.device
         NodeContext.device = next((p.device for p in self.parameters()), "cpu")  # where .to() put the model
+        given = sum(_nbytes(v) for v in inputs)  # constants made from the inputs' shapes may be that large
+        budget_token = RUN_BUDGET.set(run_budget(self.max_fold_bytes + given, source))
         try:
             env = {}
             for (name, type_proto), value in zip(self._onnx_inputs, inputs):
@@ -314,6 +366,7 @@ class OnnxModule(Module):
                 outs.append(t)
         finally:
             NodeContext.device = previous
+            RUN_BUDGET.reset(budget_token)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_output(self, name, type_proto, t: Tensor) -> None:
@@ -334,12 +387,18 @@ class OnnxModule(Module):
         try:
             present = [a for a in args if a is not None]
             if conv.fold is not None and all(is_const(a) for a in present):
+                budget = RUN_BUDGET.get()
+                before = budget.used if budget is not None else 0
                 out = conv.fold(ctx, *args)
+                if budget is not None and ctx.op != "Constant":  # a Constant's bytes are the file's own
+                    _charge_fresh(ctx, budget, budget.used - before, out, present)
             else:
                 out = conv.convert(ctx, *args)
         except (OnnxError, UnsupportedOpError):
             raise
-        except (LazyvicError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
+        except MemoryError:
+            raise ctx.error("ran out of memory (MemoryError)") from None
+        except (LazyvicError, ValueError, IndexError, TypeError, ArithmeticError, RecursionError) as e:
             raise ctx.error(
                 f"{type(e).__name__}: {e} (input shapes "
                 f"{', '.join(str(shape_of(a)) if a is not None else '-' for a in args)})"
@@ -362,8 +421,33 @@ class OnnxModule(Module):
         )
 
 
+def _nbytes(value) -> int:
+    if isinstance(value, Tensor):
+        return math.prod(value.shape) * np.dtype(value.dtype.np).itemsize
+    return np.asarray(value).nbytes
+
+
+def _refuse_duplicates(source: str, what: str, names: list) -> None:
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise OnnxError(f"{source}: {what} name '{n}' is used more than once (names must be unique)")
+        seen.add(n)
+
+
+def _charge_fresh(ctx: NodeContext, budget, reserved: int, out, inputs: list) -> None:
+    """Count what a fold made, beyond what it reserved, against the run's budget (views of an
+    input, such as Reshape's and Identity's results, made nothing)."""
+    fresh = 0
+    for value in out if isinstance(out, tuple) else (out,):
+        if isinstance(value, np.ndarray) and not any(np.may_share_memory(value, a) for a in inputs):
+            fresh += value.nbytes
+    if fresh > reserved:
+        budget.charge(fresh - reserved, f"node '{ctx.name}' ({ctx.op}): the folded constants")
+
+
 # ------------------------------------------------------------------ entry point
-def load(model, *, name: str | None = None) -> OnnxModule:
+def load(model, *, name: str | None = None, max_bytes: float | None = None) -> OnnxModule:
     """Import an ONNX model as a lazyvic module.
 
     Args:
@@ -372,6 +456,11 @@ def load(model, *, name: str | None = None) -> OnnxModule:
             model's directory — or an ``onnx.ModelProto`` (with its data loaded).
         name: what error messages call the model (default: the file's name, or
             ``<ModelProto graph-name>``); useful with a ModelProto read from a file.
+        max_bytes: how many bytes the load, and each call of the module (``max_fold_bytes``),
+            may allocate beyond the model's own data (external data read twice, constants folded
+            from a shape in the file); default ``lazyvic.interop.format_v1.load_limit``: the
+            environment variable ``LAZYVIC_MAX_LOAD_BYTES``, else 256 MiB or the model's size when
+            larger. ``math.inf`` turns it off for models you trust.
 
     Returns:
         An :class:`OnnxModule`. Calling it with the graph inputs (Tensors or NumPy arrays, in
@@ -392,24 +481,48 @@ def load(model, *, name: str | None = None) -> OnnxModule:
     dilations, Pad-19 ``wrap``, SpaceToDepth-28 ``mode``). Conv is 1-D or 2-D; MaxPool and
     AveragePool take any number of spatial axes.
 
+    External data is read from the model's folder only (see ``reader.py``): a location that is
+    absolute, climbs out with ``..``, leaves through a symbolic link, or whose offset and length do
+    not lie within the file is refused, for initializers and for tensors in node attributes alike;
+    a ModelProto that still refers to external data is refused (it has no folder).
+
     Raises:
         OnnxError: a missing, truncated or non-ONNX file, missing external data or initializer
-            data, a node input no earlier node, initializer or graph input defines, an
-            unsupported element type; when called, inputs that do not fit the graph and nodes whose
-            shapes do not fit (the message names the file, the node and its op type).
+            data, external data outside the model's folder or beyond its file, a node input no
+            earlier node, initializer or graph input defines, a duplicate initializer or graph
+            input name, a node output that redefines a name, an unsupported element type,
+            running out of memory; when called, inputs that do not fit the graph, nodes whose
+            shapes do not fit, and constants past ``max_fold_bytes`` (the message names the
+            file, the node and its op type).
         UnsupportedOpError: (at load time) every op type lazyvic cannot import, each with its node
             names, listed at once: unknown ops, other domains (e.g. ``com.microsoft``), op
             versions outside the handled ones, unsupported features (e.g. Conv with 3 spatial
             axes, Pad's wrap mode before Pad-19, Cast to float16), or an opset outside 13..28.
     """
-    proto, source = read_model(model)
-    source = name or source
-    arrays = initializer_arrays(proto, source)
-    structure = base64.b64encode(strip_initializers(proto).SerializeToString()).decode("ascii")
-    module = OnnxModule(structure, source=source)
-    keys = module.initializer_keys
-    module.load_state_dict({keys[init]: arr for init, arr in arrays.items()})
+    try:
+        proto, source = read_model(model, max_bytes=max_bytes)
+        source = name or source
+        arrays = initializer_arrays(proto, source)
+        model_bytes = proto.ByteSize()
+        structure = base64.b64encode(strip_initializers(proto).SerializeToString()).decode("ascii")
+        del proto
+        module = OnnxModule(structure, source=source)
+        keys = module.initializer_keys
+        module.load_state_dict({keys[init]: arr for init, arr in arrays.items()})
+    except MemoryError:
+        raise OnnxError(
+            f"{name or _describe(model)}: ran out of memory while loading the model (MemoryError)"
+        ) from None
+    except RecursionError:
+        raise OnnxError(
+            f"{name or _describe(model)}: the model is nested too deeply for Python (RecursionError)"
+        ) from None
+    module.__dict__["max_fold_bytes"] = load_limit(model_bytes, max_bytes)
     return module
+
+
+def _describe(model) -> str:
+    return str(model) if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") else "<ModelProto>"
 
 
 __all__ = ["load", "OnnxModule", "OnnxSubmodule", "state_dict_keys"]

@@ -67,8 +67,10 @@ def attention(ctx, q, k, v, mask=None, past_key=None, past_value=None, nonpad=No
         scores = (scores * (1.0 / softcap)).tanh() * softcap
     qk.append(scores)
     # Positions a query may not attend: causal (offset by the cached keys) and past nonpad_kv_seqlen.
-    allowed = np.ones((1, 1, sq, total), dtype=bool)
     valid = None if nonpad is None else ctx.ints(nonpad, "nonpad_kv_seqlen")
+    batches = 1 if not valid else len(valid)
+    ctx.reserve((batches, 1, sq, total), 9, "the attention mask")  # a bool mask, then float64 at most
+    allowed = np.ones((1, 1, sq, total), dtype=bool)
     j = np.arange(total)[None, None, None, :]
     if ctx.attr("is_causal", 0):
         offset = np.array([past] if valid is None else [n - sq for n in valid])[:, None, None, None]

@@ -3,7 +3,8 @@ IsInf Identity Dropout Cast CastLike Ceil.
 
 Add, Sub, Mul, Relu, Exp, Equal, Where, Floor, Round, Sin, Cos ... are not here: they come from the op table
 (``converters/optable.py``). Div, Pow, Max and Min have primitives too, but their ONNX semantics
-differ from the primitive's, so they keep a converter (each says why).
+differ from the primitive's, so they keep a converter (each says why). Folds that broadcast
+(``broadcast_fold``) and casts reserve their result's size first (``NodeContext.reserve``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lazyvic.interop.onnx.context import (
     ELEM_DTYPES,
     SUPPORTED_TYPES_NOTE,
     SUPPORTED_TYPES_TEXT,
+    broadcast_fold,
     dtype_np,
     elem_name,
     is_const,
@@ -54,7 +56,7 @@ def _fold_div(ctx, a, b):
     return np.asarray(out).astype(a.dtype)
 
 
-@register("Div", since=(13, 14), fold=_fold_div)
+@register("Div", since=(13, 14), fold=broadcast_fold(_fold_div))
 def div(ctx, a, b):
     # Not derived from div's onnx_node("Div"): the primitive is true division of floats, and
     # ONNX's integer Div truncates.
@@ -67,7 +69,11 @@ def div(ctx, a, b):
     return x / y
 
 
-@register("Pow", since=(13, 15), fold=lambda ctx, a, b: np.asarray(np.power(a.astype(np.float64), b)).astype(a.dtype))
+def _fold_pow(ctx, a, b):
+    return np.asarray(np.power(a.astype(np.float64), b)).astype(a.dtype)
+
+
+@register("Pow", since=(13, 15), fold=broadcast_fold(_fold_pow))
 def pow_(ctx, a, b):
     # Not derived from pow's onnx_node("Pow"): Pow's base and exponent types may differ and the
     # base may be an integer; the result has the base's type.
@@ -90,7 +96,7 @@ def _fold_mod(ctx, a, b):
         return np.asarray(np.fmod(a, b) if ctx.attr("fmod", 0) else np.mod(a, b)).astype(a.dtype)
 
 
-@register("Mod", since=(13,), fold=_fold_mod)
+@register("Mod", since=(13,), fold=broadcast_fold(_fold_mod))
 def mod(ctx, a, b):
     x, y = ctx.tensor(a), ctx.tensor(b)
     if x.dtype.is_floating_point:
@@ -148,38 +154,38 @@ def _fold_variadic(arrays, combine, mean: bool = False):
     return np.asarray(out).astype(arrays[0].dtype)
 
 
-@register("Max", since=(12, 13), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.maximum))
+@register("Max", since=(12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.maximum)))
 def max_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out.maximum(t))
 
 
-@register("Min", since=(12, 13), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.minimum))
+@register("Min", since=(12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.minimum)))
 def min_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out.minimum(t))
 
 
-@register("Sum", since=(13,), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.add))
+@register("Sum", since=(13,), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add)))
 def sum_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out + t)
 
 
-@register("Mean", since=(13,), fold=lambda ctx, *arrays: _fold_variadic(arrays, np.add, mean=True))
+@register("Mean", since=(13,), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add, mean=True)))
 def mean(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out + t, mean=True)
 
 
 # ------------------------------------------------------------------ logic
-@register("And", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_and(a, b)))
+@register("And", since=(7,), fold=broadcast_fold(lambda ctx, a, b: np.asarray(np.logical_and(a, b))))
 def and_(ctx, a, b):
     return ctx.tensor(a) & ctx.tensor(b)
 
 
-@register("Or", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_or(a, b)))
+@register("Or", since=(7,), fold=broadcast_fold(lambda ctx, a, b: np.asarray(np.logical_or(a, b))))
 def or_(ctx, a, b):
     return ctx.tensor(a) | ctx.tensor(b)
 
 
-@register("Xor", since=(7,), fold=lambda ctx, a, b: np.asarray(np.logical_xor(a, b)))
+@register("Xor", since=(7,), fold=broadcast_fold(lambda ctx, a, b: np.asarray(np.logical_xor(a, b))))
 def xor(ctx, a, b):
     return ctx.tensor(a) != ctx.tensor(b)  # Xor of bools
 
@@ -232,7 +238,10 @@ def dropout(ctx, a, ratio=None, training_mode=None):
         y = F.dropout(x, p, training=True)
         mask = y != 0
     else:
-        y, mask = x, np.ones(x.shape, dtype=bool)
+        y, mask = x, None
+        if ctx.wants_output(1):
+            ctx.reserve(x.shape, np.bool_, "the mask")
+            mask = np.ones(x.shape, dtype=bool)
     return (y, mask) if ctx.wants_output(1) else y
 
 
@@ -244,12 +253,13 @@ def _cast_check(ctx):
     return None
 
 
-@register(
-    "Cast",
-    since=(13, 19, 21, 23, 24, 25, 28),
-    fold=lambda ctx, a: a.astype(ELEM_DTYPES[ctx.attr("to")].np),
-    check=_cast_check,
-)
+def _fold_cast(ctx, a):
+    target = ELEM_DTYPES[ctx.attr("to")].np
+    ctx.reserve(a.shape, target)  # bool -> float64 is 8 times the input
+    return a.astype(target)
+
+
+@register("Cast", since=(13, 19, 21, 23, 24, 25, 28), fold=_fold_cast, check=_cast_check)
 def cast(ctx, a):
     # Not derived from the cast primitive: its ONNX form carries the target as a TensorProto enum,
     # and a target lazyvic lacks is refused at load time (_cast_check).
@@ -263,11 +273,13 @@ def _cast_like_target(ctx, like) -> dt.DType:
     return target
 
 
-@register(
-    "CastLike",
-    since=(15, 19, 21, 23, 24, 25),
-    fold=lambda ctx, a, like: a.astype(_cast_like_target(ctx, like).np),
-)
+def _fold_cast_like(ctx, a, like):
+    target = _cast_like_target(ctx, like).np
+    ctx.reserve(a.shape, target)
+    return a.astype(target)
+
+
+@register("CastLike", since=(15, 19, 21, 23, 24, 25), fold=_fold_cast_like)
 def cast_like(ctx, a, like):
     return ctx.tensor(a).to(_cast_like_target(ctx, like))
 

@@ -26,6 +26,7 @@ def _gather_indices(ctx, idx: np.ndarray, n: int) -> np.ndarray:
 
 def _fold_gather(ctx, a, idx):
     axis = ctx.axis(int(ctx.attr("axis", 0)), a.ndim)
+    ctx.reserve((*a.shape[:axis], *idx.shape, *a.shape[axis + 1 :]), a.dtype)  # indices may repeat rows
     return np.take(a, _gather_indices(ctx, idx, a.shape[axis]), axis=axis)
 
 

@@ -3,7 +3,9 @@ reflect, wrap) Trilu DepthToSpace SpaceToDepth CenterCropPad ReverseSequence.
 
 Transpose comes from the op table (``converters/optable.py``). Shapes, starts/ends, axes,
 repeats and pads are inputs in ONNX and Python values in lazyvic: they are read from constants
-(``ctx.ints``), and each op folds with NumPy when its data is a constant too.
+(``ctx.ints``), and each op folds with NumPy when its data is a constant too. Folds that can
+grow their input (Concat, Expand, Tile, Pad) and Pad's index tables reserve their result's size
+first (``NodeContext.reserve``): the sizes come from the model.
 """
 
 from __future__ import annotations
@@ -124,7 +126,16 @@ def _concat_axis(ctx, values):
     return ctx.axis(int(ctx.attr("axis")), ndim)
 
 
-@register("Concat", since=(13,), fold=lambda ctx, *vs: np.concatenate(vs, axis=_concat_axis(ctx, vs)))
+def _fold_concat(ctx, *values):
+    values = [v for v in values if v is not None]
+    axis = _concat_axis(ctx, values)
+    shape = list(values[0].shape)
+    shape[axis] = sum(v.shape[axis] if v.ndim == len(shape) else 0 for v in values)
+    ctx.reserve(shape, max(v.dtype.itemsize for v in values))
+    return np.concatenate(values, axis=axis)
+
+
+@register("Concat", since=(13,), fold=_fold_concat)
 def concat(ctx, *values):
     values = [v for v in values if v is not None]
     axis = _concat_axis(ctx, values)
@@ -225,7 +236,13 @@ def _expand_shape(ctx, shape, target_value):
         raise ctx.error(f"cannot broadcast an input of shape {tuple(shape)} to shape {tuple(target)}") from None
 
 
-@register("Expand", since=(13,), fold=lambda ctx, a, s: np.broadcast_to(a, _expand_shape(ctx, a.shape, s)).copy())
+def _fold_expand(ctx, a, s):
+    shape = _expand_shape(ctx, a.shape, s)
+    ctx.reserve(shape, a.dtype)
+    return np.broadcast_to(a, shape).copy()
+
+
+@register("Expand", since=(13,), fold=_fold_expand)
 def expand(ctx, a, s):
     x = ctx.tensor(a)
     return x.expand(*_expand_shape(ctx, x.shape, s))
@@ -238,7 +255,13 @@ def _tile_repeats(ctx, shape, repeats_value):
     return repeats
 
 
-@register("Tile", since=(13,), fold=lambda ctx, a, r: np.tile(a, _tile_repeats(ctx, a.shape, r)))
+def _fold_tile(ctx, a, r):
+    repeats = _tile_repeats(ctx, a.shape, r)
+    ctx.reserve([rep * n for rep, n in zip(repeats, a.shape)], a.dtype)
+    return np.tile(a, repeats)
+
+
+@register("Tile", since=(13,), fold=_fold_tile)
 def tile(ctx, a, r):
     x = ctx.tensor(a)
     repeats = _tile_repeats(ctx, x.shape, r)
@@ -293,6 +316,8 @@ def _fold_pad(ctx, a, pads, value=None, axes=None):
     plan = _pad_plan(ctx, a.shape, pads, axes)
     crop = tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(plan, a.shape))
     widths = [(max(b, 0), max(e, 0)) for b, e in plan]
+    cropped = [max(n - max(-b, 0) - max(-e, 0), 0) for (b, e), n in zip(plan, a.shape)]
+    ctx.reserve([n + b + e for n, (b, e) in zip(cropped, widths)], a.dtype)
     mode = ctx.attr("mode", "constant")
     if mode != "constant":
         return np.pad(a[crop], widths, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])
@@ -312,6 +337,7 @@ def pad(ctx, a, pads, value=None, axes=None):
         if b or e:
             if x.shape[axis] == 0 or (mode == "reflect" and max(b, e) >= x.shape[axis]):
                 raise ctx.error(f"cannot {mode}-pad axis {axis} of size {x.shape[axis]} by {(b, e)}")
+            ctx.reserve([x.shape[axis] + b + e], np.int64, f"the index table of axis {axis}")
             x = x.index_select(axis, const_tensor(_pad_indices(mode, x.shape[axis], b, e)))
     return x
 

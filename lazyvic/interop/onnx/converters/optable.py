@@ -79,9 +79,10 @@ def _elementwise(ctx: NodeContext, op: OpDef, values: tuple, attrs: dict) -> Ten
 
 def _fold_elementwise(ctx: NodeContext, op: OpDef, arrays: tuple, attrs: dict) -> np.ndarray:
     dtypes = _common_dtypes(ctx, [lazyvic_dtype(a.dtype) for a in arrays])
+    shape = ctx.reserve_broadcast(arrays)  # the broadcast result, before any array that size exists
     arrays = [a if a.dtype == d.np else a.astype(d.np) for a, d in zip(arrays, dtypes)]
     arrays = np.broadcast_arrays(*arrays)
-    _, out_dtype = op.infer(tuple(a.shape for a in arrays), tuple(dtypes), attrs)
+    _, out_dtype = op.infer(tuple(shape for _ in arrays), tuple(dtypes), attrs)
     with np.errstate(all="ignore"):
         out = op.reference(list(arrays), attrs)
     return np.asarray(out).astype(out_dtype.np, copy=False)
@@ -100,10 +101,23 @@ def matmul_keeping_dtype(x: Tensor, y: Tensor) -> Tensor:
 
 def _fold_as_given(ctx: NodeContext, op: OpDef, arrays: tuple, attrs: dict) -> np.ndarray:
     """The reference on the constants as they are: MatMul's (NumPy's matmul broadcasts itself),
-    Transpose's."""
+    Transpose's. A product's result is reserved first: ``(n, 1) @ (1, n)`` is n times its inputs."""
+    if op.kind == "matmul":
+        ctx.reserve(_matmul_shape(ctx, *(a.shape for a in arrays)), arrays[0].dtype)
     with np.errstate(all="ignore"):
         out = op.reference(list(arrays), attrs)
     return np.asarray(out).astype(arrays[0].dtype, copy=False)
+
+
+def _matmul_shape(ctx: NodeContext, a: tuple, b: tuple) -> tuple:
+    """The shape of NumPy's ``matmul`` of shapes ``a`` and ``b`` (1-D operands, broadcast batch axes)."""
+    if not a or not b:
+        raise ctx.error(f"MatMul of a 0-d operand (shapes {a} and {b})")
+    a2, b2 = (a if len(a) > 1 else (1, *a)), (b if len(b) > 1 else (*b, 1))
+    if a2[-1] != b2[-2]:
+        raise ctx.error(f"MatMul of shapes {a} and {b}: inner dimensions differ")
+    batch = _broadcast_shape(ctx, [a2[:-2], b2[:-2]])
+    return (*batch, *a2[-2:-1][: len(a) - 1], *b2[-1:][: len(b) - 1])
 
 
 def _movement(ctx: NodeContext, op: OpDef, values: tuple, attrs: dict) -> Tensor:

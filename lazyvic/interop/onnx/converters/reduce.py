@@ -223,6 +223,7 @@ def cum_sum(ctx, a, axis_value):
     n = x.shape[axis]
     work = x if x.dtype.is_floating_point else x.to(dt.float64)  # exact integer sums below 2**53
     moved = work.transpose(axis, -1) if axis != x.ndim - 1 else work
+    ctx.reserve((3, n, n), np.int64, "the running-sum matrix and its index grids")  # n x n: quadratic in the axis
     tri = _cumsum_matrix(n, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))).astype(work.dtype.np)
     out = moved @ const_tensor(tri)
     out = out.transpose(axis, -1) if axis != x.ndim - 1 else out

@@ -166,6 +166,7 @@ def resize(ctx, a, roi=None, scales=None, sizes=None):
             continue
         if m == 0 or n == 0:
             raise ctx.error(f"cannot resize axis {axis} from {n} to {m} elements")
+        ctx.reserve((2, m, n), np.float64, f"the interpolation matrix of axis {axis}")  # m from the model's scales
         weights, outside = _resize_matrix(ctx, m, n, factors[axis], bounds[axis])
         if ctx.attr("mode", "nearest") == "nearest":
             y = y.index_select(axis, const_tensor(weights.argmax(1).astype(np.int64)))

@@ -2,7 +2,10 @@
 
 Their results are constants whatever their inputs (lazyvic shapes are static), so chains such as
 ``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` fold when the module runs and feed
-Reshape's shape as plain ints.
+Reshape's shape as plain ints. ConstantOfShape, Range and EyeLike reserve their result first
+(``NodeContext.reserve``): its size comes from the model. A tensor attribute is read from the
+model only: one that still refers to external data is refused (``reader.py`` resolves external
+data against the model's folder when the file is read).
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ register("Size", since=(13, 19, 21, 23, 24, 25), fold=_size, constant=True)(_siz
 
 
 def _tensor_attr_array(ctx, tensor_proto) -> np.ndarray:
-    from onnx import numpy_helper
+    from onnx import TensorProto, numpy_helper
 
     if tensor_proto.data_type not in ELEM_DTYPES:
         raise ctx.error(f"a constant of type {elem_name(tensor_proto.data_type)} ({SUPPORTED_TYPES_NOTE})")
+    if tensor_proto.data_location == TensorProto.EXTERNAL:  # never resolved against the working directory
+        raise ctx.error("a constant that refers to external data which was not read from the model's folder")
     return np.asarray(numpy_helper.to_array(tensor_proto))
 
 
@@ -77,6 +82,7 @@ def _constant_of_shape(ctx, s):
     shape = ctx.ints(s, "shape")
     value = ctx.attrs.get("value")
     fill = np.zeros((1,), dtype=np.float32) if value is None else _tensor_attr_array(ctx, value)
+    ctx.reserve(shape, fill.dtype)
     return np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
 
 
@@ -94,6 +100,7 @@ def _range(ctx, start, limit, delta):
     if d == 0:
         raise ctx.error("delta must not be 0")
     n = max(int(math.ceil((lim.item() - s.item()) / d.item())), 0)
+    ctx.reserve((n,), s.dtype)
     return (s + np.arange(n, dtype=s.dtype) * d).astype(s.dtype)
 
 
@@ -111,6 +118,7 @@ def _eye_like(ctx, a):
         raise ctx.error(f"input must be 2-D, got shape {shape}")
     to = ctx.attr("dtype")
     dtype = ELEM_DTYPES[to].np if to in ELEM_DTYPES else dtype_np(a)
+    ctx.reserve(shape, dtype)
     return np.eye(shape[0], shape[1], k=int(ctx.attr("k", 0)), dtype=dtype)
 
 

@@ -135,7 +135,7 @@ class Compiled:
         metrics.add("capture_replays")
         trace = entry.trace
         outs = [
-            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entries[o][3]))
+            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entry(o).shape))
             for a, o in zip(arrays, trace.outputs)
         ]
         return _restructure(entry, outs)
@@ -161,7 +161,7 @@ class Compiled:
         ):
             return self._refuse(key, out)  # outputs that are inputs or constants, or updates beside them
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
-        if any(e[0] in ("rand", "randn") for e in trace.entries):
+        if any(e.op in ("rand", "randn") for e in trace.named):
             _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
             return self._refuse(key, out)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from lazyvic import ops as optable
 
-LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random")
+LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort")
 
 
 @dataclass(frozen=True)

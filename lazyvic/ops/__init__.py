@@ -17,6 +17,8 @@ Kinds:
     scatter      scatter_add along one dimension
     conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py)
     pool         2-D max pooling (a window kernel; ops/pool.py)
+    sort         a stable argsort along one dimension (no kernel yet: its NumPy reference runs
+                 as a reported step of the compiled plan; ops/sort.py)
     sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
                  it runs as its NumPy reference, a reported step)
 

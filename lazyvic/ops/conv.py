@@ -9,7 +9,7 @@ It stays a primitive (DESIGN.md: matmul and conv lower to library calls). The fr
 (``functional.conv2d``) adds the bias as an elementwise op, so it fuses into the epilogue
 kernel with the batch norm and activation after it.
 
-Both the reference and the compiled step (``lowering/plan.ConvStep``) compute the same
+Both the reference and the compiled step (``lowering/cpu/steps.ConvStep``) compute the same
 im2col matrix ``cols (C*T, N*oH*oW)`` over the T kernel taps that read some input (``taps``)
 and the same BLAS product ``w (G, O/G, Cg*T) @ cols (G, Cg*T, N*oH*oW)`` with ``conv_gemm``
 below, so an interpreted and a compiled run give the same bits; only the im2col copy

@@ -459,7 +459,7 @@ register(
 # Round to the nearest float16 / bfloat16 value and keep the dtype: lazyvic has no half
 # storage, so lazyvic.autocast (lazyvic/amp.py) rounds matmul/conv operands with these and
 # multiplies in float32. Round-half-to-even; NaN is returned unchanged (payload included).
-# Kernels: kernel_lib.round_f16_* / round_bf16_* (CPU, bit tricks) and the cuda_kernel_lib
+# Kernels: kernel_lib.round_f16_* / round_bf16_* (CPU, bit tricks) and the lowering/cuda/kernel_lib
 # functions of the same names; both bit-identical with these references.
 def round_float16_reference(x: np.ndarray) -> np.ndarray:
     """IEEE 754 binary16 rounding (NumPy's ``astype(np.float16)``: overflow to +-inf from

@@ -7,7 +7,7 @@
 A primitive because, built from kH*kW strided views (stack and amax, or a chain of
 maximum), the fused kernel re-evaluated its producer (ResNet's stem: bias, relu, padding
 tests) once per window: 640 us for the stem pool at batch 32 against a window loop over
-the materialized input (lowering/pool_kernels.py). The maximum rounds nothing, and the
+the materialized input (lowering/cpu/pool_kernels.py). The maximum rounds nothing, and the
 kernel and the NumPy reference scan each window in the same order (the first of equal
 maxima kept, the first NaN winning), so they give the same bits.
 
@@ -63,7 +63,7 @@ def _reference(arrays, at):
         for v in _views(xp, at, shape[2:])
     ]
     # Row-major scan, the first of equal maxima kept and the first NaN winning, as the compiled
-    # kernel (lowering/pool_kernels.py): the same bits, signed zeros and NaN payloads included
+    # kernel (lowering/cpu/pool_kernels.py): the same bits, signed zeros and NaN payloads included
     # (np.max's SIMD reduction picks among -0.0 and 0.0 by lane).
     out = windows[0].copy()
     for v in windows[1:]:

@@ -55,11 +55,9 @@ def _argsort_onnx(b, names, at, shape, dtype):
     return indices
 
 
-# The lowering runs an op of a library kind without a kernel as its NumPy reference (a step of
-# the plan, reported in its fallbacks); a new kind would need lowering/fusion.py's LIBRARY_KINDS.
-# Until that lists "sort", argsort is declared with the kind of the kernel-less sources ("random",
-# with no expr): the same reference step, inside compiled CPU and CUDA plans.
-SORT_KIND = "random"
+# A "sort" op is a library op (lowering/fusion.py LIBRARY_KINDS) without a kernel yet: compiled
+# CPU and CUDA plans run its NumPy reference as a step, reported in the plan's fallbacks.
+SORT_KIND = "sort"
 
 register(
     OpDef(

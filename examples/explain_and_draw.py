@@ -1,12 +1,12 @@
-"""See inside lazyvic: find a recompile trap with ``lazyvic.explain``, fix it, and draw a plan.
+"""See inside lazyvic: read what ``lazyvic.explain`` says about a loop, fix a trap, and draw a plan.
 
 A loss over a growing prefix (``x[:, :t]`` with a Python ``t`` that changes every
-step) bakes ``t`` into the slice: each step is a new plan key, so a new plan. The
-report names the op, the attribute and the line, and suggests the fix; the fixed
-version keeps the shape fixed and feeds ``t`` in as data (a mask), so every step
-after the first two reuses one compiled plan. The trap also syncs (``.item()``) every
-step, which the report flags too; the fixed loop keeps the losses as tensors and syncs
-once.
+step) gives a trace of new sizes every step. lazyvic notices at the second step that only
+sizes changed and makes them symbols (automatic dynamic shapes): one plan of symbolic sizes
+serves every later ``t``, and the report says which size became symbolic. The trap that
+remains is the sync (``.item()``) every step, which the report flags: the fixed loop keeps
+the losses as tensors and syncs once (a fixed shape and ``t`` fed in as a mask), so the
+whole loop is one cut.
 
 Then a compiled TinyGPT training step (forward, backward, AdamW) is drawn to
 ``OUT/tiny_gpt_step.svg`` (needs Graphviz's ``dot``): one box per module by default,
@@ -31,7 +31,8 @@ T = 24  # sequence length
 
 
 def prefix_loss_trap(x: lazyvic.Tensor, t: int) -> float:
-    # t is a Python int: the slice bound becomes part of the plan key.
+    # t is a Python int: the slice bound changes the sizes (a symbol from the second step on),
+    # and .item() syncs every step.
     return (x[:, :t] ** 2).mean().item()
 
 

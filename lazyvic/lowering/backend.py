@@ -33,6 +33,19 @@ class Plan(abc.ABC):
     """
 
     device = "cpu"
+    # A plan lowered for symbolic sizes: the names of its size symbols (the order ``run``'s
+    # ``sizes`` binds them in) and the guards its lowering relied on; () for a plan of fixed sizes.
+    symbols: tuple = ()
+    guards: tuple = ()
+
+    def bind_symbols(self, symbols: tuple, guards: tuple) -> None:
+        """Record the symbols and guards of a plan lowered for symbolic sizes."""
+        self.symbols, self.guards = symbols, guards
+
+    def admits(self, sizes: tuple) -> bool:
+        """Whether every guard holds for the binding ``sizes`` (one value per symbol)."""
+        env = dict(zip(self.symbols, sizes))
+        return all(g.holds(env) for g in self.guards)
 
     @abc.abstractmethod
     def run(self, inputs: list, scalars: list, debug: int = 0) -> list:
@@ -64,14 +77,15 @@ class Backend(abc.ABC):
     device: str = "cpu"
     plan_prefix: str = "plan_"
 
-    def compile(self, trace, cache_dir=None, debug: int | None = None) -> Plan:
+    def compile(self, trace, cache_dir=None, debug: int | None = None, named=None, symbols=()) -> Plan:
         """Lower canonical ``trace`` to a :class:`Plan` of this backend; generated kernel files go
-        under ``cache_dir`` (default: :meth:`default_cache_dir`)."""
+        under ``cache_dir`` (default: :meth:`default_cache_dir`). ``named``/``symbols``: lower it
+        for symbolic sizes (see ``pipeline.compile_plan``)."""
         if cache_dir is None:
             cache_dir = self.default_cache_dir()
         if debug is None:
             debug = self.default_debug()
-        return pipeline.compile_plan(trace, self, cache_dir, debug)
+        return pipeline.compile_plan(trace, self, cache_dir, debug, named, symbols)
 
     @abc.abstractmethod
     def default_cache_dir(self):

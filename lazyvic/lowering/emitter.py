@@ -30,6 +30,7 @@ from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
 from lazyvic.ops.elementwise import ALIAS, const
+from lazyvic.trace.symbolic import Sym
 
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
 
@@ -38,7 +39,9 @@ class Lin:
     """``sum(coef * var) + const`` over loop variables.
 
     Int variables are loop dimensions; str variables are values loaded in the kernel
-    (a gather's index), named by the statement that holds them.
+    (a gather's index), named by the statement that holds them. Coefficients and the constant
+    are ints, or :class:`~lazyvic.trace.symbolic.Sym` sizes in a plan lowered for symbolic
+    sizes (rendered as the kernel's size arguments, see :meth:`Emitter.size`).
     """
 
     __slots__ = ("terms", "const")
@@ -48,7 +51,7 @@ class Lin:
         self.const = const
 
     def __add__(self, other):
-        if isinstance(other, int):
+        if not isinstance(other, Lin):  # an int or a symbolic size
             return Lin(self.terms, self.const + other)
         t = dict(self.terms)
         for v, c in other.terms.items():
@@ -150,8 +153,24 @@ class Emitter:
         self.row_cache_stored = False
         self.row_cache_pending = False
         self.ops_used: list = []
+        self.size_args: dict = {}  # symbolic size (a Sym) -> the kernel's argument holding it
 
     # -- helpers ------------------------------------------------------------
+    def size(self, n) -> str:
+        """Source text of a size, stride or offset: an int's literal, or the name of the size
+        argument that carries a symbolic one (``z0``, ``z1``, ... in order of first use, so the
+        kernel's source does not depend on which plan's symbols it was made for)."""
+        if not isinstance(n, Sym):
+            return str(n)
+        name = self.size_args.get(n.poly)
+        if name is None:
+            name = self.size_args[n.poly] = (f"z{len(self.size_args)}", n)
+        return name[0]
+
+    def sizes(self) -> list:
+        """The symbolic sizes the kernel takes as arguments, in argument order."""
+        return [sym for _, sym in self.size_args.values()]
+
     def full_index(self):
         return [Lin({d: 1}) if n != 1 else Lin() for d, n in enumerate(self.shape)]
 
@@ -262,7 +281,7 @@ class Emitter:
         parts = []
         for lin, lo, hi in conds:
             tok = self.lin_token(lin)
-            parts.append(f"({lo} <= {tok} < {hi})")
+            parts.append(f"({self.size(lo)} <= {tok} < {self.size(hi)})")
         return " and ".join(parts)
 
     def emit_movement(self, i: int, idx: list, conds: tuple):
@@ -470,10 +489,18 @@ class Emitter:
         parts = []
         for v, c in sorted(lin.terms.items(), key=str):
             name = v if isinstance(v, str) else "ii" if v == local else f"i{v}"
-            parts.append(name if c == 1 else f"{name} * {c}")
-        if lin.const or not parts:
-            parts.append(str(lin.const))
+            parts.append(name if _is_one(c) else f"{name} * {self.size(c)}")
+        if not _is_zero(lin.const) or not parts:
+            parts.append(self.size(lin.const))
         return " + ".join(parts)
+
+
+def _is_one(c) -> bool:
+    return not isinstance(c, Sym) and c == 1
+
+
+def _is_zero(c) -> bool:
+    return not isinstance(c, Sym) and c == 0
 
 
 def kernel_arguments(em, entries, group, text: str) -> tuple:
@@ -503,6 +530,7 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
         + [em.bufs[b] for b in buffers]
         + [em.scals[s] for s in scalar_slots]
         + [f"sp_{ALIAS[d]}" for d, _ in packed]
+        + [name for name, _ in em.size_args.values()]  # symbolic sizes, int64, last
     )
     return text, buffers, scalar_slots, packed, args
 

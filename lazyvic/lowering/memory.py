@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lazyvic.trace import symbolic
+
 ALIGN = 64  # slot sizes are rounded up to, and arrays start on, this many bytes
 
 
@@ -44,6 +46,10 @@ class MemoryPlan:
     output_bytes: int
     temporary_bytes: int  # sum of the pool slots
     unshared_bytes: int  # what the temporaries would take without sharing
+    # Entry positions in each slot. With symbolic sizes the byte counts above are those of the
+    # sizes the plan was lowered with (their hints), and a run sizes each slot for its binding:
+    # the largest of its members (see slot_sizes).
+    slot_members: tuple = ()
 
     @property
     def peak_bytes(self) -> int:
@@ -60,9 +66,19 @@ class MemoryPlan:
         }
 
 
-def nbytes(entry) -> int:
-    shape, dtype = entry.shape, entry.dtype
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+def nbytes(entry):
+    """Bytes of an entry's value: an int, or a Sym when its shape is symbolic."""
+    return symbolic.prod(entry.shape) * entry.dtype.itemsize
+
+
+def slot_sizes(memory: MemoryPlan, entries, env: dict) -> list:
+    """Bytes each pool slot needs for binding ``env`` of a plan's size symbols (rounded up to
+    ALIGN): the largest of the slot's members."""
+    out = []
+    for members in memory.slot_members:
+        n = max(symbolic.evaluate(nbytes(entries[p]), env) for p in members)
+        out.append((n + ALIGN - 1) // ALIGN * ALIGN)
+    return out
 
 
 def plan_memory(
@@ -82,9 +98,13 @@ def plan_memory(
         for p in reads:
             last[p] = s
     order = sorted(temporaries, key=lambda p: (first.get(p, 0), p))
-    slot_of, slot_bytes, free_at = {}, [], []
+    # Sizes by their hints: sharing is decided for the sizes the plan is lowered with and stays
+    # valid for any other binding (lifetimes do not depend on sizes); a run sizes each slot
+    # for its own binding (slot_sizes).
+    size_of = {p: symbolic.hint(nbytes(entries[p])) for p in set(order) | inputs | outputs}
+    slot_of, slot_bytes, free_at, members = {}, [], [], []
     for p in order:
-        size = (nbytes(entries[p]) + ALIGN - 1) // ALIGN * ALIGN
+        size = (size_of[p] + ALIGN - 1) // ALIGN * ALIGN
         start = first.get(p, 0)
         best = None
         for k, (cap, busy_until) in enumerate(zip(slot_bytes, free_at)):
@@ -94,14 +114,17 @@ def plan_memory(
             best = len(slot_bytes)
             slot_bytes.append(size)
             free_at.append(-1)
+            members.append([])
         slot_of[p] = best
+        members[best].append(p)
         free_at[best] = last.get(p, start)
     return MemoryPlan(
         slot_of=slot_of,
         slot_bytes=tuple(slot_bytes),
-        input_bytes=sum(nbytes(entries[p]) for p in inputs - parameters),
-        parameter_bytes=sum(nbytes(entries[p]) for p in parameters),
-        output_bytes=sum(nbytes(entries[p]) for p in outputs),
+        input_bytes=sum(size_of[p] for p in inputs - parameters),
+        parameter_bytes=sum(size_of[p] for p in parameters),
+        output_bytes=sum(size_of[p] for p in outputs),
         temporary_bytes=sum(slot_bytes),
-        unshared_bytes=sum(nbytes(entries[p]) for p in temporaries),
+        unshared_bytes=sum(size_of[p] for p in temporaries),
+        slot_members=tuple(tuple(m) for m in members),
     )

@@ -27,6 +27,7 @@ from lazyvic import ops as optable
 from lazyvic.lowering.fusion import NeedsMaterialize, is_library, plan_groups
 from lazyvic.lowering.memory import plan_memory
 from lazyvic.lowering.passes import simplify, transpose_matmuls
+from lazyvic.trace import symbolic
 
 MAX_REPLANS = 200
 
@@ -76,6 +77,19 @@ class Lowered:
     cache_dir: object
     debug: int
     stats: dict
+    # Symbolic sizes the plan's steps read at run time (kernels' size arguments), in order:
+    # each is passed as a scalar input of its own, after the trace's scalars (size_slot).
+    size_exprs: list = None
+
+    def size_slot(self, size: symbolic.Sym) -> int:
+        """The scalar slot that carries symbolic ``size`` to the steps at run time."""
+        if self.size_exprs is None:
+            self.size_exprs = []
+        for k, s in enumerate(self.size_exprs):
+            if s.poly == size.poly:
+                return self.trace.n_scalars + k
+        self.size_exprs.append(size)
+        return self.trace.n_scalars + len(self.size_exprs) - 1
 
 
 def _force(forced: set, e: NeedsMaterialize) -> None:
@@ -84,14 +98,16 @@ def _force(forced: set, e: NeedsMaterialize) -> None:
     forced.add(e.node)
 
 
-def lower(trace, generate, cache_dir=None, debug: int = 0) -> Lowered:
+def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowered:
     """Passes, fusion and one kernel source per fused group.
 
     ``generate(entries, m, group)`` is a backend's code generator; a group it cannot emit
     without a materialized intermediate raises NeedsMaterialize and the fusion is planned
-    again, with every node asked for in one round materialized at once.
+    again, with every node asked for in one round materialized at once. ``named``: the trace's
+    entries with symbolic sizes (``lazyvic.trace.family.symbolize``) for a plan that serves every
+    size its guards admit; by default the trace's own (``trace.named``).
     """
-    entries, outputs = simplify(*transpose_matmuls(list(trace.named), list(trace.outputs)))
+    entries, outputs = simplify(*transpose_matmuls(list(trace.named if named is None else named), list(trace.outputs)))
     forced: set = set()
     for _ in range(MAX_REPLANS):
         try:
@@ -161,20 +177,30 @@ def plan_layout(lowered: Lowered, steps: list) -> tuple:
     return out_specs, input_pos, memory
 
 
-def compile_plan(trace, backend, cache_dir, debug: int):
-    """Lower canonical ``trace`` to ``backend``'s Plan (see the module docstring)."""
+def compile_plan(trace, backend, cache_dir, debug: int, named=None, symbols=()):
+    """Lower canonical ``trace`` to ``backend``'s Plan (see the module docstring).
+
+    For a plan that serves every size of a family of traces, ``named`` are the trace's entries
+    with symbolic sizes (``lazyvic.trace.family.symbolize``) and ``symbols`` the names of their
+    size symbols, in the order a run binds them; the plan then holds ``guards``: the
+    predicates over the symbols its lowering relied on (``lazyvic.trace.symbolic``)."""
     # Code generation recurses along fused chains: a 1,000-op chain is a few thousand frames.
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10 * len(trace.entries) + 1000))
     try:
-        return _compile(trace, backend, cache_dir, debug)
+        if named is None:
+            return _compile(trace, backend, cache_dir, debug)
+        with symbolic.recording() as guards:
+            plan = _compile(trace, backend, cache_dir, debug, named)
+        plan.bind_symbols(tuple(symbols), tuple(guards))
+        return plan
     finally:
         sys.setrecursionlimit(limit)
 
 
-def _compile(trace, backend, cache_dir, debug: int):
+def _compile(trace, backend, cache_dir, debug: int, named=None):
     t0 = time.perf_counter()
-    lowered = lower(trace, backend.generate, cache_dir, debug)
+    lowered = lower(trace, backend.generate, cache_dir, debug, named)
     entries = lowered.entries
     steps, fallbacks = [], []
     for g in lowered.groups:
@@ -195,6 +221,8 @@ def _compile(trace, backend, cache_dir, debug: int):
         steps.append(step)
     out_specs, input_pos, memory = plan_layout(lowered, steps)
     name = backend.plan_prefix + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
+    if named is not None:
+        name += "_sym"
     return backend.make_plan(
         lowered, name, steps, input_pos, out_specs, memory, tuple(fallbacks), time.perf_counter() - t0
     )

@@ -16,6 +16,15 @@ LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen 
                        count. Also kept in the plan key.
                        ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
 LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
+LAZYVIC_DYNAMIC        1 (default): automatic dynamic shapes: when a trace of an already seen
+                       structure arrives with other sizes (a smaller last batch, a longer
+                       sequence, a slice that moved), the sizes that changed become symbols
+                       and one plan serves them all (lazyvic/runtime/families.py); 0: one
+                       plan per distinct set of sizes.
+LAZYVIC_PLAN_CACHE_SIZE    trace keys the plan cache keeps, least recently used first out
+                       (default 256); LAZYVIC_DEBUG=1 says when one is evicted.
+LAZYVIC_KERNEL_CACHE_SIZE  compiled kernels kept loaded, least recently used first out
+                       (default 4096; a plan keeps the kernels it runs alive).
 LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
                        an index.md (lazyvic.tools.viz; needs Graphviz's dot).
 LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move
@@ -47,6 +56,9 @@ class Config:
         self.debug = _int("LAZYVIC_DEBUG", 0)
         self.deterministic = os.environ.get("LAZYVIC_DETERMINISTIC", "0") not in ("", "0")
         self.max_pending = _int("LAZYVIC_MAX_PENDING", 50000)
+        self.dynamic = os.environ.get("LAZYVIC_DYNAMIC", "1") not in ("", "0")
+        self.plan_cache_size = max(1, _int("LAZYVIC_PLAN_CACHE_SIZE", 256))
+        self.kernel_cache_size = max(1, _int("LAZYVIC_KERNEL_CACHE_SIZE", 4096))
         self.gc_freeze = os.environ.get("LAZYVIC_GC_FREEZE", "1") not in ("", "0")
         cache = os.environ.get("LAZYVIC_CACHE_DIR")
         if not cache:

@@ -36,11 +36,12 @@ def _make_backend(device: str):
     return CpuBackend(allocate=take)
 
 
-def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
-    """Run compiled ``plan`` (outputs on its device, see ``lowering.backend.Plan.run``) and
-    count the run in ``lazyvic.metrics`` (``compiled_runs``, ``execute_seconds``, fallbacks)."""
+def execute(plan, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()) -> list:
+    """Run compiled ``plan`` (outputs on its device, see ``lowering.backend.Plan.run``; ``sizes``:
+    the values of a symbolic plan's size symbols) and count the run in ``lazyvic.metrics``
+    (``compiled_runs``, ``execute_seconds``, fallbacks)."""
     t0 = time.perf_counter()
-    out = plan.run(inputs, scalars, debug)
+    out = plan.run(inputs, scalars, debug, sizes) if sizes else plan.run(inputs, scalars, debug)
     metrics.add("execute_seconds", time.perf_counter() - t0)
     metrics.add("compiled_runs")
     if plan.fallbacks:

@@ -12,6 +12,9 @@ _COUNTERS = (
     "traces",
     "cache_hits",
     "cache_misses",
+    "family_hits",
+    "symbolic_plans_compiled",
+    "plans_evicted",
     "plans_compiled",
     "kernels_compiled",
     "kernels_loaded",
@@ -79,25 +82,36 @@ def _kernels_on_disk() -> int:
 
 def plans() -> list[dict]:
     """One dict per cached plan, in first-seen order: ``name`` (None until compiled),
-    ``ops`` (trace length), ``runs``, ``hits``, ``steps``, ``kernels``, ``fallbacks`` and
+    ``ops`` (trace length), ``runs``, ``hits``, ``keys`` (trace keys it serves: more than one
+    for a plan of symbolic sizes), ``symbols``, ``steps``, ``kernels``, ``fallbacks`` and
     ``memory`` — the planned bytes split into ``inputs``, ``parameters``, ``temporaries``
     (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
     """
-    out = []
+    out, by_plan = [], {}
     for entry in _plan_cache.values():
         plan = entry.plan
+        if plan is not None and id(plan) in by_plan:  # keys bound to one plan of symbolic sizes
+            row = by_plan[id(plan)]
+            row["runs"] += entry.seen
+            row["hits"] += entry.hits
+            row["keys"] += 1
+            continue
         out.append(
             {
                 "name": plan.name if plan is not None else None,
                 "ops": entry.n_ops,
                 "runs": entry.seen,
                 "hits": entry.hits,
+                "keys": 1,
+                "symbols": list(plan.symbols) if plan is not None else [],
                 "steps": len(plan.steps) if plan is not None else 0,
                 "kernels": len(plan.kernels) if plan is not None else 0,
                 "fallbacks": list(plan.fallbacks) if plan is not None else [],
                 "memory": plan.memory.as_dict() if plan is not None else None,
             }
         )
+        if plan is not None:
+            by_plan[id(plan)] = out[-1]
     return out
 
 
@@ -116,7 +130,10 @@ _SECTIONS = (
             "ops_traced",
             "cache_hits",
             "cache_misses",
+            "family_hits",
             "plans_compiled",
+            "symbolic_plans_compiled",
+            "plans_evicted",
             "kernels_compiled",
             "kernels_loaded",
             "compiled_runs",

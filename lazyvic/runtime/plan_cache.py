@@ -9,6 +9,13 @@ fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)
 and run through ``executor.execute`` (``plan.run``), the same way for the CPU and CUDA; only
 the interpreter needs to know the device (CUDA traces get host copies in, device copies out).
+
+A key that misses may still be served by a plan of symbolic sizes of its family (the same
+structure with other sizes: ``runtime/families.py``): the key then gets an entry bound to that
+plan and the values of its size symbols (a "family hit", counted apart from misses).
+
+The cache is bounded (``LAZYVIC_PLAN_CACHE_SIZE``, default 256 keys): the least recently used
+entry goes first, and ``LAZYVIC_DEBUG=1`` and ``metrics.snapshot()["plans_evicted"]`` say so.
 """
 
 from __future__ import annotations
@@ -18,37 +25,63 @@ import hashlib
 import sys
 import time
 import warnings
+from collections import OrderedDict
 
-from lazyvic.runtime import metrics
+from lazyvic.runtime import families, metrics
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import backend, execute
 from lazyvic.runtime.interpreter import interpret, interpret_cuda
 
 
 class PlanEntry:
-    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits")
+    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits", "sizes")
 
-    def __init__(self, key, n_ops: int, trace=None):
+    def __init__(self, key, n_ops: int, trace=None, plan=None, sizes: tuple = ()):
         self.key = key
         self.trace = trace  # the first trace seen with this key (no data: for tools)
         self.n_ops = n_ops
         self.seen = 0
-        self.plan = None
+        self.plan = plan
         self.failed = None
         self.hits = 0
+        self.sizes = sizes  # a plan of symbolic sizes: the values of its symbols for this key
 
 
-class PlanCache(dict):
-    """dict of trace key -> PlanEntry, with counters kept in ``lazyvic.metrics``.
+class PlanCache(OrderedDict):
+    """trace key -> PlanEntry, least recently used first, bounded by ``config.plan_cache_size``;
+    counters are kept in ``lazyvic.metrics``.
 
     ``last`` is the entry of the most recent run (its ``plan`` is None until compiled).
     """
 
     last: PlanEntry | None = None
 
+    def lookup(self, key):
+        """The entry of ``key`` (now the most recently used), or None."""
+        entry = self.get(key)
+        if entry is not None:
+            self.move_to_end(key)
+        return entry
+
+    def insert(self, key, entry: PlanEntry) -> PlanEntry:
+        """Add ``entry``; the least recently used entries go past the bound."""
+        self[key] = entry
+        while len(self) > config.plan_cache_size:
+            _, old = self.popitem(last=False)
+            metrics.add("plans_evicted")
+            if config.debug >= 1:
+                what = f"plan {old.plan.name}" if old.plan is not None else "an uncompiled key"
+                print(
+                    f"[lazyvic] plan cache full ({config.plan_cache_size} keys, LAZYVIC_PLAN_CACHE_SIZE): "
+                    f"evicted {what} of {old.n_ops} ops, unused for the longest",
+                    file=sys.stderr,
+                )
+        return entry
+
     def clear_plans(self) -> None:
         self.clear()
         self.last = None
+        families.clear()
 
 
 plan_cache = PlanCache()
@@ -203,9 +236,9 @@ def describe_groups(plan) -> list[dict]:
     return out
 
 
-def _compile(trace):
+def _compile(trace, named=None, symbols=()):
     t0 = time.perf_counter()
-    plan = backend(trace.device).compile(trace, config.cache_dir, config.debug)
+    plan = backend(trace.device).compile(trace, config.cache_dir, config.debug, named, symbols)
     if config.gc_freeze:
         # Compiling leaves ~10^5 long-lived objects (Numba's and ours) that every full
         # collection would walk again; see LAZYVIC_GC_FREEZE in runtime/config.py.
@@ -234,11 +267,13 @@ def run(trace, inputs: list, scalars: list) -> list:
     rec = metrics.recorder  # lazyvic.explain: checked once per run
     event = rec.begin_run(trace) if rec is not None else None
     key = trace.key
-    entry = plan_cache.get(key)
+    entry = plan_cache.lookup(key)
+    if entry is None:
+        entry = _family_entry(trace, event)
     if entry is None:
         if event is not None:
             event["miss_reason"] = miss_reason(trace)
-        entry = plan_cache[key] = PlanEntry(key, len(trace.entries), trace)
+        entry = plan_cache.insert(key, PlanEntry(key, len(trace.entries), trace))
         metrics.add("cache_misses")
         if config.debug >= 1:
             # The reason costs a comparison with up to 8 cached traces: skipped on huge ones.
@@ -256,6 +291,29 @@ def run(trace, inputs: list, scalars: list) -> list:
     if event is not None:
         rec.end_run(event, entry)
     return out
+
+
+def _family_entry(trace, event: dict | None) -> PlanEntry | None:
+    """An entry bound to a plan of symbolic sizes of the trace's family, or None (see
+    ``runtime/families.py``); a new symbolic plan is compiled here, counted as a compile."""
+    t0 = time.perf_counter()
+    found = families.resolve(trace, _compile_symbolic)
+    if found is None:
+        return None
+    plan, sizes, note = found
+    metrics.add("family_hits")
+    if note is not None and event is not None:
+        event["compiled"] = True
+        event["compile_seconds"] = time.perf_counter() - t0
+        event["symbolic"] = note
+        event["miss_reason"] = miss_reason(trace)
+    # The key's trace is not kept: a loop over moving slices makes a key per step.
+    return plan_cache.insert(trace.key, PlanEntry(trace.key, len(trace.entries), None, plan, sizes))
+
+
+def _compile_symbolic(trace, named, symbols):
+    metrics.add("symbolic_plans_compiled")
+    return _compile(trace, named, symbols)
 
 
 def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
@@ -279,7 +337,7 @@ def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict
             event["compile_seconds"] = time.perf_counter() - t0
     if entry.plan is not None and mode != "never":
         t0 = time.perf_counter()
-        out = execute(entry.plan, inputs, scalars, config.debug)
+        out = execute(entry.plan, inputs, scalars, config.debug, entry.sizes)
         if event is not None:
             event["ran"] = "plan"
             event["execute_seconds"] = time.perf_counter() - t0

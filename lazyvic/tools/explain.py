@@ -126,12 +126,18 @@ class _Recorder:
             "execute_seconds": 0.0,
             "fallbacks": [],
             "failed": None,
+            "symbolic": None,  # what became symbolic, when this cut made a plan of symbolic sizes
+            "sizes": None,  # the values of the plan's size symbols, when it has any
         }
         self.runs.append(event)
         return event
 
     def end_run(self, event: dict, entry) -> None:
         plan = entry.plan
+        if entry.sizes:
+            # Served by a plan of symbolic sizes: a hit unless this cut had to make it.
+            event["hit"] = event["symbolic"] is None
+            event["sizes"] = dict(zip((s.split("_", 1)[-1] for s in plan.symbols), entry.sizes))
         if plan is not None:
             event["key"] = plan.name
             if event["compiled"]:
@@ -213,6 +219,14 @@ class ExplainReport:
                 f"  #{r['cut']:<3} {r['reason']:<10} at {r['where']}: {r['ops']} ops, {status} "
                 f"{r['key']}, ran on {ran} {1e3 * r['execute_seconds']:.2f} ms{extra}"
             )
+            if r["sizes"]:
+                lines.append(
+                    "        sizes: "
+                    + ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
+                    + " (a plan of symbolic sizes)"
+                )
+            if r["symbolic"] is not None:
+                lines.append(f"        dynamic shapes: {r['symbolic']}: one plan serves every such size")
             if r["miss_reason"] is not None:
                 lines.append(f"        why: {r['miss_reason']['summary']}")
                 also = [x for x in r["miss_reason"]["differences"][1:] if x["kind"] in _FIXES]
@@ -248,6 +262,18 @@ def _fallbacks(runs: list[dict]) -> list[dict]:
 
 def _warnings(runs: list[dict]) -> list[dict]:
     out = []
+    # Sizes that changed and became symbols (automatic dynamic shapes): not a problem, but the
+    # user should know which of their sizes vary.
+    for r in runs:
+        if r["symbolic"] is not None:
+            out.append(
+                {
+                    "kind": "dynamic",
+                    "where": r["where"],
+                    "message": f"sizes changed between cuts at {r['where']}, so they became symbols: "
+                    f"{r['symbolic']}; plan {r['key']} serves every size its guards admit (no recompile)",
+                }
+            )
     # A plan key that keeps changing: misses whose traces differ from a cached one at the same place.
     changing = defaultdict(list)
     for r in runs:

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lazyvic import ops as optable
+from lazyvic.trace import symbolic
+
 # Attributes whose integers are sizes or offsets (they may follow the symbols); every other
 # attribute is part of the structure.
 SIZE_ATTRS = {
@@ -231,3 +234,75 @@ def fit(examples: list, kinds: tuple) -> Template:
     for site, _ in symbols:
         exprs[site] = None
     return Template(symbols, exprs, free)
+
+
+def symbols_of(template: Template, values: tuple, prefix: str = "s") -> list:
+    """One :class:`~lazyvic.trace.symbolic.Sym` per template symbol, named ``f"{prefix}{k}"``,
+    hinted with its value in the trace whose site ``values`` are given."""
+    return [symbolic.symbol(f"{prefix}{k}", values[site], lower) for k, (site, lower) in enumerate(template.symbols)]
+
+
+def _value_at(template: Template, site: int, syms: list, read_from: dict):
+    """The symbolic value of ``site``: the symbol read there, a constant, or an expression."""
+    k = read_from.get(site)
+    if k is not None:
+        return syms[k]
+    e = template.exprs[site]
+    if e is None:
+        return None
+    if isinstance(e, int):
+        return e
+    v = e.coef
+    for s in e.symbols:
+        v = v * syms[s]
+    return v + e.const
+
+
+def _rebuild(value, flat_iter):
+    if isinstance(value, (tuple, list)):
+        return tuple(_rebuild(v, flat_iter) for v in value)
+    return next(flat_iter)
+
+
+def symbolize(named: tuple, template: Template, syms: list) -> list:
+    """The named entries of a trace with their sizes made symbolic by ``template``.
+
+    Input shapes and size attributes take the template's values (symbols, constants or
+    expressions, built from ``syms``: see :func:`symbols_of`); every other shape is computed again
+    by its op's shape rule over symbolic sizes, so it follows from the inputs and attributes (the
+    rules' comparisons are recorded as guards when lowering records them). Sites follow
+    :func:`sites`' order.
+    """
+    read_from = {site: k for k, (site, _) in enumerate(template.symbols)}
+    out = []
+    site = 0
+    for e in named:
+        if e.is_input:
+            shape = []
+            for d in e.shape:
+                v = _value_at(template, site, syms, read_from)
+                shape.append(d if v is None else v)
+                site += 1
+            out.append(e._replace(shape=tuple(shape)))
+            continue
+        size_names = SIZE_ATTRS.get(e.op, ())
+        attrs = {}
+        for name, value in e.attrs.items():
+            if name in size_names:
+                flat: list = []
+                _flatten(value, flat)
+                new = []
+                for original in flat:
+                    v = _value_at(template, site, syms, read_from)
+                    new.append(original if v is None else v)
+                    site += 1
+                attrs[name] = _rebuild(value, iter(new))
+            else:
+                attrs[name] = value
+        attrs = type(e.attrs)(attrs)
+        shape, _ = optable.OPS[e.op].infer(
+            tuple(out[j].shape for j in e.inputs), tuple(out[j].dtype for j in e.inputs), attrs
+        )
+        site += len(e.shape)
+        out.append(e._replace(attrs=attrs, shape=tuple(shape)))
+    return out

@@ -208,7 +208,7 @@ def recording():
 
 
 def _record(guard: Guard) -> None:
-    if _guards is not None and guard not in _guards:
+    if guard not in _guards:
         _guards.append(guard)
 
 
@@ -257,6 +257,11 @@ def _decide(p: tuple, op: str, hint_value: int) -> bool:
     known = _certain(p)
     if known is not None and op in known:
         return known[op]
+    if _guards is None:
+        raise TypeError(
+            f"a decision on symbolic sizes ({_render(p, str)} {op} 0) outside lowering: it would hold "
+            "for one size only; lower under lazyvic.trace.symbolic.recording()"
+        )
     result = Guard._OPS[op](hint_value, 0)
     _record(Guard(p, op if result else _NEGATE[op]))
     return result
@@ -393,6 +398,11 @@ class Sym:
 
     # conversions specialize: the plan is then valid for this value only ------------------
     def __index__(self):
+        if _guards is None:
+            raise TypeError(
+                f"a symbolic size ({self.render()}) was used as an int outside lowering: bind the "
+                "plan's symbols first (lazyvic.trace.symbolic.substitute)"
+            )
         _decide(_add(self.poly, _const_poly(self.hint), -1), "==", 0)
         return self.hint
 
@@ -479,4 +489,24 @@ def all_hold(guards, env: dict) -> bool:
     return all(g.holds(env) for g in guards)
 
 
-__all__ = ["Guard", "Sym", "all_hold", "evaluate", "hint", "is_symbolic", "prod", "recording", "symbol"]
+def substitute(value, env: dict):
+    """``value`` with every Sym inside replaced by its value for binding ``env``: walks tuples
+    (named tuples too), lists and dicts (their own types kept); other objects are returned as
+    they are. Returns ``value`` itself when nothing inside is symbolic."""
+    if isinstance(value, Sym):
+        return value.evaluate(env)
+    if isinstance(value, tuple):
+        new = [substitute(v, env) for v in value]
+        if all(a is b for a, b in zip(new, value)):
+            return value
+        return type(value)(*new) if hasattr(value, "_fields") else type(value)(new)
+    if isinstance(value, list):
+        new = [substitute(v, env) for v in value]
+        return value if all(a is b for a, b in zip(new, value)) else new
+    if isinstance(value, dict):
+        new = {k: substitute(v, env) for k, v in value.items()}
+        return value if all(new[k] is v for k, v in value.items()) else type(value)(new)
+    return value
+
+
+__all__ = ["Guard", "Sym", "all_hold", "evaluate", "hint", "is_symbolic", "prod", "recording", "substitute", "symbol"]

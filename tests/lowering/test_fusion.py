@@ -13,26 +13,27 @@ from lazyvic.runtime.plan_cache import plan_cache
 
 @pytest.fixture(autouse=True)
 def always_compile():
-    prev = config.compile
-    config.compile = "always"
+    # Each test checks the plan of its own sizes: no plan of symbolic sizes from a family of
+    # traces another test made (tests/lowering/test_symbolic.py covers those).
+    prev = config.compile, config.dynamic
+    config.compile, config.dynamic = "always", False
     lv.metrics.reset()
     yield
-    config.compile = prev
+    config.compile, config.dynamic = prev
 
 
-def _last_plan(n_before):
-    plans = [e.plan for e in list(plan_cache.values())[n_before:] if e.plan is not None]
-    assert plans, "no plan was compiled"
-    return plans[-1]
+def _last_plan():
+    plan = plan_cache.last.plan if plan_cache.last is not None else None
+    assert plan is not None, "no plan was compiled"
+    return plan
 
 
 def _compiled(fn, *arrays):
-    n = len(plan_cache)
     outs = fn(*[lv.tensor(a) for a in arrays])
     outs = outs if isinstance(outs, tuple) else (outs,)
     lv.sync(*outs)
     assert lv.metrics.snapshot()["fallbacks"] == 0
-    return [o.numpy() for o in outs], _last_plan(n)
+    return [o.numpy() for o in outs], _last_plan()
 
 
 def _kernels(plan):

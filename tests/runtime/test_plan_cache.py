@@ -10,6 +10,7 @@ import pytest
 
 import lazyvic as lv
 from lazyvic.runtime.config import config
+from lazyvic.runtime.plan_cache import plan_cache
 
 
 @pytest.fixture
@@ -41,7 +42,8 @@ def test_same_structure_new_values_hits(hot):
         np.testing.assert_allclose(got, (np.tanh(x @ wn) * 0.5 + 1).sum(1), rtol=1e-5)
 
 
-def test_new_shape_misses_and_changed_scalar_hits(hot):
+def test_new_shape_misses_and_changed_scalar_hits(hot, monkeypatch):
+    monkeypatch.setattr(config, "dynamic", False)  # one plan per set of sizes
     w = lv.tensor(np.ones((5, 2), np.float32))  # shapes no other test uses: a fresh key
     _step(lv.tensor(np.ones((7, 5), np.float32)), w, 0.1)
     _step(lv.tensor(np.ones((7, 5), np.float32)), w, 0.2)  # a new learning rate is a new scalar value, not a new plan
@@ -49,6 +51,17 @@ def test_new_shape_misses_and_changed_scalar_hits(hot):
     got = _step(lv.tensor(np.ones((8, 5), np.float32)), w, 0.3)
     assert lv.metrics.snapshot()["cache_misses"] == 2
     np.testing.assert_allclose(got, np.full(8, 2 * (np.tanh(5.0) * 0.3 + 1)), rtol=1e-6)
+
+
+def test_a_new_size_of_a_known_structure_gets_one_plan_of_symbolic_sizes(hot):
+    plan_cache.clear_plans()  # the structure (x @ w, w of shape (k, 2)) is another test's too
+    w = lv.tensor(np.ones((6, 2), np.float32))
+    _step(lv.tensor(np.ones((7, 6), np.float32)), w, 0.1)
+    for n in (8, 9, 13, 2):  # the batch changes: one plan of symbolic sizes serves every other one
+        got = _step(lv.tensor(np.ones((n, 6), np.float32)), w, 0.3)
+        np.testing.assert_allclose(got, np.full(n, 2 * (np.tanh(6.0) * 0.3 + 1)), rtol=1e-6)
+    snap = lv.metrics.snapshot()
+    assert snap["cache_misses"] == 1 and snap["family_hits"] == 4 and snap["symbolic_plans_compiled"] == 1
 
 
 def test_changed_learning_rate_does_not_recompile_training_step(hot):

@@ -22,10 +22,13 @@ plan_cache_module = importlib.import_module("lazyvic.runtime.plan_cache")  # the
 @pytest.fixture
 def hot(monkeypatch):
     """Hot mode, and an empty plan cache: what is a miss (and the nearest cached key a miss
-    is compared with) must not depend on which tests ran before."""
+    is compared with) must not depend on which tests ran before. Plans of fixed sizes only
+    (LAZYVIC_DYNAMIC=0): these tests read why a key missed; ``dynamic`` below turns
+    automatic dynamic shapes on."""
     from lazyvic.runtime.plan_cache import plan_cache
 
     monkeypatch.setattr(config, "compile", "hot")
+    monkeypatch.setattr(config, "dynamic", False)
     monkeypatch.setattr(config, "debug", 0)
     monkeypatch.setattr(config, "deterministic", False)
     plan_cache.clear_plans()
@@ -55,6 +58,25 @@ def test_changing_slice_bound_is_a_recompile_trap(hot):
     assert len(trap) == 1 and trap[0]["op"] == "slice" and trap[0]["attr"] == "stops" and trap[0]["misses"] == 4
     assert "Fix:" in trap[0]["message"]
     assert "constant differs" in str(report) and "slice" in str(report)
+
+
+def test_changing_slice_bound_becomes_a_symbol_with_dynamic_shapes(hot, monkeypatch):
+    monkeypatch.setattr(config, "dynamic", True)
+    x = lv.tensor(np.arange(3 * 19, dtype=np.float32).reshape(3, 19))
+
+    def loop():
+        return [(x * 2.0)[:, :n].sum().item() for n in range(5, 11)]
+
+    report = lv.explain(loop)
+    assert report.result == [float((np.arange(57).reshape(3, 19) * 2)[:, :n].sum()) for n in range(5, 11)]
+    # The first cut is a miss, the second makes the plan of symbolic sizes, the rest hit it.
+    assert [c["hit"] for c in report.cuts] == [False, False, True, True, True, True]
+    assert report.cuts[1]["symbolic"].startswith("s0 = stops[1] of slice")
+    assert [c["sizes"] for c in report.cuts[2:]] == [{"s0": n} for n in range(7, 11)]
+    assert not [w for w in report.warnings if w["kind"] == "recompile"]
+    dyn = [w for w in report.warnings if w["kind"] == "dynamic"]
+    assert len(dyn) == 1 and "no recompile" in dyn[0]["message"]
+    assert "a plan of symbolic sizes" in str(report)
 
 
 def test_changing_reshape_shape_names_the_attribute(hot):
@@ -241,6 +263,7 @@ def test_metrics_report_counts_bytes_and_caches(hot):
 def test_debug_levels(level, monkeypatch, capsys):
     monkeypatch.setattr(config, "compile", "always")
     monkeypatch.setattr(config, "debug", level)
+    monkeypatch.setattr(config, "dynamic", False)  # the second shape is a miss, with its reason
     x = lv.tensor(np.ones((3, 50 + level), np.float32))
     (x.exp() * 2).sum(1).numpy()
     x2 = lv.tensor(np.ones((3, 60 + level), np.float32))

@@ -113,6 +113,7 @@ class CpuBackend(Backend):
                 ks.source,
                 tuple(group.extra_roots),
                 ks.parallel,
+                tuple(lowered.size_slot(z) for z in ks.sizes),
             )
         )
         return steps
@@ -145,6 +146,7 @@ class CpuBackend(Backend):
             fallbacks,
             lowered.stats,
             allocate=self.allocate,
+            size_exprs=tuple(lowered.size_exprs or ()),
         )
         # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
         # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.

@@ -10,11 +10,11 @@ is named by its hash and loaded from a file (``lowering/cpu/kernel_cache.py``).
 from __future__ import annotations
 
 import hashlib
-import math
 
 from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments
 from lazyvic.lowering.fusion import FusionGroup
 from lazyvic.lowering.kernel_files import LIB_HASH
+from lazyvic.trace import symbolic
 
 # Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
 # 131k-524k elements between BLAS calls): serial kernels with 2-thread BLAS ran the step in
@@ -37,7 +37,7 @@ FASTMATH = "False"
 class KernelSource:
     """The generated source of one kernel and what it needs to run."""
 
-    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=()):
+    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=(), sizes=()):
         self.name = name
         self.source = source
         self.sha = sha
@@ -46,6 +46,7 @@ class KernelSource:
         self.packed = packed  # ((dtype name, scalar slots), ...): arrays after the buffers
         self.parallel = parallel
         self.arg_types = arg_types  # (dtype name, is_array) per argument
+        self.sizes = sizes  # symbolic sizes (Syms) passed last, as int64, in argument order
 
 
 def generate(entries, materialized, group: FusionGroup) -> KernelSource:
@@ -53,7 +54,9 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     em = Emitter(entries, materialized, group)
     em.build()
     em.merge_loops()
-    numel = math.prod(group.space_shape)
+    numel = symbolic.prod(group.space_shape)
+    # With symbolic sizes, serial or parallel is a guarded decision: a plan lowered for small
+    # sizes is not used for sizes past the threshold (another plan is made for those).
     parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
 
     def render(lines, depth):
@@ -63,7 +66,7 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
                 ind = "    " * depth
                 d = depth
                 for v in em.inner:
-                    out.append(f"{'    ' * d}for i{v} in range({em.loop_sizes[v]}):")
+                    out.append(f"{'    ' * d}for i{v} in range({em.size(em.loop_sizes[v])}):")
                     d += 1
                 if not em.inner:
                     out.append(f"{ind}if True:")
@@ -92,25 +95,31 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             body.append("    for ii in range(hi - lo):")
             body.append(f"        i{v} = lo + ii")
         else:
-            body.append(f"{'    ' * depth}for i{v} in range({em.loop_sizes[v]}):")
+            body.append(f"{'    ' * depth}for i{v} in range({em.size(em.loop_sizes[v])}):")
         depth += 1
     body.extend(render(em.row_lines, depth))
     text = "\n".join(body)
     for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
         text = text.replace(f"\x00{n}\x00", em.render_lin(lin, em.outer[0] if buf in rebased else None))
 
+    if parallel:
+        # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly
+        # (a softmax ran 4x slower than the same loops serial): the parallel kernel only
+        # splits the outer loop into chunks and calls the serial body on each. The chunk
+        # length is a heuristic (from the sizes' hints); the number of chunks follows the size.
+        n_outer = em.loop_sizes[em.outer[0]]
+        hint_outer = symbolic.hint(n_outer)
+        per_row = max(1, symbolic.hint(numel) // max(hint_outer, 1))
+        chunk = max(1, min(hint_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
+        n_chunks_text, n_outer_text = em.size(-(-n_outer // chunk)), em.size(n_outer)
+        rebased_text = {a: em.size(c) for a, c in rebased.items()}
     text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
     fastmath = FASTMATH
     options = "cache=True, nogil=True, error_model='numpy', boundscheck=False"
     if parallel:
-        # Loops inside a prange body are lowered as a parfor gufunc and vectorized poorly
-        # (a softmax ran 4x slower than the same loops serial): the parallel kernel only
-        # splits the outer loop into chunks and calls the serial body on each.
-        n_outer = em.loop_sizes[em.outer[0]]
-        per_row = max(1, numel // max(n_outer, 1))
-        chunk = max(1, min(n_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
-        n_chunks = -(-n_outer // chunk)
-        chunk_args = [f"{a}[lo * {rebased[a]}:]" if rebased.get(a) else a for a in args]
+        chunk_args = [
+            f"{a}[lo * {rebased_text[a]}:]" if rebased.get(a) is not None and not _zero(rebased[a]) else a for a in args
+        ]
         source = "\n".join(
             [
                 f"@njit(fastmath={fastmath}, {options})",
@@ -120,9 +129,9 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
                 "",
                 f"@njit(parallel=True, {options})",
                 f"def KERNEL_NAME({', '.join(args)}):",
-                f"    for c in prange({n_chunks}):",
+                f"    for c in prange({n_chunks_text}):",
                 f"        lo = c * {chunk}",
-                f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer}))",
+                f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer_text}))",
                 "",
             ]
         )
@@ -134,4 +143,8 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     name = "k_" + "_".join(ops or [entries[group.root].op]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
     arg_types = argument_types(entries, group, buffers)
-    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed)
+    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed, tuple(em.sizes()))
+
+
+def _zero(c) -> bool:
+    return not isinstance(c, symbolic.Sym) and c == 0

@@ -60,6 +60,7 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
         [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
         + [_NB[d] for d in scalar_dtypes]
         + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed]
+        + [types.int64] * len(ks.sizes)  # symbolic sizes
     )
     key = (ks.sha, tuple(scalar_dtypes))
     fn = _loaded.get(key)

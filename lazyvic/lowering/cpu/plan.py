@@ -10,7 +10,7 @@ belong to one run at a time.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,7 +21,8 @@ import numpy as np
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu.steps import ConvStep, KernelStep, MatmulStep
-from lazyvic.lowering.memory import aligned_empty
+from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
+from lazyvic.trace import symbolic
 
 # Products below this many flops run on one BLAS thread in plans with parallel kernels
 # (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
@@ -32,6 +33,33 @@ SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 # busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
 SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
+MAX_BINDINGS = 8  # run states kept per plan of symbolic sizes (one per binding of its symbols)
+
+
+@dataclass
+class _Binding:
+    """A plan of symbolic sizes made concrete for one binding: its environment templates, the
+    outputs a run makes, its steps with their sizes substituted, the values of its size slots."""
+
+    env: list
+    flat: list
+    new_outputs: list
+    steps: list
+    size_values: list
+    entries: list
+
+
+def _concrete_step(step, env: dict):
+    """``step`` with the symbolic sizes in its fields (attributes, operand views, sizes) replaced
+    by their values for ``env``; the step itself when it has none (a kernel step: its sizes are
+    scalar slots)."""
+    changes = {}
+    for f in dataclasses.fields(step):
+        v = getattr(step, f.name)
+        new = symbolic.substitute(v, env)
+        if new is not v:
+            changes[f.name] = new
+    return dataclasses.replace(step, **changes) if changes else step
 
 
 def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
@@ -93,6 +121,11 @@ class CpuPlan(Plan):
     env_template: list = field(default=None, repr=False)
     flat_template: list = field(default=None, repr=False)
     new_outputs: list = field(default=None, repr=False)  # (pos, shape, NumPy dtype, aligned) made per run
+    # Symbolic sizes the kernels read, passed after the trace's scalars (lowering.pipeline.Lowered)
+    size_exprs: tuple = ()
+    bindings: dict = field(default=None, repr=False)  # run state per binding of the size symbols
+    _symbolic_entries: list = field(default=None, repr=False)
+    _symbolic_steps: list = field(default=None, repr=False)
 
     device = "cpu"
 
@@ -106,8 +139,11 @@ class CpuPlan(Plan):
         Plans whose products are large keep multithreaded BLAS, where its speed-up is
         worth more than the contention costs.
         """
+        # With symbolic sizes the comparisons below are guards of the plan.
         flops = [
-            2 * math.prod(self.entries[s.out].shape) * s.k for s in self.steps if isinstance(s, (MatmulStep, ConvStep))
+            2 * symbolic.prod(self.entries[s.out].shape) * s.k
+            for s in self.steps
+            if isinstance(s, (MatmulStep, ConvStep))
         ]
         if (
             any(isinstance(s, ConvStep) for s in self.steps)
@@ -123,58 +159,122 @@ class CpuPlan(Plan):
     def kernels(self) -> list:
         return [s for s in self.steps if isinstance(s, KernelStep)]
 
-    def run(self, inputs: list, scalars: list, debug: int = 0) -> list:
+    def run(self, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
-        scalar slot (Python numbers). Returns per trace output a NumPy array the caller owns.
-        ``debug >= 4`` prints each step's time."""
+        scalar slot (Python numbers); for a plan lowered for symbolic sizes, ``sizes`` gives the
+        value of each of its ``symbols`` (its guards must hold: the plan cache checks them).
+        Returns per trace output a NumPy array the caller owns. ``debug >= 4`` prints each
+        step's time."""
         if self.blas_threads is None:
-            return self._run(inputs, scalars, debug)
+            return self._run(inputs, scalars, debug, sizes)
         saved = blas_threads.limit(self.blas_threads)
         try:
-            return self._run(inputs, scalars, debug)
+            return self._run(inputs, scalars, debug, sizes)
         finally:
             blas_threads.restore(saved)
 
     def _prepare(self) -> None:
         mem = self.memory
         self.pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
-        n = len(self.entries)
+        self.env_template, self.flat_template, self.new_outputs = self._layout(self.entries)
+
+    def _layout(self, entries) -> tuple:
+        """The environment's pooled temporaries (shaped and flat views of the pool) and the
+        outputs a run makes, for ``entries`` with concrete shapes."""
+        mem = self.memory
+        n = len(entries)
         env, flat = [None] * n, [None] * n
         for pos, slot in mem.slot_of.items():
-            shape, dtype = self.entries[pos].shape, self.entries[pos].dtype
+            shape, dtype = entries[pos].shape, entries[pos].dtype
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             env[pos] = self.pool[slot][:nbytes].view(dtype.np).reshape(shape)
             flat[pos] = env[pos].reshape(-1)
-        self.env_template, self.flat_template = env, flat
         # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
-        self.new_outputs = [
-            (pos, self.entries[pos].shape, dtype.np, optable.OPS[self.entries[pos].op].kind in BLAS_KINDS)
+        new_outputs = [
+            (pos, entries[pos].shape, dtype.np, optable.OPS[entries[pos].op].kind in BLAS_KINDS)
             for kind, pos, dtype in self.outputs
             if kind == "buffer" and pos not in mem.slot_of
         ]
+        return env, flat, new_outputs
 
-    def _run(self, inputs: list, scalars: list, debug: int) -> list:
-        if self.pool is None:
-            self._prepare()
-        env = self.env_template[:]
-        flat = self.flat_template[:]
+    def _bound(self, sizes: tuple) -> "_Binding":
+        """The plan made concrete for one binding of its size symbols (kept for the last few)."""
+        if self.bindings is None:
+            self.bindings = {}
+            self._symbolic_parts()
+        b = self.bindings.get(sizes)
+        if b is not None:
+            return b
+        env = dict(zip(self.symbols, sizes))
+        needed = slot_sizes(self.memory, self.entries, env)
+        if (
+            self.pool is None
+            or len(self.pool) != len(needed)
+            or any(n > p.nbytes - ALIGN for n, p in zip(needed, self.pool))
+        ):
+            # A larger binding than any before: grow the pool (views of the old one die with
+            # the bindings that made them).
+            old = self.pool or []
+            self.pool = [
+                p if k < len(old) and n <= p.nbytes - ALIGN else aligned_empty((n,), np.uint8)
+                for k, (n, p) in enumerate(zip(needed, old + [None] * len(needed)))
+            ]
+            self.bindings.clear()
+        entries = list(self.entries)
+        for pos in self._symbolic_entries:
+            e = entries[pos]
+            entries[pos] = e._replace(shape=symbolic.substitute(e.shape, env))
+        env_t, flat_t, new_outputs = self._layout(entries)
+        steps = list(self.steps)
+        for k in self._symbolic_steps:
+            steps[k] = _concrete_step(steps[k], env)
+        values = [symbolic.evaluate(z, env) for z in self.size_exprs]
+        if len(self.bindings) >= MAX_BINDINGS:
+            self.bindings.pop(next(iter(self.bindings)))
+        b = self.bindings[sizes] = _Binding(env_t, flat_t, new_outputs, steps, values, entries)
+        return b
+
+    def _symbolic_parts(self) -> None:
+        """Which entries (pooled temporaries and outputs) and which steps have symbolic sizes:
+        the parts a new binding makes concrete."""
+        wanted = set(self.memory.slot_of) | {pos for kind, pos, _ in self.outputs if kind == "buffer"}
+        self._symbolic_entries = [
+            p for p in sorted(wanted) if any(isinstance(d, symbolic.Sym) for d in self.entries[p].shape)
+        ]
+        probe = {name: 2 for name in self.symbols}
+        self._symbolic_steps = [k for k, st in enumerate(self.steps) if _concrete_step(st, probe) is not st]
+
+    def _run(self, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
+        if self.symbols:
+            b = self._bound(tuple(sizes))
+            env, flat, new_outputs, steps, entries = b.env[:], b.flat[:], b.new_outputs, b.steps, b.entries
+            scalars = list(scalars) + b.size_values
+        else:
+            if self.pool is None:
+                self._prepare()
+            env, flat, new_outputs, steps, entries = (
+                self.env_template[:],
+                self.flat_template[:],
+                self.new_outputs,
+                self.steps,
+                self.entries,
+            )
         for pos, slot in self.input_pos:
             a = inputs[slot]
             env[pos] = a
             flat[pos] = a.reshape(-1)
-        entries = self.entries
-        for pos, shape, dtype, aligned in self.new_outputs:
+        for pos, shape, dtype, aligned in new_outputs:
             if env[pos] is None:  # not an input handed back as an output
                 a = self.allocate(shape, dtype, aligned)
                 env[pos] = a
                 flat[pos] = a.reshape(-1)
         if debug >= 4:
-            for step in self.steps:
+            for step in steps:
                 t0 = time.perf_counter()
                 step(env, flat, scalars)
                 print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
         else:
-            for step in self.steps:
+            for step in steps:
                 step(env, flat, scalars)
         outs, given = [], set()
         for kind, pos, dtype in self.outputs:

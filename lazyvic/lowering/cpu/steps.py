@@ -42,6 +42,7 @@ class KernelStep:
     source: str = field(repr=False, default="")
     extra_outs: tuple = ()  # more outputs of the same loop
     parallel: bool = False  # runs on Numba's thread pool
+    sizes: tuple = ()  # scalar slots of the symbolic sizes the kernel takes last (int64)
 
     def reads(self):
         return self.buffers
@@ -56,6 +57,7 @@ class KernelStep:
             *[flat[b] for b in self.buffers],
             *[t(scalars[s]) for s, t in self.scalars],
             *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
+            *[np.int64(scalars[s]) for s in self.sizes],
         )
 
 

@@ -116,9 +116,11 @@ class ConvStep:
         out = env[self.out]
         n, o, oh, ow = out.shape
         at = self.attrs
-        if self.scratch is None:
-            self.scratch = self._scratch(x.shape, w.shape, out)
-        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = self.scratch
+        shapes = (x.shape, w.shape, out.shape)
+        if self.scratch is None or self.scratch[0] != shapes:
+            # Made for the shapes of a run (a plan of symbolic sizes runs one step at many).
+            self.scratch = (shapes, self._scratch(x.shape, w.shape, out))
+        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = self.scratch[1]
         if padded is not None:
             self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
             x = padded

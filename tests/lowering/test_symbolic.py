@@ -165,3 +165,15 @@ def test_plan_cache_is_bounded_and_results_stay_right(fresh, monkeypatch):
         got = (lv.tensor(x) * float(k + 1)).sum(k % 2).reshape(-1)[: 2 + k % 3].numpy()
         np.testing.assert_allclose(got, (x * (k + 1)).sum(k % 2).reshape(-1)[: 2 + k % 3])
     assert len(plan_cache) <= 3 and metrics.snapshot()["plans_evicted"] >= 1
+
+
+ZERO_OK = ["elementwise_chain", "broadcast_bias", "sum_rows", "sum_batch", "softmax_rows", "matmul", "cat", "pad"]
+
+
+@pytest.mark.parametrize("name", ZERO_OK)
+def test_size_zero_after_a_plan_of_symbolic_sizes(name, fresh, monkeypatch):
+    got = {n: _run(name, n) for n in (5, 7, 0)}
+    monkeypatch.setattr(config, "compile", "never")
+    for g, w in zip(got[0], _run(name, 0)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)

@@ -41,7 +41,7 @@ from lazyvic.functional.activation import (
     threshold,
     threshold_,
 )
-from lazyvic.functional.attention import scaled_dot_product_attention
+from lazyvic.functional.attention import KVCache, scaled_dot_product_attention
 from lazyvic.functional.convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 from lazyvic.functional.linear import dropout, dropout1d, dropout2d, dropout3d, linear
 from lazyvic.functional.loss import (
@@ -120,6 +120,7 @@ __all__ = [
     "kl_div",
     # attention, convolution, pooling, normalization, vision
     "scaled_dot_product_attention",
+    "KVCache",
     "conv1d",
     "conv2d",
     "conv_transpose1d",

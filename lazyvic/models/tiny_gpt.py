@@ -35,12 +35,14 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(d_model, d_model)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0) -> Tensor:
         B, T, C = x.shape
         H = self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True, kv_cache=kv_cache, layer=layer
+        )
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -69,8 +71,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0) -> Tensor:
+        x = x + self.attn(self.ln_1(x), kv_cache, layer)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -134,16 +136,28 @@ class TinyGPT(nn.Module):
             p = self._positions[(T, device)] = arange(T, device=device)
         return p
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None):
+    def forward(self, idx: Tensor, targets: Tensor | None = None, kv_cache: F.KVCache | None = None):
+        """Logits (B, T, vocab) of the tokens ``idx`` (B, T); with ``targets``, ``(logits, loss)``.
+
+        ``kv_cache`` (:class:`lazyvic.nn.KVCache`): ``idx`` are the next tokens after those the
+        cache has seen (positions ``past .. past + T - 1``); their keys and values are appended
+        and only their logits are computed — autoregressive decoding, one token per call.
+
+        Raises ShapeError for ids that are not (B, T) or positions past ``block_size``."""
         if idx.ndim != 2:
             raise ShapeError(f"TinyGPT: expected token ids of shape (B, T), got {idx.shape}")
         B, T = idx.shape
-        if T > self.block_size:
-            raise ShapeError(f"TinyGPT: sequence length {T} is longer than block_size {self.block_size}")
+        past = kv_cache.length() if kv_cache is not None else 0
+        if past + T > self.block_size:
+            raise ShapeError(
+                f"TinyGPT: sequence length {past + T} ({past} cached + {T} new) is longer than "
+                f"block_size {self.block_size}"
+            )
         tr = self.transformer
-        x = tr.drop(tr.wte(idx) + tr.wpe(self._pos(T, idx.device)))
-        for block in tr.h:
-            x = block(x)
+        pos = self._pos(T, idx.device) if kv_cache is None else self._pos(self.block_size, idx.device)[past : past + T]
+        x = tr.drop(tr.wte(idx) + tr.wpe(pos))
+        for layer, block in enumerate(tr.h):
+            x = block(x, kv_cache, layer)
         logits = self.lm_head(tr.ln_f(x))
         if targets is None:
             return logits
@@ -151,7 +165,13 @@ class TinyGPT(nn.Module):
         return logits, loss
 
     def generate(
-        self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, seed: int | None = None
+        self,
+        idx,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        kv_cache: bool = True,
     ) -> Tensor:
         """Extend ``idx`` (B, T) int64 by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens).
 
@@ -161,10 +181,14 @@ class TinyGPT(nn.Module):
         generator seeded with ``seed`` (None: drawn from lazyvic's global generator),
         so a seed gives the same tokens every run.
 
-        The window is always padded to ``block_size`` positions (the padding comes
-        after the real tokens, so the causal mask hides it): every step has the same
-        shapes and reuses one compiled plan. Runs under ``no_grad``; dropout follows
-        the module's mode, as in PyTorch — call ``eval()`` first.
+        With ``kv_cache`` (the default) the keys and values of the tokens so far are kept
+        (:class:`lazyvic.nn.KVCache`) and each step computes the new token's row only; the
+        lengths grow by one per step and one plan of symbolic sizes serves them all. Once the
+        context holds ``block_size`` tokens, the window slides: the positions of every cached
+        token change, so each later step runs the model on the last ``block_size`` tokens again
+        (the same tokens as without the cache). ``kv_cache=False`` runs every step on the window
+        padded to ``block_size`` positions (one plan of fixed sizes). Runs under ``no_grad``;
+        dropout follows the module's mode, as in PyTorch — call ``eval()`` first.
         """
         ids = np.array(idx.numpy() if isinstance(idx, Tensor) else idx, dtype=np.int64)
         if ids.ndim != 2 or ids.shape[1] == 0:
@@ -179,6 +203,8 @@ class TinyGPT(nn.Module):
         rng = np.random.Generator(np.random.Philox(seed))
         device = self.transformer.wte.weight.device  # the window goes where .to() put the model
         B, W = ids.shape[0], self.block_size
+        if kv_cache:
+            return Tensor(self._generate_cached(ids, max_new_tokens, temperature, top_k, vocab, rng, device))
         window = np.zeros((B, W), dtype=np.int64)
         with autograd.no_grad():
             for _ in range(max_new_tokens):
@@ -189,6 +215,18 @@ class TinyGPT(nn.Module):
                 logits = self(Tensor(window).to(device)).numpy()[:, n - 1, :].astype(np.float64)
                 ids = np.concatenate([ids, self._sample(logits, temperature, top_k, vocab, rng)], axis=1)
         return Tensor(ids)
+
+    def _generate_cached(self, ids, max_new_tokens: int, temperature: float, top_k, vocab: int, rng, device):
+        W = self.block_size
+        cache, feed = F.KVCache(), ids[:, -W:]
+        with autograd.no_grad():
+            for _ in range(max_new_tokens):
+                if cache.length() + feed.shape[1] > W:  # the window slides: new positions for every token
+                    cache, feed = F.KVCache(), ids[:, -W:]
+                logits = self(Tensor(feed).to(device), kv_cache=cache)[:, -1, :].numpy().astype(np.float64)
+                feed = self._sample(logits, temperature, top_k, vocab, rng)
+                ids = np.concatenate([ids, feed], axis=1)
+        return ids
 
     @staticmethod
     def _sample(logits: np.ndarray, temperature: float, top_k, vocab: int, rng) -> np.ndarray:

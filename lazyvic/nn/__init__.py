@@ -28,7 +28,7 @@ from lazyvic.nn.activation import (
     Tanhshrink,
     Threshold,
 )
-from lazyvic.nn.attention import MultiheadAttention
+from lazyvic.nn.attention import KVCache, MultiheadAttention
 from lazyvic.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from lazyvic.nn.layers import (
     Dropout,
@@ -155,6 +155,7 @@ __all__ = [
     "UpsamplingBilinear2d",
     # attention, transformers, recurrent layers
     "MultiheadAttention",
+    "KVCache",
     "TransformerEncoderLayer",
     "TransformerEncoder",
     "TransformerDecoderLayer",

@@ -47,20 +47,41 @@ class PlanEntry:
         self.sizes = sizes  # a plan of symbolic sizes: the values of its symbols for this key
 
 
+MAX_BOUND_KEYS = 128  # keys remembered as bound to a plan of symbolic sizes (cheap to find again)
+
+
 class PlanCache(OrderedDict):
     """trace key -> PlanEntry, least recently used first, bounded by ``config.plan_cache_size``;
     counters are kept in ``lazyvic.metrics``.
 
-    ``last`` is the entry of the most recent run (its ``plan`` is None until compiled).
+    ``last`` is the entry of the most recent run (its ``plan`` is None until compiled). Keys
+    served by a plan of symbolic sizes of their family are remembered apart (``bound``, the
+    last ``MAX_BOUND_KEYS``): a loop whose sizes change every step (a growing context) makes a
+    key per step, and those must not push compiled plans out of the cache.
     """
 
     last: PlanEntry | None = None
+
+    def __init__(self):
+        super().__init__()
+        self.bound: OrderedDict = OrderedDict()
 
     def lookup(self, key):
         """The entry of ``key`` (now the most recently used), or None."""
         entry = self.get(key)
         if entry is not None:
             self.move_to_end(key)
+            return entry
+        entry = self.bound.get(key)
+        if entry is not None:
+            self.bound.move_to_end(key)
+        return entry
+
+    def bind(self, key, entry: PlanEntry) -> PlanEntry:
+        """Remember that ``key`` runs ``entry``'s plan of symbolic sizes (the oldest such go)."""
+        self.bound[key] = entry
+        while len(self.bound) > MAX_BOUND_KEYS:
+            self.bound.popitem(last=False)
         return entry
 
     def insert(self, key, entry: PlanEntry) -> PlanEntry:
@@ -80,6 +101,7 @@ class PlanCache(OrderedDict):
 
     def clear_plans(self) -> None:
         self.clear()
+        self.bound.clear()
         self.last = None
         families.clear()
 
@@ -307,8 +329,13 @@ def _family_entry(trace, event: dict | None) -> PlanEntry | None:
         event["compile_seconds"] = time.perf_counter() - t0
         event["symbolic"] = note
         event["miss_reason"] = miss_reason(trace)
-    # The key's trace is not kept: a loop over moving slices makes a key per step.
-    return plan_cache.insert(trace.key, PlanEntry(trace.key, len(trace.entries), None, plan, sizes))
+    entry = PlanEntry(trace.key, len(trace.entries), None, plan, sizes)
+    if note is not None:  # the key that made the plan: an entry of the cache (tools read it)
+        entry.trace = trace
+        return plan_cache.insert(trace.key, entry)
+    # Other keys the plan serves: remembered apart, without their trace (a loop over moving
+    # slices or a growing context makes a key per step).
+    return plan_cache.bind(trace.key, entry)
 
 
 def _compile_symbolic(trace, named, symbols):

@@ -32,8 +32,9 @@ def _make_backend(device: str):
         return CudaBackend(CudaTarget(simulated=dev.simulated(), cupy=dev.cupy(), on_copy=dev.count))
     from lazyvic.lowering.cpu import CpuBackend
     from lazyvic.runtime.buffers import take
+    from lazyvic.runtime.config import config
 
-    return CpuBackend(allocate=take)
+    return CpuBackend(allocate=take, max_kernels=config.kernel_cache_size)
 
 
 def execute(plan, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()) -> list:

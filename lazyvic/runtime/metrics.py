@@ -15,6 +15,7 @@ _COUNTERS = (
     "family_hits",
     "symbolic_plans_compiled",
     "plans_evicted",
+    "kernels_evicted",
     "plans_compiled",
     "kernels_compiled",
     "kernels_loaded",

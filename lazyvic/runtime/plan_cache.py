@@ -271,6 +271,7 @@ def _compile(trace, named=None, symbols=()):
     metrics.add("plans_compiled")
     metrics.add("kernels_compiled", plan.stats.get("kernels_compiled", 0))
     metrics.add("kernels_loaded", plan.stats.get("kernels_loaded", 0))
+    metrics.add("kernels_evicted", plan.stats.get("kernels_evicted", 0))
     if config.debug >= 1:
         print(f"[lazyvic] compiled plan {plan.name}: {len(plan.steps)} steps in {dt:.3f}s", file=sys.stderr)
     if config.debug >= 2:

@@ -177,3 +177,19 @@ def test_size_zero_after_a_plan_of_symbolic_sizes(name, fresh, monkeypatch):
     for g, w in zip(got[0], _run(name, 0)):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_loaded_kernels_are_bounded_and_results_stay_right(fresh, monkeypatch):
+    from lazyvic.lowering.cpu import kernel_cache
+    from lazyvic.runtime.executor import backend
+
+    monkeypatch.setattr(config, "compile", "always")
+    monkeypatch.setattr(backend("cpu"), "max_kernels", 2)
+    x = np.linspace(-1, 1, 35, dtype=np.float32).reshape(5, 7)
+    fns = [lambda t: t.exp() * 3.0, lambda t: (t * t).sum(1), lambda t: t.tanh() - t, lambda t: t.relu().amax(0)]
+    for rep in range(2):
+        for fn in fns:
+            got = fn(lv.tensor(x) + float(rep)).numpy()
+            want = fn(lv.tensor(x + rep)).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert len(kernel_cache._loaded) <= 2 and metrics.snapshot()["kernels_evicted"] >= 1

@@ -89,8 +89,9 @@ class CpuBackend(Backend):
     device = "cpu"
     plan_prefix = "plan_"
 
-    def __init__(self, allocate: Callable = allocate_output):
+    def __init__(self, allocate: Callable = allocate_output, max_kernels: int | None = None):
         self.allocate = allocate
+        self.max_kernels = max_kernels  # compiled kernels kept loaded (None: no bound)
 
     def default_cache_dir(self):
         return Path.home() / ".cache" / "lazyvic"
@@ -101,7 +102,9 @@ class CpuBackend(Backend):
     def kernel_steps(self, lowered, group, ks) -> list:
         steps = [IndexCheckStep(f"check {op} index", index, size, op) for op, index, _, size in gathers(lowered, group)]
         scalar_dtypes = lowered.scalar_dtypes
-        fn = kernel_cache.load(ks, lowered.cache_dir, [scalar_dtypes[s].name for s in ks.scalars], lowered.stats)
+        fn = kernel_cache.load(
+            ks, lowered.cache_dir, [scalar_dtypes[s].name for s in ks.scalars], lowered.stats, self.max_kernels
+        )
         steps.append(
             KernelStep(
                 ks.name,

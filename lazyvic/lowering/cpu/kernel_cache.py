@@ -9,7 +9,9 @@ loaded once per process, and Numba's on-disk cache lets a second process skip co
 from __future__ import annotations
 
 import functools
+import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from numba import types
@@ -22,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 """
 
-_loaded: dict = {}
+_loaded: OrderedDict = OrderedDict()  # (source hash, scalar dtypes) -> dispatcher, least recently used first
 
 _NB = {
     "bool": types.boolean,
@@ -51,10 +53,12 @@ def kernel_dir(cache_dir: Path) -> Path:
     return d
 
 
-def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
+def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int | None = None):
     """Return the compiled dispatcher of kernel source ``ks`` (compiling or loading from cache).
 
     ``stats`` counts ``kernels_compiled`` / ``kernels_loaded`` (from Numba's disk cache).
+    At most ``max_loaded`` dispatchers stay loaded in this process (the least recently used go;
+    a plan keeps the kernels it runs alive, so only unused ones are freed).
     """
     sig_types = (
         [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
@@ -65,6 +69,7 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
     key = (ks.sha, tuple(scalar_dtypes))
     fn = _loaded.get(key)
     if fn is not None:
+        _loaded.move_to_end(key)
         return fn
     path = kernel_dir(cache_dir) / f"{ks.name}.py"
     write_checked(path, kernel_header() + ks.source)
@@ -76,4 +81,8 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict):
     stats[which] = stats.get(which, 0) + 1
     stats["kernel_seconds"] = stats.get("kernel_seconds", 0.0) + time.perf_counter() - t0
     _loaded[key] = fn
+    while max_loaded is not None and len(_loaded) > max_loaded:
+        (sha, _), old = _loaded.popitem(last=False)
+        sys.modules.pop(f"lazyvic_kernels.{getattr(old, '__name__', '')}", None)
+        stats["kernels_evicted"] = stats.get("kernels_evicted", 0) + 1
     return fn

@@ -22,6 +22,15 @@ The contract, as for ``torch.jit.trace``: with the same guards the call records 
 program. Python values the call reads from elsewhere (a global, an attribute changed between
 calls) are frozen at the recording; tensors a plain function closes over are captured by
 value.
+
+Symbolic sizes (automatic dynamic shapes, as torch.compile's after a recompile): when a call
+with other input sizes records again and the plan cache serves that recording with a plan of
+symbolic sizes whose every symbol is a dim of an argument (``lazyvic.runtime.families``), and
+the recording's Python scalars are those of the previous recording (no value of the call
+followed the sizes, as ``1 / n`` in a mean would), later calls of other sizes replay that plan
+with their sizes bound, checked by its guards, without recording. The contract then extends to
+sizes: the call records the same program for every size its plan admits (a Python branch on a
+size, ``if T > 32``, breaks it: compile such a function per size class, or not at all).
 """
 
 from __future__ import annotations
@@ -36,8 +45,11 @@ from lazyvic import modes
 from lazyvic.nn.module import Module
 from lazyvic.runtime import buffers, metrics, run
 from lazyvic.runtime.config import config
+from lazyvic.runtime.executor import execute
+from lazyvic.runtime.plan_cache import plan_cache
 from lazyvic.sync import live, sync, trace_flags
 from lazyvic.tensor import Tensor
+from lazyvic.trace import family
 from lazyvic.trace.cut import cut
 from lazyvic.trace.node import Node
 
@@ -64,6 +76,46 @@ class _Entry:
         return True
 
 
+class _SymbolicReplay:
+    """How a call with other input sizes replays a plan of symbolic sizes: where each size symbol
+    is read (argument, axis) and which other argument dims the plan takes as given."""
+
+    __slots__ = ("plan", "reads", "checks")
+
+    def __init__(self, plan, reads: list, checks: list):
+        self.plan, self.reads, self.checks = plan, reads, checks
+
+    def sizes(self, args) -> tuple | None:
+        """The values of the plan's symbols for ``args``, or None when they do not fit."""
+        sizes = [args[a].shape[axis] for a, axis, _ in self.reads]
+        if any(v < lower for v, (_, _, lower) in zip(sizes, self.reads)):
+            return None
+        for a, axis, expected in self.checks:
+            want = expected if isinstance(expected, int) else expected(sizes)
+            if args[a].shape[axis] != want:
+                return None
+        sizes = tuple(sizes)
+        return sizes if self.plan.admits(sizes) else None
+
+
+def _symbolic_replay(trace, slots, entry) -> _SymbolicReplay | None:
+    """The symbolic replay of a recording whose trace a plan of symbolic sizes served, when every
+    symbol of the plan is a dim of an argument (not of a captured constant, nor an attribute)."""
+    template = entry.template
+    by_site = {  # input site -> (argument, axis), for the arguments' dims
+        site: (slots[slot][1], axis)
+        for site, (slot, axis) in family.input_sites(trace.key[0]).items()
+        if slots[slot][0] == "arg"
+    }
+    reads = []
+    for sym_site, lower in template.symbols:
+        if sym_site not in by_site:
+            return None  # a symbol read from an attribute or a constant: the call must record again
+        reads.append((*by_site[sym_site], lower))
+    checks = [(*by_site[s], template.exprs[s]) for s in by_site if template.exprs[s] is not None]
+    return _SymbolicReplay(entry.plan, reads, checks)
+
+
 class Compiled:
     """A module or function whose calls replay recorded plans (see the module docstring).
 
@@ -75,6 +127,9 @@ class Compiled:
     def __init__(self, fn):
         self.fn = fn
         self._entries: dict = {}
+        # Per call structure (sizes left out): the last recording, and a symbolic replay once two
+        # recordings of other sizes gave one plan of symbolic sizes and the same scalars.
+        self._structures: dict = {}
         self.replays = self.recordings = self.fallbacks = 0
         functools.update_wrapper(self, fn, updated=())
 
@@ -104,12 +159,18 @@ class Compiled:
             or (module is not None and any(p.requires_grad for p in module.parameters()))
         ):
             return self._fallback(args)
-        key = (tuple(key_args), grad, module.training if module is not None else None, config.deterministic)
+        modes_key = (grad, module.training if module is not None else None, config.deterministic)
+        key = (tuple(key_args),) + modes_key
         entry = self._entries.get(key)
         if entry is False:
             return self._fallback(args)
         if entry is not None and entry.valid():
             return self._replay(entry, args)
+        structure = self._structures.get((_structure(key_args),) + modes_key)
+        if entry is None and structure is not None and structure[1] is not None and structure[0].valid():
+            sizes = structure[1].sizes(args)
+            if sizes is not None:
+                return self._replay(structure[0], args, structure[1], sizes)
         return self._record(key, args)
 
     # -- paths -------------------------------------------------------------------------------
@@ -125,17 +186,21 @@ class Compiled:
         metrics.add("capture_fallbacks")
         return self.fn(*args)
 
-    def _replay(self, entry: _Entry, args):
+    def _replay(self, entry: _Entry, args, symbolic: _SymbolicReplay | None = None, sizes: tuple = ()):
         pending = [a for a in args if isinstance(a, Tensor) and a._node.pending]
         if pending:
             sync(*pending)
         inputs = [args[src]._node.data if kind == "arg" else src for kind, src in entry.slots]
-        arrays = run(entry.trace, inputs, list(entry.scalars))
+        if symbolic is None:
+            arrays = run(entry.trace, inputs, list(entry.scalars))
+        else:  # other sizes: the plan of symbolic sizes, bound to them (no trace, no key)
+            arrays = execute(symbolic.plan, inputs, list(entry.scalars), config.debug, sizes)
+            metrics.add("capture_symbolic_replays")
         self.replays += 1
         metrics.add("capture_replays")
         trace = entry.trace
         outs = [
-            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, trace.entry(o).shape))
+            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, a.shape if symbolic else trace.entry(o).shape))
             for a, o in zip(arrays, trace.outputs)
         ]
         return _restructure(entry, outs)
@@ -181,9 +246,35 @@ class Compiled:
         _realize(out_nodes, arrays_out, device)
         sync()  # anything else pending (nothing, unless the call left unrelated work)
         self._entries[key] = entry
+        self._note_structure(key, entry)
         self.recordings += 1
         metrics.add("capture_recordings")
         return out
+
+    def _note_structure(self, key, entry: _Entry) -> None:
+        """Remember this recording for its call structure; after a second recording of other sizes,
+        when a plan of symbolic sizes served it and the scalars are the same (no Python value of the
+        call followed the sizes: a ``1 / n`` would), later calls of other sizes replay that plan."""
+        skey = (_structure(key[0]),) + key[1:]
+        served = plan_cache.last
+        symbolic = None
+        previous = self._structures.get(skey)
+        if (
+            previous is not None
+            and previous[0].scalars == entry.scalars
+            and served is not None
+            and served.plan is not None
+            and served.plan.symbols
+            and served.template is not None
+            and entry.device == "cpu"
+        ):
+            symbolic = _symbolic_replay(entry.trace, entry.slots, served)
+        self._structures[skey] = (entry, symbolic)
+
+
+def _structure(key_args) -> tuple:
+    """The arguments' part of a call key without the tensors' sizes (their ranks kept)."""
+    return tuple(("T", len(k[1]), k[2], k[3]) if k[0] == "T" else k for k in key_args)
 
 
 def _has_side_effects(live_ids: set, roots: list) -> bool:

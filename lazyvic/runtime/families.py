@@ -47,13 +47,14 @@ class Family:
         self.entries = entries  # the first trace's key entries, to describe sites
 
     def find(self, values: tuple):
-        """``(plan, sizes)`` of a plan of this family that serves a trace of site ``values``."""
+        """``(plan, sizes, template)`` of a plan of this family that serves a trace of site
+        ``values``, or None."""
         for template, plan in self.plans:
             env = template.bind(values)
             if env is not None:
                 sizes = tuple(env)
                 if plan.admits(sizes):
-                    return plan, sizes
+                    return plan, sizes, template
         return None
 
     def add_example(self, values: tuple) -> None:
@@ -78,9 +79,9 @@ def families() -> list:
 def resolve(trace, compile_symbolic):
     """A symbolic plan for ``trace``, whose exact key missed the plan cache.
 
-    Returns ``(plan, sizes, note)`` — the plan, the values of its symbols for this trace, and
-    a description of what became symbolic when the plan is new (None when an existing plan
-    serves the trace) — or None: the trace is the first of its structure, or its family is
+    Returns ``(plan, sizes, note, template)`` — the plan, the values of its symbols for this
+    trace, a description of what became symbolic when the plan is new (None when an existing
+    plan serves the trace), and the template that binds its symbols — or None: the trace is the first of its structure, or its family is
     disabled; it then gets a plan of fixed sizes. ``compile_symbolic(trace, named, symbols)``
     lowers the trace for symbolic sizes.
     """
@@ -98,7 +99,7 @@ def resolve(trace, compile_symbolic):
         return None
     found = family.find(sites.values)
     if found is not None:
-        return found[0], found[1], None
+        return found[0], found[1], None, found[2]
     family.add_example(sites.values)
     if len(family.plans) >= MAX_PLANS:
         family.disabled = f"sizes changed in {len(family.examples)} ways that {MAX_PLANS} templates did not explain"
@@ -124,7 +125,7 @@ def resolve(trace, compile_symbolic):
     family.plans.append((template, plan))
     note = describe(family, template, names)
     _debug(f"[lazyvic] dynamic shapes: {note} -> plan {plan.name} ({len(plan.guards)} guards)")
-    return plan, sizes, note
+    return plan, sizes, note, template
 
 
 def describe(family: Family, template, names: list) -> str:

@@ -30,6 +30,7 @@ _COUNTERS = (
     "bytes_out",
     "capture_recordings",
     "capture_replays",
+    "capture_symbolic_replays",
     "capture_fallbacks",
     "host_to_device_copies",
     "host_to_device_bytes",

@@ -34,9 +34,9 @@ from lazyvic.runtime.interpreter import interpret, interpret_cuda
 
 
 class PlanEntry:
-    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits", "sizes")
+    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits", "sizes", "template")
 
-    def __init__(self, key, n_ops: int, trace=None, plan=None, sizes: tuple = ()):
+    def __init__(self, key, n_ops: int, trace=None, plan=None, sizes: tuple = (), template=None):
         self.key = key
         self.trace = trace  # the first trace seen with this key (no data: for tools)
         self.n_ops = n_ops
@@ -45,6 +45,7 @@ class PlanEntry:
         self.failed = None
         self.hits = 0
         self.sizes = sizes  # a plan of symbolic sizes: the values of its symbols for this key
+        self.template = template  # ... and the family template that binds them (trace.family)
 
 
 MAX_BOUND_KEYS = 128  # keys remembered as bound to a plan of symbolic sizes (cheap to find again)
@@ -323,14 +324,14 @@ def _family_entry(trace, event: dict | None) -> PlanEntry | None:
     found = families.resolve(trace, _compile_symbolic)
     if found is None:
         return None
-    plan, sizes, note = found
+    plan, sizes, note, template = found
     metrics.add("family_hits")
     if note is not None and event is not None:
         event["compiled"] = True
         event["compile_seconds"] = time.perf_counter() - t0
         event["symbolic"] = note
         event["miss_reason"] = miss_reason(trace)
-    entry = PlanEntry(trace.key, len(trace.entries), None, plan, sizes)
+    entry = PlanEntry(trace.key, len(trace.entries), None, plan, sizes, template)
     if note is not None:  # the key that made the plan: an entry of the cache (tools read it)
         entry.trace = trace
         return plan_cache.insert(trace.key, entry)

@@ -306,3 +306,22 @@ def symbolize(named: tuple, template: Template, syms: list) -> list:
         site += len(e.shape)
         out.append(e._replace(attrs=attrs, shape=tuple(shape)))
     return out
+
+
+def input_sites(entries) -> dict:
+    """Site -> ``(input slot, axis)`` for every dim of a trace's input buffers (:func:`sites`'
+    numbering), so a caller that knows where each input comes from can read the symbols."""
+    out, site = {}, 0
+    for op, attrs, _inputs, shape, _dtype in entries:
+        if op == "buffer":
+            for axis in range(len(shape)):
+                out[site + axis] = (attrs[0], axis)
+        elif op != "scalar":
+            size_names = SIZE_ATTRS.get(op, ())
+            for name, value in attrs:
+                if name in size_names:
+                    flat: list = []
+                    _flatten(value, flat)
+                    site += len(flat)
+        site += len(shape)
+    return out

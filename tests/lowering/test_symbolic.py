@@ -193,3 +193,24 @@ def test_loaded_kernels_are_bounded_and_results_stay_right(fresh, monkeypatch):
             want = fn(lv.tensor(x + rep)).numpy()
             np.testing.assert_allclose(got, want, rtol=1e-6)
     assert len(kernel_cache._loaded) <= 2 and metrics.snapshot()["kernels_evicted"] >= 1
+
+
+def test_imported_onnx_model_with_dynamic_axes_runs_one_plan_across_sizes(fresh, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from lazyvic.models import TinyGPT
+
+    lv.manual_seed(0)
+    m = TinyGPT(vocab_size=30, d_model=16, n_layer=1, n_head=2, block_size=32).eval()
+    path = tmp_path / "g.onnx"
+    axes = {"idx": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    example = lv.tensor(np.zeros((2, 8), np.int64))
+    lv.onnx.export(m, example, path, input_names=["idx"], output_names=["logits"], dynamic_axes=axes)
+    imported, sess = lv.onnx.load(path), ort.InferenceSession(str(path))
+    rng = np.random.default_rng(0)
+    with lv.no_grad():
+        for b, t in ((2, 8), (2, 9), (3, 12), (4, 20), (2, 17)):
+            x = rng.integers(0, 30, (b, t))
+            np.testing.assert_allclose(imported(lv.tensor(x)).numpy(), sess.run(None, {"idx": x})[0], atol=2e-6)
+    snap = metrics.snapshot()
+    # (2, 9) makes the sequence symbolic, (3, 12) the batch too: two plans, then hits
+    assert snap["cache_misses"] <= 2 and snap["symbolic_plans_compiled"] == 2 and snap["family_hits"] == 4

@@ -129,3 +129,30 @@ def test_earlier_replayed_outputs_are_not_overwritten(mlp):
         for i, out in enumerate(outs):
             np.testing.assert_array_equal(out.numpy(), mlp(lv.tensor(np.full((2, 6), i, np.float32))).numpy())
     assert cm.replays == 4
+
+
+def test_other_sizes_replay_one_plan_of_symbolic_sizes():
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    plan_cache.clear_plans()  # which plan serves a size must not depend on earlier tests
+    lv.manual_seed(0)
+    m = lv.nn.Sequential(lv.nn.Linear(6, 8), lv.nn.ReLU(), lv.nn.Linear(8, 3)).eval()
+    f = lv.compile(m)
+    rng = np.random.default_rng(0)
+    lv.metrics.reset()
+    with lv.no_grad():
+        for n in (4, 5, 9, 2, 7, 9):
+            x = rng.standard_normal((n, 6)).astype(np.float32)
+            np.testing.assert_array_equal(f(lv.tensor(x)).numpy(), m(lv.tensor(x)).numpy())
+    # Two recordings (4, then 5: the plan of symbolic sizes), then every other size replays it.
+    assert f.recordings == 2 and f.replays == 4
+    assert lv.metrics.snapshot()["capture_symbolic_replays"] == 4
+
+
+def test_a_scalar_that_follows_the_size_records_every_size():
+    f = lv.compile(lambda x: x.mean(0) * 2.0)  # the mean's 1/n is a Python scalar of the call
+    with lv.no_grad():
+        for n in (3, 4, 6, 6):
+            x = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+            np.testing.assert_allclose(f(lv.tensor(x)).numpy(), x.mean(0) * 2.0, rtol=1e-6)
+    assert f.recordings == 3 and f.replays == 1  # the exact second call of 6 replays its own trace

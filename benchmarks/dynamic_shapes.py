@@ -1,0 +1,297 @@
+#!/usr/bin/env python
+"""Shapes that vary: lazyvic vs PyTorch eager on loops whose sizes change, in one run.
+
+    python benchmarks/dynamic_shapes.py [--quick] [--only NAME ...] [--json PATH] [--no-torch]
+
+Cases (each runtime in a fresh child process, so one's thread pools do not slow the other):
+
+- ``moving_slice``: a word_language_model-style training loop: an embedding + 2-layer LSTM +
+  linear language model trained with truncated backprop over ``source[i:i+bptt]`` as ``i``
+  moves (40 batches; the last, shorter batch included when the data ends).
+- ``growing_context``: nanoGPT-style sampling: the README's TinyGPT called on ``idx[:, -64:]``
+  as the context grows by one token per step (48 tokens), tokens/s.
+- ``generate``: ``TinyGPT.generate`` (KV cache) vs PyTorch's nanoGPT loop, 200 greedy tokens.
+- ``varlen_train``: TinyGPT training on 24 batches of about 20 distinct lengths; total time
+  including compiling, and steps/s once every length has been seen.
+
+Reported: time (total, including lazyvic's compiles), steps or tokens per second, lazyvic's
+plan-cache counters (misses, plans of symbolic sizes, family hits) and the ratio
+``lazyvic / torch`` (> 1: lazyvic faster). A cold run (empty kernel cache) and a warm one
+(kernels loaded from disk) are both shown for lazyvic: compile latency is part of the story.
+This file is a benchmark, not a test: lazyvic itself never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CASES = ("moving_slice", "growing_context", "generate", "varlen_train")
+VOCAB, D, LAYERS, HEADS, BLOCK = 65, 128, 2, 4, 64
+
+
+# --------------------------------------------------------------------------- workloads
+def _lm_data(n_tokens=4000, batch=8):
+    return np.random.default_rng(0).integers(0, VOCAB, (n_tokens // batch, batch))
+
+
+def run_moving_slice(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    data = torch.tensor(_lm_data())
+    bptt, nhid = 35, 64
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, nhid)
+            self.rnn = nn.LSTM(nhid, nhid, 2)
+            self.out = nn.Linear(nhid, VOCAB)
+
+        def forward(self, x, hidden):
+            y, hidden = self.rnn(self.emb(x), hidden)
+            return self.out(y), hidden
+
+    model = LM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    hidden = (torch.zeros(2, data.shape[1], nhid), torch.zeros(2, data.shape[1], nhid))
+    steps = 12 if quick else 40
+    t0, times = time.perf_counter(), []
+    for i in range(0, steps * bptt, bptt):
+        s0 = time.perf_counter()
+        seq_len = min(bptt, data.shape[0] - 1 - i)
+        x, y = data[i : i + seq_len], data[i + 1 : i + 1 + seq_len].reshape(-1)
+        hidden = tuple(h.detach() for h in hidden)
+        out, hidden = model(x, hidden)
+        loss = F.cross_entropy(out.reshape(-1, VOCAB), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - s0)
+    total = time.perf_counter() - t0
+    return {"total_s": total, "steps": steps, "steady_steps_per_s": 1.0 / np.median(times[steps // 2 :])}
+
+
+def _tiny_gpt(lib):
+    torch, nn, F = lib
+    if torch.__name__ == "lazyvic":
+        from lazyvic.models import TinyGPT
+
+        return TinyGPT(vocab_size=VOCAB, d_model=D, n_layer=LAYERS, n_head=HEADS, block_size=BLOCK)
+    sys.path.insert(0, str(HERE))
+    from tiny_gpt import torch_tiny_gpt
+
+    return torch_tiny_gpt(
+        dict(vocab_size=VOCAB, d_model=D, n_layer=LAYERS, n_head=HEADS, block_size=BLOCK, dropout=0.0)
+    )
+
+
+def run_growing_context(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    model = _tiny_gpt(lib).eval()
+    n = 24 if quick else 48
+    idx = torch.tensor(np.array([[1]]))
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(idx[:, -BLOCK:])
+            nxt = logits[:, -1, :].argmax(-1, keepdim=True)
+            idx = torch.cat((idx, nxt), dim=1)
+    total = time.perf_counter() - t0
+    return {"total_s": total, "tokens": n, "tokens_per_s": n / total, "tokens_out": idx.numpy()[0].tolist()}
+
+
+def run_generate(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    model = _tiny_gpt(lib).eval()
+    n = 60 if quick else 200
+    prompt = np.array([[1]])
+
+    def gen():
+        if torch.__name__ == "lazyvic":
+            return model.generate(torch.tensor(prompt), n, temperature=0.0).numpy()
+        idx = torch.tensor(prompt)
+        with torch.no_grad():
+            for _ in range(n):
+                nxt = model(idx[:, -BLOCK:])[:, -1, :].argmax(-1, keepdim=True)
+                idx = torch.cat((idx, nxt), dim=1)
+        return idx.numpy()
+
+    t0 = time.perf_counter()
+    first = gen()
+    first_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = gen()
+    warm = time.perf_counter() - t0
+    return {
+        "first_s": first_s,
+        "total_s": warm,
+        "tokens": n,
+        "tokens_per_s": n / warm,
+        "same": bool((first == out).all()),
+    }
+
+
+def run_varlen_train(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    model = _tiny_gpt(lib)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    lengths = [64, 64, 40, 17, 33, 64, 25, 48, 9, 60, 31, 12, 64, 40, 55, 21, 38, 44, 29, 50, 13, 19, 58, 36]
+    if quick:
+        lengths = lengths[:10]
+    t0, times = time.perf_counter(), []
+    for T in lengths:
+        s0 = time.perf_counter()
+        idx = torch.tensor(rng.integers(0, VOCAB, (8, T)))
+        tgt = torch.tensor(rng.integers(0, VOCAB, (8, T)))
+        logits = model(idx)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - s0)
+    total = time.perf_counter() - t0
+    return {
+        "total_s": total,
+        "steps": len(lengths),
+        "distinct_lengths": len(set(lengths)),
+        "steps_per_s": len(lengths) / total,
+    }
+
+
+RUNNERS = {
+    "moving_slice": run_moving_slice,
+    "growing_context": run_growing_context,
+    "generate": run_generate,
+    "varlen_train": run_varlen_train,
+}
+
+
+# ------------------------------------------------------------------------------ children
+def child(case: str, runtime: str, quick: bool) -> dict:
+    if runtime == "torch":
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+        lib = (torch, nn, F)
+    else:
+        import lazyvic as torch
+        import lazyvic.nn as nn
+        import lazyvic.nn.functional as F
+
+        lib = (torch, nn, F)
+        torch.metrics.reset()
+    rec = RUNNERS[case](lib, quick)
+    if runtime != "torch":
+        snap = torch.metrics.snapshot()
+        rec["lazyvic"] = {
+            k: snap[k]
+            for k in (
+                "traces",
+                "cache_hits",
+                "cache_misses",
+                "family_hits",
+                "plans_compiled",
+                "symbolic_plans_compiled",
+                "kernels_compiled",
+                "kernels_loaded",
+                "compile_seconds",
+                "interpreted_runs",
+                "compiled_runs",
+            )
+        }
+    return rec
+
+
+def run_child(case, runtime, quick, cache_dir) -> dict:
+    env = dict(os.environ, LAZYVIC_CACHE_DIR=cache_dir, NUMBA_CACHE_DIR=os.path.join(cache_dir, "numba"))
+    out = tempfile.mktemp(suffix=".json")
+    cmd = [sys.executable, __file__, "--child", case, runtime, "--child-out", out] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads(Path(out).read_text())
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", nargs="*", choices=CASES)
+    ap.add_argument("--json", default=str(HERE / "results" / "dynamic_shapes.json"))
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        Path(args.child_out).write_text(json.dumps(child(args.child[0], args.child[1], args.quick)))
+        return
+    cache = tempfile.mkdtemp(prefix="lazyvic-dyn-")
+    results = {}
+    for case in args.only or CASES:
+        row = {"lazyvic_cold": run_child(case, "lazyvic", args.quick, cache)}
+        row["lazyvic_warm"] = run_child(case, "lazyvic", args.quick, cache)  # kernels on disk now
+        if not args.no_torch:
+            row["torch"] = run_child(case, "torch", args.quick, cache)
+        results[case] = row
+        _print_row(case, row)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=1))
+    print(f"wrote {args.json}")
+
+
+def _rate(rec: dict) -> tuple:
+    for key in ("tokens_per_s", "steps_per_s", "steady_steps_per_s"):
+        if key in rec:
+            return key, rec[key]
+    return None, None
+
+
+def _print_row(case: str, row: dict) -> None:
+    print(f"# {case}")
+    torch_rec = row.get("torch", {})
+    for name, rec in row.items():
+        if "error" in rec:
+            print(f"  {name:13s} ERROR {rec['error'][-300:]}")
+            continue
+        key, rate = _rate(rec)
+        extra = ""
+        if "lazyvic" in rec:
+            c = rec["lazyvic"]
+            extra = (
+                f"  misses {c['cache_misses']}, symbolic plans {c['symbolic_plans_compiled']}, family hits "
+                f"{c['family_hits']}, compiled runs {c['compiled_runs']}, compile {c['compile_seconds']:.1f} s, "
+                f"kernels compiled {c['kernels_compiled']}"
+            )
+        ratio = ""
+        if name != "torch" and torch_rec and "error" not in torch_rec:
+            ratio = f"  total time ratio {torch_rec['total_s'] / rec['total_s']:.2f}x"
+            _, trate = _rate(torch_rec)
+            if rate and trate and key != "steps_per_s":
+                ratio += f", {key} ratio {rate / trate:.2f}x"
+        print(f"  {name:13s} total {rec['total_s']:7.2f} s  {key} {rate:9.1f}{ratio}{extra}")
+
+
+if __name__ == "__main__":
+    main()

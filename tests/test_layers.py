@@ -57,13 +57,13 @@ LAYERS = [
             "lazyvic.optim",
             "lazyvic.utils",
             "lazyvic.data",
+            "lazyvic.capture",
             "lazyvic.models",
         ],
     ),
     (
         "tools",
         [
-            "lazyvic.capture",
             "lazyvic.interop",
             "lazyvic.tools",
             "lazyvic.onnx",

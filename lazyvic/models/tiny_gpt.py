@@ -14,7 +14,8 @@ import numpy as np
 
 from lazyvic import autograd, nn
 from lazyvic import functional as F
-from lazyvic.creation import arange
+from lazyvic.capture import compile as capture
+from lazyvic.creation import arange, band_mask
 from lazyvic.errors import ShapeError
 from lazyvic.nn import init
 from lazyvic.random import default_generator
@@ -35,16 +36,41 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(d_model, d_model)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0) -> Tensor:
+    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0, keep: int = 0) -> Tensor:
+        """``keep`` > 0: the outputs of the last ``keep`` rows only (every row's key and value
+        is still computed): (B, keep, C)."""
         B, T, C = x.shape
         H = self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        L, mask = T, None
+        if 0 < keep < T:
+            q, L = q[:, :, T - keep :], keep
+            if kv_cache is None:  # the causal mask aligned to the end (the cache aligns its own)
+                mask = _end_causal_mask(L, T, x.device)
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True, kv_cache=kv_cache, layer=layer
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=mask is None,
+            kv_cache=kv_cache,
+            layer=layer,
         )
-        y = y.transpose(1, 2).reshape(B, T, C)
+        y = y.transpose(1, 2).reshape(B, L, C)
         return self.resid_dropout(self.c_proj(y))
+
+
+_end_masks: dict = {}
+
+
+def _end_causal_mask(L: int, S: int, device: str) -> Tensor:
+    """(L, S) bool: the last L of S queries, causal (one realized tensor per shape and device)."""
+    m = _end_masks.get((L, S, device))
+    if m is None:
+        m = _end_masks[(L, S, device)] = band_mask(L, S, diagonal=S - L, device=device)
+    return m
 
 
 class MLP(nn.Module):
@@ -71,8 +97,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, dropout)
 
-    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0) -> Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache, layer)
+    def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0, keep: int = 0) -> Tensor:
+        """x (B, T, C) -> (B, T, C); ``keep`` > 0: the last ``keep`` rows only, (B, keep, C)."""
+        y = self.attn(self.ln_1(x), kv_cache, layer, keep)
+        x = (x[:, x.shape[1] - keep :] if 0 < keep < x.shape[1] else x) + y
         return x + self.mlp(self.ln_2(x))
 
 
@@ -136,28 +164,51 @@ class TinyGPT(nn.Module):
             p = self._positions[(T, device)] = arange(T, device=device)
         return p
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, kv_cache: F.KVCache | None = None):
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        kv_cache: F.KVCache | None = None,
+        logits_to_keep: int = 0,
+    ):
         """Logits (B, T, vocab) of the tokens ``idx`` (B, T); with ``targets``, ``(logits, loss)``.
 
         ``kv_cache`` (:class:`lazyvic.nn.KVCache`): ``idx`` are the next tokens after those the
-        cache has seen (positions ``past .. past + T - 1``); their keys and values are appended
-        and only their logits are computed — autoregressive decoding, one token per call.
+        cache has seen (positions ``past .. past + T - 1``); their keys and values are added
+        and only their logits are computed — autoregressive decoding. A static cache
+        (``KVCache(max_length=block_size)``) takes the positions from its position tensor, so
+        every decoding step is the same trace.
+
+        ``logits_to_keep`` > 0 (Hugging Face's name): the logits of the last ``logits_to_keep``
+        positions only, (B, logits_to_keep, vocab); the last block then computes those rows only
+        (the others' keys and values are all it needs). Not with ``targets``.
 
         Raises ShapeError for ids that are not (B, T) or positions past ``block_size``."""
         if idx.ndim != 2:
             raise ShapeError(f"TinyGPT: expected token ids of shape (B, T), got {idx.shape}")
         B, T = idx.shape
         past = kv_cache.length() if kv_cache is not None else 0
-        if past + T > self.block_size:
+        if past is not None and past + T > self.block_size:
             raise ShapeError(
                 f"TinyGPT: sequence length {past + T} ({past} cached + {T} new) is longer than "
                 f"block_size {self.block_size}"
             )
+        if logits_to_keep and targets is not None:
+            raise ValueError("TinyGPT: logits_to_keep and targets cannot be given together")
+        keep = logits_to_keep if 0 < logits_to_keep < T else 0
         tr = self.transformer
-        pos = self._pos(T, idx.device) if kv_cache is None else self._pos(self.block_size, idx.device)[past : past + T]
+        if kv_cache is None:
+            pos = self._pos(T, idx.device)
+        elif kv_cache.static:  # positions as data: the same trace at every position
+            pos = kv_cache.position(0).to(idx.device) + self._pos(T, idx.device)
+        else:
+            pos = self._pos(self.block_size, idx.device)[past : past + T]
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))
+        last = len(tr.h) - 1
         for layer, block in enumerate(tr.h):
-            x = block(x, kv_cache, layer)
+            x = block(x, kv_cache, layer, keep if layer == last else 0)
+        if keep and x.shape[1] != keep:  # no blocks
+            x = x[:, T - keep :]
         logits = self.lm_head(tr.ln_f(x))
         if targets is None:
             return logits
@@ -181,14 +232,16 @@ class TinyGPT(nn.Module):
         generator seeded with ``seed`` (None: drawn from lazyvic's global generator),
         so a seed gives the same tokens every run.
 
-        With ``kv_cache`` (the default) the keys and values of the tokens so far are kept
-        (:class:`lazyvic.nn.KVCache`) and each step computes the new token's row only; the
-        lengths grow by one per step and one plan of symbolic sizes serves them all. Once the
-        context holds ``block_size`` tokens, the window slides: the positions of every cached
-        token change, so each later step runs the model on the last ``block_size`` tokens again
-        (the same tokens as without the cache). ``kv_cache=False`` runs every step on the window
-        padded to ``block_size`` positions (one plan of fixed sizes). Runs under ``no_grad``;
-        dropout follows the module's mode, as in PyTorch — call ``eval()`` first.
+        With ``kv_cache`` (the default) the prompt fills a static cache
+        (:class:`lazyvic.nn.KVCache` with ``max_length=block_size``) and each later step runs
+        the new token only, its position as data: every step has the same shapes and replays one
+        compiled plan (``lazyvic.compile``) without recording. Once the context holds
+        ``block_size`` tokens the window slides: the positions of every token change, so each
+        later step runs the last ``block_size`` tokens whole (a replay of fixed shapes too; the
+        same tokens as without the cache, and the last block computes the last row only).
+        ``kv_cache=False`` runs every step on the window padded to ``block_size`` positions.
+        Runs under ``no_grad``; dropout follows the module's mode, as in PyTorch — call
+        ``eval()`` first (in training mode each step records: dropout draws new numbers).
         """
         ids = np.array(idx.numpy() if isinstance(idx, Tensor) else idx, dtype=np.int64)
         if ids.ndim != 2 or ids.shape[1] == 0:
@@ -218,15 +271,40 @@ class TinyGPT(nn.Module):
 
     def _generate_cached(self, ids, max_new_tokens: int, temperature: float, top_k, vocab: int, rng, device):
         W = self.block_size
-        cache, feed = F.KVCache(), ids[:, -W:]
+        decode, window = self._compiled_steps()
+        decode.train(self.training)  # the replays' guard reads the wrapper's mode
+        window.train(self.training)
+        logits = state = None
         with autograd.no_grad():
-            for _ in range(max_new_tokens):
-                if cache.length() + feed.shape[1] > W:  # the window slides: new positions for every token
-                    cache, feed = F.KVCache(), ids[:, -W:]
-                logits = self(Tensor(feed).to(device), kv_cache=cache)[:, -1, :].numpy().astype(np.float64)
-                feed = self._sample(logits, temperature, top_k, vocab, rng)
-                ids = np.concatenate([ids, feed], axis=1)
+            if ids.shape[1] < W:  # the prompt fills a static cache (the prefill)
+                cache = F.KVCache(max_length=W)
+                logits = self(Tensor(ids).to(device), kv_cache=cache, logits_to_keep=1)[:, -1, :].numpy()
+                state = cache.state()
+            for i in range(max_new_tokens):
+                if logits is None:  # the window slides: every position changes, run it whole
+                    logits = window(Tensor(ids[:, -W:]).to(device)).numpy()
+                nxt = self._sample(logits.astype(np.float64), temperature, top_k, vocab, rng)
+                ids = np.concatenate([ids, nxt], axis=1)
+                logits = None
+                if state is not None and ids.shape[1] <= W and i + 1 < max_new_tokens:
+                    logits, *state = decode(Tensor(nxt).to(device), *state)
+                    logits = logits.numpy()
+                else:
+                    state = None
         return ids
+
+    def _compiled_steps(self):
+        """The decoding step (one token through a static cache) and the sliding-window step, as
+        ``lazyvic.compile`` replays: fixed shapes, so each step runs its plan without recording."""
+        steps = self.__dict__.get("_steps")
+        if steps is None:
+            steps = self.__dict__["_steps"] = (capture(_DecodeStep(self)), capture(_WindowStep(self)))
+        return steps
+
+    def __getstate__(self):  # copies and pickles leave the compiled steps behind
+        state = self.__dict__.copy()
+        state.pop("_steps", None)
+        return state
 
     @staticmethod
     def _sample(logits: np.ndarray, temperature: float, top_k, vocab: int, rng) -> np.ndarray:
@@ -241,3 +319,28 @@ class TinyGPT(nn.Module):
         u = rng.random((logits.shape[0], 1))
         # Inverse-CDF draw: the first token whose cumulative probability exceeds u.
         return np.minimum((p.cumsum(axis=1) <= u).sum(axis=1), vocab - 1)[:, None]
+
+
+class _DecodeStep(nn.Module):
+    """One decoding step of ``model`` through a static KV cache carried as tensors:
+    ``(token (B, 1), *state) -> (logits (B, vocab), *new state)``."""
+
+    def __init__(self, model: TinyGPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tok: Tensor, *state: Tensor):
+        cache = F.KVCache.from_state(state, self.model.block_size)
+        logits = self.model(tok, kv_cache=cache, logits_to_keep=1)[:, -1, :]
+        return (logits, *cache.state())
+
+
+class _WindowStep(nn.Module):
+    """The logits (B, vocab) of the last position of a full window (B, block_size)."""
+
+    def __init__(self, model: TinyGPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.model(idx, logits_to_keep=1)[:, -1, :]

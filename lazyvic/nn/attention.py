@@ -9,7 +9,7 @@ import numpy as np
 from lazyvic import functional as F
 from lazyvic.creation import empty, zeros
 from lazyvic.errors import ShapeError
-from lazyvic.functional.attention import KVCache, _causal_mask, _causal_mask_offset  # noqa: F401 (KVCache: lazyvic.nn.KVCache)
+from lazyvic.functional.attention import KVCache, _causal_mask  # noqa: F401 (KVCache: lazyvic.nn.KVCache)
 from lazyvic.nn import init
 from lazyvic.nn.layers import Linear
 from lazyvic.nn.module import Module, Parameter
@@ -85,7 +85,8 @@ class MultiheadAttention(Module):
         """PyTorch's ``MultiheadAttention.forward``; ``kv_cache`` (a lazyvic extension for
         decoding, :class:`lazyvic.nn.KVCache`): the projected keys and values of ``key``/``value``
         (the new tokens) are appended to the cache's ``layer`` and the queries attend to every
-        cached token; masks then cover all of them (``is_causal`` is aligned to the end)."""
+        cached token; masks then cover all of them (``is_causal`` is aligned to the end; a static
+        cache's slots not yet written are masked)."""
         if query.ndim == 2 and key.ndim == 2 and value.ndim == 2:  # unbatched (L, E), (S, E)
             if key_padding_mask is not None:
                 kpm = key_padding_mask
@@ -122,12 +123,15 @@ class MultiheadAttention(Module):
         q = q.reshape(N, L, H, D).transpose(1, 2)
         k = k.reshape(N, S, H, D).transpose(1, 2)
         v = v.reshape(N, S, H, D).transpose(1, 2)
-        offset = 0
+        visible = None
         if kv_cache is not None:
             k, v = kv_cache.update(k, v, layer)
-            offset, S = k.shape[-2] - S, k.shape[-2]
+            S = k.shape[-2]
+            visible = kv_cache.visible(layer, L, is_causal and attn_mask is None, q.device)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        scores = self._masked(scores, attn_mask, key_padding_mask, is_causal, N, L, S, offset)
+        if visible is not None:
+            scores = where(visible, scores, -math.inf)
+        scores = self._masked(scores, attn_mask, key_padding_mask, is_causal and kv_cache is None, N, L, S)
         attn = F.softmax(scores, -1)
         if self.training and self.dropout > 0:
             attn = F.dropout(attn, self.dropout)
@@ -139,11 +143,9 @@ class MultiheadAttention(Module):
             return out, None
         return out, (attn.mean(1) if average_attn_weights else attn)
 
-    def _masked(self, scores, attn_mask, key_padding_mask, is_causal, N, L, S, offset: int = 0):
+    def _masked(self, scores, attn_mask, key_padding_mask, is_causal, N, L, S):
         H = self.num_heads
-        if attn_mask is None and is_causal and offset:
-            scores = where(_causal_mask_offset(L, S, scores.device), scores, -math.inf)
-        elif attn_mask is None and is_causal:
+        if attn_mask is None and is_causal:
             scores = where(_causal_mask(L, S, scores.device), scores, -math.inf)
         if attn_mask is not None:
             m = attn_mask if isinstance(attn_mask, Tensor) else Tensor(np.asarray(attn_mask)).to(scores.device)

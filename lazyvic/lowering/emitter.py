@@ -21,7 +21,8 @@ backend lays them out as a kernel: ``lowering/cpu/codegen.py`` (Numba loops) and
 ``lowering/cuda/codegen.py`` (grid-stride loops and one block per row).
 Buffers are passed flat (1-D, C-contiguous); scalars as typed NumPy scalars, or,
 for kernels with many of them (a long chain of ``x * 1.0001``), packed into one
-1-D array per dtype that the kernel unpacks once (:func:`kernel_arguments`).
+1-D array per dtype that the kernel unpacks once (:func:`kernel_arguments`). The CPU's kernels
+are shape-generic: their sizes come in one int64 array ``zs`` (:meth:`Emitter.size`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from lazyvic.ops.elementwise import ALIAS, const
 from lazyvic.trace.symbolic import Sym
 
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
+# Shape-generic kernels (the CPU's): sizes, strides and offsets of magnitude above this are
+# kernel arguments, not literals, so one kernel serves every size (a smaller last batch, an
+# evaluation batch, a plan of symbolic sizes reuse the first plan's kernels). Smaller ones stay
+# literal: a short inner loop of known trip count unrolls, and a small size rarely varies.
+SPECIALIZE_MAX = 16
 
 
 class Lin:
@@ -126,8 +132,9 @@ def unflatten(f: Lin, shape, sizes):
 class Emitter:
     """Builds the statements and loops of one fusion group's kernel (see the module docstring)."""
 
-    def __init__(self, entries, materialized, group: FusionGroup):
+    def __init__(self, entries, materialized, group: FusionGroup, generic: bool = False):
         self.e = entries
+        self.generic = generic  # sizes above SPECIALIZE_MAX as arguments (see size())
         self.m = materialized
         self.g = group
         self.stage_set = set(group.stages)
@@ -154,12 +161,23 @@ class Emitter:
         self.row_cache_pending = False
         self.ops_used: list = []
         self.size_args: dict = {}  # symbolic size (a Sym) -> the kernel's argument holding it
+        self.size_list: list = []  # generic: the value (int or Sym) of each size argument, in order
 
     # -- helpers ------------------------------------------------------------
     def size(self, n) -> str:
         """Source text of a size, stride or offset: an int's literal, or the name of the size
-        argument that carries a symbolic one (``z0``, ``z1``, ... in order of first use, so the
-        kernel's source does not depend on which plan's symbols it was made for)."""
+        argument that carries it (``z0``, ``z1``, ... in order of use).
+
+        Generic (the CPU's kernels): every symbolic size and every int of magnitude above
+        SPECIALIZE_MAX gets an argument of its own at each use — not one per value, so that the
+        source depends on the kernel's structure only: a plan for batch 128 (where the batch
+        and a hidden size of 128 coincide) and a plan of a symbolic batch make the same source.
+        Otherwise (CUDA) ints are literals and each symbolic size one argument (first use)."""
+        if self.generic:
+            if not isinstance(n, Sym) and -SPECIALIZE_MAX <= n <= SPECIALIZE_MAX:
+                return str(n)
+            self.size_list.append(n)
+            return f"z{len(self.size_list) - 1}"
         if not isinstance(n, Sym):
             return str(n)
         name = self.size_args.get(n.poly)
@@ -168,7 +186,9 @@ class Emitter:
         return name[0]
 
     def sizes(self) -> list:
-        """The symbolic sizes the kernel takes as arguments, in argument order."""
+        """The sizes (ints, or Syms) the kernel takes as arguments, in argument order."""
+        if self.generic:
+            return list(self.size_list)
         return [sym for _, sym in self.size_args.values()]
 
     def full_index(self):
@@ -424,6 +444,15 @@ class Emitter:
                 self.row_lines.append(f"{name} = {lit}")
             self.open_loop()
             v, _ = self.emit(sinputs[0], self.full_index(), ())
+            if self.generic and self.row_cache_pending:
+                # The row cache is stored in this pass: the accumulation goes to a pass of its
+                # own that reads it back. A loop that stores and accumulates is vectorized
+                # behind a runtime check of the arrays' addresses (Numba's arrays may alias),
+                # so its sum would be added in one order or another depending on where the
+                # buffers lie; a loop that only loads is always vectorized the same way.
+                self.close_loop()
+                self.open_loop()
+                v, _ = self.emit(sinputs[0], self.full_index(), ())
             r_flat = flat(
                 [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes], [self.shape[d] for d in self.axes]
             )
@@ -532,7 +561,15 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
         + [f"sp_{ALIAS[d]}" for d, _ in packed]
         + [name for name, _ in em.size_args.values()]  # symbolic sizes, int64, last
     )
+    if em.size_list:  # generic sizes: one int64 array, unpacked once at the top
+        text = "\n".join([size_unpacking(len(em.size_list)), text])
+        args.append("zs")
     return text, buffers, scalar_slots, packed, args
+
+
+def size_unpacking(n: int, indent: str = "    ") -> str:
+    """The lines that read a generic kernel's ``n`` size arguments from its array ``zs``."""
+    return "\n".join(f"{indent}z{k} = zs[{k}]" for k in range(n))
 
 
 def argument_types(entries, group, buffers) -> list:

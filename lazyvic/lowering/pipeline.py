@@ -77,19 +77,6 @@ class Lowered:
     cache_dir: object
     debug: int
     stats: dict
-    # Symbolic sizes the plan's steps read at run time (kernels' size arguments), in order:
-    # each is passed as a scalar input of its own, after the trace's scalars (size_slot).
-    size_exprs: list = None
-
-    def size_slot(self, size: symbolic.Sym) -> int:
-        """The scalar slot that carries symbolic ``size`` to the steps at run time."""
-        if self.size_exprs is None:
-            self.size_exprs = []
-        for k, s in enumerate(self.size_exprs):
-            if s.poly == size.poly:
-                return self.trace.n_scalars + k
-        self.size_exprs.append(size)
-        return self.trace.n_scalars + len(self.size_exprs) - 1
 
 
 def _force(forced: set, e: NeedsMaterialize) -> None:

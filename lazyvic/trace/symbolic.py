@@ -489,6 +489,17 @@ def all_hold(guards, env: dict) -> bool:
     return all(g.holds(env) for g in guards)
 
 
+def contains_symbols(value) -> bool:
+    """Whether a Sym is inside ``value`` (walked as :func:`substitute` walks it)."""
+    if isinstance(value, Sym):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(contains_symbols(v) for v in value)
+    if isinstance(value, dict):
+        return any(contains_symbols(v) for v in value.values())
+    return False
+
+
 def substitute(value, env: dict):
     """``value`` with every Sym inside replaced by its value for binding ``env``: walks tuples
     (named tuples too), lists and dicts (their own types kept); other objects are returned as
@@ -509,4 +520,16 @@ def substitute(value, env: dict):
     return value
 
 
-__all__ = ["Guard", "Sym", "all_hold", "evaluate", "hint", "is_symbolic", "prod", "recording", "substitute", "symbol"]
+__all__ = [
+    "Guard",
+    "Sym",
+    "all_hold",
+    "contains_symbols",
+    "evaluate",
+    "hint",
+    "is_symbolic",
+    "prod",
+    "recording",
+    "substitute",
+    "symbol",
+]

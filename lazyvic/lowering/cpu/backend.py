@@ -116,7 +116,7 @@ class CpuBackend(Backend):
                 ks.source,
                 tuple(group.extra_roots),
                 ks.parallel,
-                tuple(lowered.size_slot(z) for z in ks.sizes),
+                tuple(ks.sizes),
             )
         )
         return steps
@@ -149,7 +149,6 @@ class CpuBackend(Backend):
             fallbacks,
             lowered.stats,
             allocate=self.allocate,
-            size_exprs=tuple(lowered.size_exprs or ()),
         )
         # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
         # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.

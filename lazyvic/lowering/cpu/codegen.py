@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments
+from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments, size_unpacking
 from lazyvic.lowering.fusion import FusionGroup
 from lazyvic.lowering.kernel_files import LIB_HASH
 from lazyvic.trace import symbolic
@@ -46,12 +46,12 @@ class KernelSource:
         self.packed = packed  # ((dtype name, scalar slots), ...): arrays after the buffers
         self.parallel = parallel
         self.arg_types = arg_types  # (dtype name, is_array) per argument
-        self.sizes = sizes  # symbolic sizes (Syms) passed last, as int64, in argument order
+        self.sizes = sizes  # the values (ints, Syms) of the size arguments, passed last as one int64 array
 
 
 def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
-    em = Emitter(entries, materialized, group)
+    em = Emitter(entries, materialized, group, generic=True)
     em.build()
     em.merge_loops()
     numel = symbolic.prod(group.space_shape)
@@ -112,6 +112,7 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         per_row = max(1, symbolic.hint(numel) // max(hint_outer, 1))
         chunk = max(1, min(hint_outer, -(-PARALLEL_CHUNK_ELEMENTS // per_row)))
         n_chunks_text, n_outer_text = em.size(-(-n_outer // chunk)), em.size(n_outer)
+        chunk_text = em.size(chunk)
         rebased_text = {a: em.size(c) for a, c in rebased.items()}
     text, buffers, scalar_slots, packed, args = kernel_arguments(em, entries, group, text)
     fastmath = FASTMATH
@@ -129,8 +130,9 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
                 "",
                 f"@njit(parallel=True, {options})",
                 f"def KERNEL_NAME({', '.join(args)}):",
+                *([size_unpacking(len(em.size_list))] if em.size_list else []),
                 f"    for c in prange({n_chunks_text}):",
-                f"        lo = c * {chunk}",
+                f"        lo = c * {chunk_text}",
                 f"        KERNEL_NAME_rows({', '.join(chunk_args)}, lo, min(lo + {chunk}, {n_outer_text}))",
                 "",
             ]

@@ -64,7 +64,7 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int 
         [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
         + [_NB[d] for d in scalar_dtypes]
         + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed]
-        + [types.int64] * len(ks.sizes)  # symbolic sizes
+        + ([types.Array(types.int64, 1, "C")] if ks.sizes else [])  # the size arguments (zs)
     )
     key = (ks.sha, tuple(scalar_dtypes))
     fn = _loaded.get(key)

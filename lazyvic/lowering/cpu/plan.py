@@ -39,20 +39,18 @@ MAX_BINDINGS = 8  # run states kept per plan of symbolic sizes (one per binding 
 @dataclass
 class _Binding:
     """A plan of symbolic sizes made concrete for one binding: its environment templates, the
-    outputs a run makes, its steps with their sizes substituted, the values of its size slots."""
+    outputs a run makes, its steps with their sizes substituted (kernels' size arguments too)."""
 
     env: list
     flat: list
     new_outputs: list
     steps: list
-    size_values: list
     entries: list
 
 
 def _concrete_step(step, env: dict):
     """``step`` with the symbolic sizes in its fields (attributes, operand views, sizes) replaced
-    by their values for ``env``; the step itself when it has none (a kernel step: its sizes are
-    scalar slots)."""
+    by their values for ``env``; the step itself when it has none."""
     changes = {}
     for f in dataclasses.fields(step):
         v = getattr(step, f.name)
@@ -121,8 +119,6 @@ class CpuPlan(Plan):
     env_template: list = field(default=None, repr=False)
     flat_template: list = field(default=None, repr=False)
     new_outputs: list = field(default=None, repr=False)  # (pos, shape, NumPy dtype, aligned) made per run
-    # Symbolic sizes the kernels read, passed after the trace's scalars (lowering.pipeline.Lowered)
-    size_exprs: tuple = ()
     bindings: dict = field(default=None, repr=False)  # run state per binding of the size symbols
     _symbolic_entries: list = field(default=None, repr=False)
     _symbolic_steps: list = field(default=None, repr=False)
@@ -228,10 +224,9 @@ class CpuPlan(Plan):
         steps = list(self.steps)
         for k in self._symbolic_steps:
             steps[k] = _concrete_step(steps[k], env)
-        values = [symbolic.evaluate(z, env) for z in self.size_exprs]
         if len(self.bindings) >= MAX_BINDINGS:
             self.bindings.pop(next(iter(self.bindings)))
-        b = self.bindings[sizes] = _Binding(env_t, flat_t, new_outputs, steps, values, entries)
+        b = self.bindings[sizes] = _Binding(env_t, flat_t, new_outputs, steps, entries)
         return b
 
     def _symbolic_parts(self) -> None:
@@ -241,14 +236,16 @@ class CpuPlan(Plan):
         self._symbolic_entries = [
             p for p in sorted(wanted) if any(isinstance(d, symbolic.Sym) for d in self.entries[p].shape)
         ]
-        probe = {name: 2 for name in self.symbols}
-        self._symbolic_steps = [k for k, st in enumerate(self.steps) if _concrete_step(st, probe) is not st]
+        self._symbolic_steps = [
+            k
+            for k, st in enumerate(self.steps)
+            if any(symbolic.contains_symbols(getattr(st, f.name)) for f in dataclasses.fields(st))
+        ]
 
     def _run(self, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
         if self.symbols:
             b = self._bound(tuple(sizes))
             env, flat, new_outputs, steps, entries = b.env[:], b.flat[:], b.new_outputs, b.steps, b.entries
-            scalars = list(scalars) + b.size_values
         else:
             if self.pool is None:
                 self._prepare()

@@ -18,6 +18,7 @@ import numpy as np
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
+from lazyvic.trace.symbolic import Sym
 
 __all__ = [
     "ConvStep",
@@ -42,7 +43,12 @@ class KernelStep:
     source: str = field(repr=False, default="")
     extra_outs: tuple = ()  # more outputs of the same loop
     parallel: bool = False  # runs on Numba's thread pool
-    sizes: tuple = ()  # scalar slots of the symbolic sizes the kernel takes last (int64)
+    sizes: tuple = ()  # the values (ints, or Syms until bound) of the kernel's size arguments
+    zs: np.ndarray = field(default=None, init=False, repr=False, compare=False)  # sizes as passed
+
+    def __post_init__(self):
+        if self.sizes and not any(isinstance(z, Sym) for z in self.sizes):
+            self.zs = np.array(self.sizes, dtype=np.int64)
 
     def reads(self):
         return self.buffers
@@ -57,7 +63,7 @@ class KernelStep:
             *[flat[b] for b in self.buffers],
             *[t(scalars[s]) for s, t in self.scalars],
             *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
-            *[np.int64(scalars[s]) for s in self.sizes],
+            *(() if self.zs is None else (self.zs,)),
         )
 
 

@@ -214,3 +214,61 @@ def test_imported_onnx_model_with_dynamic_axes_runs_one_plan_across_sizes(fresh,
     snap = metrics.snapshot()
     # (2, 9) makes the sequence symbolic, (3, 12) the batch too: two plans, then hits
     assert snap["cache_misses"] <= 2 and snap["symbolic_plans_compiled"] == 2 and snap["family_hits"] == 4
+
+
+def _kernel_count() -> int:
+    s = metrics.snapshot()
+    return s.get("kernels_compiled", 0) + s.get("kernels_loaded", 0)
+
+
+def test_other_batch_sizes_reuse_the_first_plans_kernels(fresh, monkeypatch):
+    """Shape-generic kernels: a smaller last batch (a plan of symbolic sizes) and an exact plan
+    for another batch run the kernels compiled for the first batch (no compile, no load)."""
+    rng = np.random.default_rng(0)
+    lv.manual_seed(0)
+    model = lv.nn.Sequential(lv.nn.Linear(20, 32), lv.nn.ReLU(), lv.nn.Linear(32, 5))
+    opt = lv.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lv.sync()
+
+    def step(b):
+        x, y = _f32(rng, b, 20), rng.integers(0, 5, b)
+        loss = F.cross_entropy(model(lv.tensor(x)), lv.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(3):
+        step(40)
+    compiled = _kernel_count()
+    assert compiled > 0
+    for _ in range(2):
+        step(23)  # the smaller last batch: a plan of symbolic sizes
+    step(40)
+    assert _kernel_count() == compiled
+    monkeypatch.setattr(config, "dynamic", False)  # exact plans only: a new plan per size
+    for _ in range(2):
+        step(57)
+    assert _kernel_count() == compiled
+
+
+def test_a_reduction_adds_in_one_order_wherever_its_buffers_lie(fresh):
+    """softmax stores exp in its output row and sums it: the sum runs in a loop of its own, so
+    the compiled kernel gives the same bits with its output next to its input or far from it
+    (a loop that stores and accumulates is vectorized behind an address check)."""
+    rng = np.random.default_rng(1)
+    x = _f32(rng, 24, 40)
+    for _ in range(2):
+        lv.tensor(x).softmax(-1).numpy()  # the second run compiles
+    steps = [s for s in plan_cache.last.plan.steps if hasattr(s, "fn") and "exp" in s.source]
+    assert len(steps) == 1
+    st = steps[0]
+    assert len(st.buffers) == 1 and not st.scalars and not st.packed and st.zs is not None  # x, sizes
+    separate = np.zeros(x.size, np.float32)
+    st.fn(separate, x.reshape(-1), st.zs)
+    joint = np.zeros(2 * x.size, np.float32)  # the output right after the input
+    joint[: x.size] = x.reshape(-1)
+    st.fn(joint[x.size :], joint[: x.size], st.zs)
+    np.testing.assert_array_equal(joint[x.size :], separate)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(separate.reshape(x.shape), e / e.sum(1, keepdims=True), rtol=1e-6)

@@ -1,6 +1,6 @@
 """ONNX models at opsets 7 to 12: every op version before 13 that the importer declares, checked
 against onnxruntime (the reference for reading old versions) on a small model at an opset that
-selects it, plus the graph-output shape warning.
+selects it; models PyTorch exported at opsets 9 to 11; and the graph-output shape warning.
 
 Each case is one node; its first input is fed, the others are initializers (floating-point ones
 become parameters, integer ones constants, as in any imported model). lazyvic runs on the NumPy
@@ -11,6 +11,7 @@ atol 1e-6. ``test_every_old_version_is_tested`` fails when a declared version ha
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -527,3 +528,30 @@ def test_output_rank_that_disagrees_warns_and_inputs_must_still_fit():
         assert module(np.ones((5, 3), F32)).shape == (5, 3)
     with pytest.raises(OnnxError, match=r"graph input 'x' has shape \(5, 4\), but the graph declares \('b', 3\)"):
         module(np.ones((5, 4), F32))
+
+
+# ------------------------------------------------------------------ models PyTorch exported
+OLD = Path(__file__).resolve().parents[1] / "fixtures" / "onnx_old"
+EXPORTED = ("cnn_opset9", "cnn_opset10", "cnn_opset11", "lstm_opset9", "lstm_opset11", "generator_opset9")
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_models_pytorch_exported_at_old_opsets(name, interpreted):
+    """PyTorch's TorchScript exporter at opsets 9 to 11 (tests/fixtures/make_onnx_old_opset_fixtures.py):
+    Upsample-9, Resize-10/-11, MaxPool-8/-10, Conv-1, ConvTranspose-1, LogSoftmax-1, Gemm-9,
+    Slice-1, Squeeze/Unsqueeze-1, Concat-4, LSTM-7 ... give PyTorch's outputs (and onnxruntime's)."""
+    values = np.load(OLD / "torch_values.npz")
+    x = values[f"{name}.input"]
+    got = lazyvic.onnx.load(str(OLD / f"{name}.onnx"))(x).numpy()
+    np.testing.assert_allclose(got, values[f"{name}.output"], rtol=1e-5, atol=2e-6)
+    session = ort.InferenceSession(str(OLD / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, {session.get_inputs()[0].name: x})[0], rtol=1e-5, atol=2e-6)
+
+
+def test_lstm_exported_at_opset9_runs_at_another_sequence_length(interpreted):
+    path = str(OLD / "lstm_opset9.onnx")
+    idx = np.random.default_rng(1).integers(0, 11, (8, 2)).astype(np.int64)
+    got = lazyvic.onnx.load(path)(idx).numpy()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert got.shape == (8, 2, 11)
+    np.testing.assert_allclose(got, session.run(None, {"idx": idx})[0], rtol=1e-5, atol=2e-6)

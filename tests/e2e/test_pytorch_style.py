@@ -45,6 +45,19 @@ def _maker():
 MAKER = _maker()
 
 
+@pytest.fixture(autouse=True)
+def _session_state():
+    """The scripts set process-wide state as their PyTorch originals do (nanoGPT turns TF32 on);
+    put it back, and leave the session's counters as other tests expect them (the scripts' random
+    ops and sorts run on the interpreter and count as fallbacks)."""
+    import lazyvic
+
+    flags = lazyvic.backends.cuda.matmul.allow_tf32, lazyvic.backends.cudnn.allow_tf32
+    yield
+    lazyvic.backends.cuda.matmul.allow_tf32, lazyvic.backends.cudnn.allow_tf32 = flags
+    lazyvic.metrics.reset()
+
+
 def _names(source: str) -> list[tokenize.TokenInfo]:
     return [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.NAME]
 

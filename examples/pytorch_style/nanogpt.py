@@ -11,7 +11,7 @@ encoded one character per token, split 90/10 into train and validation.
 
 Ordinary PyTorch code: only the import block below names lazyvic (each line says what it was).
 
-    python examples/pytorch_style/nanogpt.py [--max-iters 1000] [--n-layer 2] [--n-embd 64] [--resume]
+    python examples/pytorch_style/nanogpt.py [--max-iters 600] [--n-layer 2] [--n-embd 64] [--resume]
 """
 
 import argparse
@@ -40,13 +40,13 @@ def main(argv=None):
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--no-flash", action="store_true", help="write attention out with the mask buffer")
     parser.add_argument("--learning-rate", "--lr", type=float, default=2e-3)
-    parser.add_argument("--max-iters", "--steps", type=int, default=1000)
+    parser.add_argument("--max-iters", "--steps", type=int, default=600)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=1.0)
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
     parser.add_argument("--warmup-iters", type=int, default=50)
-    parser.add_argument("--lr-decay-iters", type=int, default=1000)
-    parser.add_argument("--eval-interval", type=int, default=250)
+    parser.add_argument("--lr-decay-iters", type=int, default=600)
+    parser.add_argument("--eval-interval", type=int, default=200)
     parser.add_argument("--eval-iters", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=200)
     parser.add_argument("--temperature", type=float, default=0.8)

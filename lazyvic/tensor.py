@@ -739,6 +739,9 @@ class Tensor:
         """A copy on the CPU (``self`` if it is there already); see :meth:`to`."""
         return self.to("cpu")
 
+    def pin_memory(self, device=None) -> "Tensor":
+        return transfer.pin_memory(self)  # self: nothing to pin (see there)
+
     def type(self, dtype):
         return self.to(dtype)
 

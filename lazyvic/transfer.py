@@ -177,6 +177,19 @@ def copy_to(t, target: str):
     return out
 
 
+def pin_memory(t):
+    """``Tensor.pin_memory()``: ``t`` itself. PyTorch copies a CPU tensor into page-locked memory so
+    that a later ``.to("cuda", non_blocking=True)`` can overlap with computation; lazyvic's host
+    buffers are ordinary NumPy memory and its device copies are synchronous, so there is nothing to
+    pin (``DataLoader(pin_memory=True)`` is accepted for the same reason). Raises DeviceError for a
+    tensor that is not on the CPU, as PyTorch refuses to pin one."""
+    if t.device != "cpu":
+        raise DeviceError(
+            f"pin_memory: only CPU tensors can be pinned, got a tensor of shape {t.shape} on {t.device!r}"
+        )
+    return t
+
+
 def device_arg(device, opname: str) -> str:
     """The canonical device (``"cpu"`` or ``"cuda"``) for a creation function's ``device=``;
     None is the CPU. Raises DeviceError naming ``opname``."""

@@ -133,8 +133,18 @@ def _hooked(t, g):
             )
         g = r
     if e.retain and t._ctx is not None:
-        t.grad = g if t.grad is None else t.grad + g
+        t.grad = _own(g) if t.grad is None else t.grad + g
     return g
+
+
+def _own(g):
+    """A handle on ``g`` that no other ``.grad`` holds. One gradient tensor can reach several
+    tensors (both inputs of an add: an LSTM's ``bias_ih`` and ``bias_hh``); as in PyTorch, whose
+    AccumulateGrad copies a gradient it cannot steal, each ``.grad`` must be its own tensor, so
+    that an in-place update of one (``clip_grad_norm_``'s ``mul_``) leaves the others alone.
+    In-place ops rebind the handle they are called on, so a new handle is enough (no copy) unless
+    the gradient carries history (``create_graph``), which the handle must keep."""
+    return g.clone() if g.requires_grad else g.detach()
 
 
 # ----------------------------------------------------- several-output nodes
@@ -260,10 +270,10 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
                 captured[id(t)] = g
             if ctx is None:  # a leaf
                 if accumulate and (needed is None or id(t) in target_ids):
-                    t.grad = g if t.grad is None else t.grad + g
+                    t.grad = _own(g) if t.grad is None else t.grad + g
                 continue
             if accumulate and id(t) in target_ids:  # backward(inputs=[a non-leaf])
-                t.grad = g if t.grad is None else t.grad + g
+                t.grad = _own(g) if t.grad is None else t.grad + g
             opdef, inputs, nodes, attrs, out_node = ctx
             if inputs is None:
                 raise AutogradError(

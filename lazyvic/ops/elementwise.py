@@ -126,37 +126,39 @@ unary(
     lambda a, di, do: f"-{a[0]}",
     lambda g, x, out, at: (-g,),
     infer=_no_bool("neg", _same("neg")),
-    onnx=onnx_node("Neg", since=(13,)),
+    onnx=onnx_node("Neg", since=(6, 13)),
 )
-unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp", since=(13,)))
-unary("log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log", since=(13,)))
+unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp", since=(6, 13)))
+unary(
+    "log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log", since=(6, 13))
+)
 unary(
     "sqrt",
     np.sqrt,
     lambda a, di, do: f"math.sqrt({a[0]})",
     lambda g, x, out, at: (g * 0.5 / out,),
-    onnx=onnx_node("Sqrt", since=(13,)),
+    onnx=onnx_node("Sqrt", since=(6, 13)),
 )
 unary(
     "tanh",
     np.tanh,
     _fn("tanh_f32", "math.tanh"),
     lambda g, x, out, at: (g * (1.0 - out * out),),
-    onnx=onnx_node("Tanh", since=(13,)),
+    onnx=onnx_node("Tanh", since=(6, 13)),
 )
 unary(
     "sigmoid",
     lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
     _fn("sigmoid_f32", "sigmoid_f64"),
     lambda g, x, out, at: (g * out * (1.0 - out),),
-    onnx=onnx_node("Sigmoid", since=(13,)),
+    onnx=onnx_node("Sigmoid", since=(6, 13)),
 )
 unary(
     "erf",
     _erf_ref,
     _fn("erf_f32", "math.erf"),
     lambda g, x, out, at: (g * (2.0 / math.sqrt(math.pi)) * (-(x[0] * x[0])).exp(),),
-    onnx=onnx_node("Erf", since=(13,)),
+    onnx=onnx_node("Erf", since=(9, 13)),
 )
 unary(
     "relu",
@@ -164,7 +166,7 @@ unary(
     lambda a, di, do: f"{_max(do)}({a[0]}, {const(do, 0)})",
     lambda g, x, out, at: (g * (x[0] > 0).to(g.dtype),),
     float_only=False,
-    onnx=onnx_node("Relu", since=(13, 14)),
+    onnx=onnx_node("Relu", since=(6, 13, 14)),
 )
 unary(
     "abs",
@@ -172,7 +174,7 @@ unary(
     lambda a, di, do: f"abs({a[0]})",
     lambda g, x, out, at: (g * ((x[0] > 0).to(g.dtype) - (x[0] < 0).to(g.dtype)),),
     float_only=False,
-    onnx=onnx_node("Abs", since=(13,)),
+    onnx=onnx_node("Abs", since=(6, 13)),
 )
 
 
@@ -257,7 +259,7 @@ unary(
     np.floor,
     _rounding_expr(True),
     lambda g, x, out, at: (g.zeros_like(),),
-    onnx=onnx_node("Floor", since=(13,)),
+    onnx=onnx_node("Floor", since=(6, 13)),
 )
 unary(
     "round",
@@ -334,7 +336,7 @@ binary(
     np.add,
     lambda a, di, do: f"{a[0]} + {a[1]}",
     lambda g, x, out, at: (g, g),
-    onnx=onnx_node("Add", since=(13, 14)),
+    onnx=onnx_node("Add", since=(7, 13, 14)),
 )
 binary(
     "sub",
@@ -342,14 +344,14 @@ binary(
     lambda a, di, do: f"{a[0]} - {a[1]}",
     lambda g, x, out, at: (g, -g),
     infer=_no_bool("sub", _same("sub")),
-    onnx=onnx_node("Sub", since=(13, 14)),
+    onnx=onnx_node("Sub", since=(7, 13, 14)),
 )
 binary(
     "mul",
     np.multiply,
     lambda a, di, do: f"{a[0]} * {a[1]}",
     lambda g, x, out, at: (g * x[1], g * x[0]),
-    onnx=onnx_node("Mul", since=(13, 14)),
+    onnx=onnx_node("Mul", since=(7, 13, 14)),
 )
 
 
@@ -401,11 +403,11 @@ def _ne_onnx(b, names, at, shape, dtype):
 
 
 for _name, _np, _sym, _onnx in (
-    ("eq", np.equal, "==", onnx_node("Equal", since=(13, 19))),
+    ("eq", np.equal, "==", onnx_node("Equal", since=(7, 11, 13, 19))),
     ("ne", np.not_equal, "!=", _ne_onnx),
-    ("lt", np.less, "<", onnx_node("Less", since=(13,))),
+    ("lt", np.less, "<", onnx_node("Less", since=(7, 9, 13))),
     ("le", np.less_equal, "<=", onnx_node("LessOrEqual", since=(12, 16))),
-    ("gt", np.greater, ">", onnx_node("Greater", since=(13,))),
+    ("gt", np.greater, ">", onnx_node("Greater", since=(7, 9, 13))),
     ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual", since=(12, 16))),
 ):
     register(

@@ -34,6 +34,6 @@ register(
         _infer,
         lambda x, at: np.matmul(x[0], x[1]),
         vjp=_vjp,
-        onnx=onnx_node("MatMul", since=(13,)),
+        onnx=onnx_node("MatMul", since=(1, 9, 13)),
     )
 )

@@ -221,7 +221,7 @@ register(
         _permute_infer,
         lambda x, at: x[0].transpose(at["perm"]),
         vjp=_permute_vjp,
-        onnx=onnx_node("Transpose", since=(13, 21, 23, 24, 25), carried=("perm",), from_onnx=_permute_from_onnx),
+        onnx=onnx_node("Transpose", since=(1, 13, 21, 23, 24, 25), carried=("perm",), from_onnx=_permute_from_onnx),
         index_map=_permute_index,
         is_identity=_permute_is_identity,
         fold=_permute_fold,

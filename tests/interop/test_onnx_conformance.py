@@ -3,10 +3,16 @@
 The cases come from the generators in ``onnx.backend.test.case.node`` (seeded; recent onnx wheels
 ship no generated ``data/node`` folders): ``collect_testcases()`` runs every ``export*`` method and
 returns TestCase objects holding the model and its inputs/expected outputs. A case is *selected*
-when the model's default-domain opset is one the importer reads (13 to 28) and every node is a
+when the model's default-domain opset is one the importer reads (7 to 28) and every node is a
 default-domain op that lazyvic imports at the schema version that opset selects
 (``lazyvic.interop.onnx.supported_ops()``; e.g. the Mod cases are generated at opset 28,
-whose Mod-28 lazyvic does not import, so they are not selected).
+whose Mod-28 lazyvic does not import, so they are not selected). Most generators write opset 13 or
+later; the And, Or, Xor, Shrink, Scatter, Upsample and old Dropout cases are at opsets 7 to 11.
+
+Old opsets, further: the cases in CONVERTED also run converted down to an opset from 7 to 12 by
+``onnx.version_converter`` (``<case>@opset<k>``: the lowest opset the converter reaches at which a
+node's schema version differs from the original's), with the original's expected outputs; the
+table lists the cases the converter handles (onnx 1.23; regenerate it when onnx changes).
 
 Each case runs once on the NumPy reference interpreter (``LAZYVIC_COMPILE=never``), so results do
 not depend on which plans an earlier case made hot; a few cases also run compiled at the end.
@@ -55,6 +61,182 @@ XFAIL = {
     "seeded mask",
     "test_identity_sequence": "lazyvic has no sequence values (tensors only)",
     "test_identity_opt": "lazyvic has no optional values (tensors only)",
+}
+
+# Converted cases whose converted model computes something else than the original (the failure is
+# the converter's): the reason, by case name.
+XFAIL_CONVERTED = {
+    name: "onnx's version converter keeps Softmax's axis when it converts to opset 12 or below, where "
+    "Softmax and LogSoftmax coerce the input to 2-D, so the converted model computes another function "
+    "(lazyvic agrees with onnxruntime on it; tests/interop/test_onnx_old_opsets.py checks the 2-D coercion)"
+    for name in ("test_softmax_axis_0", "test_softmax_axis_1", "test_logsoftmax_axis_0", "test_logsoftmax_axis_1")
+}
+
+CONVERTED = {
+    7: (
+        "test_basic_conv_with_padding",
+        "test_basic_conv_without_padding",
+        "test_conv_with_strides_padding",
+        "test_conv_with_strides_no_padding",
+        "test_conv_with_strides_and_asymmetric_padding",
+        "test_conv_with_autopad_same",
+        "test_convtranspose",
+        "test_convtranspose_1d",
+        "test_convtranspose_3d",
+        "test_convtranspose_output_shape",
+        "test_convtranspose_pad",
+        "test_convtranspose_kernel_shape",
+        "test_convtranspose_pads",
+        "test_convtranspose_dilations",
+        "test_convtranspose_autopad_same",
+        "test_convtranspose_group_2",
+        "test_convtranspose_group_2_image_3",
+        "test_cos_example",
+        "test_cos",
+        "test_elu_example",
+        "test_elu",
+        "test_elu_default",
+        "test_globalaveragepool",
+        "test_globalaveragepool_precomputed",
+        "test_gru_defaults",
+        "test_gru_with_initial_bias",
+        "test_gru_seq_length",
+        "test_gru_reverse",
+        "test_gru_bidirectional",
+        "test_hardsigmoid_example",
+        "test_hardsigmoid",
+        "test_hardsigmoid_default",
+        "test_instancenorm_example",
+        "test_instancenorm_epsilon",
+        "test_leakyrelu_example",
+        "test_leakyrelu",
+        "test_leakyrelu_default",
+        "test_logsoftmax_example_1",
+        "test_logsoftmax_large_number",
+        "test_logsoftmax_axis_0",
+        "test_logsoftmax_axis_1",
+        "test_logsoftmax_axis_2",
+        "test_logsoftmax_negative_axis",
+        "test_logsoftmax_default_axis",
+        "test_l2normalization_axis_0",
+        "test_l2normalization_axis_1",
+        "test_l1normalization_axis_0",
+        "test_l1normalization_axis_1",
+        "test_l1normalization_axis_last",
+        "test_lpnormalization_default",
+        "test_lstm_defaults",
+        "test_lstm_with_initial_bias",
+        "test_lstm_with_peepholes",
+        "test_lstm_reverse",
+        "test_lstm_bidirectional",
+        "test_prelu_example",
+        "test_prelu_broadcast",
+        "test_simple_rnn_defaults",
+        "test_simple_rnn_with_initial_bias",
+        "test_rnn_seq_length",
+        "test_simple_rnn_reverse",
+        "test_simple_rnn_bidirectional",
+        "test_selu_example",
+        "test_selu",
+        "test_selu_default",
+        "test_sin_example",
+        "test_sin",
+        "test_softmax_example",
+        "test_softmax_large_number",
+        "test_softmax_axis_0",
+        "test_softmax_axis_1",
+        "test_softmax_axis_2",
+        "test_softmax_negative_axis",
+        "test_softmax_default_axis",
+        "test_softplus_example",
+        "test_softplus",
+        "test_softsign_example",
+        "test_softsign",
+    ),
+    9: (
+        "test_eyelike_without_dtype",
+        "test_eyelike_with_dtype",
+        "test_eyelike_populate_off_main_diagonal",
+        "test_where_example",
+        "test_where_long_example",
+    ),
+    10: (
+        "test_averagepool_2d_precomputed_pads",
+        "test_averagepool_2d_precomputed_pads_count_include_pad",
+        "test_averagepool_2d_precomputed_strides",
+        "test_averagepool_2d_precomputed_same_upper",
+        "test_averagepool_1d_default",
+        "test_averagepool_2d_default",
+        "test_averagepool_3d_default",
+        "test_averagepool_2d_same_upper",
+        "test_averagepool_2d_same_lower",
+        "test_averagepool_2d_pads",
+        "test_averagepool_2d_pads_count_include_pad",
+        "test_averagepool_2d_strides",
+        "test_averagepool_2d_ceil",
+        "test_averagepool_2d_ceil_last_window_starts_on_pad",
+        "test_isinf",
+        "test_isinf_positive",
+        "test_isinf_negative",
+        "test_maxpool_2d_precomputed_pads",
+        "test_maxpool_with_argmax_2d_precomputed_pads",
+        "test_maxpool_2d_precomputed_strides",
+        "test_maxpool_with_argmax_2d_precomputed_strides",
+        "test_maxpool_2d_precomputed_same_upper",
+        "test_maxpool_1d_default",
+        "test_maxpool_2d_default",
+        "test_maxpool_3d_default",
+        "test_maxpool_2d_same_upper",
+        "test_maxpool_2d_same_lower",
+        "test_maxpool_2d_pads",
+        "test_maxpool_2d_strides",
+        "test_maxpool_2d_ceil",
+        "test_maxpool_2d_ceil_output_size_reduce_by_one",
+        "test_maxpool_2d_dilations",
+        "test_maxpool_3d_dilations",
+        "test_maxpool_3d_dilations_use_ref_impl",
+        "test_maxpool_3d_dilations_use_ref_impl_large",
+        "test_reversesequence_time",
+        "test_reversesequence_batch",
+        "test_thresholdedrelu_example",
+        "test_thresholdedrelu",
+        "test_thresholdedrelu_default",
+    ),
+    11: (
+        "test_range_float_type_positive_delta",
+        "test_range_int32_type_negative_delta",
+        "test_round",
+        "test_split_equal_parts_1d_opset13",
+        "test_split_equal_parts_2d_opset13",
+        "test_split_equal_parts_default_axis_opset13",
+    ),
+    12: (
+        "test_celu",
+        "test_constant",
+        "test_einsum_transpose",
+        "test_einsum_sum",
+        "test_einsum_batch_diagonal",
+        "test_einsum_inner_prod",
+        "test_einsum_batch_matmul",
+        "test_einsum_scalar",
+        "test_greater_equal",
+        "test_greater_equal_int8",
+        "test_greater_equal_int16",
+        "test_greater_equal_uint8",
+        "test_greater_equal_uint16",
+        "test_greater_equal_uint32",
+        "test_greater_equal_uint64",
+        "test_greater_equal_bcast",
+        "test_less_equal",
+        "test_less_equal_int8",
+        "test_less_equal_int16",
+        "test_less_equal_uint8",
+        "test_less_equal_uint16",
+        "test_less_equal_uint32",
+        "test_less_equal_uint64",
+        "test_less_equal_bcast",
+        "test_maxpool_2d_uint8",
+    ),
 }
 
 # Cases whose expected outputs are rounded (to 4 digits in the generator): the case's own tolerance.
@@ -117,7 +299,7 @@ CASES = _collect()
 _BY_NAME = {c.name: c for c in CASES}
 # The expected-failure reason of every selected case (None: it must pass).
 REASONS = {c.name: XFAIL.get(c.name) or _dtype_reason(c) for c in CASES}
-_RESULTS = {"passed": 0}
+_RESULTS = {"passed": 0, "converted": 0}
 
 
 def _params():
@@ -138,16 +320,16 @@ class CaseFailure(AssertionError):
     (expected) failure by parsing each frame's source file, which cost ~0.2 s per xfail."""
 
 
-def _run_case(case, rtol=1e-5, atol=1e-6):
+def _run_case(case, rtol=1e-5, atol=1e-6, model=None):
     try:
-        _compare_case(case, rtol, atol)
+        _compare_case(case, rtol, atol, model or case.model)
     except Exception as e:
         raise CaseFailure(f"{case.name}: {type(e).__name__}: {e}") from None
 
 
-def _compare_case(case, rtol, atol):
+def _compare_case(case, rtol, atol, model):
     inputs, expected = case.data_sets[0]
-    module = lazyvic.onnx.load(case.model)
+    module = lazyvic.onnx.load(model)
     got = module(*[_array(x) for x in inputs])
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(expected)
@@ -179,6 +361,32 @@ def test_node_case(name, interpreted):
     _RESULTS["passed"] += 1
 
 
+def _converted_params():
+    for opset, names in CONVERTED.items():
+        for name in names:
+            if name not in _BY_NAME:  # another onnx release may not generate it
+                continue
+            reason = XFAIL_CONVERTED.get(name) or REASONS[name]
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            yield pytest.param(name, opset, id=f"{name}@opset{opset}", marks=marks)
+
+
+@pytest.mark.parametrize("name, opset", list(_converted_params()))
+def test_node_case_converted(name, opset, interpreted):
+    """The case converted down to ``opset`` by onnx's version converter: old schema versions
+    (Conv-1, Softmax-1, MaxPool-10, Split-11, OneHot-11, ...) against the original's outputs."""
+    from onnx import version_converter
+
+    case = _BY_NAME[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = version_converter.convert_version(case.model, opset)
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [opset]
+    tolerance = {"rtol": case.rtol, "atol": case.atol} if name in LOOSE_TOLERANCE else {}
+    _run_case(case, model=model, **tolerance)
+    _RESULTS["converted"] += 1
+
+
 @pytest.mark.parametrize(
     "name",
     [pytest.param(n, marks=[pytest.mark.xfail(reason=r, strict=True)] if r else []) for n, r in COMPILED.items()],
@@ -195,9 +403,13 @@ def test_node_case_compiled(name):
 def test_conformance_summary(capsys):
     """Prints 'ONNX node conformance: N/M selected cases pass' (counts the cases run in this session)."""
     expected_xfail = sum(1 for reason in REASONS.values() if reason)
+    converted = list(_converted_params())
     with capsys.disabled():
         print(
             f"\nONNX node conformance: {_RESULTS['passed']}/{len(CASES)} selected cases pass "
-            f"({expected_xfail} expected failures, each a strict xfail with its reason)"
+            f"({expected_xfail} expected failures, each a strict xfail with its reason); "
+            f"{_RESULTS['converted']}/{len(converted)} cases converted to opsets 7-12 pass"
         )
     assert len(CASES) > 400
+    old = [c for c in CASES if any(o.version < 13 for o in c.model.opset_import if o.domain in ("", "ai.onnx"))]
+    assert len(old) >= 20  # And, Or, Xor (7), Shrink (9), Scatter, Upsample (9, 10), Dropout-10 (11)

@@ -31,7 +31,7 @@ never imports the top-level ``lazyvic`` package.
 from lazyvic.interop.onnx import converters  # fills the registry
 from lazyvic.interop.onnx.builder import GraphBuilder, SymInt
 from lazyvic.interop.onnx.export import export
-from lazyvic.interop.onnx.module import OnnxModule, OnnxSubmodule, load, state_dict_keys
+from lazyvic.interop.onnx.module import OnnxModule, OnnxShapeWarning, OnnxSubmodule, load, state_dict_keys
 from lazyvic.interop.onnx.reader import read_model
 from lazyvic.interop.onnx.registry import supported_ops
 
@@ -39,6 +39,7 @@ __all__ = [
     "export",
     "load",
     "OnnxModule",
+    "OnnxShapeWarning",
     "OnnxSubmodule",
     "state_dict_keys",
     "supported_ops",

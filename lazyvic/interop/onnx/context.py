@@ -110,6 +110,15 @@ class NodeContext:
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
 
+    def attr_input(self, name: str, value, since: int, dtype=np.int64):
+        """An input that older versions of the op take as an attribute: ``value`` (the input) from
+        version ``since`` on, before it the attribute ``name`` as an array of ``dtype`` (None when
+        absent). Squeeze's axes before 13, Slice's starts/ends/axes before 10, Pad's pads before 11."""
+        if self.version >= since:
+            return value
+        attr = self.attrs.get(name)
+        return None if attr is None else np.asarray(attr, dtype=dtype)
+
     def label(self) -> str:
         return f"{self.source}: node '{self.name}' ({self.op})"
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import math
 import re
+import warnings
 
 import numpy as np
 
@@ -98,6 +99,12 @@ def state_dict_keys(names) -> dict:
     return keys
 
 
+class OnnxShapeWarning(UserWarning):
+    """A graph output whose computed shape differs from the shape the model declares for it (a
+    static size where an axis is dynamic, as PyTorch's dynamo exporter writes for an LSTM's
+    outputs): the computed value is returned, as onnxruntime does after its warning."""
+
+
 class OnnxSubmodule(Module):
     """A namespace module that holds the parameters under one dotted prefix of an imported graph."""
 
@@ -144,8 +151,8 @@ class OnnxModule(Module):
         if not MIN_OPSET <= opset <= MAX_OPSET:
             raise UnsupportedOpError(
                 f"{source}: opset {opset} is not supported (lazyvic imports default-domain "
-                f"opsets {MIN_OPSET} to {MAX_OPSET}; convert older models with "
-                f"onnx.version_converter.convert_version(model, 17))"
+                f"opsets {MIN_OPSET} to {MAX_OPSET}, as onnxruntime does from 7; convert older models "
+                f"with onnx.version_converter.convert_version(model, 13))"
             )
         if graph.sparse_initializer:
             raise UnsupportedOpError(
@@ -370,14 +377,18 @@ class OnnxModule(Module):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_output(self, name, type_proto, t: Tensor) -> None:
+        """Warn (:class:`OnnxShapeWarning`) when an output's shape differs from its declaration:
+        onnxruntime warns and returns the computed value; inputs, by contrast, must fit."""
         if not type_proto.HasField("shape"):
             return
         dims = type_proto.shape.dim
         if len(dims) != t.ndim or any(d.HasField("dim_value") and d.dim_value != s for d, s in zip(dims, t.shape)):
             declared = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
-            raise OnnxError(
+            warnings.warn(
                 f"{self._onnx_source}: graph output '{name}' has shape {t.shape}, but the graph "
-                f"declares {declared} (inconsistent shapes in the model)"
+                f"declares {declared}; returning the computed shape (as onnxruntime does)",
+                OnnxShapeWarning,
+                stacklevel=4,
             )
 
     @staticmethod
@@ -471,11 +482,15 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
         float64, int32, int64, bool. Shapes are static (known when the module is called).
 
     Semantics: the ONNX operator specification (https://onnx.ai/onnx/operators/) at the model's
-    default-domain opset, 13 to 28. Each op is read at its schema version for that opset
-    (``onnx.defs.get_schema(op, opset).since_version``): ReduceSum's axes are an input from 13,
-    ReduceMean/Max/Min's from 18; Split's ``split`` is an input from 13 and ``num_outputs`` exists
-    from 18; Reshape's ``allowzero`` from 14; Squeeze/Unsqueeze take axes as an input (13); Softmax
-    is per-axis (13). :func:`supported_ops` lists every op and the versions handled; versions after
+    default-domain opset, 7 to 28 (onnxruntime's range from below). Each op is read at its schema
+    version for that opset (``onnx.defs.get_schema(op, opset).since_version``): ReduceSum's axes
+    are an input from 13 (an attribute before), ReduceMean/Max/Min's from 18; Split's ``split`` is
+    an input from 13 and ``num_outputs`` exists from 18; Reshape's ``allowzero`` from 14;
+    Squeeze/Unsqueeze take axes as an input from 13; Softmax and LogSoftmax are per-axis from 13
+    and coerce their input to 2-D before; Slice's starts/ends/axes are inputs from 10; Pad's pads
+    and Clip's bounds are inputs from 11; Dropout-7/-10 have a ratio attribute; Resize-10 and
+    Upsample-7/-9 use asymmetric coordinates; BatchNormalization-7 has ``spatial`` and, like -9,
+    a five-output training form. :func:`supported_ops` lists every op and the versions handled; versions after
     18 are included where the schema change concerns only element types lazyvic lacks (checked by
     comparing the schemas' inputs, outputs and attributes), or is implemented (AveragePool-19
     dilations, Pad-19 ``wrap``, SpaceToDepth-28 ``mode``). Conv is 1-D or 2-D; MaxPool and
@@ -493,11 +508,12 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
             input name, a node output that redefines a name, an unsupported element type,
             running out of memory; when called, inputs that do not fit the graph, nodes whose
             shapes do not fit, and constants past ``max_fold_bytes`` (the message names the
-            file, the node and its op type).
+            file, the node and its op type). A graph output whose shape differs from the model's
+            declaration is returned with an :class:`OnnxShapeWarning`, as onnxruntime warns.
         UnsupportedOpError: (at load time) every op type lazyvic cannot import, each with its node
             names, listed at once: unknown ops, other domains (e.g. ``com.microsoft``), op
             versions outside the handled ones, unsupported features (e.g. Conv with 3 spatial
-            axes, Pad's wrap mode before Pad-19, Cast to float16), or an opset outside 13..28.
+            axes, Pad's wrap mode before Pad-19, Cast to float16), or an opset outside 7..28.
     """
     try:
         proto, source = read_model(model, max_bytes=max_bytes)
@@ -525,4 +541,4 @@ def _describe(model) -> str:
     return str(model) if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") else "<ModelProto>"
 
 
-__all__ = ["load", "OnnxModule", "OnnxSubmodule", "state_dict_keys"]
+__all__ = ["load", "OnnxModule", "OnnxShapeWarning", "OnnxSubmodule", "state_dict_keys"]

@@ -3,13 +3,15 @@
 A converter is a function ``convert(ctx, *inputs)`` registered for one op type with the
 since-versions of that op's schema whose semantics it implements::
 
-    @register("Softmax", since=(13,))
-    def softmax(ctx, a):
-        x = ctx.tensor(a)
-        return F.softmax(x, ctx.axis(int(ctx.attr("axis", -1)), x.ndim))
+    @register("Sign", since=(9, 13))
+    def sign(ctx, a):
+        return ctx.tensor(a).sign()
 
 ``since`` lists ``onnx.defs.get_schema(op_type, opset).since_version`` values; a node whose
-model opset selects another version is refused at load time. Versions after 18 are listed only
+model opset selects another version is refused at load time. A converter that handles versions
+with different semantics reads ``ctx.version`` (Softmax before 13 coerces to 2-D, Split before
+13 reads ``split`` from an attribute ...); versions that differ only in the element types they
+allow share one code path. Versions after 18 are listed only
 where the schema change touches element types lazyvic does not have (float16, bfloat16, float8,
 int4, ...) or is implemented. The converters live in ``converters/``, one file per family; the
 ones derived from the op table are registered by ``converters/optable.py``.
@@ -20,10 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-# The default-domain opsets the importer reads. Below 13 the semantics of Softmax, Split,
-# Squeeze, ReduceSum, ... differ; above MAX_OPSET (the newest opset of the onnx release these
-# converters were checked against) an op may have semantics we have not read.
-MIN_OPSET = 13
+# The default-domain opsets the importer reads, as onnxruntime does: from 7 (the first opset with
+# NumPy broadcasting for Add, Mul, ...; each older op version whose semantics differ, such as
+# Softmax-1's 2-D coercion or Split-2's split attribute, is implemented by its converter) to
+# MAX_OPSET (the newest opset of the onnx release these converters were checked against: above it
+# an op may have semantics we have not read).
+MIN_OPSET = 7
 MAX_OPSET = 28
 
 

@@ -1,4 +1,6 @@
 """The converters, one per ONNX op type, registered in ``lazyvic.interop.onnx.registry`` on import.
+Each declares the schema versions it reads, from opset 7 on (older versions whose semantics differ,
+such as Softmax-1 or Split-2, are implemented beside the newer ones).
 
 - ``optable.py``     derived from the op table: Neg Abs Relu Sqrt Exp Log Sigmoid Tanh Erf Not Add
                      Sub Mul Equal Less LessOrEqual Greater GreaterOrEqual Where MatMul Transpose
@@ -14,13 +16,13 @@
                      RMSNormalization LpNormalization MeanVarianceNormalization
 - ``movement.py``    Reshape Flatten Unsqueeze Squeeze Concat Split Slice Expand Tile Pad Trilu
                      DepthToSpace SpaceToDepth CenterCropPad ReverseSequence
-- ``gather.py``      Gather GatherElements GatherND ScatterND ScatterElements OneHot
+- ``gather.py``      Gather GatherElements GatherND ScatterND ScatterElements Scatter OneHot
 - ``reduce.py``      ReduceSum ReduceMean ReduceMax ReduceMin ReduceSumSquare ReduceL1 ReduceL2
                      ReduceLogSum ReduceLogSumExp ArgMax ArgMin CumSum
 - ``shape.py``       Shape Size Constant ConstantOfShape Range EyeLike
 - ``recurrent.py``   RNN GRU LSTM
 - ``attention.py``   Attention RotaryEmbedding
-- ``resize.py``      Resize
+- ``resize.py``      Resize Upsample
 - ``einsum.py``      Einsum
 - ``windows.py``     (no op type) the window arithmetic Conv, ConvTranspose and the pools share
 """

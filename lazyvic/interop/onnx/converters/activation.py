@@ -22,13 +22,13 @@ def leaky_relu(ctx, a):
     return F.leaky_relu(ctx.tensor(a), float(ctx.attr("alpha", 0.01)))
 
 
-@register("PRelu", since=(9, 16))
+@register("PRelu", since=(7, 9, 16))
 def prelu(ctx, a, slope):
     x, s = ctx.tensor(a), ctx.tensor(slope)
     return where(x < 0, x * s, x)
 
 
-@register("Sign", since=(13,))
+@register("Sign", since=(9, 13))
 def sign(ctx, a):
     return ctx.tensor(a).sign()
 

@@ -1,4 +1,9 @@
-"""Convolutions: Conv ConvTranspose (1-D and 2-D; functional.conv2d underneath)."""
+"""Convolutions: Conv ConvTranspose (1-D and 2-D; functional.conv2d underneath).
+
+Conv-1 and ConvTranspose-1 are read as version 11, as onnxruntime does: version 11 rewrote the
+documentation (ConvTranspose-1's text of SAME_UPPER/SAME_LOWER padding reads the other way round),
+not onnxruntime's kernels, which give both versions the same results.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ def _conv_operands(ctx, a, w, b):
     return x, weight, bias, one_d, n_spatial, kernel
 
 
-@register("Conv", since=(11, 22), check=spatial_rank_check)
+@register("Conv", since=(1, 11, 22), check=spatial_rank_check)
 def conv(ctx, a, w, b=None):
     x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
     if tuple(kernel) != tuple(weight.shape[4 - n_spatial :]):
@@ -79,7 +84,7 @@ def _conv_transpose_pads(ctx, sizes, kernel, strides, dilations):
     return pairs, out_pad
 
 
-@register("ConvTranspose", since=(11, 22), check=spatial_rank_check)
+@register("ConvTranspose", since=(1, 11, 22), check=spatial_rank_check)
 def conv_transpose(ctx, a, w, b=None):
     """The gradient of a convolution: spread the input by the strides (zeros between elements),
     pad by the dilated kernel extent less ``pads`` (plus output_padding at the end), and convolve

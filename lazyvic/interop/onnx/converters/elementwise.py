@@ -1,6 +1,11 @@
 """Elementwise ops written by hand: Div Pow Mod Reciprocal Clip Max Min Sum Mean And Or Xor IsNaN
 IsInf Identity Dropout Cast CastLike Ceil.
 
+Versions before 13 differ from 13 in the element types they allow, except Clip-6 (bounds as
+attributes) and Dropout-7/-10 (ratio attribute, no training mode; Dropout-7's mask has the
+input's type); Max-6, Min-6, Sum-6 and Mean-6 do not broadcast (same-shape inputs, which the
+broadcasting code handles alike).
+
 Add, Sub, Mul, Relu, Exp, Equal, Where, Floor, Round, Sin, Cos ... are not here: they come from the op table
 (``converters/optable.py``). Div, Pow, Max and Min have primitives too, but their ONNX semantics
 differ from the primitive's, so they keep a converter (each says why). Folds that broadcast
@@ -56,7 +61,7 @@ def _fold_div(ctx, a, b):
     return np.asarray(out).astype(a.dtype)
 
 
-@register("Div", since=(13, 14), fold=broadcast_fold(_fold_div))
+@register("Div", since=(7, 13, 14), fold=broadcast_fold(_fold_div))
 def div(ctx, a, b):
     # Not derived from div's onnx_node("Div"): the primitive is true division of floats, and
     # ONNX's integer Div truncates.
@@ -73,7 +78,7 @@ def _fold_pow(ctx, a, b):
     return np.asarray(np.power(a.astype(np.float64), b)).astype(a.dtype)
 
 
-@register("Pow", since=(13, 15), fold=broadcast_fold(_fold_pow))
+@register("Pow", since=(7, 12, 13, 15), fold=broadcast_fold(_fold_pow))
 def pow_(ctx, a, b):
     # Not derived from pow's onnx_node("Pow"): Pow's base and exponent types may differ and the
     # base may be an integer; the result has the base's type.
@@ -96,7 +101,7 @@ def _fold_mod(ctx, a, b):
         return np.asarray(np.fmod(a, b) if ctx.attr("fmod", 0) else np.mod(a, b)).astype(a.dtype)
 
 
-@register("Mod", since=(13,), fold=broadcast_fold(_fold_mod))
+@register("Mod", since=(10, 13), fold=broadcast_fold(_fold_mod))
 def mod(ctx, a, b):
     x, y = ctx.tensor(a), ctx.tensor(b)
     if x.dtype.is_floating_point:
@@ -110,7 +115,7 @@ def mod(ctx, a, b):
     return where((r != 0) & ((r < 0) != (y < 0)), r + y, r)  # Python's: the sign of y
 
 
-@register("Reciprocal", since=(13,), fold=lambda ctx, a: _fold_unary(np.reciprocal, a))
+@register("Reciprocal", since=(6, 13), fold=lambda ctx, a: _fold_unary(np.reciprocal, a))
 def reciprocal(ctx, a):
     return ctx.tensor(a).reciprocal()
 
@@ -120,9 +125,14 @@ def _fold_unary(fn, a):
         return np.asarray(fn(a)).astype(a.dtype)
 
 
-@register("Clip", since=(13,))
+@register("Clip", since=(6, 11, 12, 13))
 def clip(ctx, a, lo=None, hi=None):
+    """Clip-11 and later take min and max as optional inputs; Clip-6 as float attributes
+    (absent: no bound)."""
     x = ctx.tensor(a)
+    if ctx.version < 11:
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        return x if lo is None and hi is None else x.clamp(lo, hi)
     lo = None if lo is None else ctx.const(lo, "min").reshape(()).item()
     hi = None if hi is None else ctx.const(hi, "max").reshape(()).item()
     if lo is None and hi is None:
@@ -154,22 +164,22 @@ def _fold_variadic(arrays, combine, mean: bool = False):
     return np.asarray(out).astype(arrays[0].dtype)
 
 
-@register("Max", since=(12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.maximum)))
+@register("Max", since=(6, 8, 12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.maximum)))
 def max_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out.maximum(t))
 
 
-@register("Min", since=(12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.minimum)))
+@register("Min", since=(6, 8, 12, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.minimum)))
 def min_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out.minimum(t))
 
 
-@register("Sum", since=(13,), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add)))
+@register("Sum", since=(6, 8, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add)))
 def sum_(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out + t)
 
 
-@register("Mean", since=(13,), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add, mean=True)))
+@register("Mean", since=(6, 8, 13), fold=broadcast_fold(lambda ctx, *arrays: _fold_variadic(arrays, np.add, mean=True)))
 def mean(ctx, *values):
     return _variadic(ctx, values, lambda out, t: out + t, mean=True)
 
@@ -194,7 +204,7 @@ def _fold_isnan(ctx, a):
     return np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
 
 
-@register("IsNaN", since=(13, 20), fold=_fold_isnan)
+@register("IsNaN", since=(9, 13, 20), fold=_fold_isnan)
 def isnan(ctx, a):
     x = ctx.tensor(a)
     if not x.dtype.is_floating_point:
@@ -224,13 +234,18 @@ def isinf(ctx, a):
 
 
 # ------------------------------------------------------------------ Identity, Dropout
-@register("Identity", since=(13, 14, 16, 19, 21, 23, 24, 25), fold=lambda ctx, a: a)
+@register("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), fold=lambda ctx, a: a)
 def identity(ctx, a):
     return a
 
 
-@register("Dropout", since=(13, 22))
+@register("Dropout", since=(7, 10, 12, 13, 22))
 def dropout(ctx, a, ratio=None, training_mode=None):
+    """Dropout-12 and later: ratio and training_mode are optional inputs (training only when
+    training_mode is true). Dropout-7 and -10 have a ``ratio`` attribute and no training mode: they
+    are identities. The optional mask (every element kept outside training) is bool, except
+    Dropout-7's, which has the input's type (ones); onnxruntime writes zeros there, the onnx
+    reference ones."""
     x = ctx.tensor(a)
     training = training_mode is not None and bool(ctx.const(training_mode, "training_mode").reshape(()).item())
     p = 0.5 if ratio is None else float(ctx.const(ratio, "ratio").reshape(()).item())
@@ -240,8 +255,9 @@ def dropout(ctx, a, ratio=None, training_mode=None):
     else:
         y, mask = x, None
         if ctx.wants_output(1):
-            ctx.reserve(x.shape, np.bool_, "the mask")
-            mask = np.ones(x.shape, dtype=bool)
+            mask_dtype = np.bool_ if ctx.version >= 10 else x.dtype.np
+            ctx.reserve(x.shape, mask_dtype, "the mask")
+            mask = np.ones(x.shape, dtype=mask_dtype)
     return (y, mask) if ctx.wants_output(1) else y
 
 
@@ -259,7 +275,7 @@ def _fold_cast(ctx, a):
     return a.astype(target)
 
 
-@register("Cast", since=(13, 19, 21, 23, 24, 25, 28), fold=_fold_cast, check=_cast_check)
+@register("Cast", since=(6, 9, 13, 19, 21, 23, 24, 25, 28), fold=_fold_cast, check=_cast_check)
 def cast(ctx, a):
     # Not derived from the cast primitive: its ONNX form carries the target as a TensorProto enum,
     # and a target lazyvic lacks is refused at load time (_cast_check).
@@ -287,6 +303,6 @@ def cast_like(ctx, a, like):
 # ------------------------------------------------------------------ rounding
 # Floor, Round, Sin and Cos are primitives (their converters come from the op table);
 # Ceil is -floor(-x).
-@register("Ceil", since=(13,), fold=lambda ctx, a: _fold_unary(np.ceil, a))
+@register("Ceil", since=(6, 13), fold=lambda ctx, a: _fold_unary(np.ceil, a))
 def ceil(ctx, a):
     return ctx.tensor(a).ceil()

@@ -1,5 +1,9 @@
 """Gathers and scatters: Gather GatherElements GatherND ScatterND ScatterElements (reduction none
-and add) OneHot.
+and add) Scatter OneHot.
+
+Versions before 13 differ in the element types they allow and in where negative indices are
+allowed (Gather from 11, OneHot from 11 in the spec): negative indices count from the end in
+every version here, as onnxruntime reads them. Scatter-9 is ScatterElements.
 
 Constant indices are checked and made non-negative with NumPy; indices computed from data stay
 lazy where the op allows it (Gather, GatherElements).
@@ -30,7 +34,7 @@ def _fold_gather(ctx, a, idx):
     return np.take(a, _gather_indices(ctx, idx, a.shape[axis]), axis=axis)
 
 
-@register("Gather", since=(13,), fold=_fold_gather)
+@register("Gather", since=(1, 11, 13), fold=_fold_gather)
 def gather(ctx, a, idx):
     x = ctx.tensor(a)
     axis = ctx.axis(int(ctx.attr("axis", 0)), x.ndim)
@@ -50,7 +54,7 @@ def gather(ctx, a, idx):
     return out.reshape(*x.shape[:axis], *shape, *x.shape[axis + 1 :])
 
 
-@register("GatherElements", since=(13,))
+@register("GatherElements", since=(11, 13))
 def gather_elements(ctx, a, idx):
     x = ctx.tensor(a)
     axis = ctx.axis(int(ctx.attr("axis", 0)), x.ndim)
@@ -63,7 +67,7 @@ def gather_elements(ctx, a, idx):
     return x.gather(axis, index)
 
 
-@register("GatherND", since=(13,))
+@register("GatherND", since=(11, 12, 13))
 def gather_nd(ctx, a, indices):
     x = ctx.tensor(a)
     index = ctx.const(indices, "indices").astype(np.int64)
@@ -138,17 +142,22 @@ def _scatter(ctx, data, indices, updates, positions_of):
     return where(const_tensor(source >= 0), picked, flat_x).reshape(*x.shape)
 
 
-@register("ScatterND", since=(13, 16, 18), check=_scatter_check)
+@register("ScatterND", since=(11, 13, 16, 18), check=_scatter_check)
 def scatter_nd(ctx, data, indices, updates):
     return _scatter(ctx, data, indices, updates, _nd_positions)
 
 
-@register("ScatterElements", since=(13, 16, 18), check=_scatter_check)
+@register("ScatterElements", since=(11, 13, 16, 18), check=_scatter_check)
 def scatter_elements(ctx, data, indices, updates):
     return _scatter(ctx, data, indices, updates, _element_positions)
 
 
-@register("OneHot", since=(11,))
+# Scatter-9 is ScatterElements under its older name (its schema at 11 only marks it deprecated, and
+# onnxruntime refuses it there).
+register("Scatter", since=(9,), check=_scatter_check)(scatter_elements)
+
+
+@register("OneHot", since=(9, 11))
 def one_hot(ctx, indices, depth, values):
     depth = int(ctx.const(depth, "depth").reshape(-1)[0])
     vals = ctx.const(values, "values").reshape(-1)

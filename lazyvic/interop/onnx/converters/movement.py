@@ -1,6 +1,12 @@
 """Movement: Reshape Flatten Unsqueeze Squeeze Concat Split Slice Expand Tile Pad (constant, edge,
 reflect, wrap) Trilu DepthToSpace SpaceToDepth CenterCropPad ReverseSequence.
 
+Older versions take as attributes what later ones take as inputs (``NodeContext.attr_input``):
+Unsqueeze's and Squeeze's ``axes`` before 13, Split's ``split`` before 13, Slice's ``starts``,
+``ends`` and ``axes`` before 10 (Slice-1 has no steps), Pad's ``pads`` and ``value`` before 11.
+The other versions before 13 differ only in the element types they allow or in allowing negative
+axes (Concat, Flatten, Squeeze, Unsqueeze and Split from 11), which every version here reads.
+
 Transpose comes from the op table (``converters/optable.py``). Shapes, starts/ends, axes,
 repeats and pads are inputs in ONNX and Python values in lazyvic: they are read from constants
 (``ctx.ints``), and each op folds with NumPy when its data is a constant too. Folds that can
@@ -54,7 +60,7 @@ def _reshape_target(ctx, shape: tuple, target: list) -> tuple:
 
 @register(
     "Reshape",
-    since=(13, 14, 19, 21, 23, 24, 25),
+    since=(5, 13, 14, 19, 21, 23, 24, 25),
     fold=lambda ctx, a, s: a.reshape(_reshape_target(ctx, a.shape, ctx.ints(s, "shape"))),
 )
 def reshape(ctx, a, s):
@@ -71,14 +77,14 @@ def _flatten_shape(ctx, shape):
     return math.prod(shape[:axis]), math.prod(shape[axis:])
 
 
-@register("Flatten", since=(13, 21, 23, 24, 25), fold=lambda ctx, a: a.reshape(_flatten_shape(ctx, a.shape)))
+@register("Flatten", since=(1, 9, 11, 13, 21, 23, 24, 25), fold=lambda ctx, a: a.reshape(_flatten_shape(ctx, a.shape)))
 def flatten(ctx, a):
     x = ctx.tensor(a)
     return x.reshape(*_flatten_shape(ctx, x.shape))
 
 
 def _unsqueeze_shape(ctx, shape, axes_value):
-    axes = ctx.ints(axes_value, "axes")
+    axes = ctx.ints(ctx.attr_input("axes", axes_value, 13), "axes")
     rank = len(shape) + len(axes)
     axes = sorted(ctx.axis(a, rank, "axes entry") for a in axes)
     if len(set(axes)) != len(axes):
@@ -89,18 +95,21 @@ def _unsqueeze_shape(ctx, shape, axes_value):
     return tuple(out)
 
 
-_SQUEEZE_VERSIONS = (13, 21, 23, 24, 25)
+_SQUEEZE_VERSIONS = (1, 11, 13, 21, 23, 24, 25)
 
 
 @register(
-    "Unsqueeze", since=_SQUEEZE_VERSIONS, fold=lambda ctx, a, axes: a.reshape(_unsqueeze_shape(ctx, a.shape, axes))
+    "Unsqueeze",
+    since=_SQUEEZE_VERSIONS,
+    fold=lambda ctx, a, axes=None: a.reshape(_unsqueeze_shape(ctx, a.shape, axes)),
 )
-def unsqueeze(ctx, a, axes):
+def unsqueeze(ctx, a, axes=None):
     x = ctx.tensor(a)
     return x.reshape(*_unsqueeze_shape(ctx, x.shape, axes))
 
 
 def _squeeze_shape(ctx, shape, axes_value):
+    axes_value = ctx.attr_input("axes", axes_value, 13)
     if axes_value is None:
         return tuple(s for s in shape if s != 1)
     axes = {ctx.axis(a, len(shape), "axes entry") for a in ctx.ints(axes_value, "axes")}
@@ -135,7 +144,7 @@ def _fold_concat(ctx, *values):
     return np.concatenate(values, axis=axis)
 
 
-@register("Concat", since=(13,), fold=_fold_concat)
+@register("Concat", since=(4, 11, 13), fold=_fold_concat)
 def concat(ctx, *values):
     values = [v for v in values if v is not None]
     axis = _concat_axis(ctx, values)
@@ -148,6 +157,7 @@ def concat(ctx, *values):
 def _split_sizes(ctx, shape, split_value) -> tuple:
     axis = ctx.axis(int(ctx.attr("axis", 0)), len(shape))
     n = shape[axis]
+    split_value = ctx.attr_input("split", split_value, 13)
     if split_value is not None:
         sizes = ctx.ints(split_value, "split")
     else:
@@ -170,7 +180,7 @@ def _fold_split(ctx, a, sizes=None):
     return tuple(np.split(a, np.cumsum(sizes)[:-1], axis=axis))
 
 
-@register("Split", since=(13, 18), fold=_fold_split)
+@register("Split", since=(2, 11, 13, 18), fold=_fold_split)
 def split(ctx, a, sizes=None):
     x = ctx.tensor(a)
     axis, sizes = _split_sizes(ctx, x.shape, sizes)
@@ -184,7 +194,8 @@ def split(ctx, a, sizes=None):
 # ------------------------------------------------------------------ Slice
 def _slice_plan(ctx, shape, starts, ends, axes, steps):
     """Per axis: a Python slice (positive steps) or an index array (negative steps)."""
-    starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
+    starts, ends = ctx.attr_input("starts", starts, 10), ctx.attr_input("ends", ends, 10)
+    starts, ends, axes = ctx.ints(starts, "starts"), ctx.ints(ends, "ends"), ctx.attr_input("axes", axes, 10)
     axes = list(range(len(starts))) if axes is None else ctx.ints(axes, "axes")
     steps = [1] * len(starts) if steps is None else ctx.ints(steps, "steps")
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -206,7 +217,7 @@ def _slice_plan(ctx, shape, starts, ends, axes, steps):
     return plan
 
 
-def _fold_slice(ctx, a, starts, ends, axes=None, steps=None):
+def _fold_slice(ctx, a, starts=None, ends=None, axes=None, steps=None):
     out = a
     for axis, p in enumerate(_slice_plan(ctx, a.shape, starts, ends, axes, steps)):
         if isinstance(p, slice):
@@ -216,8 +227,8 @@ def _fold_slice(ctx, a, starts, ends, axes=None, steps=None):
     return out
 
 
-@register("Slice", since=(13,), fold=_fold_slice)
-def slice_(ctx, a, starts, ends, axes=None, steps=None):
+@register("Slice", since=(1, 10, 11, 13), fold=_fold_slice)
+def slice_(ctx, a, starts=None, ends=None, axes=None, steps=None):
     x = ctx.tensor(a)
     plan = _slice_plan(ctx, x.shape, starts, ends, axes, steps)
     x = x[tuple(p if isinstance(p, slice) else slice(None) for p in plan)]
@@ -242,7 +253,7 @@ def _fold_expand(ctx, a, s):
     return np.broadcast_to(a, shape).copy()
 
 
-@register("Expand", since=(13,), fold=_fold_expand)
+@register("Expand", since=(8, 13), fold=_fold_expand)
 def expand(ctx, a, s):
     x = ctx.tensor(a)
     return x.expand(*_expand_shape(ctx, x.shape, s))
@@ -261,7 +272,7 @@ def _fold_tile(ctx, a, r):
     return np.tile(a, repeats)
 
 
-@register("Tile", since=(13,), fold=_fold_tile)
+@register("Tile", since=(6, 13), fold=_fold_tile)
 def tile(ctx, a, r):
     x = ctx.tensor(a)
     repeats = _tile_repeats(ctx, x.shape, r)
@@ -292,7 +303,7 @@ def _pad_indices(mode: str, n: int, before: int, after: int) -> np.ndarray:
 
 
 def _pad_plan(ctx, shape, pads_value, axes_value):
-    pads = ctx.ints(pads_value, "pads")
+    pads = ctx.ints(ctx.attr_input("pads", pads_value, 11), "pads")
     axes = (
         list(range(len(shape)))
         if axes_value is None
@@ -307,12 +318,14 @@ def _pad_plan(ctx, shape, pads_value, axes_value):
 
 
 def _pad_value(ctx, value, dtype) -> object:
+    if ctx.version < 11:  # Pad-2: a float attribute
+        return np.asarray(ctx.attr("value", 0.0)).astype(dtype).item()
     if value is None:
         return np.zeros((), dtype=dtype).item()
     return ctx.const(value, "constant_value").reshape(-1)[0].item() if ctx.const(value, "constant_value").size else 0
 
 
-def _fold_pad(ctx, a, pads, value=None, axes=None):
+def _fold_pad(ctx, a, pads=None, value=None, axes=None):
     plan = _pad_plan(ctx, a.shape, pads, axes)
     crop = tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(plan, a.shape))
     widths = [(max(b, 0), max(e, 0)) for b, e in plan]
@@ -324,8 +337,8 @@ def _fold_pad(ctx, a, pads, value=None, axes=None):
     return np.pad(a[crop], widths, constant_values=_pad_value(ctx, value, a.dtype))
 
 
-@register("Pad", since=(13, 18, 19, 21, 23, 24, 25), fold=_fold_pad, check=_pad_check)
-def pad(ctx, a, pads, value=None, axes=None):
+@register("Pad", since=(2, 11, 13, 18, 19, 21, 23, 24, 25), fold=_fold_pad, check=_pad_check)
+def pad(ctx, a, pads=None, value=None, axes=None):
     x = ctx.tensor(a)
     plan = _pad_plan(ctx, x.shape, pads, axes)
     x = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(plan, x.shape))]  # negative pads crop
@@ -375,7 +388,7 @@ def trilu(ctx, a, k=None):
     return triu(x, diagonal) if ctx.attr("upper", 1) else tril(x, diagonal)
 
 
-@register("DepthToSpace", since=(13, 28))
+@register("DepthToSpace", since=(1, 11, 13, 28))
 def depth_to_space(ctx, a):
     x = ctx.tensor(a)
     b = int(ctx.attr("blocksize"))
@@ -389,7 +402,7 @@ def depth_to_space(ctx, a):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@register("SpaceToDepth", since=(13, 28))
+@register("SpaceToDepth", since=(1, 13, 28))
 def space_to_depth(ctx, a):
     x = ctx.tensor(a)
     b = int(ctx.attr("blocksize"))

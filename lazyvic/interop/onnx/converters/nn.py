@@ -1,10 +1,15 @@
 """Layers: Gemm Softmax LogSoftmax NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss.
 
+Old versions: Gemm-7/9 require C (a superset here), Gemm-11 makes it optional; Softmax and
+LogSoftmax before 13 coerce the input to 2-D (see :func:`_softmax`).
+
 MatMul comes from the op table (``converters/optable.py``); convolutions are in ``conv.py``,
 pooling in ``pool.py``, normalizations in ``norm.py``.
 """
 
 from __future__ import annotations
+
+import math
 
 from lazyvic import dtypes as dt
 from lazyvic import functional as F
@@ -14,7 +19,7 @@ from lazyvic.interop.onnx.registry import register
 from lazyvic.tensor import Tensor, where
 
 
-@register("Gemm", since=(13,))
+@register("Gemm", since=(7, 9, 11, 13))
 def gemm(ctx, a, b, c=None):
     x, y = ctx.tensor(a), ctx.tensor(b)
     if x.ndim != 2 or y.ndim != 2:
@@ -45,16 +50,27 @@ def gemm(ctx, a, b, c=None):
     return out
 
 
-@register("Softmax", since=(13,))
+def _softmax(ctx, a, fn):
+    """From 13: ``fn`` along ``axis`` (default -1). Softmax-1/-11 and LogSoftmax-1/-11 (default axis
+    1) coerce the input to 2-D instead: axes ``[0, axis)`` and ``[axis, n)`` each flattened into one,
+    ``fn`` taken over the second (every element from ``axis`` on), the result in the input's shape."""
+    x = ctx.tensor(a)
+    if ctx.version >= 13:
+        return fn(x, ctx.axis(int(ctx.attr("axis", -1)), x.ndim))
+    axis = ctx.axis(int(ctx.attr("axis", 1)), x.ndim)
+    if axis == x.ndim - 1:
+        return fn(x, axis)
+    return fn(x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:])), 1).reshape(*x.shape)
+
+
+@register("Softmax", since=(1, 11, 13))
 def softmax(ctx, a):
-    x = ctx.tensor(a)
-    return F.softmax(x, ctx.axis(int(ctx.attr("axis", -1)), x.ndim))
+    return _softmax(ctx, a, F.softmax)
 
 
-@register("LogSoftmax", since=(13,))
+@register("LogSoftmax", since=(1, 11, 13))
 def log_softmax(ctx, a):
-    x = ctx.tensor(a)
-    return F.log_softmax(x, ctx.axis(int(ctx.attr("axis", -1)), x.ndim))
+    return _softmax(ctx, a, F.log_softmax)
 
 
 # ------------------------------------------------------------------ losses
@@ -92,13 +108,13 @@ def _loss_check(ctx):
     return None if reduction in ("none", "sum", "mean") else f"{ctx.op} with reduction={reduction!r}"
 
 
-@register("NegativeLogLikelihoodLoss", since=(13, 22), check=_loss_check)
+@register("NegativeLogLikelihoodLoss", since=(12, 13, 22), check=_loss_check)
 def negative_log_likelihood_loss(ctx, a, labels, weights=None):
     losses, w = _nll(ctx, ctx.tensor(a), labels, weights)
     return _reduce_loss(ctx, losses, w)
 
 
-@register("SoftmaxCrossEntropyLoss", since=(13,), check=_loss_check)
+@register("SoftmaxCrossEntropyLoss", since=(12, 13), check=_loss_check)
 def softmax_cross_entropy_loss(ctx, a, labels, weights=None):
     logp = F.log_softmax(ctx.tensor(a), 1)
     losses, w = _nll(ctx, logp, labels, weights)

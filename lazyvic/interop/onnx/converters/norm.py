@@ -12,26 +12,42 @@ from lazyvic.interop.onnx.registry import register
 from lazyvic.tensor import where
 
 
-@register("BatchNormalization", since=(9, 14, 15))
+@register("BatchNormalization", since=(7, 9, 14, 15))
 def batch_normalization(ctx, a, scale, bias, mean, var):
+    """Inference: normalize with the running statistics. Training: BatchNormalization-14/-15 with
+    ``training_mode=1`` (outputs Y and the updated running mean and variance), and -7/-9 asked for
+    more than Y (their training form has five outputs: Y, the running mean and variance updated,
+    the batch mean and, as onnxruntime computes it, the batch's inverse standard deviation
+    1 / sqrt(var + epsilon)). BatchNormalization-7 with ``spatial=0`` normalizes every activation
+    on its own: its statistics and parameters have the input's shape without the batch axis."""
     x = ctx.tensor(a)
     eps = float(ctx.attr("epsilon", 1e-5))
-    if not (ctx.version >= 14 and ctx.attr("training_mode", 0)):
+    spatial = ctx.version >= 9 or bool(ctx.attr("spatial", 1))
+    training = bool(ctx.attr("training_mode", 0)) if ctx.version >= 14 else len(ctx.outputs) > 1
+    if spatial and not training:
         return F.batch_norm(
             x, ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale), ctx.tensor(bias), training=False, eps=eps
         )
-    # training_mode=1: normalize with the batch statistics (biased variance); the optional outputs are
-    # the updated running statistics, input * momentum + batch * (1 - momentum), as the spec writes.
-    axes = (0, *range(2, x.ndim))
-    view = (x.shape[1],) + (1,) * (x.ndim - 2)
+    # Statistics over the batch (and, spatially, the spatial axes); the biased batch variance.
+    axes = (0, *range(2, x.ndim)) if spatial else (0,)
+    view = (x.shape[1],) + (1,) * (x.ndim - 2) if spatial else x.shape[1:]
+    params = [ctx.tensor(v).reshape(*view) for v in (scale, bias, mean, var)]
+    if not training:
+        w, b, m, v = params
+        return (x - m) * (v + eps).rsqrt() * w + b
     batch_mean = x.mean(axes, keepdim=True)
     xc = x - batch_mean
     batch_var = (xc * xc).mean(axes, keepdim=True)
-    y = xc * (batch_var + eps).rsqrt() * ctx.tensor(scale).reshape(*view) + ctx.tensor(bias).reshape(*view)
+    inv_std = (batch_var + eps).rsqrt()
+    y = xc * inv_std * params[0] + params[1]
+    # The running statistics: input * momentum + batch * (1 - momentum), as the spec writes.
     momentum = float(ctx.attr("momentum", 0.9))
-    running_mean = ctx.tensor(mean) * momentum + batch_mean.reshape(x.shape[1]) * (1.0 - momentum)
-    running_var = ctx.tensor(var) * momentum + batch_var.reshape(x.shape[1]) * (1.0 - momentum)
-    return y, running_mean, running_var
+    stat_shape = ctx.tensor(mean).shape
+    running_mean = ctx.tensor(mean) * momentum + batch_mean.reshape(*stat_shape) * (1.0 - momentum)
+    running_var = ctx.tensor(var) * momentum + batch_var.reshape(*stat_shape) * (1.0 - momentum)
+    if ctx.version >= 14:
+        return y, running_mean, running_var
+    return y, running_mean, running_var, batch_mean.reshape(*stat_shape), inv_std.reshape(*stat_shape)
 
 
 @register("InstanceNormalization", since=(6, 22))
@@ -107,7 +123,7 @@ def lp_normalization(ctx, a):
     return where(norm == 0, 0.0, x / norm)
 
 
-@register("MeanVarianceNormalization", since=(13,))
+@register("MeanVarianceNormalization", since=(9, 13))
 def mean_variance_normalization(ctx, a):
     x = ctx.tensor(a)
     axes = tuple(sorted({ctx.axis(int(v), x.ndim, "axes entry") for v in ctx.attr("axes", [0, 2, 3])}))

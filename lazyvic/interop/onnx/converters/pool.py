@@ -4,6 +4,11 @@ MaxPool and AveragePool take any number of spatial axes, pads, auto_pad, ceil_mo
 The common 1-D/2-D case (symmetric padding of at most half the kernel, no dilation, no ceil_mode,
 no Indices) is functional.max_pool2d / avg_pool2d; every other case pads explicitly (-inf for
 max, 0 for average) and reduces the strided window views.
+
+Older versions lack attributes that later ones add, whose defaults they mean: MaxPool-1 has no
+Indices output, storage_order, ceil_mode or dilations (Indices and storage_order from 8, ceil_mode
+and dilations from 10), AveragePool-7 no ceil_mode (10), LpPool-2 neither ceil_mode nor dilations
+(18); MaxPool-11/-12 and AveragePool-11 only reworded the padding text.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ def _max_pool_indices(x: Tensor, views: list, pairs, kernel, strides, dilations,
     return const_tensor(np.stack(table), device=which.device).gather(0, which).reshape(*which.shape[1:])
 
 
-@register("MaxPool", since=(12, 22))
+@register("MaxPool", since=(1, 8, 10, 11, 12, 22))
 def max_pool(ctx, a):
     x = ctx.tensor(a)
     kernel, strides, dilations, pairs, extra = _geometry(ctx, x)
@@ -114,7 +119,7 @@ def max_pool(ctx, a):
     return y, _max_pool_indices(x, views, full_pairs, kernel, strides, dilations, bool(ctx.attr("storage_order", 0)))
 
 
-@register("AveragePool", since=(11, 19, 22))
+@register("AveragePool", since=(7, 10, 11, 19, 22))
 def average_pool(ctx, a):
     x = ctx.tensor(a)
     kernel, strides, dilations, pairs, extra = _geometry(ctx, x)
@@ -138,7 +143,7 @@ def average_pool(ctx, a):
     return total * (1.0 / np.maximum(count, 1)).astype(x.dtype.np)
 
 
-@register("LpPool", since=(11, 18, 22))
+@register("LpPool", since=(2, 11, 18, 22))
 def lp_pool(ctx, a):
     """(sum over the window of |x|^p)^(1/p), zero padding (ceil_mode and dilations from LpPool-18)."""
     x = ctx.tensor(a)

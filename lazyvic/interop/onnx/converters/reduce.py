@@ -2,7 +2,8 @@
 ReduceLogSum ReduceLogSumExp ArgMax ArgMin CumSum.
 
 The reduced axes are an input from ReduceSum-13 and from version 18 of the others (before, an
-attribute); ``noop_with_empty_axes`` with no axes reduces nothing (the elementwise part, x*x or
+attribute: versions 1, 11 (negative axes) and 12 (ReduceMax/Min of 8-bit integers) read it so);
+``noop_with_empty_axes`` with no axes reduces nothing (the elementwise part, x*x or
 |x|, still applies, as in the onnx reference implementation). lazyvic cannot reduce an empty
 axis: such a reduction is its identity, computed with NumPy.
 """
@@ -79,7 +80,7 @@ _fold_log_sum_exp = _numpy_fold(
 )
 
 
-@register("ReduceSum", since=(13,), fold=_fold_sum)
+@register("ReduceSum", since=(1, 11, 13), fold=_fold_sum)
 def reduce_sum(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     axes = _axes(ctx, x.ndim, axes_value, input_since=13)
@@ -90,7 +91,7 @@ def reduce_sum(ctx, a, axes_value=None):
     return x.sum(axes, keepdim=_keep(ctx), dtype=x.dtype)
 
 
-@register("ReduceMean", since=(13, 18), fold=_fold_mean)
+@register("ReduceMean", since=(1, 11, 13, 18), fold=_fold_mean)
 def reduce_mean(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     axes = _axes(ctx, x.ndim, axes_value, input_since=18)
@@ -103,7 +104,7 @@ def reduce_mean(ctx, a, axes_value=None):
     return x.mean(axes, keepdim=_keep(ctx))
 
 
-@register("ReduceMax", since=(13, 18, 20), fold=_fold_max)
+@register("ReduceMax", since=(1, 11, 12, 13, 18, 20), fold=_fold_max)
 def reduce_max(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     axes = _axes(ctx, x.ndim, axes_value, input_since=18)
@@ -116,7 +117,7 @@ def reduce_max(ctx, a, axes_value=None):
     return x.amax(axes, keepdim=_keep(ctx))
 
 
-@register("ReduceMin", since=(13, 18, 20), fold=_fold_min)
+@register("ReduceMin", since=(1, 11, 12, 13, 18, 20), fold=_fold_min)
 def reduce_min(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     axes = _axes(ctx, x.ndim, axes_value, input_since=18) or ()
@@ -141,13 +142,13 @@ def _sum_of(ctx, x, term, axes_value, fold, finish=None):
     return out.to(x.dtype)
 
 
-@register("ReduceSumSquare", since=(13, 18), fold=_fold_sum_square)
+@register("ReduceSumSquare", since=(1, 11, 13, 18), fold=_fold_sum_square)
 def reduce_sum_square(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     return _sum_of(ctx, x, x * x, axes_value, _fold_sum_square)
 
 
-@register("ReduceL1", since=(13, 18), fold=_fold_l1)
+@register("ReduceL1", since=(1, 11, 13, 18), fold=_fold_l1)
 def reduce_l1(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     return _sum_of(ctx, x, x.abs(), axes_value, _fold_l1)
@@ -157,20 +158,20 @@ def _as_float(x):
     return x if x.dtype.is_floating_point else x.to(dt.float64)
 
 
-@register("ReduceL2", since=(13, 18), fold=_fold_l2)
+@register("ReduceL2", since=(1, 11, 13, 18), fold=_fold_l2)
 def reduce_l2(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     xf = _as_float(x)
     return _sum_of(ctx, x, xf * xf, axes_value, _fold_l2, finish=lambda s: s.sqrt())
 
 
-@register("ReduceLogSum", since=(13, 18), fold=_fold_log_sum)
+@register("ReduceLogSum", since=(1, 11, 13, 18), fold=_fold_log_sum)
 def reduce_log_sum(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     return _sum_of(ctx, x, _as_float(x), axes_value, _fold_log_sum, finish=lambda s: s.log())
 
 
-@register("ReduceLogSumExp", since=(13, 18), fold=_fold_log_sum_exp)
+@register("ReduceLogSumExp", since=(1, 11, 13, 18), fold=_fold_log_sum_exp)
 def reduce_log_sum_exp(ctx, a, axes_value=None):
     x = ctx.tensor(a)
     axes = _axes(ctx, x.ndim, axes_value, input_since=18) or ()
@@ -184,7 +185,7 @@ def reduce_log_sum_exp(ctx, a, axes_value=None):
 
 
 # ------------------------------------------------------------------ arg reductions, CumSum
-@register("ArgMax", since=(13,))
+@register("ArgMax", since=(1, 11, 12, 13))
 def arg_max(ctx, a):
     x = ctx.tensor(a)
     axis = ctx.axis(int(ctx.attr("axis", 0)), x.ndim)
@@ -198,7 +199,7 @@ def arg_max(ctx, a):
     return x.argmax(axis, keepdim=keep)
 
 
-@register("ArgMin", since=(13,))
+@register("ArgMin", since=(1, 11, 12, 13))
 def arg_min(ctx, a):
     x = ctx.tensor(a)
     x = x.to(dt.int32) if x.dtype is dt.bool_ else x

@@ -1,5 +1,11 @@
 """Resize (nearest, linear, cubic; every coordinate_transformation_mode, antialias,
-exclude_outside, axes and keep_aspect_ratio_policy from Resize-18).
+exclude_outside, axes and keep_aspect_ratio_policy from Resize-18) and Upsample.
+
+Resize-10 (inputs X and scales) and Upsample-7 (scales attribute) / -9 (scales input) have only
+the nearest and linear modes, with what Resize-11 calls the ``asymmetric`` coordinate
+transformation (source x = output x / scale) and, for nearest, onnxruntime's "simple" rounding
+(its Upsample kernel serves all three; the spec leaves it open): down when enlarging, up when
+shrinking (Resize-10 only: Upsample's scales are at least 1); output sizes are floor(size * scale). Resize-11 is Resize-13 with roi and scales required (either may be empty).
 
 Separable: each resized axis is a constant (m, n) interpolation matrix built with NumPy from the
 spec's coordinate and kernel formulas, applied as an index_select (nearest) or a matmul.
@@ -20,25 +26,43 @@ _RESIZE_COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asy
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
+def _modes(ctx, legacy: bool) -> tuple:
+    """(coordinate_transformation_mode, nearest_mode): the attributes, or for Upsample and
+    Resize-10 (``legacy``), which have neither, asymmetric coordinates and onnxruntime's "simple"
+    rounding (floor when enlarging, ceil when shrinking)."""
+    if legacy:
+        return "asymmetric", "simple"
+    return ctx.attr("coordinate_transformation_mode", "half_pixel"), ctx.attr("nearest_mode", "round_prefer_floor")
+
+
+def _upsample_check(ctx):
+    return _modes_check(ctx, legacy=True)
+
+
 def _resize_check(ctx):
+    return _modes_check(ctx, legacy=ctx.version < 11)
+
+
+def _modes_check(ctx, legacy: bool):
     mode = ctx.attr("mode", "nearest")
-    coords = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if legacy and mode not in ("nearest", "linear"):
+        return f"{ctx.op}-{ctx.version} with mode={mode!r} (nearest and linear only)"
+    coords, nearest = _modes(ctx, legacy)
     known = _RESIZE_COORDINATES + (("half_pixel_symmetric",) if ctx.version >= 19 else ())
     if mode not in ("nearest", "linear", "cubic"):
         return f"Resize with mode={mode!r}"
     if coords not in known:
         return f"Resize with coordinate_transformation_mode={coords!r}"
-    if ctx.attr("nearest_mode", "round_prefer_floor") not in _NEAREST_MODES:
+    if nearest not in _NEAREST_MODES and not legacy:
         return f"Resize with nearest_mode={ctx.attr('nearest_mode')!r}"
     if mode == "nearest" and ctx.attr("antialias", 0):
         return "Resize with mode='nearest' and antialias=1"
     return None
 
 
-def _resize_source_coords(ctx, m: int, n: int, scale: float, roi) -> tuple:
+def _resize_source_coords(mode: str, m: int, n: int, scale: float, roi) -> tuple:
     """Source coordinate of each of the m output positions along an axis of n inputs (the spec's
     coordinate_transformation_mode formulas), and the tf_crop_and_resize extrapolation mask."""
-    mode = ctx.attr("coordinate_transformation_mode", "half_pixel")
     y = np.arange(m, dtype=np.float64)
     width = scale * n  # the output width before rounding
     outside = None
@@ -60,19 +84,20 @@ def _resize_source_coords(ctx, m: int, n: int, scale: float, roi) -> tuple:
     return x, outside
 
 
-def _resize_taps(ctx, ratio: np.ndarray, scale: float) -> tuple:
+def _resize_taps(ctx, ratio: np.ndarray, scale: float, rule: str) -> tuple:
     """(first tap offset from x0, coefficients (m, taps)) of the interpolation kernel, for source
     coordinates x = x0 + ratio with ratio in (0, 1] (an integer x is x0 + 1)."""
     mode = ctx.attr("mode", "nearest")
     if mode == "nearest":
-        rule = ctx.attr("nearest_mode", "round_prefer_floor")
+        if rule == "simple":
+            rule = "ceil" if scale < 1.0 else "floor"
         if rule == "round_prefer_floor":
             right = ratio > 0.5
         elif rule == "round_prefer_ceil":
             right = ratio >= 0.5
         else:
             right = np.full(ratio.shape, rule == "ceil")
-        right = right | (ratio == 1.0)
+        right = right | (ratio == 1.0)  # an integer source coordinate is x0 + 1
         return 0, np.stack([~right, right], 1).astype(np.float64)
     antialias = ctx.attr("antialias", 0) and scale < 1.0
     s = min(scale, 1.0) if antialias else 1.0
@@ -95,11 +120,11 @@ def _resize_taps(ctx, ratio: np.ndarray, scale: float) -> tuple:
     return first, coeffs
 
 
-def _resize_matrix(ctx, m: int, n: int, scale: float, roi) -> tuple:
+def _resize_matrix(ctx, m: int, n: int, scale: float, roi, modes: tuple) -> tuple:
     """The (m, n) interpolation matrix of one axis and its extrapolation mask (or None)."""
-    x, outside = _resize_source_coords(ctx, m, n, scale, roi)
+    x, outside = _resize_source_coords(modes[0], m, n, scale, roi)
     x0 = np.ceil(x).astype(np.int64) - 1
-    first, coeffs = _resize_taps(ctx, x - x0, scale)
+    first, coeffs = _resize_taps(ctx, x - x0, scale, modes[1])
     index = x0[:, None] + first + np.arange(coeffs.shape[1])[None, :]
     if ctx.attr("exclude_outside", 0):
         coeffs = np.where((index < 0) | (index >= n), 0.0, coeffs)
@@ -152,11 +177,28 @@ def _resize_plan(ctx, shape, roi, scales, sizes) -> tuple:
     return axes, out, factors, bounds
 
 
-@register("Resize", since=(13, 18, 19), check=_resize_check)
+@register("Resize", since=(10, 11, 13, 18, 19), check=_resize_check)
 def resize(ctx, a, roi=None, scales=None, sizes=None):
     """Separable: each resized axis is a constant (m, n) interpolation matrix built from the spec's
     coordinate and kernel formulas — an index_select for nearest, a matmul for linear and cubic."""
+    if ctx.version < 11:  # Resize-10: (X, scales)
+        roi, scales = None, roi
+    return _resize(ctx, ctx.tensor(a), roi, scales, sizes, _modes(ctx, ctx.version < 11))
+
+
+@register("Upsample", since=(7, 9), check=_upsample_check)
+def upsample(ctx, a, scales=None):
+    """Upsample-7: the scales attribute (floats); Upsample-9: the scales input."""
     x = ctx.tensor(a)
+    scales = np.asarray(ctx.attr("scales", []), dtype=np.float32) if ctx.version < 9 else scales
+    if scales is None or ctx.const(scales, "scales").size != x.ndim:
+        raise ctx.error(f"scales must have one value per input axis ({x.ndim})")
+    if (ctx.const(scales, "scales") < 1).any():
+        raise ctx.error(f"scales must be at least 1 (got {ctx.const(scales, 'scales').tolist()}; Resize shrinks)")
+    return _resize(ctx, x, None, scales, None, _modes(ctx, legacy=True))
+
+
+def _resize(ctx, x, roi, scales, sizes, modes: tuple):
     axes, out, factors, bounds = _resize_plan(ctx, x.shape, roi, scales, sizes)
     y = x
     extrapolation = float(ctx.attr("extrapolation_value", 0.0))
@@ -167,7 +209,7 @@ def resize(ctx, a, roi=None, scales=None, sizes=None):
         if m == 0 or n == 0:
             raise ctx.error(f"cannot resize axis {axis} from {n} to {m} elements")
         ctx.reserve((2, m, n), np.float64, f"the interpolation matrix of axis {axis}")  # m from the model's scales
-        weights, outside = _resize_matrix(ctx, m, n, factors[axis], bounds[axis])
+        weights, outside = _resize_matrix(ctx, m, n, factors[axis], bounds[axis], modes)
         if ctx.attr("mode", "nearest") == "nearest":
             y = y.index_select(axis, const_tensor(weights.argmax(1).astype(np.int64)))
         else:

@@ -24,14 +24,14 @@ def _shape(ctx, v):
     return np.array(shape[slice(start, None if end is None else int(end))], dtype=np.int64)
 
 
-register("Shape", since=(13, 15, 19, 21, 23, 24, 25), fold=_shape, constant=True)(_shape)
+register("Shape", since=(1, 13, 15, 19, 21, 23, 24, 25), fold=_shape, constant=True)(_shape)
 
 
 def _size(ctx, v):
     return np.array(math.prod(shape_of(v)), dtype=np.int64)
 
 
-register("Size", since=(13, 19, 21, 23, 24, 25), fold=_size, constant=True)(_size)
+register("Size", since=(1, 13, 19, 21, 23, 24, 25), fold=_size, constant=True)(_size)
 
 
 def _tensor_attr_array(ctx, tensor_proto) -> np.ndarray:
@@ -68,7 +68,9 @@ def _constant(ctx):
     raise ctx.error("Constant has no value attribute")
 
 
-register("Constant", since=(13, 19, 21, 23, 24, 25), fold=_constant, check=_constant_check, constant=True)(_constant)
+register(
+    "Constant", since=(1, 9, 11, 12, 13, 19, 21, 23, 24, 25), fold=_constant, check=_constant_check, constant=True
+)(_constant)
 
 
 def _constant_of_shape_check(ctx):

@@ -49,10 +49,13 @@ from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpErr
 from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
 from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
 from lazyvic.runtime import device as _dev
+from lazyvic.runtime.config import config as _config
 from lazyvic.selection import check_index_bounds  # noqa: F401 (re-exported for lazyvic.functional)
 from lazyvic.shapes import broadcast_shapes, norm_axis, shape_arg
-from lazyvic.sync import live, sync, track
+from lazyvic.sync import live, sync
 from lazyvic.trace.node import Node, parameter_nodes
+
+_weakref_ref = weakref.ref
 
 
 def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
@@ -189,7 +192,12 @@ class Tensor:
         t._ctx = None
         t._users = None
         if node.op != "buffer" and node.op != "scalar":
-            track(t)
+            # lazyvic.sync.track(t), inlined: the most frequent call of recording (one
+            # thread-local read: the registry is per thread)
+            refs = live.refs
+            refs.append(_weakref_ref(t))
+            if len(refs) > _config.max_pending:
+                sync()
         return t
 
     @staticmethod

@@ -2,10 +2,14 @@
 
 ``snapshot()`` returns a dict; ``reset()`` zeroes every counter; ``report()``
 returns (and prints) a readable table. ``recorder`` is the hook of ``lazyvic.explain``.
+
+Thread-safe: the counters are process-wide (every thread's runs count) and :func:`add` updates
+them under a lock, so no increment is lost.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 _COUNTERS = (
@@ -51,14 +55,25 @@ def register_plan_cache(cache: dict) -> None:
     _plan_cache = cache
 
 
+_lock = threading.Lock()
+
+
 def add(name: str, value=1) -> None:
-    counters[name] += value
+    with _lock:
+        counters[name] += value
+
+
+def add_fallback(op: str, value: int = 1) -> None:
+    """Count ``value`` runs of ``op`` on its NumPy reference (``snapshot()["fallback_ops"]``)."""
+    with _lock:
+        fallback_ops[op] += value
 
 
 def snapshot() -> dict:
     """A copy of every counter, plus ``fallback_ops`` (op name -> count) and the cache size."""
-    snap = dict(counters)
-    snap["fallback_ops"] = dict(fallback_ops)
+    with _lock:
+        snap = dict(counters)
+        snap["fallback_ops"] = dict(fallback_ops)
     snap["plans_cached"] = len(_plan_cache)
     snap["compile_seconds"] = round(snap["compile_seconds"], 6)
     peaks = [p["memory"]["peak"] for p in plans() if p["memory"]]
@@ -84,7 +99,7 @@ def plans() -> list[dict]:
     (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
     """
     out = []
-    for entry in _plan_cache.values():
+    for entry in list(_plan_cache.values()):  # a copy: another thread may add a plan meanwhile
         plan = entry.plan
         out.append(
             {
@@ -103,9 +118,10 @@ def plans() -> list[dict]:
 
 def reset() -> None:
     """Zero every counter (cached plans and kernels stay cached)."""
-    for k in counters:
-        counters[k] = 0
-    fallback_ops.clear()
+    with _lock:
+        for k in counters:
+            counters[k] = 0
+        fallback_ops.clear()
 
 
 _SECTIONS = (

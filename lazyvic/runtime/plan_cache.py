@@ -9,6 +9,10 @@ fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)
 and run through ``executor.execute`` (``plan.run``), the same way for the CPU and CUDA; only
 the interpreter needs to know the device (CUDA traces get host copies in, device copies out).
+
+Threads: the cache is shared by every thread. One plan is compiled at a time
+(:data:`compile_lock`): a thread that needs a key another thread is compiling waits for that
+plan and runs it. A compile interrupted (Ctrl-C) is retried the next time its key runs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import sys
+import threading
 import time
 import warnings
 
@@ -53,6 +58,7 @@ class PlanCache(dict):
 
 plan_cache = PlanCache()
 metrics.register_plan_cache(plan_cache)
+compile_lock = threading.Lock()  # one compile at a time: a key is never compiled twice at once
 
 
 def plan_name(key) -> str:
@@ -238,7 +244,7 @@ def run(trace, inputs: list, scalars: list) -> list:
     if entry is None:
         if event is not None:
             event["miss_reason"] = miss_reason(trace)
-        entry = plan_cache[key] = PlanEntry(key, len(trace.entries), trace)
+        entry = plan_cache.setdefault(key, PlanEntry(key, len(trace.entries), trace))  # one entry per key
         metrics.add("cache_misses")
         if config.debug >= 1:
             # The reason costs a comparison with up to 8 cached traces: skipped on huge ones.
@@ -258,22 +264,50 @@ def run(trace, inputs: list, scalars: list) -> list:
     return out
 
 
+def _compile_entry(entry: PlanEntry, trace) -> None:
+    """Compile ``entry``'s plan; a failure leaves it to the interpreter (reported), an interrupt
+    (KeyboardInterrupt, SystemExit) leaves it uncompiled, to be tried again at its next run."""
+    modules = set(sys.modules)
+    try:
+        entry.plan = _compile(trace)
+    except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
+        entry.failed = f"{type(e).__name__}: {e}"
+        warnings.warn(
+            f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
+            f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
+            RuntimeWarning,
+            stacklevel=6,
+        )
+    except BaseException:
+        _drop_orphan_modules(set(sys.modules) - modules)
+        raise
+
+
+def _drop_orphan_modules(names: set) -> None:
+    """Forget the modules among ``names`` whose package is no longer imported.
+
+    An import interrupted by Ctrl-C (the first compile imports Numba, ~1 s) drops the package
+    whose code was running from ``sys.modules`` but keeps the submodules it had imported; the
+    package imported again then lacks them as attributes (``module 'numba' has no attribute
+    'core'``) and every later compile fails. Without the orphans, the next import starts clean."""
+    for name in names:
+        parent = name.rpartition(".")[0]
+        while parent:
+            if parent not in sys.modules:
+                sys.modules.pop(name, None)
+                break
+            parent = parent.rpartition(".")[0]
+
+
 def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
     mode = config.compile
     if mode == "hot" and config.deterministic:
         mode = "always"  # no interpreted first run: its last bits can differ from the compiled plan's
     if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
         t0 = time.perf_counter()
-        try:
-            entry.plan = _compile(trace)
-        except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
-            entry.failed = f"{type(e).__name__}: {e}"
-            warnings.warn(
-                f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
-                f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        with compile_lock:
+            if entry.plan is None and entry.failed is None:  # else another thread compiled it meanwhile
+                _compile_entry(entry, trace)
         if event is not None:
             event["compiled"] = True
             event["compile_seconds"] = time.perf_counter() - t0

@@ -3,15 +3,19 @@
 A run binds the input arrays, takes the output arrays from the allocator the runtime handed
 the backend (``lazyvic.runtime.buffers.take``: a pool of large outputs), runs the steps and
 hands back the outputs. The environment is a list indexed by entry position, holding each
-buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays). The
-plan's pooled temporaries are allocated and viewed once, on its first run; a plan's buffers
-belong to one run at a time.
+buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays).
+
+Threads: a plan's buffers belong to one run at a time. Each run takes a set of pooled
+temporaries (a :class:`RunState`: the pool and the environment viewing it, allocated once) from
+the plan's free list and puts it back after, so the same plan runs in several threads at once,
+each on storage of its own (``concurrent_runs``); outputs are new arrays at every run.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,6 +36,8 @@ SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 # busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
 SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
+# Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
+MAX_FREE_RUN_STATES = 4
 
 
 def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
@@ -42,10 +48,17 @@ def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
 
 class _BLASThreads:
     """Sets the number of threads of the BLAS libraries loaded in this process (through
-    threadpoolctl, found once) for the duration of a plan run."""
+    threadpoolctl, found once) for the duration of a plan run.
+
+    The setting is process-wide: runs in several threads share it, counted, so the first run to
+    limit saves the setting and the last one to finish restores it (a plain save/restore per run
+    would leave BLAS limited when two runs overlap)."""
 
     def __init__(self):
         self.libs = None
+        self.lock = threading.Lock()
+        self.users = 0
+        self.saved: list = []
 
     def _find(self) -> list:
         try:
@@ -55,18 +68,32 @@ class _BLASThreads:
         except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
             return []
 
-    def limit(self, n: int) -> list:
-        if self.libs is None:
-            self.libs = self._find()
-        saved = []
-        for lib in self.libs:
-            saved.append(lib.num_threads)
-            lib.set_num_threads(n)
-        return saved
+    def limit(self, n: int) -> None:
+        with self.lock:
+            if self.libs is None:
+                self.libs = self._find()
+            if self.users == 0:
+                self.saved = [lib.num_threads for lib in self.libs]
+                for lib in self.libs:
+                    lib.set_num_threads(n)
+            self.users += 1
 
-    def restore(self, saved: list) -> None:
-        for lib, n in zip(self.libs, saved):
-            lib.set_num_threads(n)
+    def restore(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                for lib, k in zip(self.libs, self.saved):
+                    lib.set_num_threads(k)
+
+
+class RunState:
+    """The storage one run works in: the pooled temporaries (``pool``) and the environment
+    lists viewing them, shaped (``env``) and flat (``flat``); copied at each run."""
+
+    __slots__ = ("pool", "env", "flat")
+
+    def __init__(self, pool: list, env: list, flat: list):
+        self.pool, self.env, self.flat = pool, env, flat
 
 
 blas_threads = _BLASThreads()
@@ -89,12 +116,11 @@ class CpuPlan(Plan):
     blas_threads: int | None = None
     # (shape, NumPy dtype, aligned) -> a new output array; the runtime's buffer pool.
     allocate: Callable = field(default=allocate_output, repr=False)
-    pool: list = field(default=None, repr=False)  # run state: the temporaries' storage
-    env_template: list = field(default=None, repr=False)
-    flat_template: list = field(default=None, repr=False)
+    free_states: list = field(default_factory=list, repr=False)  # RunStates not in use by a run
     new_outputs: list = field(default=None, repr=False)  # (pos, shape, NumPy dtype, aligned) made per run
 
     device = "cpu"
+    concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
 
     def single_thread_blas(self) -> bool:
         """True when BLAS should run on one thread while this plan runs.
@@ -126,38 +152,48 @@ class CpuPlan(Plan):
     def run(self, inputs: list, scalars: list, debug: int = 0) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
         scalar slot (Python numbers). Returns per trace output a NumPy array the caller owns.
-        ``debug >= 4`` prints each step's time."""
-        if self.blas_threads is None:
-            return self._run(inputs, scalars, debug)
-        saved = blas_threads.limit(self.blas_threads)
+        ``debug >= 4`` prints each step's time. Thread-safe (see the module docstring)."""
+        if self.new_outputs is None:
+            # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
+            # (Two threads may both compute this at a first run: the same list.)
+            self.new_outputs = [
+                (pos, self.entries[pos].shape, dtype.np, optable.OPS[self.entries[pos].op].kind in BLAS_KINDS)
+                for kind, pos, dtype in self.outputs
+                if kind == "buffer" and pos not in self.memory.slot_of
+            ]
+        free = self.free_states
         try:
-            return self._run(inputs, scalars, debug)
+            state = free.pop()  # atomic: no two runs get the same state
+        except IndexError:
+            state = self._new_state()
+        try:
+            if self.blas_threads is None:
+                return self._run(state, inputs, scalars, debug)
+            blas_threads.limit(self.blas_threads)
+            try:
+                return self._run(state, inputs, scalars, debug)
+            finally:
+                blas_threads.restore()
         finally:
-            blas_threads.restore(saved)
+            if len(free) < MAX_FREE_RUN_STATES:
+                free.append(state)
 
-    def _prepare(self) -> None:
+    def _new_state(self) -> RunState:
+        """A set of temporaries for one run: the memory plan's slots, and views of them."""
         mem = self.memory
-        self.pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
+        pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
         n = len(self.entries)
         env, flat = [None] * n, [None] * n
         for pos, slot in mem.slot_of.items():
             shape, dtype = self.entries[pos].shape, self.entries[pos].dtype
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            env[pos] = self.pool[slot][:nbytes].view(dtype.np).reshape(shape)
+            env[pos] = pool[slot][:nbytes].view(dtype.np).reshape(shape)
             flat[pos] = env[pos].reshape(-1)
-        self.env_template, self.flat_template = env, flat
-        # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
-        self.new_outputs = [
-            (pos, self.entries[pos].shape, dtype.np, optable.OPS[self.entries[pos].op].kind in BLAS_KINDS)
-            for kind, pos, dtype in self.outputs
-            if kind == "buffer" and pos not in mem.slot_of
-        ]
+        return RunState(pool, env, flat)
 
-    def _run(self, inputs: list, scalars: list, debug: int) -> list:
-        if self.pool is None:
-            self._prepare()
-        env = self.env_template[:]
-        flat = self.flat_template[:]
+    def _run(self, state: RunState, inputs: list, scalars: list, debug: int) -> list:
+        env = state.env[:]
+        flat = state.flat[:]
         for pos, slot in self.input_pos:
             a = inputs[slot]
             env[pos] = a

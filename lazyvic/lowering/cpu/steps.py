@@ -19,6 +19,9 @@ import numpy as np
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
 
+# Scratch sets a conv step keeps between runs: as many as threads ran it at once, up to this.
+MAX_FREE_SCRATCH = 4
+
 __all__ = [
     "ConvStep",
     "IndexCheckStep",
@@ -84,9 +87,11 @@ class ConvStep:
     kernels, lowering/cpu/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
     NumPy reference, in the same chunks of images, so both round alike).
 
-    The scratch buffers (columns, product, padded input) belong to the step, made on its
-    first run and kept with the plan: plans run one at a time. They are outside the memory
-    plan's accounting (the columns are C*T times the output's spatial size per image)."""
+    The scratch buffers (columns, product, padded input) belong to one run at a time: each call
+    takes a set from the step's free list (made at a first run, or when every set is in use by
+    a run in another thread) and puts it back after, so a plan runs in several threads at once.
+    They are outside the memory plan's accounting (the columns are C*T times the output's
+    spatial size per image)."""
 
     name: str
     out: int
@@ -100,7 +105,7 @@ class ConvStep:
     tap_weights: object  # ops.conv.tap_weights
     images_per_chunk: object  # ops.conv.images_per_chunk
     k: int = 0  # inner dimension of the product (for the plan's BLAS policy)
-    scratch: list = field(default=None, repr=False)
+    scratch: list = field(default_factory=list, repr=False)  # free scratch sets (see above)
 
     def writes(self):
         return (self.out,)
@@ -112,11 +117,20 @@ class ConvStep:
         x = np.ascontiguousarray(view(env, scalars, self.x))
         w = view(env, scalars, self.w)
         out = env[self.out]
+        try:
+            scratch = self.scratch.pop()  # atomic: no two runs get the same set
+        except IndexError:
+            scratch = self._scratch(x.shape, w.shape, out)
+        try:
+            self._conv(x, w, out, scratch)
+        finally:
+            if len(self.scratch) < MAX_FREE_SCRATCH:
+                self.scratch.append(scratch)
+
+    def _conv(self, x, w, out, scratch) -> None:
         n, o, oh, ow = out.shape
         at = self.attrs
-        if self.scratch is None:
-            self.scratch = self._scratch(x.shape, w.shape, out)
-        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = self.scratch
+        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
         if padded is not None:
             self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
             x = padded

@@ -534,6 +534,7 @@ class Tensor:
             d = node.dtype
             if d.category != 2:
                 d = dt.scalar_dtype_for(d, other)
+                check_int_range(opname, other, d)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
                 return Tensor._from_node(
@@ -1025,8 +1026,13 @@ def _to_array(data, dtype) -> tuple:
     else:
         try:
             arr = np.array(data)
+        except OverflowError as e:  # a Python int beyond 64 bits next to others
+            raise DTypeError(f"tensor: {e}: a value does not fit int64 (lazyvic has no uint64)") from None
         except Exception as e:  # ragged lists etc.
             raise ShapeError(f"tensor: cannot build a tensor from {type(data).__name__}: {e}") from None
+        if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
+            big = next(v for v in arr.flat if not -(2**63) <= v < 2**63)
+            raise DTypeError(f"tensor: value {big} does not fit int64 (lazyvic has no uint64)")
         if dtype is None and arr.dtype == np.float64:
             arr = arr.astype(np.float32)  # Python floats -> default float dtype
     if arr.dtype.kind in "OUSVcM" or arr.dtype == np.float16:
@@ -1041,8 +1047,37 @@ def _to_array(data, dtype) -> tuple:
             d = dt.float32
         else:
             raise DTypeError(f"tensor: unsupported dtype {arr.dtype}")
+    if d.category == 1 and arr.size and arr.dtype.kind in "uif" and arr.dtype != d.np:
+        _check_array_range(arr, d)
     arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
+
+
+def _check_array_range(arr: np.ndarray, d: dt.DType) -> None:
+    """Raise DTypeError for a value of ``arr`` that integer dtype ``d`` cannot hold (NumPy's
+    cast would wrap it: uint64 ``2**64 - 1`` to -1, ``inf`` to an arbitrary integer)."""
+    info = np.iinfo(d.np)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr < info.min) | (arr >= -float(info.min))
+    elif arr.dtype.kind == "u":
+        bad = arr > info.max
+    else:
+        bad = (arr < info.min) | (arr > info.max)
+    if bad.any():
+        value = arr[bad].ravel()[0]
+        raise DTypeError(
+            f"tensor: value {value.item()!r} ({arr.dtype}) does not fit {d.name} [{info.min}, {info.max}]"
+            + (" (lazyvic has no uint64)" if arr.dtype == np.uint64 else "")
+        )
+
+
+def check_int_range(opname: str, value, d: dt.DType) -> None:
+    """Raise DTypeError when Python int ``value`` does not fit integer dtype ``d`` (a float or
+    bool dtype takes any number)."""
+    if d.category == 1 and isinstance(value, int) and not isinstance(value, bool):
+        info = np.iinfo(d.np)
+        if not info.min <= value <= info.max:
+            raise DTypeError(f"{opname}: value {value} does not fit {d.name} [{info.min}, {info.max}]")
 
 
 def to_operand(x, dtype: dt.DType) -> Tensor:
@@ -1066,6 +1101,7 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
         b = b.item()
     if isinstance(b, (bool, int, float)):
         d = dt.scalar_dtype_for(a.dtype, b)
+        check_int_range(opname, b, d)
         a = a if a.dtype is d else a.to(d)
         return a, Tensor._from_node(Node.scalar(b, d))
     if isinstance(b, (list, tuple, np.ndarray)):

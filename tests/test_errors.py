@@ -329,6 +329,45 @@ def test_computed_class_indices_in_range_give_the_realized_targets_result(mode):
     np.testing.assert_array_equal(hot, np.eye(3, dtype=np.float32)[[2, 0, 1]])
 
 
+# ================================================================ arguments
+def _deep_list(depth: int):
+    x = 1.0
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize(
+    "make, fragments",
+    [
+        (lambda: F.conv2d(_lazy(1, 3, 5, 5), lv.ones(4, 3, 3, 3), stride=0), ("conv2d", "stride", "(0, 0)")),
+        (lambda: F.conv2d(_lazy(1, 3, 5, 5), lv.ones(4, 3, 3, 3), dilation=0), ("conv2d", "dilation")),
+        (lambda: F.conv1d(_lazy(1, 3, 5), lv.ones(4, 3, 3), stride=0), ("conv1d", "stride")),
+        (lambda: F.max_pool2d(_lazy(1, 3, 5, 5), 2, stride=0), ("max_pool2d", "stride")),
+        (lambda: F.avg_pool2d(_lazy(1, 3, 5, 5), 0), ("avg_pool2d", "kernel_size")),
+        (lambda: _lazy(4).chunk(0), ("chunk", "got 0")),
+        (lambda: _lazy(4).split(0), ("split", "got 0")),
+        (lambda: F.pad(_lazy(1, 3, 5), (1, 1), mode="bogus"), ("pad", "mode", "'bogus'")),
+        (lambda: _lazy(4)[::0], ("slice step", "got 0")),
+        (lambda: lv.arange(0, 4, 0), ("arange", "step")),
+        (lambda: lv.zeros(-1), ("full", "(-1,)")),
+        (lambda: lv.linspace(0, 1, -1), ("linspace", "-1")),
+        (lambda: lv.randperm(-1), ("randperm", "-1")),
+    ],
+)
+def test_bad_arguments_raise_a_typed_error_naming_the_op(make, fragments):
+    """Before: ZeroDivisionError (conv2d stride 0, chunk(0)) or a plain ValueError. The error is
+    a ValueError (as lazyvic raised) and a RuntimeError (as PyTorch raises for most of these)."""
+    with raises_at_op(errors.ArgumentError, *fragments) as info:
+        make()
+    assert isinstance(info.value, ValueError) and isinstance(info.value, RuntimeError)
+
+
+def test_deep_nesting_is_a_shape_error_not_a_recursion_error():
+    with raises_at_op(errors.ShapeError, "tensor"):
+        lv.tensor(_deep_list(10_000))
+
+
 # ================================================================ dtypes
 @pytest.mark.parametrize(
     "make, fragment",

@@ -651,8 +651,13 @@ class Tensor:
         other = self._logical_operands(other, "|")
         return where(self, True, other)
 
+    def __xor__(self, other):
+        other = self._logical_operands(other, "^")
+        return self != other
+
     __rand__ = __and__
     __ror__ = __or__
+    __rxor__ = __xor__
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
     greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne

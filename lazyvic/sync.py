@@ -47,6 +47,7 @@ class LiveTensors(threading.local):
 
     def __init__(self):
         self.refs: list = []
+        self.traces = 0  # traces this thread's syncs have run (see traces_run)
 
     def add(self, t) -> None:
         self.refs.append(weakref.ref(t))
@@ -79,6 +80,12 @@ def track(t) -> None:
 def pending_count() -> int:
     """The tensors the calling thread made pending since its last sync (what the size limit counts)."""
     return len(live.refs)
+
+
+def traces_run() -> int:
+    """The traces the calling thread's syncs have run so far: whether a call synced, unaffected
+    by other threads (``metrics.snapshot()["traces"]`` counts every thread's)."""
+    return live.traces
 
 
 def sync(*tensors) -> None:
@@ -123,6 +130,7 @@ def _realize(roots: list) -> None:
                 continue
             trace, inputs, scalars, out_nodes = cut(group, trace_flags(device))
         arrays = run(trace, inputs, scalars)
+        live.traces += 1
         with graph_lock:
             for node, array in zip(out_nodes, arrays):
                 if not node.pending:

@@ -11,11 +11,14 @@ Threads: a plan's buffers belong to one run at a time. A plan that says ``concur
 once; any other plan (CUDA: its device slots and error buffer) runs under a lock of its own.
 Numba's parallel kernels run on its threading layer: ``omp`` (GNU OpenMP, found here) and
 ``tbb`` take launches from several threads at once; ``workqueue`` does not (Numba aborts
-the process), so under it CPU plans run one at a time (:func:`parallel_launches_are_threadsafe`).
+the process), so under it, and until the first parallel kernel has shown which layer runs, CPU
+plans with parallel kernels run one at a time (:func:`parallel_launches_are_threadsafe`); plans
+without them (serial kernels, BLAS) always run at once.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -25,7 +28,7 @@ _backends: dict = {}
 _backends_lock = threading.Lock()
 _locks_lock = threading.Lock()  # makes the per-plan run locks
 _serial = threading.Lock()  # CPU plans under a threading layer that is not threadsafe
-_layer: list = []  # [name of Numba's threading layer], found at the first CPU run
+_layer: list = []  # [name of Numba's threading layer], once a parallel kernel has started it
 
 THREADSAFE_LAYERS = ("omp", "tbb")
 
@@ -53,25 +56,24 @@ def _make_backend(device: str):
     return CpuBackend(allocate=take)
 
 
-def threading_layer() -> str:
-    """The threading layer Numba's parallel kernels run on in this process (``omp``, ``tbb``,
-    ``workqueue``; ``unknown`` when it cannot be started). Starting it once costs a few ms."""
+def threading_layer() -> str | None:
+    """The threading layer Numba's parallel kernels run on in this process (``omp``, ``tbb`` or
+    ``workqueue``), or None until the first parallel kernel has started it (lazyvic does not
+    start it early: a process that forks, a DataLoader's workers, stays fork-safe until then)."""
     if not _layer:
-        with _locks_lock:
-            if not _layer:
-                try:
-                    import numba
-                    from numba.np.ufunc.parallel import _launch_threads
-
-                    _launch_threads()  # the layer Numba picks by NUMBA_THREADING_LAYER's rule
-                    _layer.append(numba.threading_layer())
-                except Exception:  # noqa: BLE001 - no layer could start: the first kernel will say why
-                    _layer.append("unknown")
+        numba = sys.modules.get("numba")
+        if numba is None:
+            return None
+        try:
+            _layer.append(numba.threading_layer())
+        except ValueError:  # no parallel kernel has run yet
+            return None
     return _layer[0]
 
 
 def parallel_launches_are_threadsafe() -> bool:
-    """True when parallel kernels may be launched from two threads at once (``omp``, ``tbb``)."""
+    """True when parallel kernels may be launched from two threads at once (``omp``, ``tbb``);
+    False under ``workqueue``, and until the layer is known (the first parallel kernel)."""
     return threading_layer() in THREADSAFE_LAYERS
 
 
@@ -91,7 +93,7 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0) -> list:
     count the run in ``lazyvic.metrics`` (``compiled_runs``, ``execute_seconds``, fallbacks).
     Safe to call from several threads with the same plan (see the module docstring)."""
     t0 = time.perf_counter()
-    if getattr(plan, "concurrent_runs", False) and parallel_launches_are_threadsafe():
+    if getattr(plan, "concurrent_runs", False) and (not plan.parallel or parallel_launches_are_threadsafe()):
         out = plan.run(inputs, scalars, debug)
     else:
         with _run_lock(plan) if plan.device != "cpu" else _serial:

@@ -238,15 +238,24 @@ def test_a_key_compiled_by_several_threads_at_once_is_compiled_once(compiled):
 
 
 # ------------------------------------------------------------------------- thread pools
-def test_numba_threading_layer_takes_launches_from_several_threads():
+@pytest.fixture
+def parallel_kernels(monkeypatch):
+    """Parallel kernels from 2**15 elements (a size that compiles and runs fast)."""
+    from lazyvic.lowering.cpu import codegen
+
+    monkeypatch.setattr(codegen, "PARALLEL_MIN_ELEMENTS", 1 << 15)
+
+
+def test_numba_threading_layer_takes_launches_from_several_threads(compiled, parallel_kernels):
     """Numba's parallel kernels run on a threading layer that accepts concurrent launches here
-    (``omp`` or ``tbb``); under ``workqueue`` the executor runs CPU plans one at a time."""
+    (``omp`` or ``tbb``); under ``workqueue`` the executor runs parallel CPU plans one at a time."""
+    (lv.tensor(np.ones(1 << 16, np.float32)) * 2.0 + 1.0).numpy()  # a parallel kernel starts the layer
     assert threading_layer() in THREADSAFE_LAYERS + ("workqueue",)
 
 
-def test_parallel_kernels_and_blas_in_several_threads_do_not_deadlock(compiled):
+def test_parallel_kernels_and_blas_in_several_threads_do_not_deadlock(compiled, parallel_kernels):
     rng = np.random.default_rng(5)
-    big = rng.standard_normal(1 << 18).astype(np.float32)  # large enough for a parallel kernel
+    big = rng.standard_normal(1 << 16).astype(np.float32)
     a = rng.standard_normal((256, 256)).astype(np.float32)
 
     def job():
@@ -258,5 +267,18 @@ def test_parallel_kernels_and_blas_in_several_threads_do_not_deadlock(compiled):
             outs.append((y.item(), m.item()))
         return outs
 
+    from lazyvic.runtime.plan_cache import plan_cache
+
     got = _run_threads([job] * THREADS)
     assert all(g == got[0] for g in got)
+    assert any(e.plan is not None and e.plan.parallel for e in plan_cache.values())
+
+
+def test_traces_run_counts_the_calling_threads_syncs_only():
+    from lazyvic.sync import traces_run
+
+    before = traces_run()
+    _run_threads([lambda: (lv.tensor([1.0, 2.0]) * 3.0).numpy()] * 2)
+    assert traces_run() == before  # other threads' syncs are not this thread's
+    (lv.tensor([1.0]) + 1.0).numpy()
+    assert traces_run() == before + 1

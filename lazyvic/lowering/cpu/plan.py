@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -148,6 +149,12 @@ class CpuPlan(Plan):
     @property
     def kernels(self) -> list:
         return [s for s in self.steps if isinstance(s, KernelStep)]
+
+    @cached_property
+    def parallel(self) -> bool:
+        """Whether a kernel of the plan runs on Numba's thread pool (its threading layer decides
+        whether two such plans may run at once: ``lazyvic.runtime.executor``)."""
+        return any(isinstance(s, KernelStep) and s.parallel for s in self.steps)
 
     def run(self, inputs: list, scalars: list, debug: int = 0) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per

@@ -125,15 +125,15 @@ def _realize(roots: list) -> None:
         groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in ("cuda", "cpu")]
     for device, group in groups:
         with graph_lock:
-            group = [n for n in group if n.pending]  # another thread may have realized some
-            if not group:
-                continue
+            # (The cut skips roots another thread has realized meanwhile.)
             trace, inputs, scalars, out_nodes = cut(group, trace_flags(device))
+        if not out_nodes:
+            continue
         arrays = run(trace, inputs, scalars)
         live.traces += 1
         with graph_lock:
             for node, array in zip(out_nodes, arrays):
-                if not node.pending:
+                if node.op == "buffer":
                     continue  # realized by another thread's sync meanwhile: the first write wins
                 node.realize(array)
                 node.device = device

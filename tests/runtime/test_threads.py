@@ -282,3 +282,17 @@ def test_traces_run_counts_the_calling_threads_syncs_only():
     assert traces_run() == before  # other threads' syncs are not this thread's
     (lv.tensor([1.0]) + 1.0).numpy()
     assert traces_run() == before + 1
+
+
+def test_metrics_count_every_threads_increments():
+    from lazyvic.runtime import metrics
+
+    before = metrics.counters["capture_fallbacks"]
+
+    def count():
+        for _ in range(20_000):
+            metrics.add("capture_fallbacks")
+
+    _run_threads([count] * THREADS)
+    assert metrics.counters["capture_fallbacks"] - before == THREADS * 20_000
+    assert metrics.snapshot()["capture_fallbacks"] - before == THREADS * 20_000

@@ -171,7 +171,7 @@ class CpuPlan(Plan):
         free = self.free_states
         try:
             state = free.pop()  # atomic: no two runs get the same state
-        except IndexError:
+        except IndexError:  # a first run, or every state in use by runs in other threads
             state = self._new_state()
         try:
             if self.blas_threads is None:

@@ -11,7 +11,7 @@ freed and every later op that refers to the node sees the data.
 Thread safety: a node is made by one thread and read by any; :meth:`Node.realize` is the only
 change to a node, and it sets the data before the node reads as a buffer (the sync realizes
 under its graph lock, see ``lazyvic.sync``). The module scope a node records is the making
-thread's (``lazyvic.trace.scope.state``).
+thread's (``lazyvic.trace.scope.local``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from lazyvic.trace import scope as _scope
 
 _counter = itertools.count()  # next() on it is atomic: node ids stay unique across threads
-_scope_state = _scope.state  # the calling thread's module scope (a threading.local)
+_scope_local = _scope.local  # .state: the calling thread's module scope (lazyvic.trace.scope)
 
 
 # Realized nodes that hold a parameter's value (``nn.Parameter`` marks them): the memory
@@ -45,7 +45,9 @@ class Node:
         self.value = None
         self.id = next(_counter)
         self.device = device
-        self.scope = _scope_state.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
+        self.scope = (
+            _scope_local.state.current
+        )  # the module path that recorded it (lazyvic.trace.scope); not in any key
 
     @classmethod
     def buffer(cls, array: np.ndarray, dtype, device: str = "cpu", shape: tuple | None = None) -> "Node":

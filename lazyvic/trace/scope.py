@@ -1,6 +1,6 @@
 """Module scopes: which ``nn.Module`` (or optimizer, or backward of one) recorded a node.
 
-``Node.__init__`` reads ``state.current`` (one thread-local read per op); ``Module.__call__``
+``Node.__init__`` reads ``local.state.current`` (one thread-local read per op); ``Module.__call__``
 and the optimizers set it through :func:`enter_module` / :func:`entered`. Scopes are for people
 (the visualizer, ``explain``): they never enter a trace key, so they cause no recompiles.
 
@@ -8,9 +8,9 @@ A module's scope is its dotted path from the outermost module being called
 (``transformer.h.0.attn`` in TinyGPT); the outermost module itself, and a module called
 outside any parent, is named by its class.
 
-Thread safety: the scope is per thread (:data:`state`, a ``threading.local``), so two threads
-calling models at once each record under their own module path. ``scope.current`` reads the
-calling thread's scope.
+Thread safety: the scope is per thread (``local.state``: a :class:`ScopeState` per thread, held
+by a ``threading.local``), so two threads calling models at once each record under their own
+module path. ``scope.current`` reads the calling thread's scope.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ import threading
 import weakref
 
 
-class ScopeState(threading.local):
-    """The calling thread's scope: ``current`` (the innermost scope now, read by
-    ``Node.__init__``), the outermost module being called (``root``), the dotted name of each of
-    its submodules (``names``), whether those names were recomputed during this call
-    (``refreshed``: at most once, so that a module that is no submodule does not cost a walk of
-    the model at every call) and the depth of module calls."""
+class ScopeState:
+    """One thread's scope: ``current`` (the innermost scope now, read by ``Node.__init__``), the
+    outermost module being called (``root``), the dotted name of each of its submodules
+    (``names``), whether those names were recomputed during this call (``refreshed``: at most
+    once, so that a module that is no submodule does not cost a walk of the model at every call)
+    and the depth of module calls. A plain object: one thread-local read finds it, then its
+    attributes cost what a module global's do (the backward walk sets ``current`` per op)."""
+
+    __slots__ = ("current", "root", "names", "refreshed", "depth")
 
     def __init__(self):
         self.current: str | None = None
@@ -35,7 +38,12 @@ class ScopeState(threading.local):
         self.depth = 0
 
 
-state = ScopeState()
+class _Local(threading.local):
+    def __init__(self):
+        self.state = ScopeState()
+
+
+local = _Local()  # local.state: the calling thread's ScopeState
 
 # Names of each outermost module's submodules, computed once per module (weak: the cache
 # keeps no model alive). Shared by threads: a model called from two threads has one naming.
@@ -44,7 +52,7 @@ _names_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def __getattr__(name: str):
     if name == "current":  # the calling thread's scope (read by the backward walk and tools)
-        return state.current
+        return local.state.current
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -57,7 +65,7 @@ def _names(root) -> dict:
 
 def module_path(module) -> str:
     """The scope of ``module`` if it were called now (in this thread)."""
-    st = state
+    st = local.state
     if st.depth == 0:
         return type(module).__name__
     path = st.names.get(id(module))
@@ -73,7 +81,7 @@ def module_path(module) -> str:
 
 def enter_module(module) -> str | None:
     """Enter ``module``'s scope (``Module.__call__``); returns what :func:`leave_module` restores."""
-    st = state
+    st = local.state
     prev = st.current
     if st.depth == 0:
         names = _names_cache.get(module)
@@ -84,7 +92,7 @@ def enter_module(module) -> str | None:
 
 
 def leave_module(prev: str | None) -> None:
-    st = state
+    st = local.state
     st.current = prev
     st.depth -= 1
     if st.depth == 0:
@@ -94,7 +102,7 @@ def leave_module(prev: str | None) -> None:
 @contextlib.contextmanager
 def entered(name: str | None):
     """Record the nodes made inside under scope ``name`` (``optim.AdamW``, ``... (backward)``)."""
-    st = state
+    st = local.state
     prev = st.current
     st.current = name
     try:
@@ -105,6 +113,6 @@ def entered(name: str | None):
 
 def set_current(name: str | None) -> str | None:
     """Set the scope without a context manager (the backward walk, per op); returns the previous one."""
-    st = state
+    st = local.state
     prev, st.current = st.current, name
     return prev

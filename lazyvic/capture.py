@@ -47,7 +47,7 @@ from lazyvic.runtime import buffers, metrics, run
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import execute
 from lazyvic.runtime.plan_cache import plan_cache
-from lazyvic.sync import live, sync, trace_flags
+from lazyvic.sync import live, sync, trace_flags, traces_run
 from lazyvic.tensor import Tensor
 from lazyvic.trace import family
 from lazyvic.trace.cut import cut
@@ -207,9 +207,9 @@ class Compiled:
 
     def _record(self, key, args):
         sync()  # pending work from before the call is not part of it
-        traces_before = metrics.counters["traces"]
+        traces_before = traces_run()  # this thread's: another thread's syncs do not count
         out = self.fn(*args)
-        synced = metrics.counters["traces"] != traces_before
+        synced = traces_run() != traces_before
         items = out if isinstance(out, (tuple, list)) else (out,)
         if synced or not items or not all(isinstance(t, Tensor) for t in items):
             return self._refuse(key, out)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.errors import ArgumentError
 from lazyvic.shapes import shape_arg
 from lazyvic.shaping import arange_onnx, with_band_mask_recipe
-from lazyvic.tensor import Tensor, full_tensor
+from lazyvic.tensor import Tensor, check_int_range, full_tensor
 from lazyvic.trace.composite import recipe
 from lazyvic.transfer import device_arg, placed
 
@@ -22,13 +23,17 @@ from lazyvic.transfer import device_arg, placed
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor of ``size`` filled with ``fill_value`` (lazy; the value is a scalar input).
 
-    ``device``: ``"cpu"`` (default) or ``"cuda"``; raises DeviceError for others."""
+    ``device``: ``"cpu"`` (default) or ``"cuda"``; raises DeviceError for others, ArgumentError for
+    a negative size, DTypeError for an integer ``fill_value`` the dtype cannot hold."""
     shape = shape_arg((size,) if isinstance(size, int) else tuple(size))
+    if any(n < 0 for n in shape):
+        raise ArgumentError(f"full: sizes must be non-negative, got {shape}")
     if dtype is None:
         dtype = (
             dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.default_float
         )
     d = dt.get_dtype(dtype)
+    check_int_range("full", fill_value, d)
     out = full_tensor(shape, fill_value, d, device_arg(device, "full"))
     if requires_grad:
         out.requires_grad_(True)
@@ -65,8 +70,9 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
 
     Python floats become float32, Python ints int64, NumPy arrays keep their dtype.
     ``device``: ``"cpu"`` (default) or ``"cuda"`` (the copy goes straight there).
-    Raises DTypeError for unsupported dtypes (complex, strings, float16), DeviceError for
-    an unknown or unavailable device.
+    Raises DTypeError for unsupported dtypes (complex, strings, float16) and for values the
+    dtype cannot hold (``2**63``, a uint64 ``2**64 - 1``: lazyvic has no uint64; inf or NaN to
+    an integer dtype), DeviceError for an unknown or unavailable device.
     """
     return placed(Tensor(data, dtype=dtype, requires_grad=requires_grad), device_arg(device, "tensor"))
 
@@ -83,7 +89,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     if end is None:
         start, end = 0, start
     if step == 0:
-        raise ValueError("arange: step must be non-zero")
+        raise ArgumentError("arange: step must be non-zero")
     is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = dt.get_dtype(dtype) if dtype is not None else (dt.int64 if is_int else dt.default_float)
     place = device_arg(device, "arange")
@@ -122,7 +128,7 @@ def linspace(start, end, steps: int, dtype=None, device=None, requires_grad: boo
         ValueError: negative ``steps``.
     """
     if steps < 0:
-        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+        raise ArgumentError(f"linspace: number of steps must be non-negative, got {steps}")
     d = dt.get_dtype(dtype) if dtype is not None else dt.default_float
     values = np.linspace(float(start), float(end), int(steps), dtype=np.float64)
     if d.category < 2:
@@ -136,7 +142,7 @@ def logspace(
 ) -> Tensor:
     """``base ** linspace(start, end, steps)``, computed in float64 and rounded once."""
     if steps < 0:
-        raise ValueError(f"logspace: number of steps must be non-negative, got {steps}")
+        raise ArgumentError(f"logspace: number of steps must be non-negative, got {steps}")
     d = dt.get_dtype(dtype) if dtype is not None else dt.default_float
     values = float(base) ** np.linspace(float(start), float(end), int(steps), dtype=np.float64)
     t = placed(Tensor(values.astype(d.np), dtype=d), device_arg(device, "logspace"))

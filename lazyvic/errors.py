@@ -21,6 +21,12 @@ class IndexError_(LazyvicError, IndexError):
     """An index or axis is out of range (exported as ``lazyvic.errors.IndexError``)."""
 
 
+class ArgumentError(LazyvicError, ValueError, RuntimeError):
+    """An argument outside what the op accepts: a stride, a step or a size of 0, an unknown mode
+    (names the op, the argument and its value). A ``ValueError`` and, as PyTorch raises for most
+    of these (``non-positive stride is not supported``), a ``RuntimeError``."""
+
+
 class UnsupportedOpError(LazyvicError, NotImplementedError):
     """An op (or an ONNX node) has no implementation in lazyvic."""
 
@@ -49,6 +55,7 @@ __all__ = [
     "ShapeError",
     "DTypeError",
     "IndexError",
+    "ArgumentError",
     "UnsupportedOpError",
     "AutogradError",
     "CheckpointError",

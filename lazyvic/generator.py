@@ -11,6 +11,11 @@ whose result shapes a program (``randperm``, ``multinomial``, the samplers of
 There is one stream for every device: ``Generator(device="cuda")`` draws the same numbers as a CPU
 generator with the same seed (PyTorch keeps a separate generator per device).
 
+Threads: a generator (the default one included) is shared by the threads that use it, as in
+PyTorch; :meth:`Generator.take` reserves words under a lock, so two threads never draw the same
+words, but which thread gets which words depends on their timing. A thread that needs a
+reproducible stream passes a ``generator=`` of its own.
+
 This module sits below :mod:`lazyvic.tensor`: the in-place random methods of ``Tensor``
 (``uniform_``, ``normal_``, ``bernoulli_``, ``random_``, ``exponential_``) and its ``bernoulli``
 and ``multinomial`` call the draws at the end of this file, which are written over the tensors
@@ -22,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import threading
 
 import numpy as np
 
@@ -33,6 +39,7 @@ from lazyvic.trace.node import Node
 from lazyvic.transfer import device as _device
 
 _SEED_MASK = 0x7FFFFFFFFFFFFFFF  # seeds are kept to 63 bits: they enter traces as int64 scalars
+_take_lock = threading.Lock()  # Generator.take: no two draws get the same words
 
 
 class Generator:
@@ -115,10 +122,12 @@ class Generator:
 
     def take(self, n: int) -> tuple:
         """Reserve ``n`` words of the stream: returns (seed, offset of the first word) and moves the
-        offset past them, rounded up to whole Philox blocks of 4 words."""
-        offset = self._offset
-        self._offset += (int(n) + 3) // 4 * 4
-        return self._seed, offset
+        offset past them, rounded up to whole Philox blocks of 4 words. Thread-safe."""
+        words = (int(n) + 3) // 4 * 4
+        with _take_lock:
+            offset = self._offset
+            self._offset = offset + words
+            return self._seed, offset
 
     def __repr__(self) -> str:
         return f"<lazyvic.Generator device={self._device} seed={self._seed} offset={self._offset}>"

@@ -22,8 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
-from lazyvic.errors import ShapeError
 from lazyvic.shapes import broadcast_shapes, norm_axis
 from lazyvic.trace.composite import mark
 
@@ -117,7 +117,7 @@ def _basic_plan(shape: tuple, index: tuple, opname: str):
             ix = slice(None)
         if isinstance(ix, slice):
             if ix.step is not None and int(ix.step) <= 0:
-                raise ValueError(f"{opname}: slice step must be positive, got {ix.step}")
+                raise ArgumentError(f"{opname}: slice step must be positive, got {ix.step}")
             a, b, s = ix.indices(n)
             b = max(b, a)
             starts.append(a)

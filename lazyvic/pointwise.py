@@ -18,7 +18,7 @@ import numbers
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError
+from lazyvic.errors import ArgumentError, DTypeError
 
 
 def _is_tensor(value) -> bool:
@@ -184,7 +184,7 @@ def clamp(x, min=None, max=None):  # noqa: A002
         ValueError: both bounds are None.
     """
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given")
     # where(), not maximum/minimum: maximum would split a tie's gradient with the bound; and NaN
     # stays NaN (a comparison with NaN is false).
     out = x
@@ -238,7 +238,7 @@ def divide(x, other, *, rounding_mode=None):
         return _rounded_quotient(x, other, lambda q: q.floor())
     if rounding_mode == "trunc":
         return _rounded_quotient(x, other, lambda q: q.trunc())
-    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
 def remainder(x, other):

@@ -67,7 +67,8 @@ def matmul(a, b):
         # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product. One BLAS call
         # instead of one per batch item, and the VJP for b is one product over all rows
         # instead of a batched product followed by a sum over the batch.
-        out = a.apply("matmul", a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        rows = math.prod(a.shape[:-1])  # not -1: a has no elements when K is 0
+        out = a.apply("matmul", a.reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
         return out.reshape(*out.shape[:-1]) if squeeze_b else out
     try:
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], "matmul")
@@ -233,9 +234,11 @@ def _contract(a, ta: str, b, tb: str, keep: set) -> tuple:
     size = {}
     for t, x in ((ta, a), (tb, b)):
         for c, n in zip(t, x.shape):
-            if size.get(c, 1) != n and n != 1 and size.get(c, 1) != 1:
-                raise ShapeError(f"einsum: subscript {c!r} has sizes {size[c]} and {n}")
-            size[c] = max(size.get(c, 1), n)
+            have = size.get(c)
+            if have is None or have == 1:  # a size of 1 broadcasts (0 is a size, not a broadcast)
+                size[c] = n
+            elif n != have and n != 1:
+                raise ShapeError(f"einsum: subscript {c!r} has sizes {have} and {n}")
     a = a.permute(*[ta.index(c) for c in batch + left + summed]).expand(*[size[c] for c in batch + left + summed])
     b = b.permute(*[tb.index(c) for c in batch + summed + right]).expand(*[size[c] for c in batch + summed + right])
     nb = [size[c] for c in batch]

@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.generator import Generator, default_generator, permutation, resolve, source, uniform_integers
 from lazyvic.shapes import broadcast_shapes
 from lazyvic.tensor import Tensor, to_operand
@@ -194,7 +194,7 @@ def randint(
     shape = _size("randint", (size,), None)
     low, high = _integer("randint", low), _integer("randint", high)
     if high <= low:
-        raise ValueError(f"randint: expects low < high, got low={low}, high={high}")
+        raise ArgumentError(f"randint: expects low < high, got low={low}, high={high}")
     d = dt.get_dtype(dtype) if dtype is not None else dt.int64
     if requires_grad and not d.is_floating_point:
         raise DTypeError(f"randint: only floating-point tensors can require grad, got dtype {d.name}")
@@ -220,7 +220,7 @@ def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad: 
     Raises TypeError for a non-integer ``n``, ValueError for a negative one."""
     n = _integer("randperm", n)
     if n < 0:
-        raise ValueError(f"randperm: n must be non-negative, got {n}")
+        raise ArgumentError(f"randperm: n must be non-negative, got {n}")
     place = device_arg(device, "randperm")
     perm = permutation(n, resolve(generator, "randperm"))
     out = placed(Tensor(perm, dtype=dtype or dt.int64), place)
@@ -273,7 +273,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None,
 def _check_std(std) -> None:
     values = _host_values(std)
     if values is not None and (values < 0).any():
-        raise ValueError(f"normal: expects std >= 0.0, but found std {float(values[values < 0].ravel()[0])}")
+        raise ArgumentError(f"normal: expects std >= 0.0, but found std {float(values[values < 0].ravel()[0])}")
 
 
 def _host_values(x):

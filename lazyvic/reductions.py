@@ -122,11 +122,32 @@ def argmin(x, dim=None, keepdim: bool = False):
     return (-x).argmax(dim, keepdim)
 
 
-def logsumexp(x, dim, keepdim: bool = False):
-    """``log(sum(exp(x)))`` over ``dim``, computed as ``m + log(sum(exp(x - m)))``."""
+def _stable_max(x, dim: int):
+    """The shift of a stable ``log(sum(exp))`` along ``dim``: the maximum, but 0 where it is
+    infinite (PyTorch's rule: ``inf - inf`` would be NaN) and for an empty axis (no maximum)."""
+    if x.shape[dim] == 0:
+        return x.new_zeros(*x.shape[:dim], 1, *x.shape[dim + 1 :])
     m = x.amax(dim, keepdim=True).detach()
-    out = (x - m).exp().sum(dim, keepdim=True).log() + m
-    return out if keepdim else out.squeeze(dim)
+    return m.where(m.abs() != math.inf, 0.0) if x.dtype.is_floating_point else m
+
+
+def logsumexp(x, dim, keepdim: bool = False):
+    """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple), computed as ``m + log(sum(exp(x - m)))``
+    with ``m`` the maximum (0 where it is infinite): ``logsumexp([inf, 1]) = inf``,
+    ``logsumexp([-inf, -inf]) = -inf`` and an empty axis gives ``-inf``, as in PyTorch."""
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    dims = tuple(norm_axis(d, x.ndim, "logsumexp") for d in dims)
+    if len(dims) > 1:  # one axis: the moved-together reduced axes
+        rest = [d for d in range(x.ndim) if d not in dims]
+        moved = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], math.prod(x.shape[d] for d in dims))
+        out = logsumexp(moved, -1)
+        if keepdim:
+            out = out.reshape(*[1 if d in dims else x.shape[d] for d in range(x.ndim)])
+        return out
+    d = dims[0]
+    m = _stable_max(x, d)
+    out = (x - m).exp().sum(d, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(d)
 
 
 def softmax(x, dim: int, dtype=None):
@@ -134,7 +155,7 @@ def softmax(x, dim: int, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
     dim = norm_axis(dim, x.ndim, "softmax")
-    m = x.amax(dim, keepdim=True).detach()
+    m = x.amax(dim, keepdim=True).detach() if x.shape[dim] else 0.0  # an empty axis: an empty result
     e = (x - m).exp()
     return mark(e / e.sum(dim, keepdim=True), "Softmax", (x,), axis=dim)
 
@@ -144,7 +165,7 @@ def log_softmax(x, dim: int, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
     dim = norm_axis(dim, x.ndim, "log_softmax")
-    m = x.amax(dim, keepdim=True).detach()
+    m = x.amax(dim, keepdim=True).detach() if x.shape[dim] else 0.0  # an empty axis: an empty result
     shifted = x - m
     return mark(shifted - shifted.exp().sum(dim, keepdim=True).log(), "LogSoftmax", (x,), axis=dim)
 

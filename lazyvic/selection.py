@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.errors import ArgumentError, ShapeError, UnsupportedOpError
 from lazyvic.errors import IndexError as LIndexError
-from lazyvic.errors import ShapeError, UnsupportedOpError
 from lazyvic.indexing import _host_data, _wrap_negative_index
 from lazyvic.shapes import broadcast_shapes, norm_axis
 
@@ -123,7 +123,7 @@ def scatter(x, dim: int, index, src=None, *, value=None, reduce=None):
     if src is None:
         src = value
     if src is None:
-        raise ValueError("scatter: expected src or value")
+        raise ArgumentError("scatter: expected src or value")
     d = norm_axis(dim, x.ndim, "scatter")
     index = _long(x, index, "scatter")
     if index.ndim != x.ndim:

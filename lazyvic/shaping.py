@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
-from lazyvic.errors import ShapeError
 from lazyvic.indexing import cat
 from lazyvic.shapes import norm_axes, norm_axis, shape_arg
 from lazyvic.trace.composite import recipe
@@ -111,7 +111,7 @@ def split(x, split_size, dim: int = 0) -> tuple:
     if isinstance(split_size, (int, np.integer)):
         size = int(split_size)
         if size <= 0:
-            raise ShapeError(f"split: split_size must be positive, got {split_size}")
+            raise ArgumentError(f"split: split_size must be positive, got {split_size}")
         sizes = [size] * (n // size) + ([n % size] if n % size else [])
         if not sizes:
             sizes = [0]
@@ -130,7 +130,7 @@ def chunk(x, chunks: int, dim: int = 0) -> tuple:
     """``chunks`` pieces along ``dim`` of ``ceil(n / chunks)`` each (fewer when they run out, as
     PyTorch)."""
     if chunks <= 0:
-        raise ShapeError(f"chunk: chunks must be positive, got {chunks}")
+        raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
     n = x.shape[norm_axis(dim, x.ndim, "chunk")]
     return x.split(max(1, -(-n // chunks)), dim)
 

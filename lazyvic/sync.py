@@ -7,31 +7,47 @@ the requested tensors *and* every other live pending tensor into one trace
 (``lazyvic.runtime.run``), then writes the results back into the nodes. A size limit on the
 pending graph (``LAZYVIC_MAX_PENDING``) forces a sync, so memory stays bounded.
 
+Threads: the registry is per thread. A sync realizes the tensors it is asked for (whichever
+thread recorded them) and the *calling thread's* other live pending tensors, never another
+thread's; the size limit counts the calling thread's pending tensors. The cut and the write-back
+hold one process-wide lock (:data:`graph_lock`: a node is never read half-realized), the plan
+runs outside it, so threads that train their own models sync and run at the same time. A pending
+tensor synced by two threads at once may be computed by both (with the same result); the first
+write-back wins.
+
+A failed run (an index out of range found while the plan runs) is retried with only the
+tensors the sync was asked for: a sync of ``b`` does not fail because some other pending
+tensor ``a`` has a bad index; ``a`` stays pending, is no longer swept into later syncs, and
+raises at its own sync.
+
 This module works on the tensors' nodes and never builds a tensor: it sits below
 ``lazyvic.tensor``, which calls it.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from lazyvic.runtime import buffers, run
 from lazyvic.runtime.config import config
 from lazyvic.trace.cut import cut
-from lazyvic.trace.node import live_nodes_count
+
+# Held while a pending graph is cut and while its results are written back into the nodes.
+graph_lock = threading.Lock()
 
 
-class LiveTensors:
-    """Weak references to the tensors made pending since the last cut, in creation order.
+class LiveTensors(threading.local):
+    """Weak references to the tensors the calling thread made pending since its last sync, in
+    creation order (one list per thread: a ``threading.local``).
 
     A list of ``weakref.ref`` costs a fraction of a WeakValueDictionary per op; a tensor
     updated in place is added again and counted once at the cut.
     """
 
-    __slots__ = ("refs",)
-
     def __init__(self):
         self.refs: list = []
+        self.traces = 0  # traces this thread's syncs have run (see traces_run)
 
     def add(self, t) -> None:
         self.refs.append(weakref.ref(t))
@@ -54,20 +70,51 @@ live = LiveTensors()
 
 def track(t) -> None:
     """Register a tensor whose node was just made pending; past ``config.max_pending`` pending
-    nodes, sync now (the size limit of the pending graph)."""
-    live.refs.append(weakref.ref(t))
-    if live_nodes_count() > config.max_pending:
+    tensors in this thread since its last sync, sync now (the size limit of the pending graph)."""
+    refs = live.refs  # one thread-local read per op
+    refs.append(weakref.ref(t))
+    if len(refs) > config.max_pending:
         sync()
 
 
+def pending_count() -> int:
+    """The tensors the calling thread made pending since its last sync (what the size limit counts)."""
+    return len(live.refs)
+
+
+def traces_run() -> int:
+    """The traces the calling thread's syncs have run so far: whether a call synced, unaffected
+    by other threads (``metrics.snapshot()["traces"]`` counts every thread's)."""
+    return live.traces
+
+
 def sync(*tensors) -> None:
-    """Sync point ("mark step"): realize ``tensors`` and every other live pending tensor in one trace."""
-    roots = [t._node for t in tensors if t._node.pending]
-    pending = live.pending()
-    roots.extend(t._node for t in pending)
+    """Sync point ("mark step"): realize ``tensors`` and every other live pending tensor of the
+    calling thread in one trace.
+
+    When the run fails (an index out of range found while the plan runs) and other pending
+    tensors were swept in, the tensors asked for are realized alone; only their own failure
+    raises (see the module docstring).
+    """
+    asked = [t._node for t in tensors if t._node.pending]
+    roots = asked + [t._node for t in live.pending()]
     if not roots:
         live.clear()
         return
+    try:
+        _realize(roots)
+    except Exception:
+        # The failing tensors stay pending (a sync on one of them raises again), but they are
+        # no longer swept into every later sync, so one bad op does not poison the session.
+        live.clear()
+        asked = [n for n in asked if n.pending]
+        if not asked or len(set(roots)) == len(set(asked)):
+            raise
+        _realize(asked)  # what was asked for, without the tensors swept in: raises on its own failure
+    live.clear()
+
+
+def _realize(roots: list) -> None:
     # One trace per device (no pending graph spans two: copies are eager). CUDA first: a
     # constant without a device (made of Python scalars only) that a CUDA op reads is then
     # computed inside the CUDA trace, not copied there; if it is itself synced, it is
@@ -76,23 +123,22 @@ def sync(*tensors) -> None:
         groups = [("cpu", roots)]
     else:
         groups = [(d, [n for n in roots if (n.device or "cpu") == d]) for d in ("cuda", "cpu")]
-    try:
-        for device, group in groups:
-            if not group:
-                continue
+    for device, group in groups:
+        with graph_lock:
+            # (The cut skips roots another thread has realized meanwhile.)
             trace, inputs, scalars, out_nodes = cut(group, trace_flags(device))
-            arrays = run(trace, inputs, scalars)
+        if not out_nodes:
+            continue
+        arrays = run(trace, inputs, scalars)
+        live.traces += 1
+        with graph_lock:
             for node, array in zip(out_nodes, arrays):
+                if node.op == "buffer":
+                    continue  # realized by another thread's sync meanwhile: the first write wins
                 node.realize(array)
                 node.device = device
                 if device == "cpu":
                     buffers.track(node, array)
-    except Exception:
-        # The failing tensors stay pending (a sync on one of them raises again), but they are
-        # no longer swept into every later sync, so one bad op does not poison the session.
-        live.clear()
-        raise
-    live.clear()
 
 
 def trace_flags(device: str = "cpu") -> tuple:

@@ -49,10 +49,13 @@ from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpErr
 from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
 from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
 from lazyvic.runtime import device as _dev
+from lazyvic.runtime.config import config as _config
 from lazyvic.selection import check_index_bounds  # noqa: F401 (re-exported for lazyvic.functional)
 from lazyvic.shapes import broadcast_shapes, norm_axis, shape_arg
-from lazyvic.sync import live, sync, track
+from lazyvic.sync import live, sync
 from lazyvic.trace.node import Node, parameter_nodes
+
+_weakref_ref = weakref.ref
 
 
 def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
@@ -189,7 +192,12 @@ class Tensor:
         t._ctx = None
         t._users = None
         if node.op != "buffer" and node.op != "scalar":
-            track(t)
+            # lazyvic.sync.track(t), inlined: the most frequent call of recording (one
+            # thread-local read: the registry is per thread)
+            refs = live.refs
+            refs.append(_weakref_ref(t))
+            if len(refs) > _config.max_pending:
+                sync()
         return t
 
     @staticmethod
@@ -526,6 +534,7 @@ class Tensor:
             d = node.dtype
             if d.category != 2:
                 d = dt.scalar_dtype_for(d, other)
+                check_int_range(opname, other, d)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
                 return Tensor._from_node(
@@ -642,8 +651,13 @@ class Tensor:
         other = self._logical_operands(other, "|")
         return where(self, True, other)
 
+    def __xor__(self, other):
+        other = self._logical_operands(other, "^")
+        return self != other
+
     __rand__ = __and__
     __ror__ = __or__
+    __rxor__ = __xor__
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
     greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
@@ -1020,8 +1034,13 @@ def _to_array(data, dtype) -> tuple:
     else:
         try:
             arr = np.array(data)
+        except OverflowError as e:  # a Python int beyond 64 bits next to others
+            raise DTypeError(f"tensor: {e}: a value does not fit int64 (lazyvic has no uint64)") from None
         except Exception as e:  # ragged lists etc.
             raise ShapeError(f"tensor: cannot build a tensor from {type(data).__name__}: {e}") from None
+        if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
+            big = next(v for v in arr.flat if not -(2**63) <= v < 2**63)
+            raise DTypeError(f"tensor: value {big} does not fit int64 (lazyvic has no uint64)")
         if dtype is None and arr.dtype == np.float64:
             arr = arr.astype(np.float32)  # Python floats -> default float dtype
     if arr.dtype.kind in "OUSVcM" or arr.dtype == np.float16:
@@ -1036,8 +1055,37 @@ def _to_array(data, dtype) -> tuple:
             d = dt.float32
         else:
             raise DTypeError(f"tensor: unsupported dtype {arr.dtype}")
+    if d.category == 1 and arr.size and arr.dtype.kind in "uif" and arr.dtype != d.np:
+        _check_array_range(arr, d)
     arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
+
+
+def _check_array_range(arr: np.ndarray, d: dt.DType) -> None:
+    """Raise DTypeError for a value of ``arr`` that integer dtype ``d`` cannot hold (NumPy's
+    cast would wrap it: uint64 ``2**64 - 1`` to -1, ``inf`` to an arbitrary integer)."""
+    info = np.iinfo(d.np)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr < info.min) | (arr >= -float(info.min))
+    elif arr.dtype.kind == "u":
+        bad = arr > info.max
+    else:
+        bad = (arr < info.min) | (arr > info.max)
+    if bad.any():
+        value = arr[bad].ravel()[0]
+        raise DTypeError(
+            f"tensor: value {value.item()!r} ({arr.dtype}) does not fit {d.name} [{info.min}, {info.max}]"
+            + (" (lazyvic has no uint64)" if arr.dtype == np.uint64 else "")
+        )
+
+
+def check_int_range(opname: str, value, d: dt.DType) -> None:
+    """Raise DTypeError when Python int ``value`` does not fit integer dtype ``d`` (a float or
+    bool dtype takes any number)."""
+    if d.category == 1 and isinstance(value, int) and not isinstance(value, bool):
+        info = np.iinfo(d.np)
+        if not info.min <= value <= info.max:
+            raise DTypeError(f"{opname}: value {value} does not fit {d.name} [{info.min}, {info.max}]")
 
 
 def to_operand(x, dtype: dt.DType) -> Tensor:
@@ -1061,6 +1109,7 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
         b = b.item()
     if isinstance(b, (bool, int, float)):
         d = dt.scalar_dtype_for(a.dtype, b)
+        check_int_range(opname, b, d)
         a = a if a.dtype is d else a.to(d)
         return a, Tensor._from_node(Node.scalar(b, d))
     if isinstance(b, (list, tuple, np.ndarray)):

@@ -20,3 +20,19 @@ def mode(request):
     config.compile = request.param
     yield request.param
     config.compile = prev
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-iters",
+        type=int,
+        default=None,
+        help="programs per fuzz test (tests/test_fuzz.py; default LAZYVIC_FUZZ_ITERS or 60)",
+    )
+
+
+@pytest.fixture
+def fuzz_iters(request) -> int:
+    """Programs per fuzz test: ``--fuzz-iters``, else ``LAZYVIC_FUZZ_ITERS``, else 60."""
+    given = request.config.getoption("--fuzz-iters")
+    return given if given is not None else int(os.environ.get("LAZYVIC_FUZZ_ITERS", "60"))

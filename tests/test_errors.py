@@ -265,6 +265,109 @@ def test_pending_index_out_of_range_raises_at_its_sync_and_does_not_poison_later
         bad.numpy()
 
 
+def test_a_sync_does_not_fail_on_another_pending_tensors_bad_index(mode):
+    """Syncing ``good`` sweeps every live pending tensor into its trace; a bad index in another
+    one (``bad``) must not fail it: the sync retries with what it was asked for, and ``bad``
+    raises at its own sync. Before: ``good.numpy()`` raised bad's IndexError."""
+    x = lv.tensor(np.arange(6.0).reshape(2, 3))
+    bad = x.gather(1, lv.tensor([[0, 1, 2], [2, 1, 0]]) + 1)
+    good = x * 2.0
+    np.testing.assert_array_equal(good.numpy(), np.arange(6.0).reshape(2, 3) * 2)
+    with pytest.raises(errors.IndexError, match="index 3"):
+        bad.numpy()
+
+
+# ================================================================ class indices
+def test_class_indices_out_of_range_raise_at_the_op_when_known():
+    """A realized target (or views of one: the reshaped targets of a batch) is checked at the op.
+    Before: one_hot gave a zero row for 3 and -1."""
+    with raises_at_op(errors.IndexError, "one_hot", "class index 3", "[0, 3)"):
+        F.one_hot(lv.tensor([0, 3]), 3)
+    with raises_at_op(errors.IndexError, "one_hot", "class index -1", "[0, 3)"):
+        F.one_hot(lv.tensor([[0], [-1]]), 3)
+    logits = _lazy(4, 3)
+    with raises_at_op(errors.IndexError, "cross_entropy", "target 3", "3 classes", pending=(logits,)):
+        F.cross_entropy(logits, lv.tensor([[0, 1], [3, 0]]).reshape(-1))
+    with raises_at_op(errors.IndexError, "nll_loss", "target -1", "3 classes"):
+        F.nll_loss(_lazy(2, 3, 2), lv.tensor([[0, 1, 2], [1, -1, 0]])[:, 1:])
+    with raises_at_op(errors.IndexError, "cross_entropy", "target 5"):
+        F.cross_entropy(_lazy(2, 3, 2), lv.tensor([[0, 5], [1, 0]]).to(lv.int32))
+
+
+def _computed(values):
+    """Class indices computed in the trace (pending): they can only be checked when it runs."""
+    return lv.tensor(np.asarray(values) * 2) // 2
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: F.one_hot(_computed([0, 3]), 3), "one_hot: class index 3 is out of range [0, 3)"),
+        (lambda: F.cross_entropy(_lazy(2, 3), _computed([0, 3])), "cross_entropy: class index 3"),
+        (lambda: F.cross_entropy(_lazy(2, 3), _computed([-1, 0])), "cross_entropy: class index -1"),
+        (lambda: F.nll_loss(_lazy(2, 3), _computed([2, 7])), "nll_loss: class index 7"),
+        (lambda: F.cross_entropy(_lazy(2, 3, 2), _computed([[0, 1], [3, 0]])), "cross_entropy: class index 3"),
+    ],
+)
+def test_computed_class_indices_out_of_range_raise_at_the_sync(mode, make, fragment):
+    """The gather's index check (the op table's, run by the interpreter and the compiled plan)
+    reads a computed target. Before: 0 was added to the loss, the mean still counted the row."""
+    out = make()  # recording does not fail: the values are not known yet
+    with pytest.raises(errors.IndexError) as info:
+        out.numpy()
+    assert fragment in str(info.value)
+
+
+def test_computed_class_indices_in_range_give_the_realized_targets_result(mode):
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((6, 4)).astype(np.float32)
+    target = np.array([0, 3, -100, 2, 1, -100])
+    want = F.cross_entropy(lv.tensor(logits), lv.tensor(target)).item()
+    got = F.cross_entropy(lv.tensor(logits), _computed(target)).item()
+    assert got == pytest.approx(want, rel=1e-6)
+    hot = F.one_hot(_computed([2, 0, 1]), 3).numpy()
+    np.testing.assert_array_equal(hot, np.eye(3, dtype=np.float32)[[2, 0, 1]])
+
+
+# ================================================================ arguments
+def _deep_list(depth: int):
+    x = 1.0
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize(
+    "make, fragments",
+    [
+        (lambda: F.conv2d(_lazy(1, 3, 5, 5), lv.ones(4, 3, 3, 3), stride=0), ("conv2d", "stride", "(0, 0)")),
+        (lambda: F.conv2d(_lazy(1, 3, 5, 5), lv.ones(4, 3, 3, 3), dilation=0), ("conv2d", "dilation")),
+        (lambda: F.conv1d(_lazy(1, 3, 5), lv.ones(4, 3, 3), stride=0), ("conv1d", "stride")),
+        (lambda: F.max_pool2d(_lazy(1, 3, 5, 5), 2, stride=0), ("max_pool2d", "stride")),
+        (lambda: F.avg_pool2d(_lazy(1, 3, 5, 5), 0), ("avg_pool2d", "kernel_size")),
+        (lambda: _lazy(4).chunk(0), ("chunk", "got 0")),
+        (lambda: _lazy(4).split(0), ("split", "got 0")),
+        (lambda: F.pad(_lazy(1, 3, 5), (1, 1), mode="bogus"), ("pad", "mode", "'bogus'")),
+        (lambda: _lazy(4)[::0], ("slice step", "got 0")),
+        (lambda: lv.arange(0, 4, 0), ("arange", "step")),
+        (lambda: lv.zeros(-1), ("full", "(-1,)")),
+        (lambda: lv.linspace(0, 1, -1), ("linspace", "-1")),
+        (lambda: lv.randperm(-1), ("randperm", "-1")),
+    ],
+)
+def test_bad_arguments_raise_a_typed_error_naming_the_op(make, fragments):
+    """Before: ZeroDivisionError (conv2d stride 0, chunk(0)) or a plain ValueError. The error is
+    a ValueError (as lazyvic raised) and a RuntimeError (as PyTorch raises for most of these)."""
+    with raises_at_op(errors.ArgumentError, *fragments) as info:
+        make()
+    assert isinstance(info.value, ValueError) and isinstance(info.value, RuntimeError)
+
+
+def test_deep_nesting_is_a_shape_error_not_a_recursion_error():
+    with raises_at_op(errors.ShapeError, "tensor"):
+        lv.tensor(_deep_list(10_000))
+
+
 # ================================================================ dtypes
 @pytest.mark.parametrize(
     "make, fragment",

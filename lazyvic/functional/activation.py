@@ -18,7 +18,7 @@ import math
 import warnings
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.shapes import norm_axis
 from lazyvic.tensor import Tensor, where
 from lazyvic.trace.composite import mark
@@ -80,7 +80,7 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace
     """``clamp(x, min_val, max_val)``; the gradient is 1 strictly inside, 0 on and outside the bounds
     (PyTorch's ``hardtanh_backward``). Raises ValueError when ``min_val > max_val``."""
     if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val {min_val} must not be greater than max_val {max_val}")
+        raise ArgumentError(f"hardtanh: min_val {min_val} must not be greater than max_val {max_val}")
     y = where(input <= min_val, min_val, where(input >= max_val, max_val, input))
     return _inplace(input, y, inplace)
 
@@ -182,7 +182,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     elif approximate == "none":
         y = x * 0.5 * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
     else:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return mark(y, "Gelu", (x,), min_opset=20, approximate=approximate)
 
 
@@ -215,7 +215,7 @@ def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (Barron 2017). Raises ValueError for alpha 0."""
     if alpha == 0:
-        raise ValueError("celu: alpha must not be 0")
+        raise ArgumentError("celu: alpha must not be 0")
     x = _float_input("celu", input)
     return _inplace(input, where(x > 0, x, alpha * expm1(x.clamp(max=0.0) * (1.0 / alpha))), inplace)
 

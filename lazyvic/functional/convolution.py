@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.tensor import Tensor, autocast_operands
 from lazyvic.trace.composite import mark
 
@@ -23,7 +23,7 @@ def _tuple(value, n: int, name: str, what: str) -> tuple:
     """``value`` (an int or a sequence of ``n`` ints) as an ``n``-tuple of ints."""
     vals = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
     if len(vals) != n or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals):
-        raise ValueError(f"{name}: {what} must be an int or a tuple of {n} ints, got {value!r}")
+        raise ArgumentError(f"{name}: {what} must be an int or a tuple of {n} ints, got {value!r}")
     return tuple(int(v) for v in vals)
 
 
@@ -40,7 +40,7 @@ def _out_size(name: str, size: int, kernel: int, stride: int, dilation: int, sha
 
 def _check_positive(name: str, what: str, values: tuple, minimum: int = 1) -> None:
     if any(v < minimum for v in values):
-        raise ValueError(f"{name}: {what} must be at least {minimum}, got {values}")
+        raise ArgumentError(f"{name}: {what} must be at least {minimum}, got {values}")
 
 
 def _check_conv(name: str, nd: int, input: Tensor, weight: Tensor, bias, groups: int, transposed: bool) -> bool:
@@ -53,7 +53,7 @@ def _check_conv(name: str, nd: int, input: Tensor, weight: Tensor, bias, groups:
     if weight.ndim != nd + 2:
         raise ShapeError(f"{name}: expected weight {wlayout}, got shape {weight.shape}")
     if not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+        raise ArgumentError(f"{name}: groups must be a positive int, got {groups!r}")
     c = input.shape[-nd - 1]
     if transposed:
         out = weight.shape[1] * groups
@@ -82,7 +82,7 @@ def _check_conv(name: str, nd: int, input: Tensor, weight: Tensor, bias, groups:
 def _same_padding(name: str, kernel: tuple, stride: tuple, dilation: tuple) -> tuple:
     """``padding='same'``: (before, after) per spatial axis; the odd one out goes after (PyTorch)."""
     if any(s != 1 for s in stride):
-        raise ValueError(f"{name}: padding='same' is not supported for strided convolutions (stride {stride})")
+        raise ArgumentError(f"{name}: padding='same' is not supported for strided convolutions (stride {stride})")
     totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
     return tuple((t // 2, t - t // 2) for t in totals)
 
@@ -93,7 +93,7 @@ def _padding(name: str, padding, nd: int, kernel: tuple, stride: tuple, dilation
             return ((0, 0),) * nd
         if padding == "same":
             return _same_padding(name, kernel, stride, dilation)
-        raise ValueError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+        raise ArgumentError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
     p = _tuple(padding, nd, name, "padding")
     _check_positive(name, "padding", p, 0)
     return tuple((v, v) for v in p)
@@ -217,7 +217,7 @@ def _check_transposed(name, input, weight, stride, padding, output_padding, dila
     (the arguments are per spatial axis, as the caller gave them)."""
     for s, d, op in zip(stride, dilation, output_padding):
         if op >= max(s, d):
-            raise ValueError(
+            raise ArgumentError(
                 f"{name}: output_padding {output_padding} must be smaller than either stride {stride} or "
                 f"dilation {dilation}"
             )

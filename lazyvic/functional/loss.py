@@ -16,7 +16,7 @@ import warnings
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.functional.activation import logsigmoid
-from lazyvic.functional.sparse import one_hot
+from lazyvic.functional.sparse import checked_classes, one_hot_checked, values_now
 from lazyvic.shapes import broadcast_shapes
 from lazyvic.tensor import Tensor, where
 
@@ -54,19 +54,21 @@ def _check_float(name: str, what: str, t: Tensor) -> None:
 
 
 # ================================================================= class targets
-def _check_targets(name: str, target: Tensor, classes: int, ignore_index: int) -> None:
-    """Class indices in [0, classes) or ``ignore_index``, checked now when the target is already
-    computed (PyTorch raises "Target out of bounds"); a pending target is not checked."""
-    node = target._node
-    if node.op != "buffer" or node.device != "cpu" or not target.numel():
-        return
-    data = node.data
-    bad = data[((data < 0) | (data >= classes)) & (data != ignore_index)]
-    if bad.size:
-        raise LIndexError(
-            f"{name}: target {int(bad.ravel()[0])} is out of bounds for {classes} classes "
-            f"(target shape {target.shape}, ignore_index={ignore_index})"
-        )
+def _check_targets(name: str, given: Tensor, target: Tensor, classes: int, ignore_index: int) -> Tensor:
+    """``target`` (the rows of the ``given`` target), its class indices checked to lie in
+    [0, classes) or equal ``ignore_index`` (PyTorch raises IndexError "Target out of bounds"):
+    now when its values are known (realized, or views of a realized tensor), else when the plan
+    runs (``lazyvic.functional.sparse.checked_classes``)."""
+    data = values_now(given)
+    if data is not None:
+        bad = data[((data < 0) | (data >= classes)) & (data != ignore_index)]
+        if bad.size:
+            raise LIndexError(
+                f"{name}: target {int(bad.ravel()[0])} is out of bounds for {classes} classes "
+                f"(target shape {given.shape}, ignore_index={ignore_index})"
+            )
+        return target
+    return checked_classes(name, target, classes, ignore_index)
 
 
 def _class_rows(name: str, input: Tensor, target: Tensor) -> tuple:
@@ -106,7 +108,7 @@ def _class_weight(name: str, weight, classes: int, input: Tensor):
 def _nll_rows(logp: Tensor, target: Tensor, weight, ignore_index: int) -> tuple:
     """Per-row losses ``-w[t] * logp[t]`` (0 for ignored rows) and the per-row weights that a mean
     divides by. The one-hot compare is elementwise, so picking the target fuses into the row kernel."""
-    oh = one_hot(target, logp.shape[1], logp.dtype)
+    oh = one_hot_checked(target, logp.shape[1], logp.dtype)
     valid = (target != ignore_index).to(logp.dtype)
     if weight is None:
         return -(logp * oh).sum(1) * valid, valid
@@ -141,9 +143,9 @@ def nll_loss(
     (computed) target outside [0, C) that is not ``ignore_index``.
     """
     reduction = _reduction("nll_loss", size_average, reduce, reduction)
-    rows, target, shape = _class_rows("nll_loss", input, target)
+    rows, target_rows, shape = _class_rows("nll_loss", input, target)
     weight = _class_weight("nll_loss", weight, rows.shape[1], input)
-    _check_targets("nll_loss", target, rows.shape[1], ignore_index)
+    target = _check_targets("nll_loss", target, target_rows, rows.shape[1], ignore_index)
     losses, counts = _nll_rows(rows, target, weight, ignore_index)
     return _reduce_rows(losses, counts, reduction, shape)
 
@@ -182,10 +184,10 @@ def cross_entropy(
                 f"{input.shape}; got a {target.dtype.name} target of shape {target.shape}"
             )
         return _cross_entropy_probabilities(input, target, weight, reduction, label_smoothing)
-    rows, target, shape = _class_rows("cross_entropy", input, target)
+    rows, target_rows, shape = _class_rows("cross_entropy", input, target)
     c = rows.shape[1]
     weight = _class_weight("cross_entropy", weight, c, input)
-    _check_targets("cross_entropy", target, c, ignore_index)
+    target = _check_targets("cross_entropy", target, target_rows, c, ignore_index)
     logp = rows.log_softmax(1)
     losses, counts = _nll_rows(logp, target, weight, ignore_index)
     if label_smoothing:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.errors import ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, ShapeError, UnsupportedOpError
 from lazyvic.functional.convolution import _out_size, _pair, _tuple
 from lazyvic.indexing import cat, stack
 from lazyvic.tensor import Tensor
@@ -49,9 +49,11 @@ def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
     stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, name, "stride")
     padding = _pair(padding, name, "padding")
     if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
-        raise ValueError(f"{name}: kernel_size {kernel} and stride {stride} must be positive, padding {padding} >= 0")
+        raise ArgumentError(
+            f"{name}: kernel_size {kernel} and stride {stride} must be positive, padding {padding} >= 0"
+        )
     if any(2 * p > k for p, k in zip(padding, kernel)):
-        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
+        raise ArgumentError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
     hp, wp = x.shape[2] + 2 * padding[0], x.shape[3] + 2 * padding[1]
     out_hw = (
         _out_size(name, hp, kernel[0], stride[0], 1, x.shape),
@@ -190,7 +192,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         return adaptive_avg_pool2d(input.unsqueeze(0), output_size).squeeze(0)
     sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
     if len(sizes) != 2:
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
+        raise ArgumentError(f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
     y = input
     for axis, o in zip((2, 3), sizes):
         o = input.shape[axis] if o is None else int(o)

@@ -6,23 +6,88 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic import modes
+from lazyvic import ops as optable
 from lazyvic.creation import arange
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import IndexError as LIndexError
 from lazyvic.tensor import Tensor, check_index_bounds, where
 from lazyvic.trace.composite import mark
+
+
+def values_now(t: Tensor) -> np.ndarray | None:
+    """The values of ``t`` when they are known without running a plan: a realized CPU tensor, or
+    movement ops (reshape, slice, permute, expand, ...) and casts of one, applied now through
+    their NumPy references (views, or small copies); else None."""
+    node, chain = t._node, []
+    while node.op != "buffer":
+        opdef = optable.OPS.get(node.op)
+        if opdef is None or len(node.inputs) != 1 or (opdef.kind != "movement" and node.op != "cast"):
+            return None
+        chain.append((opdef, dict(node.attrs), node.dtype))
+        node = node.inputs[0]
+    if node.device != "cpu":
+        return None
+    a = node.data
+    for opdef, attrs, dtype in reversed(chain):
+        a = np.asarray(opdef.reference([a], attrs), dtype=dtype.np)
+    return a
+
+
+def checked_classes(name: str, target: Tensor, classes: int, ignore_index: int | None = None) -> Tensor:
+    """``target``, integer class indices, checked to lie in ``[0, classes)`` (or to equal
+    ``ignore_index``); returns the target the op should read.
+
+    A target whose values are known now (realized on the CPU, or views of such a tensor: the
+    reshaped or sliced targets of a batch, see :func:`values_now`) is checked now. Any other
+    (computed in the trace that computes the op; or on CUDA) is read through a ``gather`` from
+    ``arange(classes)``, an
+    identity on valid indices whose index check is the op table's (``ops/index.py``): it runs
+    when the plan runs, so the error comes at the sync, as a gather's does.
+
+    Raises:
+        lazyvic.errors.IndexError: naming ``name``, the first bad index and the range.
+    """
+    data = values_now(target)
+    if data is not None:
+        bad = (data < 0) | (data >= classes)
+        if ignore_index is not None:
+            bad &= data != ignore_index
+        if bad.any():
+            also = "" if ignore_index is None else f", or ignore_index={ignore_index}"
+            raise LIndexError(
+                f"{name}: class index {int(data[bad].ravel()[0])} is out of range [0, {classes}){also} "
+                f"(target shape {target.shape})"
+            )
+        return target
+    index = target if ignore_index is None else where(target == ignore_index, 0, target)
+    if index.dtype is not dt.int64 and index.dtype is not dt.int32:
+        index = index.long()
+    table = arange(classes, dtype=index.dtype, device=target.device)
+    picked = Tensor.apply("gather", table, index.reshape(-1), dim=0, asked_by=name).reshape(*target.shape)
+    picked = picked if picked.dtype is target.dtype else picked.to(target.dtype)
+    return picked if ignore_index is None else where(target == ignore_index, target, picked)
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1, dtype=dt.float32) -> Tensor:
     """(...) integer class indices -> (..., num_classes), 1 at each index (an elementwise compare).
 
     ``num_classes=-1`` takes ``max + 1`` (a sync point: the indices are computed). The result is
-    ``dtype`` (float32 by default, where PyTorch returns int64). Raises DTypeError for a
-    non-integer input."""
+    ``dtype`` (float32 by default, where PyTorch returns int64).
+
+    Raises DTypeError for a non-integer input, IndexError for an index outside
+    ``[0, num_classes)`` (at the op when the indices are already computed, else when the plan
+    runs: see :func:`checked_classes`; PyTorch raises RuntimeError)."""
     target = tensor
     if target.dtype.category != 1:
         raise DTypeError(f"one_hot: expected an integer tensor of class indices, got {target.dtype.name}")
     if num_classes == -1:
         num_classes = int(target.amax().item()) + 1 if target.numel() else 0
+    return one_hot_checked(checked_classes("one_hot", target, num_classes), num_classes, dtype)
+
+
+def one_hot_checked(target: Tensor, num_classes: int, dtype=dt.float32) -> Tensor:
+    """:func:`one_hot` of indices already checked (:func:`checked_classes`): 1 at each index in
+    ``[0, num_classes)``, a row of zeros for any other."""
     classes = arange(num_classes, device=target.device)
     return (target.unsqueeze(-1) == classes).to(dtype)
 

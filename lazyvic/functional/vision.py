@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.functional.pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
 from lazyvic.tensor import Tensor, where
 from lazyvic.trace.composite import mark
@@ -28,12 +28,12 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     pad = tuple(int(p) for p in pad)
     value = 0.0 if value is None else value
     if len(pad) % 2 or len(pad) // 2 > input.ndim or any(p < 0 for p in pad):
-        raise ValueError(
+        raise ArgumentError(
             f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
             f"(input {input.shape}), got {pad}"
         )
     if mode not in _PAD_MODES:
-        raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+        raise ArgumentError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
     pairs = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
         pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
@@ -49,7 +49,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
                 n = input.shape[axis]
                 limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
                 if limit is not None and max(before, after) > limit:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"pad: {mode} padding of {(before, after)} is too large for dimension {axis} of "
                         f"size {n} (input {input.shape})"
                     )
@@ -134,7 +134,7 @@ def interpolate(
     or a size/scale of the wrong length; ShapeError for a mode that does not fit the input's rank.
     """
     if mode not in _MODES:
-        raise ValueError(f"interpolate: mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        raise ArgumentError(f"interpolate: mode must be one of {', '.join(_MODES)}, got {mode!r}")
     if mode == "bicubic" or antialias:
         raise UnsupportedOpError(
             f"interpolate: mode={mode!r}{' with antialias=True' if antialias else ''} is not supported "
@@ -142,7 +142,7 @@ def interpolate(
         )
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
-            raise ValueError(
+            raise ArgumentError(
                 "interpolate: align_corners option can only be set with the interpolating modes: "
                 "linear | bilinear | bicubic | trilinear"
             )
@@ -158,19 +158,19 @@ def interpolate(
         raise ShapeError(f"interpolate: mode {mode!r} needs a {want}-D input, got {input.ndim}-D shape {input.shape}")
     spatial = input.shape[2:]
     if (size is None) == (scale_factor is None):
-        raise ValueError("interpolate: give exactly one of size or scale_factor")
+        raise ArgumentError("interpolate: give exactly one of size or scale_factor")
     if size is not None:
         if recompute_scale_factor:
-            raise ValueError("interpolate: recompute_scale_factor is not meaningful with an explicit size")
+            raise ArgumentError("interpolate: recompute_scale_factor is not meaningful with an explicit size")
         sizes = list(size) if isinstance(size, (tuple, list)) else [size] * nd
         if len(sizes) != nd:
-            raise ValueError(f"interpolate: size {size} must have one entry per spatial axis of input {input.shape}")
+            raise ArgumentError(f"interpolate: size {size} must have one entry per spatial axis of input {input.shape}")
         sizes = [int(s) for s in sizes]
         scales = [None] * nd
     else:
         scales = list(scale_factor) if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nd
         if len(scales) != nd:
-            raise ValueError(
+            raise ArgumentError(
                 f"interpolate: scale_factor {scale_factor} must have one entry per spatial axis of input {input.shape}"
             )
         scales = [float(s) for s in scales]

@@ -11,18 +11,28 @@ imported from there; Numba's on-disk cache beside it lets a later process skip c
   kernel language defines (:func:`library_names`), not a hand-kept list;
 - :func:`write_checked`: a kernel file is read back and compared with what it must hold
   before it is used, and rewritten (atomically, synced before the rename) when it differs —
-  a header from an older lazyvic, a truncated or edited file.
+  a header from an older lazyvic, a truncated or edited file;
+- :func:`load_checked`: write (or check) a kernel file and load it; when the cache directory
+  cannot be used (read-only, full, a file that cannot be rewritten, a corrupt Numba cache
+  beside it) the kernel is written to a private directory of this process and compiled there,
+  with one warning per process: it is compiled again by every process, but it is compiled — a
+  broken cache never sends plans to the interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
+import threading
+import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -89,3 +99,61 @@ def import_file(modname: str, path: Path):
     sys.modules[modname] = module
     spec.loader.exec_module(module)
     return module
+
+
+_private: list = []  # this process's own kernel directory, made at the first cache failure
+_private_lock = threading.Lock()
+_warned: set = set()  # cache directories already warned about
+
+
+def private_dir() -> Path:
+    """A directory of this process for kernel files the cache directory cannot take (removed at exit)."""
+    with _private_lock:
+        if not _private:
+            d = Path(tempfile.mkdtemp(prefix="lazyvic-kernels-"))
+            atexit.register(shutil.rmtree, d, True)
+            _private.append(d)
+    return _private[0]
+
+
+def load_checked(directory: Path, name: str, text: str, load: Callable, keep: tuple = ()):
+    """``load(path, True)`` of a kernel file ``directory/<name>.py`` holding ``text`` (written or
+    checked with :func:`write_checked`), or, when that fails for a reason of the cache (an
+    ``OSError``, a corrupt file or Numba cache entry: any error but those of ``keep``, which are
+    re-raised), ``load(path, False)`` of the same file written to :func:`private_dir`, after a
+    warning (once per directory).
+
+    ``load(path, cached)`` imports the file and compiles the kernel, from and into Numba's disk
+    cache when ``cached`` (else in memory: :func:`without_disk_cache`); ``keep`` names the errors
+    that say the kernel itself cannot compile (Numba's), which another directory would not change."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.py"
+        write_checked(path, text)
+        return load(path, True)
+    except keep:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the cache: compile from a private copy
+        private = private_dir()
+        if str(directory) not in _warned:
+            _warned.add(str(directory))
+            warnings.warn(
+                f"lazyvic: the kernel cache {directory} (or Numba's cache, NUMBA_CACHE_DIR) cannot be used "
+                f"({type(e).__name__}: {e}); kernels are compiled in this process only (in {private}). "
+                f"Check LAZYVIC_CACHE_DIR, or delete the cache directories to rebuild them.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        path = private / f"{name}.py"
+        write_checked(path, text)
+        return load(path, False)
+
+
+def without_disk_cache(*dispatchers) -> None:
+    """Compile these Numba functions in memory from now on: neither read nor write Numba's disk
+    cache (whose files may be corrupt). Numba's own default for a function without ``cache=True``."""
+    from numba.core.caching import NullCache
+
+    for d in dispatchers:
+        if hasattr(d, "_cache"):
+            d._cache = NullCache()

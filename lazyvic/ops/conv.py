@@ -39,6 +39,8 @@ def _infer(shapes, dtypes, at):
     xs, ws = shapes
     if len(xs) != 4 or len(ws) != 4:
         raise ShapeError(f"conv2d: expected input (N, C, H, W) and weight (O, C/groups, kH, kW), got {xs} and {ws}")
+    if ws[0] < 1:  # as PyTorch: "expected weight to be at least 1 at dimension 0"
+        raise ShapeError(f"conv2d: weight {ws} must have at least one output channel")
     g = at["groups"]
     if g < 1 or xs[1] != ws[1] * g or ws[0] % g:
         raise ShapeError(f"conv2d: input {xs} and weight {ws} do not fit groups={g}")

@@ -1,7 +1,14 @@
 """Indexing primitives along one dimension (PyTorch semantics).
 
-gather(x, index; dim)            out[..i..] = x[..index[..i..]..]   (index int64, shape of out)
+gather(x, index; dim[, asked_by])   out[..i..] = x[..index[..i..]..]   (index int64, shape of out)
 scatter_add(base, index, src; dim)   base with src added at index positions
+
+A gather checks its indices: the reference raises IndexError for one out of range (the
+interpreter, and a CPU plan's gather at a computed index), the lowering checks those of a gather
+it inlines before the kernel runs. Ops whose inputs are class indices (``one_hot``,
+``cross_entropy``, ``nll_loss``: ``lazyvic.functional.sparse.checked_classes``) read a pending
+target through a gather from ``arange(C)``, so its check runs when the plan runs; the optional
+``asked_by`` attribute names that op in the error.
 """
 
 from __future__ import annotations
@@ -31,16 +38,18 @@ def _gather_infer(shapes, dtypes, at):
     return shapes[1], dtypes[0]
 
 
-def _bounds(opname, idx, n):
+def _bounds(opname, idx, n, asked_by=None):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         bad = idx[(idx < 0) | (idx >= n)].ravel()[0]
+        if asked_by is not None:  # a class index checked through a gather (see the module docstring)
+            raise LIndexError(f"{asked_by}: class index {int(bad)} is out of range [0, {n})")
         raise LIndexError(f"{opname}: index {int(bad)} out of range for dimension of size {n}")
 
 
 def _gather_ref(x, at):
     src, idx = x
     dim = at["dim"]
-    _bounds("gather", idx, src.shape[dim])
+    _bounds("gather", idx, src.shape[dim], at.get("asked_by"))
     src = src[tuple(slice(0, m) if i != dim else slice(None) for i, m in enumerate(idx.shape))]
     return np.take_along_axis(src, idx.astype(np.int64), axis=dim)
 

@@ -6,11 +6,14 @@ node holding one is garbage-collected, the array returns to the pool unless
 something else (a NumPy array the user got from ``.numpy()``, or a view of it)
 still refers to it. Arrays start on a 64-byte boundary (``lowering.memory.aligned_empty``:
 BLAS writes into them). The CPU backend takes its outputs from :func:`take`.
+
+Thread-safe: the pool is shared by every thread, behind one lock taken only for large arrays.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -24,6 +27,7 @@ MAX_WATCHED = 16  # released-but-still-referenced allocations checked again late
 _free: dict = {}  # nbytes -> list of raw uint8 arrays
 _pooled_bytes = [0]
 _released: list = []  # allocations whose node died, not yet checked
+_lock = threading.Lock()  # guards _free, _pooled_bytes and the sweep of _released
 
 
 def take(shape, dtype, aligned: bool = True) -> np.ndarray:
@@ -39,23 +43,27 @@ def take(shape, dtype, aligned: bool = True) -> np.ndarray:
     if n < MIN_BYTES and not aligned:
         return np.empty(shape, dtype)
     if n >= MIN_BYTES:
-        if _released:
-            _sweep()
-        free = _free.get(n + ALIGN)
-        if free:
-            raw = free.pop()
-            _pooled_bytes[0] -= raw.nbytes
+        with _lock:
+            if _released:
+                _sweep()
+            free = _free.get(n + ALIGN)
+            raw = free.pop() if free else None
+            if raw is not None:
+                _pooled_bytes[0] -= raw.nbytes
+        if raw is not None:
             return aligned_view(raw, n, shape, dtype)
     return aligned_empty(shape, dtype)
 
 
 def _give_back(raw: np.ndarray) -> None:
-    # Called while the node is being destroyed, before its array is released:
-    # decide later, in take(), whether anything still refers to the allocation.
+    # Called while the node is being destroyed (in whichever thread drops it), before its
+    # array is released: decide later, in take(), whether anything still refers to the
+    # allocation. A list append is atomic: no lock (a finalizer may run inside take()).
     _released.append(raw)
 
 
 def _sweep() -> None:
+    # Called with _lock held.
     held = []
     while _released:
         raw = _released.pop()
@@ -84,6 +92,7 @@ def track(owner, array: np.ndarray) -> None:
 
 
 def clear() -> None:
-    _released.clear()
-    _free.clear()
-    _pooled_bytes[0] = 0
+    with _lock:
+        _released.clear()
+        _free.clear()
+        _pooled_bytes[0] = 0

@@ -2,11 +2,18 @@
 
 ``snapshot()`` returns a dict; ``reset()`` zeroes every counter; ``report()``
 returns (and prints) a readable table. ``recorder`` is the hook of ``lazyvic.explain``.
+
+Thread-safe: the counters are process-wide (every thread's runs count). Each thread adds to
+counts of its own (no lock, and no increment lost to a race); ``counters`` and :func:`snapshot`
+read their totals. A :func:`reset` while other threads run may miss an increment in flight.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import Counter
+from collections.abc import Mapping
 
 _COUNTERS = (
     "traces",
@@ -38,7 +45,51 @@ _COUNTERS = (
     "device_to_host_bytes",
 )
 
-counters: dict = dict.fromkeys(_COUNTERS, 0)
+_lock = threading.Lock()  # guards the list of per-thread counts and fallback_ops
+_threads: list = []  # (weak reference to a thread, its counts)
+_retired: dict = dict.fromkeys(_COUNTERS, 0)  # the counts of threads that have ended
+
+
+class _ThreadCounts(threading.local):
+    """The calling thread's counts, registered (and those of ended threads folded into
+    ``_retired``) when the thread counts for the first time."""
+
+    def __init__(self):
+        self.counts = dict.fromkeys(_COUNTERS, 0)
+        with _lock:
+            for ref, counts in [t for t in _threads if t[0]() is None or not t[0]().is_alive()]:
+                for k, v in counts.items():
+                    _retired[k] += v
+                _threads.remove((ref, counts))
+            _threads.append((weakref.ref(threading.current_thread()), self.counts))
+
+
+_local = _ThreadCounts()
+
+
+class Counters(Mapping):
+    """The counters, read-only: each is the total of every thread's counts (``counters["traces"]``)."""
+
+    def __getitem__(self, name: str):
+        with _lock:
+            return _retired[name] + sum(counts[name] for _, counts in _threads)
+
+    def __iter__(self):
+        return iter(_COUNTERS)
+
+    def __len__(self) -> int:
+        return len(_COUNTERS)
+
+    def totals(self) -> dict:
+        with _lock:
+            out = dict(_retired)
+            for _, counts in _threads:
+                for k, v in counts.items():
+                    out[k] += v
+        return out
+
+
+counters = Counters()
 fallback_ops: Counter = Counter()
 
 # The active ``lazyvic.explain`` recorder, or None: the plan cache checks it once per run,
@@ -57,13 +108,21 @@ def register_plan_cache(cache: dict) -> None:
 
 
 def add(name: str, value=1) -> None:
-    counters[name] += value
+    """Add ``value`` to counter ``name`` (in the calling thread's counts: no lock)."""
+    _local.counts[name] += value
+
+
+def add_fallback(op: str, value: int = 1) -> None:
+    """Count ``value`` runs of ``op`` on its NumPy reference (``snapshot()["fallback_ops"]``)."""
+    with _lock:
+        fallback_ops[op] += value
 
 
 def snapshot() -> dict:
     """A copy of every counter, plus ``fallback_ops`` (op name -> count) and the cache size."""
-    snap = dict(counters)
-    snap["fallback_ops"] = dict(fallback_ops)
+    snap = counters.totals()
+    with _lock:
+        snap["fallback_ops"] = dict(fallback_ops)
     snap["plans_cached"] = len(_plan_cache)
     snap["compile_seconds"] = round(snap["compile_seconds"], 6)
     peaks = [p["memory"]["peak"] for p in plans() if p["memory"]]
@@ -90,7 +149,7 @@ def plans() -> list[dict]:
     (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
     """
     out, by_plan = [], {}
-    for entry in _plan_cache.values():
+    for entry in list(_plan_cache.values()):  # a copy: another thread may add a plan meanwhile
         plan = entry.plan
         if plan is not None and id(plan) in by_plan:  # keys bound to one plan of symbolic sizes
             row = by_plan[id(plan)]
@@ -119,9 +178,11 @@ def plans() -> list[dict]:
 
 def reset() -> None:
     """Zero every counter (cached plans and kernels stay cached)."""
-    for k in counters:
-        counters[k] = 0
-    fallback_ops.clear()
+    with _lock:
+        for counts in [_retired] + [c for _, c in _threads]:
+            for k in counts:
+                counts[k] = 0
+        fallback_ops.clear()
 
 
 _SECTIONS = (

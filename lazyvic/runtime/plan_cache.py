@@ -16,6 +16,10 @@ plan and the values of its size symbols (a "family hit", counted apart from miss
 
 The cache is bounded (``LAZYVIC_PLAN_CACHE_SIZE``, default 256 keys): the least recently used
 entry goes first, and ``LAZYVIC_DEBUG=1`` and ``metrics.snapshot()["plans_evicted"]`` say so.
+
+Threads: the cache is shared by every thread. One plan is compiled at a time
+(:data:`compile_lock`): a thread that needs a key another thread is compiling waits for that
+plan and runs it. A compile interrupted (Ctrl-C) is retried the next time its key runs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import sys
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -86,8 +91,9 @@ class PlanCache(OrderedDict):
         return entry
 
     def insert(self, key, entry: PlanEntry) -> PlanEntry:
-        """Add ``entry``; the least recently used entries go past the bound."""
-        self[key] = entry
+        """Add ``entry`` and return it, or the entry another thread added for ``key`` meanwhile
+        (one entry per key); the least recently used entries go past the bound."""
+        entry = self.setdefault(key, entry)
         while len(self) > config.plan_cache_size:
             _, old = self.popitem(last=False)
             metrics.add("plans_evicted")
@@ -109,6 +115,7 @@ class PlanCache(OrderedDict):
 
 plan_cache = PlanCache()
 metrics.register_plan_cache(plan_cache)
+compile_lock = threading.Lock()  # one compile at a time: a key is never compiled twice at once
 
 
 def plan_name(key) -> str:
@@ -321,7 +328,8 @@ def _family_entry(trace, event: dict | None) -> PlanEntry | None:
     """An entry bound to a plan of symbolic sizes of the trace's family, or None (see
     ``runtime/families.py``); a new symbolic plan is compiled here, counted as a compile."""
     t0 = time.perf_counter()
-    found = families.resolve(trace, _compile_symbolic)
+    with compile_lock:  # the families' state is shared by threads; a symbolic plan compiles here
+        found = families.resolve(trace, _compile_symbolic)
     if found is None:
         return None
     plan, sizes, note, template = found
@@ -345,22 +353,50 @@ def _compile_symbolic(trace, named, symbols):
     return _compile(trace, named, symbols)
 
 
+def _compile_entry(entry: PlanEntry, trace) -> None:
+    """Compile ``entry``'s plan; a failure leaves it to the interpreter (reported), an interrupt
+    (KeyboardInterrupt, SystemExit) leaves it uncompiled, to be tried again at its next run."""
+    modules = set(sys.modules)
+    try:
+        entry.plan = _compile(trace)
+    except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
+        entry.failed = f"{type(e).__name__}: {e}"
+        warnings.warn(
+            f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
+            f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
+            RuntimeWarning,
+            stacklevel=6,
+        )
+    except BaseException:
+        _drop_orphan_modules(set(sys.modules) - modules)
+        raise
+
+
+def _drop_orphan_modules(names: set) -> None:
+    """Forget the modules among ``names`` whose package is no longer imported.
+
+    An import interrupted by Ctrl-C (the first compile imports Numba, ~1 s) drops the package
+    whose code was running from ``sys.modules`` but keeps the submodules it had imported; the
+    package imported again then lacks them as attributes (``module 'numba' has no attribute
+    'core'``) and every later compile fails. Without the orphans, the next import starts clean."""
+    for name in names:
+        parent = name.rpartition(".")[0]
+        while parent:
+            if parent not in sys.modules:
+                sys.modules.pop(name, None)
+                break
+            parent = parent.rpartition(".")[0]
+
+
 def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
     mode = config.compile
     if mode == "hot" and config.deterministic:
         mode = "always"  # no interpreted first run: its last bits can differ from the compiled plan's
     if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
         t0 = time.perf_counter()
-        try:
-            entry.plan = _compile(trace)
-        except Exception as e:  # noqa: BLE001 - reported, and the interpreter still runs the trace
-            entry.failed = f"{type(e).__name__}: {e}"
-            warnings.warn(
-                f"lazyvic: a plan of {len(trace.entries)} ops could not be compiled and runs on the NumPy "
-                f"interpreter ({entry.failed.splitlines()[0][:300]}); see lazyvic.metrics.snapshot()['fallback_ops']",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        with compile_lock:
+            if entry.plan is None and entry.failed is None:  # else another thread compiled it meanwhile
+                _compile_entry(entry, trace)
         if event is not None:
             event["compiled"] = True
             event["compile_seconds"] = time.perf_counter() - t0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from lazyvic.trace.entry import Entry, named_entries, named_entry
-from lazyvic.trace.node import Node, parameter_nodes, reset_pending_count
+from lazyvic.trace.node import Node, parameter_nodes
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +137,6 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
             append_scope(node.scope)
         outputs.append(pos[root])
         out_nodes.append(root)
-    reset_pending_count()
     entries_t = tuple(entries)
     outputs_t = tuple(outputs)
     param_slots = frozenset(params)

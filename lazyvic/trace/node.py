@@ -7,6 +7,11 @@ with ``value``). ``device`` is ``"cpu"`` or ``"cuda"`` (None for a scalar, which
 with any device); every input of a pending node is on its device. When a cut realizes a pending node it is
 turned into a buffer in place and drops its inputs, so the graph behind it is
 freed and every later op that refers to the node sees the data.
+
+Thread safety: a node is made by one thread and read by any; :meth:`Node.realize` is the only
+change to a node, and it sets the data before the node reads as a buffer (the sync realizes
+under its graph lock, see ``lazyvic.sync``). The module scope a node records is the making
+thread's (``lazyvic.trace.scope.local``).
 """
 
 from __future__ import annotations
@@ -18,17 +23,13 @@ import numpy as np
 
 from lazyvic.trace import scope as _scope
 
-_counter = itertools.count()
-_pending = [0]  # number of pending nodes created since the last cut (the size limit reads it)
+_counter = itertools.count()  # next() on it is atomic: node ids stay unique across threads
+_scope_local = _scope.local  # .state: the calling thread's module scope (lazyvic.trace.scope)
 
 
 # Realized nodes that hold a parameter's value (``nn.Parameter`` marks them): the memory
 # plan counts them apart from the other inputs. Weak, so marking keeps nothing alive.
 parameter_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()
-
-
-def live_nodes_count() -> int:
-    return _pending[0]
 
 
 class Node:
@@ -44,9 +45,9 @@ class Node:
         self.value = None
         self.id = next(_counter)
         self.device = device
-        self.scope = _scope.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
-        if op != "buffer" and op != "scalar":
-            _pending[0] += 1
+        self.scope = (
+            _scope_local.state.current
+        )  # the module path that recorded it (lazyvic.trace.scope); not in any key
 
     @classmethod
     def buffer(cls, array: np.ndarray, dtype, device: str = "cpu", shape: tuple | None = None) -> "Node":
@@ -67,11 +68,12 @@ class Node:
 
     def realize(self, array) -> None:
         """Turn this pending node into a buffer holding ``array`` (drops the graph behind it;
-        a NumPy array on the CPU, a flat device array on CUDA)."""
+        a NumPy array on the CPU, a flat device array on CUDA). The data is set first, so a reader
+        in another thread never sees a buffer without data."""
+        self.data = array
         self.op = "buffer"
         self.inputs = ()
         self.attrs = ()
-        self.data = array
 
     def attr(self, name):
         for k, v in self.attrs:
@@ -82,7 +84,3 @@ class Node:
     def __repr__(self) -> str:
         where = "" if self.device in ("cpu", None) else f", device={self.device}"
         return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name}{where})"
-
-
-def reset_pending_count() -> None:
-    _pending[0] = 0

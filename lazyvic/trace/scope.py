@@ -1,29 +1,59 @@
 """Module scopes: which ``nn.Module`` (or optimizer, or backward of one) recorded a node.
 
-``Node.__init__`` reads :data:`current` (one module-level read per op); ``Module.__call__``
-and the optimizers set it through :func:`entered`. Scopes are for people (the visualizer,
-``explain``): they never enter a trace key, so they cause no recompiles.
+``Node.__init__`` reads ``local.state.current`` (one thread-local read per op); ``Module.__call__``
+and the optimizers set it through :func:`enter_module` / :func:`entered`. Scopes are for people
+(the visualizer, ``explain``): they never enter a trace key, so they cause no recompiles.
 
 A module's scope is its dotted path from the outermost module being called
 (``transformer.h.0.attn`` in TinyGPT); the outermost module itself, and a module called
 outside any parent, is named by its class.
+
+Thread safety: the scope is per thread (``local.state``: a :class:`ScopeState` per thread, held
+by a ``threading.local``), so two threads calling models at once each record under their own
+module path. ``scope.current`` reads the calling thread's scope.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 
-current: str | None = None  # the innermost scope now, read by Node.__init__
 
-# The outermost module being called, the dotted name of each of its submodules, and whether
-# those names were recomputed during this call (at most once: a module that is no submodule
-# must not cost a walk of the model at every call).
-_root: list = [None, {}, False]  # [module, {id(submodule): path}, refreshed]
-_depth = [0]
+class ScopeState:
+    """One thread's scope: ``current`` (the innermost scope now, read by ``Node.__init__``), the
+    outermost module being called (``root``), the dotted name of each of its submodules
+    (``names``), whether those names were recomputed during this call (``refreshed``: at most
+    once, so that a module that is no submodule does not cost a walk of the model at every call)
+    and the depth of module calls. A plain object: one thread-local read finds it, then its
+    attributes cost what a module global's do (the backward walk sets ``current`` per op)."""
+
+    __slots__ = ("current", "root", "names", "refreshed", "depth")
+
+    def __init__(self):
+        self.current: str | None = None
+        self.root = None
+        self.names: dict = {}
+        self.refreshed = False
+        self.depth = 0
+
+
+class _Local(threading.local):
+    def __init__(self):
+        self.state = ScopeState()
+
+
+local = _Local()  # local.state: the calling thread's ScopeState
+
 # Names of each outermost module's submodules, computed once per module (weak: the cache
-# keeps no model alive).
+# keeps no model alive). Shared by threads: a model called from two threads has one naming.
 _names_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def __getattr__(name: str):
+    if name == "current":  # the calling thread's scope (read by the backward walk and tools)
+        return local.state.current
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _names(root) -> dict:
@@ -34,54 +64,55 @@ def _names(root) -> dict:
 
 
 def module_path(module) -> str:
-    """The scope of ``module`` if it were called now."""
-    if _depth[0] == 0:
+    """The scope of ``module`` if it were called now (in this thread)."""
+    st = local.state
+    if st.depth == 0:
         return type(module).__name__
-    root, names, refreshed = _root
-    path = names.get(id(module))
-    if path is None and not refreshed:  # added after the first call, or not a submodule at all
-        names = _root[1] = _names(root)
-        _root[2] = True
-        path = names.get(id(module))
+    path = st.names.get(id(module))
+    if path is None and not st.refreshed:  # added after the first call, or not a submodule at all
+        st.names = _names(st.root)
+        st.refreshed = True
+        path = st.names.get(id(module))
     if path is None:
+        current = st.current
         path = f"{current}.{type(module).__name__}" if current else type(module).__name__
     return path
 
 
 def enter_module(module) -> str | None:
     """Enter ``module``'s scope (``Module.__call__``); returns what :func:`leave_module` restores."""
-    global current
-    prev = current
-    if _depth[0] == 0:
+    st = local.state
+    prev = st.current
+    if st.depth == 0:
         names = _names_cache.get(module)
-        _root[0], _root[1], _root[2] = module, names if names is not None else _names(module), names is None
-    current = module_path(module)
-    _depth[0] += 1
+        st.root, st.names, st.refreshed = module, names if names is not None else _names(module), names is None
+    st.current = module_path(module)
+    st.depth += 1
     return prev
 
 
 def leave_module(prev: str | None) -> None:
-    global current
-    current = prev
-    _depth[0] -= 1
-    if _depth[0] == 0:
-        _root[0], _root[1], _root[2] = None, {}, False
+    st = local.state
+    st.current = prev
+    st.depth -= 1
+    if st.depth == 0:
+        st.root, st.names, st.refreshed = None, {}, False
 
 
 @contextlib.contextmanager
 def entered(name: str | None):
     """Record the nodes made inside under scope ``name`` (``optim.AdamW``, ``... (backward)``)."""
-    global current
-    prev = current
-    current = name
+    st = local.state
+    prev = st.current
+    st.current = name
     try:
         yield
     finally:
-        current = prev
+        st.current = prev
 
 
 def set_current(name: str | None) -> str | None:
     """Set the scope without a context manager (the backward walk, per op); returns the previous one."""
-    global current
-    prev, current = current, name
+    st = local.state
+    prev, st.current = st.current, name
     return prev

@@ -4,6 +4,8 @@ Each kernel's source is written to ``$LAZYVIC_CACHE_DIR/kernels/<name>.py`` (nam
 SHA-1 of the library hash and its source; checked before use and rewritten when it differs,
 see ``lowering/kernel_files.py``) and imported. The same kernel used by several plans is
 loaded once per process, and Numba's on-disk cache lets a second process skip compilation.
+A cache directory that cannot be used (read-only, a corrupt file or Numba cache entry) costs a
+warning and a compile in this process, never the kernel (``kernel_files.load_checked``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ from collections import OrderedDict
 from pathlib import Path
 
 from numba import types
+from numba.core.errors import NumbaError
 
-from lazyvic.lowering.kernel_files import LIB_HASH, header, import_file, library_names, write_checked
+from lazyvic.lowering import kernel_lib
+from lazyvic.lowering.kernel_files import (
+    LIB_HASH,
+    header,
+    import_file,
+    library_names,
+    load_checked,
+    without_disk_cache,
+)
 
 _HEADER_IMPORTS = """import math
 
@@ -47,6 +58,11 @@ def kernel_header() -> str:
     )
 
 
+def library_dispatchers() -> list:
+    """The compiled functions of the kernel library (``lowering/kernel_lib.py``) kernels call."""
+    return [getattr(kernel_lib, n) for n in library_names() if hasattr(getattr(kernel_lib, n), "_cache")]
+
+
 def kernel_dir(cache_dir: Path) -> Path:
     d = Path(cache_dir) / "kernels"
     d.mkdir(parents=True, exist_ok=True)
@@ -71,13 +87,20 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int 
     if fn is not None:
         _loaded.move_to_end(key)
         return fn
-    path = kernel_dir(cache_dir) / f"{ks.name}.py"
-    write_checked(path, kernel_header() + ks.source)
-    fn = getattr(import_file(f"lazyvic_kernels.{ks.name}", path), ks.name)
     t0 = time.perf_counter()
-    hits_before = sum(fn.stats.cache_hits.values())
-    fn.compile(tuple(sig_types))
-    which = "kernels_loaded" if sum(fn.stats.cache_hits.values()) > hits_before else "kernels_compiled"
+
+    def compiled(path, cached: bool):
+        fn = getattr(import_file(f"lazyvic_kernels.{ks.name}", path), ks.name)
+        if not cached:  # the disk cache failed: this kernel and the library it calls, in memory
+            without_disk_cache(fn, *library_dispatchers())
+        hits_before = sum(fn.stats.cache_hits.values())
+        fn.compile(tuple(sig_types))
+        return fn, sum(fn.stats.cache_hits.values()) > hits_before
+
+    fn, from_disk = load_checked(
+        Path(cache_dir) / "kernels", ks.name, kernel_header() + ks.source, compiled, keep=(NumbaError,)
+    )
+    which = "kernels_loaded" if from_disk else "kernels_compiled"
     stats[which] = stats.get(which, 0) + 1
     stats["kernel_seconds"] = stats.get("kernel_seconds", 0.0) + time.perf_counter() - t0
     _loaded[key] = fn

@@ -3,17 +3,22 @@
 A run binds the input arrays, takes the output arrays from the allocator the runtime handed
 the backend (``lazyvic.runtime.buffers.take``: a pool of large outputs), runs the steps and
 hands back the outputs. The environment is a list indexed by entry position, holding each
-buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays). The
-plan's pooled temporaries are allocated and viewed once, on its first run; a plan's buffers
-belong to one run at a time.
+buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays).
+
+Threads: a plan's buffers belong to one run at a time. Each run takes a set of pooled
+temporaries (a :class:`RunState`: the pool and the environment viewing it, allocated once) from
+the plan's free list and puts it back after, so the same plan runs in several threads at once,
+each on storage of its own (``concurrent_runs``); outputs are new arrays at every run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -33,19 +38,21 @@ SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 # busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
 SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
+# Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
+MAX_FREE_RUN_STATES = 4
 MAX_BINDINGS = 8  # run states kept per plan of symbolic sizes (one per binding of its symbols)
 
 
 @dataclass
 class _Binding:
-    """A plan of symbolic sizes made concrete for one binding: its environment templates, the
-    outputs a run makes, its steps with their sizes substituted (kernels' size arguments too)."""
+    """A plan of symbolic sizes made concrete for one binding, shared by the runs of every
+    thread (read only): its entries and steps with their sizes substituted (kernels' size
+    arguments too), the outputs a run makes, the bytes each pool slot needs."""
 
-    env: list
-    flat: list
-    new_outputs: list
-    steps: list
     entries: list
+    steps: list
+    new_outputs: list
+    needed: list
 
 
 def _concrete_step(step, env: dict):
@@ -68,10 +75,17 @@ def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
 
 class _BLASThreads:
     """Sets the number of threads of the BLAS libraries loaded in this process (through
-    threadpoolctl, found once) for the duration of a plan run."""
+    threadpoolctl, found once) for the duration of a plan run.
+
+    The setting is process-wide: runs in several threads share it, counted, so the first run to
+    limit saves the setting and the last one to finish restores it (a plain save/restore per run
+    would leave BLAS limited when two runs overlap)."""
 
     def __init__(self):
         self.libs = None
+        self.lock = threading.Lock()
+        self.users = 0
+        self.saved: list = []
 
     def _find(self) -> list:
         try:
@@ -81,18 +95,37 @@ class _BLASThreads:
         except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
             return []
 
-    def limit(self, n: int) -> list:
-        if self.libs is None:
-            self.libs = self._find()
-        saved = []
-        for lib in self.libs:
-            saved.append(lib.num_threads)
-            lib.set_num_threads(n)
-        return saved
+    def limit(self, n: int) -> None:
+        with self.lock:
+            if self.libs is None:
+                self.libs = self._find()
+            if self.users == 0:
+                self.saved = [lib.num_threads for lib in self.libs]
+                for lib in self.libs:
+                    lib.set_num_threads(n)
+            self.users += 1
 
-    def restore(self, saved: list) -> None:
-        for lib, n in zip(self.libs, saved):
-            lib.set_num_threads(n)
+    def restore(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                for lib, k in zip(self.libs, self.saved):
+                    lib.set_num_threads(k)
+
+
+class RunState:
+    """The storage one run works in: the pooled temporaries (``pool``) and the environment
+    lists viewing them, shaped (``env``) and flat (``flat``); copied at each run. A plan of
+    symbolic sizes keeps its views per binding (``views``: sizes -> (env, flat))."""
+
+    __slots__ = ("pool", "env", "flat", "views")
+
+    def __init__(self, pool: list, env: list, flat: list):
+        self.pool, self.env, self.flat = pool, env, flat
+        self.views: dict = {}
+
+
+_binding_lock = threading.Lock()  # making a binding of a plan of symbolic sizes
 
 
 blas_threads = _BLASThreads()
@@ -115,15 +148,14 @@ class CpuPlan(Plan):
     blas_threads: int | None = None
     # (shape, NumPy dtype, aligned) -> a new output array; the runtime's buffer pool.
     allocate: Callable = field(default=allocate_output, repr=False)
-    pool: list = field(default=None, repr=False)  # run state: the temporaries' storage
-    env_template: list = field(default=None, repr=False)
-    flat_template: list = field(default=None, repr=False)
+    free_states: list = field(default_factory=list, repr=False)  # RunStates not in use by a run
     new_outputs: list = field(default=None, repr=False)  # (pos, shape, NumPy dtype, aligned) made per run
     bindings: dict = field(default=None, repr=False)  # run state per binding of the size symbols
     _symbolic_entries: list = field(default=None, repr=False)
     _symbolic_steps: list = field(default=None, repr=False)
 
     device = "cpu"
+    concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
 
     def single_thread_blas(self) -> bool:
         """True when BLAS should run on one thread while this plan runs.
@@ -155,79 +187,113 @@ class CpuPlan(Plan):
     def kernels(self) -> list:
         return [s for s in self.steps if isinstance(s, KernelStep)]
 
+    @cached_property
+    def parallel(self) -> bool:
+        """Whether a kernel of the plan runs on Numba's thread pool (its threading layer decides
+        whether two such plans may run at once: ``lazyvic.runtime.executor``)."""
+        return any(isinstance(s, KernelStep) and s.parallel for s in self.steps)
+
     def run(self, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
         scalar slot (Python numbers); for a plan lowered for symbolic sizes, ``sizes`` gives the
         value of each of its ``symbols`` (its guards must hold: the plan cache checks them).
         Returns per trace output a NumPy array the caller owns. ``debug >= 4`` prints each
-        step's time."""
-        if self.blas_threads is None:
-            return self._run(inputs, scalars, debug, sizes)
-        saved = blas_threads.limit(self.blas_threads)
+        step's time. Thread-safe (see the module docstring)."""
+        if self.new_outputs is None and not self.symbols:
+            # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
+            # (Two threads may both compute this at a first run: the same list.)
+            self.new_outputs = [
+                (pos, self.entries[pos].shape, dtype.np, optable.OPS[self.entries[pos].op].kind in BLAS_KINDS)
+                for kind, pos, dtype in self.outputs
+                if kind == "buffer" and pos not in self.memory.slot_of
+            ]
+        free = self.free_states
         try:
-            return self._run(inputs, scalars, debug, sizes)
+            state = free.pop()  # atomic: no two runs get the same state
+        except IndexError:  # a first run, or every state in use by runs in other threads
+            state = self._new_state()
+        try:
+            if self.blas_threads is None:
+                return self._run(state, inputs, scalars, debug, sizes)
+            blas_threads.limit(self.blas_threads)
+            try:
+                return self._run(state, inputs, scalars, debug, sizes)
+            finally:
+                blas_threads.restore()
         finally:
-            blas_threads.restore(saved)
+            if len(free) < MAX_FREE_RUN_STATES:
+                free.append(state)
 
-    def _prepare(self) -> None:
+    def _new_state(self) -> RunState:
+        """A set of temporaries for one run: the memory plan's slots, and views of them."""
         mem = self.memory
-        self.pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
-        self.env_template, self.flat_template, self.new_outputs = self._layout(self.entries)
+        if self.symbols:  # storage sized at the first binding it runs (see _bound_views)
+            return RunState([], None, None)
+        pool = [aligned_empty((n,), np.uint8) for n in mem.slot_bytes]
+        env, flat = self._layout(self.entries, pool)
+        return RunState(pool, env, flat)
 
-    def _layout(self, entries) -> tuple:
-        """The environment's pooled temporaries (shaped and flat views of the pool) and the
-        outputs a run makes, for ``entries`` with concrete shapes."""
+    def _layout(self, entries, pool) -> tuple:
+        """The environment's pooled temporaries, shaped and flat views of ``pool``, for
+        ``entries`` with concrete shapes."""
         mem = self.memory
         n = len(entries)
         env, flat = [None] * n, [None] * n
         for pos, slot in mem.slot_of.items():
             shape, dtype = entries[pos].shape, entries[pos].dtype
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            env[pos] = self.pool[slot][:nbytes].view(dtype.np).reshape(shape)
+            env[pos] = pool[slot][:nbytes].view(dtype.np).reshape(shape)
             flat[pos] = env[pos].reshape(-1)
-        # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
-        new_outputs = [
-            (pos, entries[pos].shape, dtype.np, optable.OPS[entries[pos].op].kind in BLAS_KINDS)
-            for kind, pos, dtype in self.outputs
-            if kind == "buffer" and pos not in mem.slot_of
-        ]
-        return env, flat, new_outputs
+        return env, flat
 
-    def _bound(self, sizes: tuple) -> "_Binding":
-        """The plan made concrete for one binding of its size symbols (kept for the last few)."""
-        if self.bindings is None:
-            self.bindings = {}
-            self._symbolic_parts()
-        b = self.bindings.get(sizes)
+    def _bound(self, sizes: tuple) -> _Binding:
+        """The plan made concrete for one binding of its size symbols (the last few kept)."""
+        b = self.bindings.get(sizes) if self.bindings is not None else None
         if b is not None:
             return b
-        env = dict(zip(self.symbols, sizes))
-        needed = slot_sizes(self.memory, self.entries, env)
-        if (
-            self.pool is None
-            or len(self.pool) != len(needed)
-            or any(n > p.nbytes - ALIGN for n, p in zip(needed, self.pool))
-        ):
-            # A larger binding than any before: grow the pool (views of the old one die with
-            # the bindings that made them).
-            old = self.pool or []
-            self.pool = [
-                p if k < len(old) and n <= p.nbytes - ALIGN else aligned_empty((n,), np.uint8)
-                for k, (n, p) in enumerate(zip(needed, old + [None] * len(needed)))
+        with _binding_lock:
+            if self.bindings is None:
+                self._symbolic_parts()
+                self.bindings = {}
+            b = self.bindings.get(sizes)
+            if b is not None:
+                return b
+            env = dict(zip(self.symbols, sizes))
+            entries = list(self.entries)
+            for pos in self._symbolic_entries:
+                e = entries[pos]
+                entries[pos] = e._replace(shape=symbolic.substitute(e.shape, env))
+            steps = list(self.steps)
+            for k in self._symbolic_steps:
+                steps[k] = _concrete_step(steps[k], env)
+            # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
+            new_outputs = [
+                (pos, entries[pos].shape, dtype.np, optable.OPS[entries[pos].op].kind in BLAS_KINDS)
+                for kind, pos, dtype in self.outputs
+                if kind == "buffer" and pos not in self.memory.slot_of
             ]
-            self.bindings.clear()
-        entries = list(self.entries)
-        for pos in self._symbolic_entries:
-            e = entries[pos]
-            entries[pos] = e._replace(shape=symbolic.substitute(e.shape, env))
-        env_t, flat_t, new_outputs = self._layout(entries)
-        steps = list(self.steps)
-        for k in self._symbolic_steps:
-            steps[k] = _concrete_step(steps[k], env)
-        if len(self.bindings) >= MAX_BINDINGS:
-            self.bindings.pop(next(iter(self.bindings)))
-        b = self.bindings[sizes] = _Binding(env_t, flat_t, new_outputs, steps, entries)
-        return b
+            b = _Binding(entries, steps, new_outputs, slot_sizes(self.memory, self.entries, env))
+            if len(self.bindings) >= MAX_BINDINGS:
+                self.bindings.pop(next(iter(self.bindings)))
+            self.bindings[sizes] = b
+            return b
+
+    def _bound_views(self, state: RunState, sizes: tuple, b: _Binding) -> tuple:
+        """The environment of ``state``'s storage for one binding: the pool grows to the largest
+        binding it ran (the views of a smaller pool are dropped), views are kept per binding."""
+        pool = state.pool
+        if len(pool) != len(b.needed) or any(n > p.nbytes - ALIGN for n, p in zip(b.needed, pool)):
+            state.pool = [
+                p if k < len(pool) and n <= p.nbytes - ALIGN else aligned_empty((n,), np.uint8)
+                for k, (n, p) in enumerate(zip(b.needed, pool + [None] * len(b.needed)))
+            ]
+            state.views = {}
+        views = state.views.get(sizes)
+        if views is None:
+            if len(state.views) >= MAX_BINDINGS:
+                state.views.pop(next(iter(state.views)))
+            views = state.views[sizes] = self._layout(b.entries, state.pool)
+        return views
 
     def _symbolic_parts(self) -> None:
         """Which entries (pooled temporaries and outputs) and which steps have symbolic sizes:
@@ -242,16 +308,15 @@ class CpuPlan(Plan):
             if any(symbolic.contains_symbols(getattr(st, f.name)) for f in dataclasses.fields(st))
         ]
 
-    def _run(self, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
+    def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
         if self.symbols:
             b = self._bound(tuple(sizes))
-            env, flat, new_outputs, steps, entries = b.env[:], b.flat[:], b.new_outputs, b.steps, b.entries
+            env, flat = self._bound_views(state, tuple(sizes), b)
+            env, flat, new_outputs, steps, entries = env[:], flat[:], b.new_outputs, b.steps, b.entries
         else:
-            if self.pool is None:
-                self._prepare()
             env, flat, new_outputs, steps, entries = (
-                self.env_template[:],
-                self.flat_template[:],
+                state.env[:],
+                state.flat[:],
                 self.new_outputs,
                 self.steps,
                 self.entries,

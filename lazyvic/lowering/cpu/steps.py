@@ -12,6 +12,7 @@ through its movement ops as NumPy views.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,11 @@ import numpy as np
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.trace.symbolic import Sym
+
+# Scratch sets a conv step keeps between runs (as many as threads ran it at once, or as sizes
+# a plan of symbolic sizes ran it at), up to this; the oldest go first.
+MAX_FREE_SCRATCH = 4
+_scratch_lock = threading.Lock()
 
 __all__ = [
     "ConvStep",
@@ -92,9 +98,11 @@ class ConvStep:
     kernels, lowering/cpu/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
     NumPy reference, in the same chunks of images, so both round alike).
 
-    The scratch buffers (columns, product, padded input) belong to the step, made on its
-    first run and kept with the plan: plans run one at a time. They are outside the memory
-    plan's accounting (the columns are C*T times the output's spatial size per image)."""
+    The scratch buffers (columns, product, padded input) belong to one run at a time: each call
+    takes a set from the step's free list (made at a first run, or when every set is in use by
+    a run in another thread) and puts it back after, so a plan runs in several threads at once.
+    They are outside the memory plan's accounting (the columns are C*T times the output's
+    spatial size per image)."""
 
     name: str
     out: int
@@ -108,7 +116,7 @@ class ConvStep:
     tap_weights: object  # ops.conv.tap_weights
     images_per_chunk: object  # ops.conv.images_per_chunk
     k: int = 0  # inner dimension of the product (for the plan's BLAS policy)
-    scratch: list = field(default=None, repr=False)
+    scratch: list = field(default_factory=list, repr=False)  # free (shapes, scratch set) pairs (see above)
 
     def writes(self):
         return (self.out,)
@@ -120,13 +128,28 @@ class ConvStep:
         x = np.ascontiguousarray(view(env, scalars, self.x))
         w = view(env, scalars, self.w)
         out = env[self.out]
+        # A set made for this run's shapes (a plan of symbolic sizes runs one step at many).
+        shapes = (x.shape, w.shape, out.shape)
+        scratch = None
+        with _scratch_lock:
+            for k, (made_for, _) in enumerate(self.scratch):
+                if made_for == shapes:
+                    scratch = self.scratch.pop(k)[1]
+                    break
+        if scratch is None:
+            scratch = self._scratch(x.shape, w.shape, out)
+        try:
+            self._conv(x, w, out, scratch)
+        finally:
+            with _scratch_lock:
+                self.scratch.append((shapes, scratch))
+                if len(self.scratch) > MAX_FREE_SCRATCH:
+                    self.scratch.pop(0)
+
+    def _conv(self, x, w, out, scratch) -> None:
         n, o, oh, ow = out.shape
         at = self.attrs
-        shapes = (x.shape, w.shape, out.shape)
-        if self.scratch is None or self.scratch[0] != shapes:
-            # Made for the shapes of a run (a plan of symbolic sizes runs one step at many).
-            self.scratch = (shapes, self._scratch(x.shape, w.shape, out))
-        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = self.scratch[1]
+        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
         if padded is not None:
             self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
             x = padded

@@ -19,8 +19,10 @@ import pytest
 import lazyvic as lv
 import lazyvic.functional as F
 from lazyvic import nn
+from lazyvic.runtime import metrics
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import THREADSAFE_LAYERS, threading_layer
+from lazyvic.runtime.plan_cache import plan_cache
 from lazyvic.trace import scope
 
 THREADS = 4
@@ -267,7 +269,6 @@ def test_parallel_kernels_and_blas_in_several_threads_do_not_deadlock(compiled, 
             outs.append((y.item(), m.item()))
         return outs
 
-    from lazyvic.runtime.plan_cache import plan_cache
 
     got = _run_threads([job] * THREADS)
     assert all(g == got[0] for g in got)
@@ -296,3 +297,35 @@ def test_metrics_count_every_threads_increments():
     _run_threads([count] * THREADS)
     assert metrics.counters["capture_fallbacks"] - before == THREADS * 20_000
     assert metrics.snapshot()["capture_fallbacks"] - before == THREADS * 20_000
+
+
+def test_threads_share_a_plan_of_symbolic_sizes_at_different_sizes(monkeypatch):
+    """One plan of symbolic sizes run by 4 threads at once, each at sizes of its own (a binding
+    per size, each run on storage of its own): every result is NumPy's, nothing compiles."""
+    monkeypatch.setattr(config, "compile", "hot")
+    monkeypatch.setattr(config, "dynamic", True)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((24, 16)).astype(np.float32)
+
+    def f(x):
+        h = (lv.tensor(x) @ lv.tensor(w)).relu()
+        return (h.softmax(-1) * h).sum(0).numpy()
+
+    def reference(x):
+        h = np.maximum(x @ w, 0)
+        e = np.exp(h - h.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True) * h).sum(0)
+
+    for n in (20, 33, 20, 33):  # a plan of symbolic sizes for n, compiled before the threads
+        f(rng.standard_normal((n, 24)).astype(np.float32))
+    sizes = [18, 40, 27, 55]
+    data = [[rng.standard_normal((n, 24)).astype(np.float32) for _ in range(6)] for n in sizes]
+    before = metrics.snapshot()
+    results = _run_threads([lambda xs=xs: [f(x) for x in xs] for xs in data])
+    after = metrics.snapshot()
+    assert after["plans_compiled"] == before["plans_compiled"]
+    assert after["family_hits"] - before["family_hits"] == len(sizes)  # a key per size, one plan
+    assert after["compiled_runs"] - before["compiled_runs"] == 6 * len(sizes)
+    for got, xs in zip(results, data):
+        for g, x in zip(got, xs):
+            np.testing.assert_allclose(g, reference(x), rtol=1e-4, atol=1e-5)

@@ -269,7 +269,6 @@ def test_parallel_kernels_and_blas_in_several_threads_do_not_deadlock(compiled, 
             outs.append((y.item(), m.item()))
         return outs
 
-
     got = _run_threads([job] * THREADS)
     assert all(g == got[0] for g in got)
     assert any(e.plan is not None and e.plan.parallel for e in plan_cache.values())

@@ -101,13 +101,22 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         depth += 1
     body.extend(render(em.row_lines, depth))
     text = "\n".join(body)
+    rendered: dict = {}
     for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):
-        index = em.render_lin(lin, em.outer[0] if buf in rebased else None)
-        if buf is not None and _SIZE_ARG.search(index):
-            # An array index with a size argument in it: LLVM cannot prove it non-negative, so
-            # NumPy's negative-index wraparound would stay in the loop and block vectorization
-            # (a softmax ran 2.8x slower). Indices are never negative here: unsigned, no check.
-            index = f"np.uint64({index})"
+        # The same index into the same array is written once (the same size arguments): a loop
+        # that reads an element and writes it back (a softmax's in-place division) is then
+        # seen by LLVM to touch one address, and vectorizes; two arguments of equal value would
+        # look like two strides that may overlap (a softmax ran 1.8x slower).
+        key = (buf, buf in rebased, tuple(sorted(lin.terms.items(), key=str)), lin.const)
+        index = rendered.get(key) if buf is not None else None
+        if index is None:
+            index = em.render_lin(lin, em.outer[0] if buf in rebased else None)
+            if buf is not None and _SIZE_ARG.search(index):
+                # An array index with a size argument in it: LLVM cannot prove it non-negative,
+                # so NumPy's negative-index wraparound would stay in the loop and block
+                # vectorization. Indices are never negative here: unsigned, no check.
+                index = f"np.uint64({index})"
+            rendered[key] = index
         text = text.replace(f"\x00{n}\x00", index)
 
     if parallel:

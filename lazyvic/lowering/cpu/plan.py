@@ -60,6 +60,8 @@ def _concrete_step(step, env: dict):
     by their values for ``env``; the step itself when it has none."""
     changes = {}
     for f in dataclasses.fields(step):
+        if not f.init:  # run-time state (a matmul's kept views), made anew by replace()
+            continue
         v = getattr(step, f.name)
         new = symbolic.substitute(v, env)
         if new is not v:
@@ -153,6 +155,7 @@ class CpuPlan(Plan):
     bindings: dict = field(default=None, repr=False)  # run state per binding of the size symbols
     _symbolic_entries: list = field(default=None, repr=False)
     _symbolic_steps: list = field(default=None, repr=False)
+    _marked: bool = field(default=False, repr=False)  # matmul operands marked (_mark_pooled_operands)
 
     device = "cpu"
     concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
@@ -199,6 +202,8 @@ class CpuPlan(Plan):
         value of each of its ``symbols`` (its guards must hold: the plan cache checks them).
         Returns per trace output a NumPy array the caller owns. ``debug >= 4`` prints each
         step's time. Thread-safe (see the module docstring)."""
+        if not self._marked:
+            self._mark_pooled_operands()
         if self.new_outputs is None and not self.symbols:
             # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
             # (Two threads may both compute this at a first run: the same list.)
@@ -223,6 +228,14 @@ class CpuPlan(Plan):
         finally:
             if len(free) < MAX_FREE_RUN_STATES:
                 free.append(state)
+
+    def _mark_pooled_operands(self) -> None:
+        """Tell each matrix product which of its operands are pooled temporaries (MatmulStep)."""
+        pooled = self.memory.slot_of
+        for st in self.steps:
+            if isinstance(st, MatmulStep):
+                st.pooled = tuple(c.kind == "buffer" and c.base in pooled for c in (st.a, st.b))
+        self._marked = True
 
     def _new_state(self) -> RunState:
         """A set of temporaries for one run: the memory plan's slots, and views of them."""

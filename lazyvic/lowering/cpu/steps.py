@@ -12,6 +12,7 @@ through its movement ops as NumPy views.
 
 from __future__ import annotations
 
+import operator
 import threading
 from dataclasses import dataclass, field
 
@@ -55,6 +56,9 @@ class KernelStep:
     def __post_init__(self):
         if self.sizes and not any(isinstance(z, Sym) for z in self.sizes):
             self.zs = np.array(self.sizes, dtype=np.int64)
+        # The arrays' positions, read in one C call per run (a plan runs dozens of these steps
+        # per call: the Python around each kernel call is part of every step's time).
+        self._arrays = operator.itemgetter(self.out, *self.extra_outs, *self.buffers, -1)
 
     def reads(self):
         return self.buffers
@@ -63,14 +67,16 @@ class KernelStep:
         return (self.out,) + self.extra_outs
 
     def __call__(self, env, flat, scalars):
-        self.fn(
-            flat[self.out],
-            *[flat[o] for o in self.extra_outs],
-            *[flat[b] for b in self.buffers],
-            *[t(scalars[s]) for s, t in self.scalars],
-            *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
-            *(() if self.zs is None else (self.zs,)),
-        )
+        arrays = self._arrays(flat)[:-1]  # (the -1 makes a tuple of one array a tuple too)
+        if self.scalars or self.packed:
+            arrays += (
+                *[t(scalars[s]) for s, t in self.scalars],
+                *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
+            )
+        if self.zs is None:
+            self.fn(*arrays)
+        else:
+            self.fn(*arrays, self.zs)
 
 
 @dataclass
@@ -80,6 +86,12 @@ class MatmulStep:
     a: tuple  # lowering.pipeline.Operand
     b: tuple
     k: int = 0  # inner dimension (for the plan's BLAS policy)
+    # Per operand: its buffer is one of the plan's pooled temporaries (CpuPlan marks them), whose
+    # arrays a run state keeps from run to run: the operand's view is then made once per array
+    # and kept (``memo``), not rebuilt through its movement ops at every run. Inputs' views are
+    # not kept: that would keep a caller's old array alive after the caller dropped it.
+    pooled: tuple = (False, False)
+    memo: list = field(default_factory=lambda: [None, None], init=False, repr=False, compare=False)
 
     def writes(self):
         return (self.out,)
@@ -87,8 +99,22 @@ class MatmulStep:
     def reads(self):
         return tuple(c.base for c in (self.a, self.b) if c.kind == "buffer")
 
+    def _operand(self, i, chain, env, scalars):
+        if not self.pooled[i]:
+            return view(env, scalars, chain)
+        base, kept = env[chain.base], self.memo[i]
+        if kept is not None and kept[0] is base:
+            return kept[1]
+        v = view(env, scalars, chain)
+        if v.base is not None and v.base is base.base:
+            # A view of the temporary's memory (not a copy that a reshape of a non-contiguous
+            # view makes, whose numbers would go stale): keep it. One tuple: a thread reads
+            # a whole pair or the previous one.
+            self.memo[i] = (base, v)
+        return v
+
     def __call__(self, env, flat, scalars):
-        np.matmul(view(env, scalars, self.a), view(env, scalars, self.b), out=env[self.out])
+        np.matmul(self._operand(0, self.a, env, scalars), self._operand(1, self.b, env, scalars), out=env[self.out])
 
 
 @dataclass

@@ -88,13 +88,17 @@ def resolve(trace, compile_symbolic):
     if trace.device != "cpu" or not config.dynamic or config.compile == "never":
         return None
     sites = fam.sites(trace.key[0])
-    family = _families.get(sites.signature)
+    # The structure is the entries' signature and the rest of the key (the outputs, the flags,
+    # the parameter slots): two traces of the same ops with other outputs (a tensor kept alive
+    # in one loop and not in another) need plans that hand back other arrays.
+    signature = (sites.signature, trace.key[1:])
+    family = _families.get(signature)
     if family is None:
-        _families[sites.signature] = Family(len(_families), sites.kinds, sites.values, trace.key[0])
+        _families[signature] = Family(len(_families), sites.kinds, sites.values, trace.key[0])
         while len(_families) > MAX_FAMILIES:
             _families.popitem(last=False)
         return None
-    _families.move_to_end(sites.signature)
+    _families.move_to_end(signature)
     if family.disabled is not None:
         return None
     found = family.find(sites.values)

@@ -288,3 +288,26 @@ def test_an_element_read_and_written_back_has_one_index(fresh):
     (st,) = [s for s in plan_cache.last.plan.steps if hasattr(s, "fn") and "exp" in s.source]
     indices = set(re.findall(r"\bout\[([^\]]*)\]", st.source))
     assert len(indices) == 1 and "z" in next(iter(indices)), indices
+
+
+def test_traces_with_other_outputs_are_another_family(fresh):
+    """Two loops trace the same ops but one keeps the logits alive (an output of its traces)
+    and the other does not: a symbolic plan made for one output set must not serve the other
+    (its outputs would go to the wrong tensors). nanoGPT-style greedy sampling on a growing
+    context, both ways, gives the model's own greedy tokens."""
+    from lazyvic.models import TinyGPT
+
+    lv.manual_seed(0)
+    model = TinyGPT(vocab_size=23, d_model=16, n_layer=1, n_head=2, block_size=12).eval()
+    want = model.generate(np.array([[1]]), 5, temperature=0.0, kv_cache=False).numpy()[0, 1:].tolist()
+    for keep_logits in (True, False):
+        idx, got = lv.tensor(np.array([[1]])), []
+        with lv.no_grad():
+            for _ in range(5):
+                logits = model(idx[:, -12:])
+                nxt = logits[:, -1, :].argmax(-1, keepdim=True)
+                if not keep_logits:
+                    del logits
+                idx = lv.cat((idx, nxt), dim=1)
+                got.append(int(nxt.item()))
+        assert got == want

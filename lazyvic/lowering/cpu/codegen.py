@@ -36,6 +36,11 @@ FASTMATH = "False"
 _SIZE_ARG = re.compile(r"\bz\d+\b")
 
 
+def _plain(c):
+    """A coefficient as a dict key: a Sym by its expression (its == would record a guard)."""
+    return c.poly if isinstance(c, symbolic.Sym) else c
+
+
 class KernelSource:
     """The generated source of one kernel and what it needs to run."""
 
@@ -107,7 +112,12 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         # that reads an element and writes it back (a softmax's in-place division) is then
         # seen by LLVM to touch one address, and vectorizes; two arguments of equal value would
         # look like two strides that may overlap (a softmax ran 1.8x slower).
-        key = (buf, buf in rebased, tuple(sorted(lin.terms.items(), key=str)), lin.const)
+        key = (
+            buf,
+            buf in rebased,
+            tuple((v, _plain(c)) for v, c in sorted(lin.terms.items(), key=str)),
+            _plain(lin.const),
+        )
         index = rendered.get(key) if buf is not None else None
         if index is None:
             index = em.render_lin(lin, em.outer[0] if buf in rebased else None)

@@ -55,17 +55,22 @@ class _Binding:
     needed: list
 
 
-def _concrete_step(step, env: dict):
-    """``step`` with the symbolic sizes in its fields (attributes, operand views, sizes) replaced
-    by their values for ``env``; the step itself when it has none."""
+def _symbolic_fields(step) -> tuple:
+    """The names of ``step``'s fields that hold symbolic sizes (run-time state excepted)."""
+    return tuple(
+        f.name for f in dataclasses.fields(step) if f.init and symbolic.contains_symbols(getattr(step, f.name))
+    )
+
+
+def _concrete_step(step, env: dict, names: tuple, memo: dict):
+    """``step`` with the symbolic sizes in its fields ``names`` (attributes, operand views,
+    sizes) replaced by their values for ``env`` (``memo``: the values found so far)."""
     changes = {}
-    for f in dataclasses.fields(step):
-        if not f.init:  # run-time state (a matmul's kept views), made anew by replace()
-            continue
-        v = getattr(step, f.name)
-        new = symbolic.substitute(v, env)
+    for name in names:
+        v = getattr(step, name)
+        new = symbolic.substitute(v, env, memo)
         if new is not v:
-            changes[f.name] = new
+            changes[name] = new
     return dataclasses.replace(step, **changes) if changes else step
 
 
@@ -271,21 +276,22 @@ class CpuPlan(Plan):
             b = self.bindings.get(sizes)
             if b is not None:
                 return b
-            env = dict(zip(self.symbols, sizes))
+            env, memo = dict(zip(self.symbols, sizes)), {}
             entries = list(self.entries)
             for pos in self._symbolic_entries:
                 e = entries[pos]
-                entries[pos] = e._replace(shape=symbolic.substitute(e.shape, env))
+                entries[pos] = e._replace(shape=symbolic.substitute(e.shape, env, memo))
             steps = list(self.steps)
-            for k in self._symbolic_steps:
-                steps[k] = _concrete_step(steps[k], env)
+            for k, names in self._symbolic_steps:
+                steps[k] = _concrete_step(steps[k], env, names, memo)
             # Outputs computed by the plan get new arrays at each run; BLAS writes some of them.
             new_outputs = [
                 (pos, entries[pos].shape, dtype.np, optable.OPS[entries[pos].op].kind in BLAS_KINDS)
                 for kind, pos, dtype in self.outputs
                 if kind == "buffer" and pos not in self.memory.slot_of
             ]
-            b = _Binding(entries, steps, new_outputs, slot_sizes(self.memory, self.entries, env))
+            # The slots' sizes from the entries made concrete above (no symbolic products).
+            b = _Binding(entries, steps, new_outputs, slot_sizes(self.memory, entries, env))
             if len(self.bindings) >= MAX_BINDINGS:
                 self.bindings.pop(next(iter(self.bindings)))
             self.bindings[sizes] = b
@@ -315,11 +321,8 @@ class CpuPlan(Plan):
         self._symbolic_entries = [
             p for p in sorted(wanted) if any(isinstance(d, symbolic.Sym) for d in self.entries[p].shape)
         ]
-        self._symbolic_steps = [
-            k
-            for k, st in enumerate(self.steps)
-            if any(symbolic.contains_symbols(getattr(st, f.name)) for f in dataclasses.fields(st))
-        ]
+        fields = [(k, _symbolic_fields(st)) for k, st in enumerate(self.steps)]
+        self._symbolic_steps = [(k, names) for k, names in fields if names]
 
     def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
         if self.symbols:

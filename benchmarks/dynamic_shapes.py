@@ -16,7 +16,8 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
 - ``varlen_train``: TinyGPT training on 24 batches of about 20 distinct lengths; total time
   including compiling, and steps/s once every length has been seen.
 
-Reported: time (total, including lazyvic's compiles), steps or tokens per second, lazyvic's
+Reported: time (total, including lazyvic's compiles), the time from the first step to the steady
+state (until the last step slower than twice the steady median), steps or tokens per second, lazyvic's
 plan-cache counters (misses, plans of symbolic sizes, family hits) and the ratio
 ``lazyvic / torch`` (> 1: lazyvic faster). A cold run (empty kernel cache) and a warm one
 (kernels loaded from disk) are both shown for lazyvic: compile latency is part of the story.
@@ -46,6 +47,14 @@ VOCAB, D, LAYERS, HEADS, BLOCK = 65, 128, 2, 4, 64
 
 
 # --------------------------------------------------------------------------- workloads
+def _to_steady(times: list) -> float:
+    """Seconds from the first step until the steady state: the time of every step up to the
+    last one that took more than twice the median of the second half."""
+    steady = float(np.median(times[len(times) // 2 :]))
+    slow = [k for k, t in enumerate(times) if t > 2 * steady]
+    return float(sum(times[: slow[-1] + 1])) if slow else 0.0
+
+
 def _lm_data(n_tokens=12000, batch=8):
     return np.random.default_rng(0).integers(0, VOCAB, (n_tokens // batch, batch))
 
@@ -86,7 +95,12 @@ def run_moving_slice(lib, quick: bool) -> dict:
         loss.item()
         times.append(time.perf_counter() - s0)
     total = time.perf_counter() - t0
-    return {"total_s": total, "steps": steps, "steady_steps_per_s": 1.0 / np.median(times[steps // 2 :])}
+    return {
+        "total_s": total,
+        "steps": steps,
+        "steady_steps_per_s": 1.0 / np.median(times[steps // 2 :]),
+        "to_steady_s": _to_steady(times),
+    }
 
 
 def _tiny_gpt(lib):
@@ -125,6 +139,7 @@ def run_growing_context(lib, quick: bool) -> dict:
         "tokens": n,
         "tokens_per_s": n / total,
         "steady_tokens_per_s": 1.0 / np.median(times[n // 2 :]),
+        "to_steady_s": _to_steady(times),
         "tokens_out": idx.numpy()[0].tolist(),
     }
 
@@ -186,6 +201,7 @@ def run_varlen_train(lib, quick: bool) -> dict:
     return {
         "total_s": total,
         "steady_steps_per_s": 1.0 / np.median(times[len(times) // 2 :]),
+        "to_steady_s": _to_steady(times),
         "steps": len(lengths),
         "distinct_lengths": len(set(lengths)),
         "steps_per_s": len(lengths) / total,
@@ -303,7 +319,8 @@ def _print_row(case: str, row: dict) -> None:
             _, trate = _rate(torch_rec)
             if rate and trate:
                 ratio += f", {key} ratio {rate / trate:.2f}x"
-        print(f"  {name:13s} total {rec['total_s']:7.2f} s  {key} {rate:9.1f}{ratio}{extra}")
+        steady = f"  to steady {rec['to_steady_s']:5.2f} s" if "to_steady_s" in rec else ""
+        print(f"  {name:13s} total {rec['total_s']:7.2f} s{steady}  {key} {rate:9.1f}{ratio}{extra}")
 
 
 if __name__ == "__main__":

@@ -753,15 +753,12 @@ def test_bool_xor_operator(mode):
     np.testing.assert_array_equal((a ^ True).numpy(), [False, True, False])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lowering: a kernel gathers from an output it writes in the same loop (read before write); "
-    "found by the fuzzer (seed 0, program 74), reported to the lowering's owner",
-)
 def test_a_gather_from_an_output_of_the_same_kernel(compile_mode):
     """``p`` (a movement view of an input) is an output; ``y = (p * 2).flip(2)`` (flip is an
     index_select: an inlined gather) is fused into the kernel that writes ``p`` and gathers from
-    ``p``'s output buffer before the loop has written it. Wrong on the compiler only."""
+    ``p``'s output buffer before the loop has written it. Was wrong on the compiler only (found
+    by the fuzzer, seed 0, program 74); a kernel whose root is a gather no longer takes in the
+    outputs it reads."""
     compile_mode("always")
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     t = lv.tensor(x)
@@ -771,13 +768,11 @@ def test_a_gather_from_an_output_of_the_same_kernel(compile_mode):
     np.testing.assert_array_equal(p.numpy(), np.transpose(x, (2, 1, 0)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lowering: 'could not materialize node N (reshape of a strided view)' — the backward of a "
-    "slice with a step followed by a reshape fails to compile and runs on the interpreter; found by the "
-    "fuzzer (seed 1000, programs 96, 116, 136), reported to the lowering's owner",
-)
 def test_the_gradient_of_a_strided_slice_then_reshape_compiles(compile_mode):
+    """The backward pads the gradient, a reshape of a one-element scalar, under the pad's
+    conditions: the reshape's flat index named a loop variable held at 0 and did not unflatten
+    (the plan fell back to the interpreter; found by the fuzzer, seed 1000, programs 96, 116,
+    136). A one-element input is now read at its element whatever the index."""
     compile_mode("always")
     x = lv.tensor(np.arange(4.0).reshape(4, 1), requires_grad=True)
     y = x[2:4:2].unsqueeze(2)

@@ -314,6 +314,11 @@ class Emitter:
         in_m = src in self.m or self.e[src].op == "buffer"
         if opdef.flat_index:
             f = flat(idx, e.shape)
+            if all(isinstance(n, int) and n == 1 for n in in_shape):
+                # A one-element input (0-d, or every dim 1): every index reads its element. (The
+                # flat index may still name loop variables, held at 0 by a pad's conditions, which
+                # would not unflatten.)
+                return self.emit(src, [Lin() for _ in in_shape], conds)
             if in_m and self.e[src].op != "scalar":
                 in_idx = unflatten(f, in_shape, self.sizes_all()) or None
                 if in_idx is None:

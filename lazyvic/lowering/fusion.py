@@ -260,6 +260,10 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
 def _elementwise_path_only(entries, m, root: int, target: int) -> bool:
     """Every path from ``root`` down to ``target`` (inside the kernel) is elementwise ops only,
     so the kernel reads ``target`` exactly at its own iteration index."""
+    if kind(entries[root]) != "elementwise":
+        # The root itself reads its inputs at other indices (a gather: flip, index_select):
+        # it would read the target's buffer while the same loop is writing it.
+        return False
     stack, seen = [root], set()
     while stack:
         j = stack.pop()

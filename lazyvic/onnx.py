@@ -1,4 +1,4 @@
-"""ONNX interop: ``lazyvic.onnx.export`` and ``lazyvic.onnx.load``.
+"""ONNX interop: ``lazyvic.onnx.export``, ``lazyvic.onnx.load`` and ``OnnxShapeWarning``.
 
 The code lives in the package ``lazyvic/interop/onnx/`` (``export.py``; ``module.py`` and the
 converters for import); this module re-exports the public entry points (and needs the ``onnx``
@@ -22,4 +22,13 @@ def load(*args, **kwargs):
     return _load(*args, **kwargs)
 
 
-__all__ = ["export", "load"]
+def __getattr__(name: str):
+    # The warning class lives with the importer (which needs the onnx package): loaded on use.
+    if name == "OnnxShapeWarning":
+        from lazyvic.interop.onnx.module import OnnxShapeWarning
+
+        return OnnxShapeWarning
+    raise AttributeError(f"module 'lazyvic.onnx' has no attribute {name!r}")
+
+
+__all__ = ["export", "load"]  # and OnnxShapeWarning, through __getattr__

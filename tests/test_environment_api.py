@@ -277,3 +277,17 @@ def test_metrics_and_viz_import_as_modules():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         import lazyvic.metrics as again  # noqa: F401 - the import statement itself is what is tested
+
+
+def test_load_takes_torch_loads_weights_only_and_onnx_names_its_warning(tmp_path):
+    """``torch.load(f, weights_only=True)`` (PyTorch 2.4+ scripts pass it) reads a lazyvic file;
+    ``torch.onnx.OnnxShapeWarning`` is the importer's warning class."""
+    pytest.importorskip("onnx")
+    from lazyvic.interop.onnx.module import OnnxShapeWarning
+
+    lazyvic.save({"a": lazyvic.arange(3)}, tmp_path / "s.lv")
+    for flag in (True, False):
+        np.testing.assert_array_equal(lazyvic.load(tmp_path / "s.lv", weights_only=flag)["a"].numpy(), [0, 1, 2])
+    assert lazyvic.onnx.OnnxShapeWarning is OnnxShapeWarning and issubclass(OnnxShapeWarning, UserWarning)
+    with pytest.raises(AttributeError):
+        lazyvic.onnx.NoSuchThing  # noqa: B018

@@ -206,10 +206,17 @@ def save(obj, path) -> None:
             key that is not str or int, a container that contains itself, or a module
             ``config`` that is not JSON-serializable.
         DTypeError: (a TypeError) an array of a dtype lazyvic does not support.
+        CheckpointError: ``obj`` is nested too deeply for Python (a RecursionError).
         OSError: the file cannot be written.
     """
-    arrays, metadata = _flatten_module(obj) if isinstance(obj, Module) else _flatten_state(obj)
-    chunks = _serialize(arrays, metadata)
+    try:
+        arrays, metadata = _flatten_module(obj) if isinstance(obj, Module) else _flatten_state(obj)
+        chunks = _serialize(arrays, metadata)
+    except RecursionError:
+        raise CheckpointError(
+            f"{_describe(path) if hasattr(path, 'write') else os.fspath(path)}: the object is nested too "
+            "deeply to save (RecursionError); nothing was written"
+        ) from None
     if hasattr(path, "write"):
         path.write(b"".join(chunks))
         return
@@ -416,8 +423,11 @@ def _remove_stale_temporaries(directory: str, base: str) -> None:
 # ------------------------------------------------------------------------- load
 
 
-def load(path, model: Module | None = None, map_location=None):
+def load(path, model: Module | None = None, map_location=None, weights_only: bool | None = None):
     """Read a lazyvic format v1 file written by :func:`save`.
+
+    ``weights_only`` is accepted for ``torch.load``'s signature and changes nothing: a lazyvic
+    file is JSON and raw bytes, and loading it never runs code from it.
 
     ``path``: a file path, or a binary file object open for reading (``open(p, "rb")``,
     ``io.BytesIO``), read from its current position to its end; errors name its ``name``

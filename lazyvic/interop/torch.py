@@ -981,13 +981,19 @@ def save(obj, path: str | os.PathLike) -> None:
         TypeError: an object of an unsupported type or a bad dict key (names its place
             in ``obj``), or a container that contains itself.
         DTypeError: (a TypeError) an array of a dtype a typed torch storage cannot hold.
+        CheckpointError: ``obj`` is nested too deeply for Python (a RecursionError).
         OSError: the file cannot be written.
     """
     path = os.fspath(path)
     encoder = _StateEncoder()
-    encoded = encoder.encode(obj, ())
     pickled = io.BytesIO()
-    _CheckpointPickler(pickled, protocol=2).dump(encoded)
+    try:
+        encoded = encoder.encode(obj, ())
+        _CheckpointPickler(pickled, protocol=2).dump(encoded)
+    except RecursionError:
+        raise CheckpointError(
+            f"{path}: the object is nested too deeply to save (RecursionError); nothing was written"
+        ) from None
 
     stem = os.path.splitext(os.path.basename(path))[0]
     archive = stem if stem and all(c.isalnum() or c in "_-." for c in stem) else "archive"

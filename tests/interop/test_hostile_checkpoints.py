@@ -271,6 +271,20 @@ def test_format_v1_deep_structure_is_a_checkpoint_error(tmp_path):
         lv.load(deep2)
 
 
+@pytest.mark.parametrize("writer", ["v1", "pt"])
+def test_saving_a_structure_nested_too_deeply_is_a_checkpoint_error(tmp_path, writer):
+    """A dict nested 5,000 deep raised a raw RecursionError from both writers; now a
+    CheckpointError naming the file, and nothing is written."""
+    deep: dict = {"x": lv.ones(2)}
+    for _ in range(5000):
+        deep = {"d": deep}
+    target = tmp_path / ("deep.lv" if writer == "v1" else "deep.pt")
+    save = lv.save if writer == "v1" else lv.interop.torch.save
+    with pytest.raises(CheckpointError, match=r"deep\.(lv|pt): the object is nested too deeply to save"):
+        save(deep, target)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_format_v1_memory_error_names_the_file(tmp_path, monkeypatch):
     lv.save({"a": lv.ones(3)}, tmp_path / "s.lv")
 

@@ -32,7 +32,7 @@ import threading
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.ops.source import uniform_bits
 from lazyvic.shapes import broadcast_shapes
 from lazyvic.trace.node import Node
@@ -92,7 +92,7 @@ class Generator:
     def set_offset(self, offset: int) -> Generator:
         """Continue the stream at word ``offset``; returns ``self``. Raises ValueError for a negative offset."""
         if int(offset) < 0:
-            raise ValueError(f"Generator.set_offset: the offset must be non-negative, got {offset}")
+            raise ArgumentError(f"Generator.set_offset: the offset must be non-negative, got {offset}")
         self._offset = int(offset)
         return self
 
@@ -108,7 +108,7 @@ class Generator:
         """
         arr = np.asarray(new_state.numpy() if hasattr(new_state, "numpy") else new_state)
         if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < 0).any() or int(arr[0]) >= 1 << 63:
-            raise ValueError(
+            raise ArgumentError(
                 f"{_opname}: expected [seed, offset] as two non-negative integers with seed < 2**63, got {arr!r}"
             )
         self._seed, self._offset = int(arr[0]), int(arr[1])
@@ -168,7 +168,7 @@ def integers(high: int, count: int, generator: Generator) -> np.ndarray:
 
     Raises ValueError for ``high`` outside ``[1, 2**32]``."""
     if not 1 <= high <= 1 << 32:
-        raise ValueError(f"integers: high must be in [1, 2**32], got {high}")
+        raise ArgumentError(f"integers: high must be in [1, 2**32], got {high}")
     seed, offset = generator.take(count)
     words = uniform_bits(count, seed, offset).astype(np.uint64)
     return ((words * np.uint64(high)) >> np.uint64(32)).astype(np.int64)
@@ -194,23 +194,23 @@ def multinomial(probs: np.ndarray, num_samples: int, replacement: bool, generato
     if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
         raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of probabilities, got shape {probs.shape}")
     if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples <= 0:
-        raise ValueError(f"multinomial: num_samples must be a positive integer, got {num_samples!r}")
+        raise ArgumentError(f"multinomial: num_samples must be a positive integer, got {num_samples!r}")
     num_samples = int(num_samples)
     rows = probs.reshape(-1, probs.shape[-1]).astype(np.float64)
     n_rows, n_cat = rows.shape
     if not np.isfinite(rows).all() or (rows < 0).any():
-        raise ValueError("multinomial: the probability tensor contains either inf, nan or an element < 0")
+        raise ArgumentError("multinomial: the probability tensor contains either inf, nan or an element < 0")
     totals = rows.sum(axis=1)
     if (totals <= 0).any():
-        raise ValueError(f"multinomial: invalid distribution: row {int(np.argmin(totals))} sums to 0")
+        raise ArgumentError(f"multinomial: invalid distribution: row {int(np.argmin(totals))} sums to 0")
     if not replacement:
         if num_samples > n_cat:
-            raise ValueError(
+            raise ArgumentError(
                 f"multinomial: cannot sample {num_samples} > {n_cat} categories without replacement (shape {probs.shape})"
             )
         nonzero = (rows > 0).sum(axis=1)
         if (nonzero < num_samples).any():
-            raise ValueError(
+            raise ArgumentError(
                 f"multinomial: invalid distribution: with replacement=False, row {int(np.argmin(nonzero))} has "
                 f"{int(nonzero.min())} non-zero categories, fewer than num_samples={num_samples}"
             )
@@ -280,7 +280,7 @@ def _probability(t, opname: str, p):
     if values is not None:
         bad = values[~((values >= 0) & (values <= 1))]
         if bad.size:
-            raise ValueError(f"{opname}: expects every probability p in [0, 1], got {float(bad.ravel()[0])}")
+            raise ArgumentError(f"{opname}: expects every probability p in [0, 1], got {float(bad.ravel()[0])}")
     return p
 
 
@@ -290,7 +290,7 @@ def uniform_(t, from_: float, to: float, generator):
     Raises DTypeError (not a float tensor), ValueError (``from_ > to``), TypeError (generator)."""
     d = _float_dtype(t, "uniform_")
     if not from_ <= to:
-        raise ValueError(f"uniform_: expects from_ <= to, got from_={from_}, to={to}")
+        raise ArgumentError(f"uniform_: expects from_ <= to, got from_={from_}, to={to}")
     u = source(t, "rand", t.shape, d, t.device, resolve(generator, "uniform_"))
     return t._assign(u if (from_, to) == (0.0, 1.0) else u * (to - from_) + from_)
 
@@ -301,7 +301,7 @@ def normal_(t, mean: float, std: float, generator):
     Raises DTypeError (not a float tensor), ValueError (``std < 0``), TypeError (generator)."""
     d = _float_dtype(t, "normal_")
     if not std >= 0:
-        raise ValueError(f"normal_: expects std >= 0.0, got std={std}")
+        raise ArgumentError(f"normal_: expects std >= 0.0, got std={std}")
     z = source(t, "randn", t.shape, d, t.device, resolve(generator, "normal_"))
     return t._assign(z if (mean, std) == (0.0, 1.0) else z * std + mean)
 
@@ -344,10 +344,10 @@ def random_(t, bounds: tuple, to, generator):
         low, high = 0, to
     low, high = int(low), top + 1 if high is None else int(high)
     if low >= high:
-        raise ValueError(f"random_: expects 'from' to be less than 'to', got from={low} >= to={high}")
+        raise ArgumentError(f"random_: expects 'from' to be less than 'to', got from={low} >= to={high}")
     bottom = 0 if d is dt.bool_ else -top - 1 if d.category == 1 else -top
     if low < bottom or high - 1 > top or high - low > 1 << 63:
-        raise ValueError(f"random_: the range [{low}, {high}) does not fit {d.name} or spans more than 2**63 values")
+        raise ArgumentError(f"random_: the range [{low}, {high}) does not fit {d.name} or spans more than 2**63 values")
     return t._assign(uniform_integers(t, t.shape, low, high, d, t.device, resolve(generator, "random_")))
 
 
@@ -358,7 +358,7 @@ def exponential_(t, lambd: float, generator):
     Raises DTypeError (not a float tensor), ValueError (``lambd <= 0``), TypeError (generator)."""
     d = _float_dtype(t, "exponential_")
     if not lambd > 0:
-        raise ValueError(f"exponential_: expects lambd > 0.0, got lambd={lambd}")
+        raise ArgumentError(f"exponential_: expects lambd > 0.0, got lambd={lambd}")
     u = source(t, "rand", t.shape, d, t.device, resolve(generator, "exponential_"))
     return t._assign((1.0 - u).log() * (-1.0 / lambd))
 

@@ -467,3 +467,19 @@ def test_errors_leave_the_session_usable(mode):
         x.gather(1, lv.tensor([[9, 0, 0], [0, 0, 0]]))
     y = (x + lv.ones(3)).gather(1, lv.tensor([[2, 0, 0], [1, 1, 1]]))
     np.testing.assert_array_equal(y.numpy(), [[3, 1, 1], [5, 5, 5]])
+
+
+def test_data_loading_and_sampling_arguments_raise_argument_errors():
+    """A DataLoader of batch size 0, a random_split whose lengths do not add up and a
+    multinomial with a negative probability raise ArgumentError (a ValueError, as PyTorch's)
+    naming the function."""
+    from lazyvic.errors import ArgumentError
+    from lazyvic.utils.data import DataLoader, TensorDataset, random_split
+
+    data = TensorDataset(lv.arange(6))
+    with pytest.raises(ArgumentError, match="batch_size should be a positive integer"):  # PyTorch's words
+        DataLoader(data, batch_size=0)
+    with pytest.raises(ArgumentError, match="random_split"):
+        random_split(data, [2, 2])
+    with pytest.raises(ArgumentError, match="multinomial"):
+        lv.multinomial(lv.tensor([0.5, -0.1, 0.6]), 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
+from lazyvic.errors import ArgumentError
 from lazyvic.utils.data.collate import default_collate, default_convert
 from lazyvic.utils.data.dataset import Dataset, IterableDataset
 from lazyvic.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
@@ -75,22 +76,22 @@ class DataLoader:
         in_order: bool = True,
     ) -> None:
         if num_workers < 0:
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader: num_workers option should be non-negative; use num_workers=0 to disable multiprocessing"
             )
         if timeout < 0:
-            raise ValueError("DataLoader: timeout option should be non-negative")
+            raise ArgumentError("DataLoader: timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader: prefetch_factor option could only be specified in multiprocessing; "
                 "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None"
             )
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
         elif prefetch_factor is not None and prefetch_factor < 0:
-            raise ValueError("DataLoader: prefetch_factor option should be non-negative")
+            raise ArgumentError("DataLoader: prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
-            raise ValueError("DataLoader: persistent_workers option needs num_workers > 0")
+            raise ArgumentError("DataLoader: persistent_workers option needs num_workers > 0")
         self.dataset = dataset
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
@@ -105,30 +106,30 @@ class DataLoader:
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle not in (False, None):
-                raise ValueError(
+                raise ArgumentError(
                     f"DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle={shuffle}"
                 )
             if sampler is not None:
-                raise ValueError(
+                raise ArgumentError(
                     f"DataLoader with IterableDataset: expected unspecified sampler option, but got sampler={sampler}"
                 )
             if batch_sampler is not None:
-                raise ValueError(
+                raise ArgumentError(
                     "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
                     f"but got batch_sampler={batch_sampler}"
                 )
         else:
             shuffle = bool(shuffle)
         if sampler is not None and shuffle:
-            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
+            raise ArgumentError("DataLoader: sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(
+                raise ArgumentError(
                     "DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last"
                 )
             batch_size, drop_last = None, False
         elif batch_size is None and drop_last:
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader: batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
             )
         if sampler is None and not self._iterable:

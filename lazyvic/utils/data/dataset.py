@@ -20,7 +20,7 @@ from typing import Generic, Iterable, Sequence, TypeVar
 import numpy as np
 
 from lazyvic.creation import from_numpy, tensor
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.generator import default_generator, permutation, resolve
 from lazyvic.tensor import Tensor
 
@@ -107,11 +107,13 @@ class StackDataset(Dataset):
 
     def __init__(self, *args: Dataset, **kwargs: Dataset) -> None:
         if bool(args) == bool(kwargs):
-            raise ValueError("StackDataset: give datasets as positional or as keyword arguments, not both or neither")
+            raise ArgumentError(
+                "StackDataset: give datasets as positional or as keyword arguments, not both or neither"
+            )
         datasets = list(args) if args else list(kwargs.values())
         lengths = {len(d) for d in datasets}
         if len(lengths) != 1:
-            raise ValueError(f"StackDataset: size mismatch between datasets: lengths {[len(d) for d in datasets]}")
+            raise ArgumentError(f"StackDataset: size mismatch between datasets: lengths {[len(d) for d in datasets]}")
         self._length = lengths.pop()
         self.datasets = tuple(args) if args else dict(kwargs)
 
@@ -132,7 +134,7 @@ class ConcatDataset(Dataset[T_co]):
     def __init__(self, datasets: Iterable[Dataset]) -> None:
         self.datasets = list(datasets)
         if not self.datasets:
-            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+            raise ArgumentError("ConcatDataset: datasets should not be an empty iterable")
         for d in self.datasets:
             if isinstance(d, IterableDataset):
                 raise TypeError("ConcatDataset does not support IterableDataset (use ChainDataset)")
@@ -145,7 +147,7 @@ class ConcatDataset(Dataset[T_co]):
         n = len(self)
         if idx < 0:
             if -idx > n:
-                raise ValueError(f"ConcatDataset: index {idx} is out of range for a dataset of length {n}")
+                raise ArgumentError(f"ConcatDataset: index {idx} is out of range for a dataset of length {n}")
             idx += n
         which = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[which - 1] if which else 0
@@ -224,7 +226,7 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=default_generato
         counts = []
         for i, frac in enumerate(lengths):
             if not 0 <= frac <= 1:
-                raise ValueError(f"random_split: fraction at index {i} is not between 0 and 1: {frac}")
+                raise ArgumentError(f"random_split: fraction at index {i} is not between 0 and 1: {frac}")
             counts.append(math.floor(n * frac))
         for i in range(n - sum(counts)):
             counts[i % len(counts)] += 1
@@ -236,7 +238,7 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=default_generato
                 )
         lengths = counts
     if any(not isinstance(v, numbers.Integral) or v < 0 for v in lengths) or sum(lengths) != n:
-        raise ValueError(
+        raise ArgumentError(
             f"random_split: the lengths {lengths} do not add up to the length of the dataset ({n}) "
             f"(give non-negative ints that sum to it, or fractions that sum to 1)"
         )

@@ -14,7 +14,7 @@ from typing import Generic, Iterable, Iterator, Sequence, Sized, TypeVar
 
 import numpy as np
 
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.generator import Generator, draw_seed, integers, multinomial, permutation, resolve
 
 T_co = TypeVar("T_co", covariant=True)
@@ -65,7 +65,9 @@ class RandomSampler(Sampler[int]):
             raise TypeError(f"RandomSampler: replacement should be a boolean value, but got replacement={replacement}")
         n = self.num_samples
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"RandomSampler: num_samples should be a positive integer value, but got num_samples={n}")
+            raise ArgumentError(
+                f"RandomSampler: num_samples should be a positive integer value, but got num_samples={n}"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -118,11 +120,11 @@ class WeightedRandomSampler(Sampler[int]):
 
     def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True, generator=None):
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"WeightedRandomSampler: num_samples should be a positive integer value, but got num_samples={num_samples}"
             )
         if not isinstance(replacement, bool):
-            raise ValueError(
+            raise ArgumentError(
                 f"WeightedRandomSampler: replacement should be a boolean value, but got replacement={replacement}"
             )
         w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, dtype=np.float64)
@@ -151,11 +153,11 @@ class BatchSampler(Sampler[list]):
 
     def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int, drop_last: bool) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"BatchSampler: batch_size should be a positive integer value, but got batch_size={batch_size}"
             )
         if not isinstance(drop_last, bool):
-            raise ValueError(f"BatchSampler: drop_last should be a boolean value, but got drop_last={drop_last}")
+            raise ArgumentError(f"BatchSampler: drop_last should be a boolean value, but got drop_last={drop_last}")
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last

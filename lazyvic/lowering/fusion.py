@@ -52,9 +52,10 @@ def kind(entry) -> str:
 def is_library(entries, i) -> bool:
     """Runs as a library step (BLAS, or its NumPy reference) rather than inside a kernel.
 
-    A gather is inlined as a load at a computed index when its index tensor was
-    realized before the trace: the front end has checked its range then. An index
-    computed in the same trace is checked by the reference implementation instead.
+    A gather is never one: it is inlined in a kernel as a load at a loaded index, after a
+    range check of its index (``IndexCheckStep`` on the CPU, the device error buffer on CUDA).
+    An index computed in the same trace is materialized first (``initial_materialized``), so
+    the check reads it before the kernel that gathers.
     """
     e = entries[i]
     k = kind(e)
@@ -62,8 +63,6 @@ def is_library(entries, i) -> bool:
         return optable.OPS[e.op].expr is None  # rand has a kernel expression; randn not yet
     if k in LIBRARY_KINDS:
         return True
-    if k == "gather":
-        return entries[movement_base(entries, e.inputs[1])].op != "buffer"
     return False
 
 
@@ -81,6 +80,8 @@ def initial_materialized(entries, outputs, forced) -> set:
         library = is_library(entries, i)
         if k in ("source", "reduce") or library:
             m.add(i)
+        if k == "gather":  # its index is range-checked before the kernel runs: stored first
+            m.add(movement_base(entries, e.inputs[1]))
         if library:
             for j in e.inputs:
                 m.add(movement_base(entries, j))

@@ -124,7 +124,8 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
 
 def gathers(lowered: Lowered, group) -> list:
     """The inlined gathers of a kernel group, whose indices need a range check before it runs:
-    ``(op, index operand, index shape, size of the gathered dimension)`` each."""
+    ``(op, index operand, index shape, size of the gathered dimension, asked_by)`` each
+    (``asked_by``: the op a class index is checked for, named in the error; or None)."""
     entries = lowered.entries
     out = []
     for j in group.members:
@@ -132,7 +133,7 @@ def gathers(lowered: Lowered, group) -> list:
         if optable.OPS[e.op].kind == "gather":
             x, index = e.inputs
             chain = operand(entries, index, is_movement(entries))
-            out.append((e.op, chain, entries[index].shape, entries[x].shape[e.attrs["dim"]]))
+            out.append((e.op, chain, entries[index].shape, entries[x].shape[e.attrs["dim"]], e.attrs.get("asked_by")))
     return out
 
 

@@ -4,8 +4,8 @@ gather(x, index; dim[, asked_by])   out[..i..] = x[..index[..i..]..]   (index in
 scatter_add(base, index, src; dim)   base with src added at index positions
 
 A gather checks its indices: the reference raises IndexError for one out of range (the
-interpreter, and a CPU plan's gather at a computed index), the lowering checks those of a gather
-it inlines before the kernel runs. Ops whose inputs are class indices (``one_hot``,
+interpreter); a compiled plan inlines every gather in a kernel and checks its index before that
+kernel runs (an index computed in the trace is stored first, then checked). Ops whose inputs are class indices (``one_hot``,
 ``cross_entropy``, ``nll_loss``: ``lazyvic.functional.sparse.checked_classes``) read a pending
 target through a gather from ``arange(C)``, so its check runs when the plan runs; the optional
 ``asked_by`` attribute names that op in the error.
@@ -38,12 +38,18 @@ def _gather_infer(shapes, dtypes, at):
     return shapes[1], dtypes[0]
 
 
+def index_error(opname: str, bad: int, n: int, asked_by: str | None = None) -> LIndexError:
+    """The error of an index ``bad`` outside ``0 .. n - 1``, the same from the reference, a CPU
+    plan's check and a CUDA plan's error buffer: naming ``asked_by`` (``cross_entropy``...) for
+    a class index checked through a gather (see the module docstring), else the op."""
+    if asked_by is not None:
+        return LIndexError(f"{asked_by}: class index {int(bad)} is out of range [0, {n})")
+    return LIndexError(f"{opname}: index {int(bad)} out of range for dimension of size {n}")
+
+
 def _bounds(opname, idx, n, asked_by=None):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
-        bad = idx[(idx < 0) | (idx >= n)].ravel()[0]
-        if asked_by is not None:  # a class index checked through a gather (see the module docstring)
-            raise LIndexError(f"{asked_by}: class index {int(bad)} is out of range [0, {n})")
-        raise LIndexError(f"{opname}: index {int(bad)} out of range for dimension of size {n}")
+        raise index_error(opname, idx[(idx < 0) | (idx >= n)].ravel()[0], n, asked_by)
 
 
 def _gather_ref(x, at):

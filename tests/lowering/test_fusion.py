@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lazyvic as lv
-from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
+from lazyvic.lowering.cpu.steps import IndexCheckStep, KernelStep, MatmulStep
 from lazyvic.runtime.config import config
 from lazyvic.runtime.plan_cache import plan_cache
 
@@ -175,6 +175,19 @@ def test_embedding_lookup_compiles():
     (y,), plan = _compiled(lambda w, i: w.index_select(0, i) + 1.0, table, ids)
     np.testing.assert_allclose(y, table[ids] + 1, rtol=1e-6)
     assert not plan.fallbacks
+
+
+def test_gather_at_an_index_computed_in_the_trace_compiles():
+    """An index computed in the same trace (positions = offset + arange, an argmax) is stored,
+    range-checked and read by the gathering kernel: no NumPy fallback (it was one), and an
+    index out of range still raises the gather's IndexError when the plan runs."""
+    table = rng.standard_normal((20, 4)).astype(np.float32)
+    ids = rng.integers(0, 16, 9)
+    (y,), plan = _compiled(lambda w, i: w.index_select(0, i + 3) * 2.0, table, ids)
+    np.testing.assert_allclose(y, table[ids + 3] * 2, rtol=1e-6)
+    assert not plan.fallbacks and any(isinstance(s, IndexCheckStep) for s in plan.steps)
+    with pytest.raises(lv.errors.IndexError, match="gather: index [0-9]+ out of range for dimension of size 20"):
+        _compiled(lambda w, i: w.index_select(0, i + 30) * 2.0, table, ids)
 
 
 def test_rand_in_kernels_is_bit_identical_to_the_interpreter():

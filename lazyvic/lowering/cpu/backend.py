@@ -100,7 +100,10 @@ class CpuBackend(Backend):
         return codegen.generate(entries, materialized, group)
 
     def kernel_steps(self, lowered, group, ks) -> list:
-        steps = [IndexCheckStep(f"check {op} index", index, size, op) for op, index, _, size in gathers(lowered, group)]
+        steps = [
+            IndexCheckStep(f"check {op} index", index, size, op, asked_by=asked_by)
+            for op, index, _, size, asked_by in gathers(lowered, group)
+        ]
         scalar_dtypes = lowered.scalar_dtypes
         fn = kernel_cache.load(
             ks, lowered.cache_dir, [scalar_dtypes[s].name for s in ks.scalars], lowered.stats, self.max_kernels

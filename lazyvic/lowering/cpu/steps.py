@@ -21,6 +21,7 @@ from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
+from lazyvic.ops.index import index_error
 from lazyvic.trace.symbolic import Sym
 
 # Scratch sets a conv step keeps between runs (as many as threads ran it at once, or as sizes
@@ -291,6 +292,7 @@ class IndexCheckStep:
     size: int  # valid indices are 0 .. size - 1
     op: str
     out: object = None
+    asked_by: str | None = None  # the op a class index is checked for (ops/index.py)
 
     def writes(self):
         return ()
@@ -302,7 +304,7 @@ class IndexCheckStep:
         idx = view(env, scalars, self.index)
         if idx.size and not _in_range(idx.reshape(-1), self.size):
             bad = idx[(idx < 0) | (idx >= self.size)].ravel()[0]
-            raise LIndexError(f"{self.op}: index {int(bad)} out of range for dimension of size {self.size}")
+            raise index_error(self.op, bad, self.size, self.asked_by)
 
 
 @njit(cache=True, nogil=True)

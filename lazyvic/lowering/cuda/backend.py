@@ -151,8 +151,10 @@ class CudaBackend(Backend):
 
         entries = lowered.entries
         steps, never_runs = [], False
-        for op, index, index_shape, size in gathers(lowered, group):
-            check = CudaIndexCheckStep(f"check {op} index", index, size, op, index_view(entries, index, index_shape))
+        for op, index, index_shape, size, asked_by in gathers(lowered, group):
+            check = CudaIndexCheckStep(
+                f"check {op} index", index, size, op, index_view(entries, index, index_shape), asked_by=asked_by
+            )
             never_runs |= check.size == 0 and check.view.n > 0
             steps.append(check)
         kernel = load_kernel(ks, lowered.cache_dir, lowered.stats)

@@ -94,6 +94,7 @@ class CudaIndexCheckStep:
     view: _IndexView = field(repr=False)
     device: _DeviceIndex = field(default=None, repr=False)
     check: int = -1  # its place in the plan's error buffer (set by _compile)
+    asked_by: str | None = None  # the op a class index is checked for (ops/index.py)
 
     def writes(self):
         return ()
@@ -102,7 +103,7 @@ class CudaIndexCheckStep:
         return (self.index.base,) if self.index.kind == "buffer" else ()
 
     def index_check(self) -> tuple:
-        return self.op, self.size, self.view.n
+        return self.op, self.size, self.view.n, self.asked_by
 
     def __call__(self, plan, env, scalars):
         if self.device is None:
@@ -135,7 +136,7 @@ class CudaGatherStep:
         return tuple(c.base for c in (self.x, self.index) if c.kind == "buffer")
 
     def index_check(self) -> tuple:
-        return "gather", self.size, self.view.n
+        return "gather", self.size, self.view.n, None
 
     def __call__(self, plan, env, scalars):
         from lazyvic.lowering.cuda.kernel_lib import gather_dim
@@ -210,7 +211,7 @@ class CudaScatterAddStep:
         return tuple(c.base for c in (self.base, self.index, self.src) if c.kind == "buffer")
 
     def index_check(self) -> tuple:
-        return "scatter_add", self.size, self.view.n
+        return "scatter_add", self.size, self.view.n, None
 
     def _prepare(self, plan):
         cuda = plan.target.cuda

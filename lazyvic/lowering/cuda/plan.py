@@ -39,7 +39,7 @@ class CudaPlan(Plan):
     stats: dict = field(default_factory=dict)
     pool: list = field(default=None, repr=False)  # device slots, allocated at the first run
     env_template: list = field(default=None, repr=False)
-    checks: list = field(default_factory=list, repr=False)  # per index check, in plan order: (op, size, n)
+    checks: list = field(default_factory=list, repr=False)  # per index check, in plan order: (op, size, n, asked_by)
     errors: object = field(default=None, repr=False)  # device int64, ERROR_WORDS per check
     errors_reset: bool = field(default=False, repr=False)  # send the buffer (again) before the next checks
     scalar_copies: dict = field(default_factory=dict, repr=False)  # (slot, dtype) -> DeviceCopy (see steps.source)
@@ -93,7 +93,7 @@ class CudaPlan(Plan):
         """Send the error buffer with no error found (at the first run, or after a run stopped
         by an exception inside a step: a check may have left its running minimum set)."""
         words = np.zeros((len(self.checks), self.ERROR_WORDS), np.int64)
-        for k, (_, _, n) in enumerate(self.checks):
+        for k, (_, _, n, _) in enumerate(self.checks):
             words[k, 0] = words[k, 2] = n
         if self.errors is None:
             self.errors = self.to_device(words)
@@ -106,12 +106,12 @@ class CudaPlan(Plan):
         """Copy the error buffer back (one copy for all the checks) and raise lazyvic's IndexError
         for the first failing check in plan order, with the CPU plan's message. The buffer is
         ready for the next run already: each check's second kernel resets its minimum."""
-        from lazyvic.errors import IndexError as LIndexError
+        from lazyvic.ops.index import index_error
 
         found = self.to_host(self.errors, (len(self.checks), self.ERROR_WORDS))
-        for (op, size, n), (_, value, first) in zip(self.checks, found):
+        for (op, size, n, asked_by), (_, value, first) in zip(self.checks, found):
             if first < n:
-                raise LIndexError(f"{op}: index {int(value)} out of range for dimension of size {size}")
+                raise index_error(op, value, size, asked_by)
 
     def run(self, inputs: list, scalars: list, debug: int = 0, to_host: bool = False) -> list:
         """Run the plan. ``inputs``: per input slot, a host (NumPy) or C-contiguous device

@@ -1,0 +1,96 @@
+"""The loops of the dynamic-shapes issue, counted (plans and misses, not times): a slice that
+moves over 40 batches, nanoGPT-style sampling on a context that grows for 48 tokens, and
+training on 24 batches of 20 lengths, each reaching one compiled plan after a few misses.
+``benchmarks/dynamic_shapes.py`` times the same loops at the README's model sizes; these use
+small models so that CI compiles little.
+"""
+
+import numpy as np
+import pytest
+
+import lazyvic as lv
+import lazyvic.nn.functional as F
+from lazyvic import nn
+from lazyvic.models import TinyGPT
+from lazyvic.runtime import metrics
+from lazyvic.runtime.config import config
+from lazyvic.runtime.plan_cache import plan_cache
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(config, "compile", "hot")
+    monkeypatch.setattr(config, "dynamic", True)
+    monkeypatch.setattr(config, "deterministic", False)
+    plan_cache.clear_plans()
+    metrics.reset()
+
+
+def _tiny_gpt(seed=0):
+    lv.manual_seed(seed)
+    return TinyGPT(vocab_size=23, d_model=16, n_layer=1, n_head=2, block_size=64)
+
+
+def test_a_slice_that_moves_over_40_batches_misses_at_most_3_times(fresh):
+    """word_language_model's ``get_batch``: ``source[i:i+bptt]`` and the next tokens as targets,
+    an embedding and a linear layer trained by SGD; the last batch is shorter."""
+    rng = np.random.default_rng(0)
+    source = lv.tensor(rng.integers(0, 23, (40 * 7 + 3, 4)))
+    lv.manual_seed(0)
+    emb, out = nn.Embedding(23, 8), nn.Linear(8, 23)
+    opt = lv.optim.SGD([*emb.parameters(), *out.parameters()], lr=0.1)
+    lv.sync()
+    losses = []
+    for i in range(0, source.shape[0] - 1, 7):
+        n = min(7, source.shape[0] - 1 - i)
+        x, y = source[i : i + n], source[i + 1 : i + 1 + n]
+        loss = F.cross_entropy(out(emb(x)).reshape(-1, 23), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    snap = metrics.snapshot()
+    assert len(losses) == 41 and np.isfinite(losses).all()
+    assert snap["cache_misses"] <= 3, snap
+    assert snap["compiled_runs"] >= 41 - 3, snap
+
+
+def test_a_context_growing_for_48_tokens_misses_at_most_4_times(fresh):
+    """nanoGPT's sampling loop: the model on ``idx[:, -block:]``, one token more per step, each
+    read as it comes; the tokens are the model's own greedy ones."""
+    model = _tiny_gpt().eval()
+    want = model.generate(np.array([[1]]), 48, temperature=0.0, kv_cache=False).numpy()[0, 1:].tolist()
+    plan_cache.clear_plans()
+    metrics.reset()
+    idx, got = lv.tensor(np.array([[1]])), []
+    with lv.no_grad():
+        for _ in range(48):
+            logits = model(idx[:, -64:])
+            nxt = logits[:, -1, :].argmax(-1, keepdim=True)
+            idx = lv.cat((idx, nxt), dim=1)
+            got.append(int(nxt.item()))
+    snap = metrics.snapshot()
+    assert got == want
+    assert snap["cache_misses"] <= 4, snap
+    assert snap["compiled_runs"] >= 48 - 4, snap
+
+
+def test_24_batches_of_20_lengths_miss_at_most_4_times(fresh):
+    """TinyGPT trained with AdamW on batches of (8, T) for 20 distinct T (the benchmark's list)."""
+    model = _tiny_gpt()
+    opt = lv.optim.AdamW(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    lengths = [64, 64, 40, 17, 33, 64, 25, 48, 9, 60, 31, 12, 64, 40, 55, 21, 38, 44, 29, 50, 13, 19, 58, 36]
+    assert len(set(lengths)) == 20
+    lv.sync()
+    metrics.reset()
+    for T in lengths:
+        idx, tgt = lv.tensor(rng.integers(0, 23, (8, T))), lv.tensor(rng.integers(0, 23, (8, T)))
+        loss = F.cross_entropy(model(idx).reshape(-1, 23), tgt.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert np.isfinite(loss.item())
+    snap = metrics.snapshot()
+    assert snap["cache_misses"] <= 4, snap
+    assert snap["compiled_runs"] >= 18, snap

@@ -49,8 +49,7 @@ class Adadelta(Optimizer):
             st["acc_delta"] = self._zeros(p)
         st["step"] += 1
         rho, eps = group["rho"], group["eps"]
-        if group["weight_decay"]:
-            grad = grad + p * group["weight_decay"]
+        grad = self._weight_decay(p, grad, group)
         square_avg = st["square_avg"]._assign(st["square_avg"] * rho + grad * grad * (1 - rho))
         delta = (st["acc_delta"] + eps).sqrt() / (square_avg + eps).sqrt() * grad
         st["acc_delta"]._assign(st["acc_delta"] * rho + delta * delta * (1 - rho))

@@ -62,8 +62,7 @@ class Adagrad(Optimizer):
         if not st:  # a state dict loaded without this parameter's entry
             self._init_group_state({"params": [p], **group})
         st["step"] += 1
-        if group["weight_decay"]:
-            grad = grad + p * group["weight_decay"]
+        grad = self._weight_decay(p, grad, group)
         clr = group["lr"] / (1 + (st["step"] - 1) * group["lr_decay"])
         state_sum = st["sum"]._assign(st["sum"] + grad * grad)
         p._assign(p - grad / (state_sum.sqrt() + group["eps"]) * clr)

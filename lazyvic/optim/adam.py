@@ -61,14 +61,9 @@ class Adam(Optimizer):
                 st["max_exp_avg_sq"] = self._zeros(p)
         st["step"] += 1
         t = st["step"]
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p._assign(p * (1 - lr * wd))
-            else:
-                grad = grad + p * wd
-        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
-        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+        grad = self._weight_decay(p, grad, group)
+        m, v = self._adam_moments(st, grad, b1, b2)
         if group["amsgrad"]:
             v = st["max_exp_avg_sq"]._assign(st["max_exp_avg_sq"].maximum(v))
         step_size = lr / (1 - b1**t)

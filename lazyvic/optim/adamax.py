@@ -49,8 +49,7 @@ class Adamax(Optimizer):
             st["exp_inf"] = self._zeros(p)
         st["step"] += 1
         (b1, b2), eps = group["betas"], group["eps"]
-        if group["weight_decay"]:
-            grad = grad + p * group["weight_decay"]
+        grad = self._weight_decay(p, grad, group)
         m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
         u = st["exp_inf"]._assign((st["exp_inf"] * b2).maximum(grad.abs() + eps))
         clr = group["lr"] / (1 - b1 ** st["step"])

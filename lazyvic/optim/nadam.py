@@ -63,18 +63,13 @@ class NAdam(Optimizer):
             st["exp_avg_sq"] = self._zeros(p)
         st["step"] += 1
         t = st["step"]
-        lr, (b1, b2), wd, decay = group["lr"], group["betas"], group["weight_decay"], group["momentum_decay"]
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p._assign(p * (1 - lr * wd))
-            else:
-                grad = grad + p * wd
+        lr, (b1, b2), decay = group["lr"], group["betas"], group["momentum_decay"]
+        grad = self._weight_decay(p, grad, group)
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * decay))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * decay))
         mu_product = float(np.float32(st["mu_product"]) * np.float32(mu))
         st["mu_product"] = mu_product
-        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
-        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        m, v = self._adam_moments(st, grad, b1, b2)
         denom = (v / (1 - b2**t)).sqrt() + group["eps"]
         grad_coef = -lr * (1.0 - mu) / (1.0 - mu_product)
         avg_coef = -lr * mu_next / (1.0 - mu_product * mu_next)

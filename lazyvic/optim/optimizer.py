@@ -119,6 +119,27 @@ class Optimizer:
         # Realized values keep the step's trace identical from the first step on.
         return Tensor(np.full(p.shape, value, dtype=p.dtype.np)).to(p.device)
 
+    @staticmethod
+    def _weight_decay(p: Tensor, grad: Tensor, group: dict) -> Tensor:
+        """The group's weight decay applied: L2 (``grad + wd * p``, returned) or, where the group
+        has ``decoupled_weight_decay`` (AdamW, Loshchilov and Hutter 2019), decoupled (``p``
+        scaled by ``1 - lr * wd`` in place; ``grad`` returned as it is)."""
+        wd = group["weight_decay"]
+        if wd:
+            if group.get("decoupled_weight_decay"):
+                p._assign(p * (1 - group["lr"] * wd))
+            else:
+                grad = grad + p * wd
+        return grad
+
+    @staticmethod
+    def _adam_moments(st: dict, grad: Tensor, b1: float, b2: float) -> tuple:
+        """Adam's moving averages (Kingma and Ba 2015) updated in ``st`` and returned:
+        ``m = b1 m + (1 - b1) g`` (``exp_avg``), ``v = b2 v + (1 - b2) g^2`` (``exp_avg_sq``)."""
+        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
+        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        return m, v
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient. ``closure`` (optional) re-evaluates
         the model and returns the loss; it runs with grad enabled before the update, and its

@@ -56,14 +56,9 @@ class RAdam(Optimizer):
             st["exp_avg_sq"] = self._zeros(p)
         st["step"] += 1
         t = st["step"]
-        lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
-        if wd:
-            if group["decoupled_weight_decay"]:
-                p._assign(p * (1 - lr * wd))
-            else:
-                grad = grad + p * wd
-        m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
-        v = st["exp_avg_sq"]._assign(st["exp_avg_sq"] * b2 + grad * grad * (1 - b2))
+        lr, (b1, b2) = group["lr"], group["betas"]
+        grad = self._weight_decay(p, grad, group)
+        m, v = self._adam_moments(st, grad, b1, b2)
         bc1, bc2 = 1 - b1**t, 1 - b2**t
         rho_inf = 2 / (1 - b2) - 1
         rho_t = rho_inf - 2 * t * (b2**t) / bc2

@@ -55,9 +55,8 @@ class RMSprop(Optimizer):
             if group["centered"]:
                 st["grad_avg"] = self._zeros(p)
         st["step"] += 1
-        alpha, wd, mom = group["alpha"], group["weight_decay"], group["momentum"]
-        if wd:
-            grad = grad + p * wd
+        alpha, mom = group["alpha"], group["momentum"]
+        grad = self._weight_decay(p, grad, group)
         square_avg = st["square_avg"]._assign(st["square_avg"] * alpha + grad * grad * (1 - alpha))
         if group["centered"]:
             grad_avg = st["grad_avg"]._assign(st["grad_avg"] * alpha + grad * (1 - alpha))

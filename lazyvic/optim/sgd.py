@@ -47,8 +47,7 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, p, grad, group):
-        if group["weight_decay"]:
-            grad = grad + p * group["weight_decay"]
+        grad = self._weight_decay(p, grad, group)
         mom = group["momentum"]
         if mom:
             st = self._state(p)

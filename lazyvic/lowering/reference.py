@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lazyvic import ops as optable
+
 
 def view(env, scalars, chain):
     """An operand (``lowering.pipeline.Operand``): a buffer, or a scalar input, with its
@@ -22,6 +24,13 @@ def view(env, scalars, chain):
     for opdef, attrs in ops:
         a = opdef.reference([a], attrs)
     return a
+
+
+def reference_step(entries, pos: int, args) -> "ReferenceStep":
+    """The ReferenceStep of entry ``pos`` (an op with neither a kernel nor a library step)
+    over its operands ``args``; the backends' ``reference_step`` (CUDA wraps it in a HostStep)."""
+    e = entries[pos]
+    return ReferenceStep(f"{e.op}{e.shape}", e.op, pos, tuple(args), optable.OPS[e.op].reference, e.attrs, e.dtype)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from lazyvic.lowering.cpu.steps import (
     ScatterAddStep,
 )
 from lazyvic.lowering.pipeline import gathers
+from lazyvic.lowering.reference import reference_step
 
 
 def _matmul_step(lowered, root: int, args: list) -> MatmulStep:
@@ -135,10 +136,7 @@ class CpuBackend(Backend):
         return make(lowered, group.root, args) if make is not None else None
 
     def reference_step(self, lowered, group, args) -> ReferenceStep:
-        e = lowered.entries[group.root]
-        return ReferenceStep(
-            f"{e.op}{e.shape}", e.op, group.root, tuple(args), optable.OPS[e.op].reference, e.attrs, e.dtype
-        )
+        return reference_step(lowered.entries, group.root, args)
 
     def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CpuPlan:
         plan = CpuPlan(

@@ -38,7 +38,7 @@ from lazyvic.lowering.cuda.steps import (
 )
 from lazyvic.lowering.cuda.target import CudaTarget
 from lazyvic.lowering.pipeline import gathers
-from lazyvic.lowering.reference import ReferenceStep
+from lazyvic.lowering.reference import reference_step
 
 
 def _matmul_step(entries, root: int, args: list) -> CudaMatmulStep:
@@ -188,11 +188,7 @@ class CudaBackend(Backend):
         return make(lowered.entries, group.root, args) if make is not None else None
 
     def reference_step(self, lowered, group, args) -> HostStep:
-        e = lowered.entries[group.root]
-        reference = ReferenceStep(
-            f"{e.op}{e.shape}", e.op, group.root, tuple(args), optable.OPS[e.op].reference, e.attrs, e.dtype
-        )
-        return HostStep(reference, lowered.entries)
+        return HostStep(reference_step(lowered.entries, group.root, args), lowered.entries)
 
     def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CudaPlan:
         checks = []  # the plan's error buffer: one place per index check, in plan order

@@ -76,6 +76,14 @@ class _ConvNd(Module):
             bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
             init.uniform_(self.bias, -bound, bound)
 
+    def forward(self, input: Tensor) -> Tensor:
+        """The class's ``F.conv*d`` of ``input``, after the padding of a ``padding_mode`` other
+        than ``'zeros'``."""
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            input, padding = self._mode_padded(input), 0
+        return self._function(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
     def _mode_padded(self, x: Tensor) -> Tensor:
         """The input padded by ``padding_mode`` (then the convolution pads nothing)."""
         pads = _padding(type(self).__name__, self.padding, self._nd, self.kernel_size, self.stride, self.dilation)
@@ -105,6 +113,7 @@ class Conv1d(_ConvNd):
     ``'zeros'``, ``'reflect'``, ``'replicate'`` or ``'circular'``."""
 
     _nd = 1
+    _function = staticmethod(F.conv1d)
 
     def __init__(
         self,
@@ -124,13 +133,6 @@ class Conv1d(_ConvNd):
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, 0,
             device, dtype,
         )  # fmt: skip
-
-    def forward(self, input: Tensor) -> Tensor:
-        if self.padding_mode != "zeros":
-            return F.conv1d(
-                self._mode_padded(input), self.weight, self.bias, self.stride, 0, self.dilation, self.groups
-            )
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class Conv2d(_ConvNd):
@@ -138,6 +140,7 @@ class Conv2d(_ConvNd):
     (see ``F.conv2d``); ``padding`` and ``padding_mode`` as :class:`Conv1d`."""
 
     _nd = 2
+    _function = staticmethod(F.conv2d)
 
     def __init__(
         self,
@@ -157,13 +160,6 @@ class Conv2d(_ConvNd):
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, 0,
             device, dtype,
         )  # fmt: skip
-
-    def forward(self, input: Tensor) -> Tensor:
-        if self.padding_mode != "zeros":
-            return F.conv2d(
-                self._mode_padded(input), self.weight, self.bias, self.stride, 0, self.dilation, self.groups
-            )
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):
@@ -190,6 +186,11 @@ class _ConvTransposeNd(_ConvNd):
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
             output_padding, device, dtype,
         )  # fmt: skip
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        """The class's ``F.conv_transpose*d`` of ``input``; ``output_size`` picks the output_padding."""
+        op = self._output_padding(input, output_size)
+        return self._function(input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation)
 
     def _output_padding(self, input: Tensor, output_size) -> tuple:
         """PyTorch's ``_output_padding``: the output_padding that gives ``output_size`` (the spatial
@@ -222,12 +223,7 @@ class ConvTranspose1d(_ConvTransposeNd):
     ``forward(input, output_size=None)``: ``output_size`` picks the output_padding."""
 
     _nd = 1
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        op = self._output_padding(input, output_size)
-        return F.conv_transpose1d(
-            input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation
-        )
+    _function = staticmethod(F.conv_transpose1d)
 
 
 class ConvTranspose2d(_ConvTransposeNd):
@@ -237,9 +233,4 @@ class ConvTranspose2d(_ConvTransposeNd):
     output_padding."""
 
     _nd = 2
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        op = self._output_padding(input, output_size)
-        return F.conv_transpose2d(
-            input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation
-        )
+    _function = staticmethod(F.conv_transpose2d)

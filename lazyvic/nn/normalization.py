@@ -17,6 +17,13 @@ from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor
 
 
+def _affine_parameters(module: Module, shape: tuple, affine: bool, bias: bool, dtype, device) -> None:
+    """``module.weight`` (ones) and ``module.bias`` (zeros) of ``shape`` when ``affine`` (no bias
+    without ``bias``); registered as None otherwise, as PyTorch's norm layers do."""
+    module.register_parameter("weight", Parameter(ones(*shape, dtype=dtype, device=device)) if affine else None)
+    module.register_parameter("bias", Parameter(zeros(*shape, dtype=dtype, device=device)) if affine and bias else None)
+
+
 class _NormBase(Module):
     """The parameters and running statistics that batch and instance norm share."""
 
@@ -24,15 +31,7 @@ class _NormBase(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_features,), affine, bias, dtype, device)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
             self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
@@ -131,15 +130,7 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(ones(*self.normalized_shape, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(zeros(*self.normalized_shape, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, dtype, device)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -168,15 +159,7 @@ class GroupNorm(Module):
         if num_groups < 1 or num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        if affine:
-            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_channels,), affine, bias, dtype, device)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)

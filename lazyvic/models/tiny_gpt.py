@@ -200,10 +200,7 @@ class TinyGPT(nn.Module):
         if kv_cache is None:
             pos = self._pos(T, idx.device)
         elif kv_cache.static:  # positions as data: the same trace at every position
-            p0 = kv_cache.position(0).to(idx.device)
-            # One new token: the position tensor itself is the index (a kernel reads an input's
-            # index inline, after a range check; a computed index runs NumPy's gather).
-            pos = p0.reshape(1) if T == 1 else p0 + self._pos(T, idx.device)
+            pos = kv_cache.position(0).to(idx.device) + self._pos(T, idx.device)
         else:
             pos = self._pos(self.block_size, idx.device)[past : past + T]
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))

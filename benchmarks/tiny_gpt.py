@@ -42,7 +42,8 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # benchmark the checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-RUNTIMES = ("lazyvic", "torch", "torch.compile")
+RUNTIMES = ("lazyvic", "lazyvic.compile", "torch", "torch.compile")
+TRAIN_ONLY = ("lazyvic.compile",)  # a captured training step (lazyvic.compile); not in the other cases
 CASES = ("train", "first-step", "generate")
 SEED = 0
 N_BATCHES = 8  # random batches, cycled
@@ -203,11 +204,11 @@ def torch_tiny_gpt(cfg: dict):
 
 # ------------------------------------------------------------------ runtimes
 class LazyvicRuntime:
-    name = "lazyvic"
-
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, captured: bool = False):
         import lazyvic as lv
 
+        self.name = "lazyvic.compile" if captured else "lazyvic"
+        self.captured = captured
         self.lv = lv
         self.model = lv.models.TinyGPT(**cfg)
         self.model.load_state_dict(init_weights(cfg))
@@ -220,14 +221,20 @@ class LazyvicRuntime:
         data = [(lv.tensor(x), lv.tensor(y)) for x, y in token_batches(cfg)]
         clip = lv.nn.utils.clip_grad_norm_
 
-        def step(i: int) -> float:
-            x, y = data[i % len(data)]
+        def train_step(x, y):
             _, loss = model(x, y)
             loss.backward()
             clip(model.parameters(), TRAIN["clip"])
             opt.step()
             opt.zero_grad()
-            return loss.item()  # the sync: forward, backward, clip and update in one trace
+            return loss
+
+        # lazyvic.compile: the whole step captured, replayed from its third call without Python.
+        run = lv.compile(train_step) if self.captured else train_step
+
+        def step(i: int) -> float:
+            x, y = data[i % len(data)]
+            return run(x, y).item()  # the sync: forward, backward, clip and update in one trace
 
         return step
 
@@ -338,8 +345,8 @@ class TorchRuntime:
 
 
 def make_runtime(name: str, cfg: dict, gen_dynamic):
-    if name == "lazyvic":
-        return LazyvicRuntime(cfg)
+    if name in ("lazyvic", "lazyvic.compile"):
+        return LazyvicRuntime(cfg, captured=name == "lazyvic.compile")
     return TorchRuntime(cfg, compiled=name == "torch.compile", gen_dynamic=gen_dynamic)
 
 
@@ -479,7 +486,7 @@ def _child_train(rt, cfg: dict, spec: dict, rec: dict) -> None:
         rec["timed"] = _stats(timed)
         rec["steps_per_s"] = 1.0 / rec["timed"]["median_s"]
         rec["steps_per_s_mean"] = n_timed / sum(timed)
-    if rt.name == "lazyvic" and n_timed:
+    if rt.name.startswith("lazyvic") and n_timed:
         tc = rec["timed_counters"]
         rec["lazyvic_mode"] = _lazyvic_mode(tc, n_timed)
 
@@ -742,14 +749,17 @@ def summarize_train(recs: list, runtimes: list) -> dict:
             "mode": ok[0].get("lazyvic_mode"),
             "failed_runs": err if err != ["not run"] else [],
         }
-        if rt == "lazyvic":  # time inside the plan's kernels; the rest is tracing, autograd and the cut
+        if rt.startswith("lazyvic"):  # time inside the plan's kernels; the rest is tracing, autograd and the cut
             out[rt]["execute_ms_per_step"] = _med(
                 [r["timed_counters"].get("execute_seconds", 0.0) * 1e3 / r["spec"]["steps"] for r in ok]
             )
     lv = out.get("lazyvic", {}).get("steps_per_s")
     ref_loss = out.get("lazyvic", {}).get("losses_first_3")
+    eager = out.get("torch", {}).get("steps_per_s")
     for rt in runtimes:
         r = out[rt]
+        if eager and r.get("steps_per_s"):
+            r["torch_ratio"] = r["steps_per_s"] / eager
         if rt != "lazyvic" and lv and r.get("steps_per_s"):
             r["lazyvic_ratio"] = lv / r["steps_per_s"]
         if rt != "lazyvic" and ref_loss and r.get("losses_first_3"):
@@ -784,6 +794,7 @@ def print_train(s: dict, plan: Plan) -> None:
                 f"{p['p10']:.1f}/{p['p90']:.1f}/{p['max']:.0f}",
                 _cores(r["other_cores_runs"]),
                 _ratio(r.get("lazyvic_ratio")) if rt != "lazyvic" else "",
+                _ratio(r.get("torch_ratio")) if rt != "torch" else "",
                 "; ".join(note),
             ]
         )
@@ -796,6 +807,7 @@ def print_train(s: dict, plan: Plan) -> None:
             "step ms p10/p90/max",
             "other cores med/max",
             "lazyvic/this",
+            "this/torch",
             "note",
         ],
         rows,
@@ -1028,7 +1040,7 @@ def main(argv=None) -> int:
         return 0
 
     plan = Plan(args)
-    runtimes = ["lazyvic"] if args.no_torch else list(RUNTIMES)
+    runtimes = ["lazyvic", "lazyvic.compile"] if args.no_torch else list(RUNTIMES)
     cases = [c for c in CASES if not args.only or c in args.only]
     gen_dynamic = {"auto": None, "true": True, "false": False}[args.gen_dynamic]
     cfg = model_config(args.dropout)
@@ -1075,11 +1087,13 @@ def main(argv=None) -> int:
                 recs += run_train(plan, runtimes, cache, args.dropout)
                 payload["train"] = summarize_train(recs, runtimes)
             elif case == "first-step":
-                recs += run_first_step(plan, runtimes, args.dropout, args.keep_cache)
-                payload["first_step"] = summarize_first(recs, runtimes)
+                rts = [r for r in runtimes if r not in TRAIN_ONLY]
+                recs += run_first_step(plan, rts, args.dropout, args.keep_cache)
+                payload["first_step"] = summarize_first(recs, rts)
             else:
-                recs += run_generate(plan, runtimes, cache, args.dropout, gen_dynamic)
-                payload["generate"] = summarize_generate(recs, runtimes)
+                rts = [r for r in runtimes if r not in TRAIN_ONLY]
+                recs += run_generate(plan, rts, cache, args.dropout, gen_dynamic)
+                payload["generate"] = summarize_generate(recs, rts)
             write_json(json_path, payload)
     finally:
         if not args.keep_cache:

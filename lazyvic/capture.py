@@ -23,6 +23,29 @@ program. Python values the call reads from elsewhere (a global, an attribute cha
 calls) are frozen at the recording; tensors a plain function closes over are captured by
 value.
 
+Training steps (a call that updates state: ``optimizer.step()``, a parameter or buffer updated
+in place, ``.grad`` written by ``backward()``): the whole step is captured, as TinyJit and
+``torch.compile(mode="reduce-overhead")`` capture it. Its first call runs normally and shows which
+modules and optimizers it uses (their state is made then: the optimizer's moments); the second
+call records it with that state as inputs and outputs; later calls replay the plan: they read the
+parameters, gradients, buffers and optimizer state from where they live now (a change made outside
+the step, ``p.data.mul_(0.5)``, is seen), bind the arguments, run the plan and write the new values
+back (parameters in place, ``.grad`` as new tensors, optimizer state), and return the outputs
+without autograd history. What changes per step without changing the program is computed again at
+every replay, in the recorded order: each optimizer's bookkeeping and per-step values (step count,
+learning rate, bias corrections: ``Optimizer._hyper``), a scheduler's ``step()``, the random
+generator's position (dropout draws new masks). Clipping (``clip_grad_norm_``) is part of the
+plan. Guards, besides the call's: the training flag of every module the step called; each
+optimizer's state dicts (``load_state_dict`` records again) and hyperparameters other than the
+learning rate; a ``.grad`` that was empty at the recording and that the step does not clear
+(``zero_grad``) must be empty (else eager would add to it); the shape and dtype of every state
+tensor read. A step runs normally, and ``Compiled.reasons`` counts why, when it syncs inside
+(``loss.item()``: return the loss and call ``.item()`` outside; ``GradScaler`` syncs to find
+infs), uses ``ReduceLROnPlateau``, leaves other pending tensors behind, or runs on CUDA. Python
+side effects (appending to a list, printing) are not replayed, and an optimizer whose own
+``step()`` reads Python values that change (a custom optimizer not built on ``Optimizer.step``)
+has them frozen at the recording: the same contract as ``torch.jit.trace``.
+
 Symbolic sizes (automatic dynamic shapes, as torch.compile's after a recompile): when a call
 with other input sizes records again and the plan cache serves that recording with a plan of
 symbolic sizes whose every symbol is a dim of an argument (``lazyvic.runtime.families``), and
@@ -35,13 +58,15 @@ size, ``if T > 32``, breaks it: compile such a function per size class, or not a
 
 from __future__ import annotations
 
+import collections
 import functools
+import sys
 import weakref
 
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic import modes
+from lazyvic import modes, recording
 from lazyvic.nn.module import Module
 from lazyvic.runtime import buffers, metrics, run
 from lazyvic.runtime.config import config
@@ -50,8 +75,9 @@ from lazyvic.runtime.plan_cache import plan_cache
 from lazyvic.sync import live, sync, trace_flags, traces_run
 from lazyvic.tensor import Tensor
 from lazyvic.trace import family
+from lazyvic.trace import node as _node_mod
 from lazyvic.trace.cut import cut
-from lazyvic.trace.node import Node
+from lazyvic.trace.node import Node, parameter_nodes
 
 
 class _Entry:
@@ -121,7 +147,8 @@ class Compiled:
 
     Attributes:
         replays, recordings, fallbacks: counts of calls by path (also in ``lazyvic.metrics``
-            as ``capture_replays`` ...).
+            as ``capture_replays`` ..., and ``capture_step_replays`` for training steps).
+        reasons: a ``collections.Counter`` of why calls ran normally (the fallbacks).
     """
 
     def __init__(self, fn):
@@ -131,6 +158,8 @@ class Compiled:
         # recordings of other sizes gave one plan of symbolic sizes and the same scalars.
         self._structures: dict = {}
         self.replays = self.recordings = self.fallbacks = 0
+        self.reasons: collections.Counter = collections.Counter()  # why calls ran normally
+        self._refusals: dict = {}
         functools.update_wrapper(self, fn, updated=())
 
     def __getattr__(self, name):  # a compiled module still has its attributes (state_dict, eval ...)
@@ -140,6 +169,8 @@ class Compiled:
         return self.fn if isinstance(self.fn, Module) else None
 
     def __call__(self, *args):
+        if recording.current() is not None:  # inside a captured step's recording: part of it
+            return self.fn(*args)
         args = tuple(Tensor(a) if isinstance(a, np.ndarray) else a for a in args)  # arrays are tensor inputs
         tensors, key_args = [], []
         for a in args:
@@ -150,7 +181,7 @@ class Compiled:
                 try:
                     hash(a)
                 except TypeError:
-                    return self._fallback(args)  # lists and other unhashable values
+                    return self._fallback(args, "an argument that is not a Tensor nor hashable")
                 key_args.append(("V", a))
         module = self._module()
         grad = modes.is_grad_enabled()
@@ -158,12 +189,20 @@ class Compiled:
             any(t.requires_grad for t in tensors)
             or (module is not None and any(p.requires_grad for p in module.parameters()))
         ):
-            return self._fallback(args)
+            return self._fallback(args, "grad mode with tensors that require grad (the outputs need history)")
         modes_key = (grad, module.training if module is not None else None, config.deterministic)
         key = (tuple(key_args),) + modes_key
         entry = self._entries.get(key)
         if entry is False:
-            return self._fallback(args)
+            return self._fallback(args, self._refusals[key])
+        if isinstance(entry, _StepEntry):
+            if entry.valid():
+                out = self._replay_step(entry, args)
+                if out is not None:
+                    return out
+            return self._record(key, args)  # state changed outside the step: discover it again
+        if isinstance(entry, _Discovery):
+            return self._record_step(key, args, entry)
         if entry is not None and entry.valid():
             return self._replay(entry, args)
         structure = self._structures.get((_structure(key_args),) + modes_key)
@@ -174,17 +213,26 @@ class Compiled:
         return self._record(key, args)
 
     # -- paths -------------------------------------------------------------------------------
-    def _refuse(self, key, out):
+    def _refuse(self, key, out, reason: str = "not replayable"):
         """Remember that calls with these guards run normally (``out`` is this call's result)."""
         self._entries[key] = False
-        self.fallbacks += 1
-        metrics.add("capture_fallbacks")
+        self._refusals[key] = reason
+        self._count_fallback(reason)
         return out
 
-    def _fallback(self, args):
-        self.fallbacks += 1
-        metrics.add("capture_fallbacks")
+    def _fallback(self, args, reason: str = "not replayable"):
+        self._count_fallback(reason)
         return self.fn(*args)
+
+    def _count_fallback(self, reason: str) -> None:
+        self.fallbacks += 1
+        self.reasons[reason] += 1
+        metrics.add("capture_fallbacks")
+        if config.debug >= 1:
+            print(
+                f"[lazyvic] compile: {getattr(self.fn, '__name__', type(self.fn).__name__)} runs normally: {reason}",
+                file=sys.stderr,
+            )
 
     def _replay(self, entry: _Entry, args, symbolic: _SymbolicReplay | None = None, sizes: tuple = ()):
         pending = [a for a in args if isinstance(a, Tensor) and a._node.pending]
@@ -208,15 +256,27 @@ class Compiled:
     def _record(self, key, args):
         sync()  # pending work from before the call is not part of it
         traces_before = traces_run()  # this thread's: another thread's syncs do not count
-        out = self.fn(*args)
+        mark = next(_node_mod._counter)  # nodes made from here on are the call's own
+        with recording.recording() as rec:
+            out = self.fn(*args)
         synced = traces_run() != traces_before
+        if _is_step(rec, mark):  # a training step: recorded at its next call (see _record_step)
+            if synced:
+                return self._refuse(key, out, "a sync point inside the step (.item(), .numpy(), print)")
+            if rec.refused:
+                return self._refuse(key, out, rec.refused)
+            self._entries[key] = _Discovery(rec)
+            self._count_fallback("a step's first call runs normally (its state is made)")
+            return out
         items = out if isinstance(out, (tuple, list)) else (out,)
-        if synced or not items or not all(isinstance(t, Tensor) for t in items):
-            return self._refuse(key, out)
+        if synced:
+            return self._refuse(key, out, "a sync point inside the call (.item(), .numpy(), print)")
+        if not items or not all(isinstance(t, Tensor) for t in items):
+            return self._refuse(key, out, "outputs that are not a Tensor or a tuple or list of Tensors")
         roots = [t._node for t in items if t._node.pending]
         devices = {n.device or "cpu" for n in roots}
         if len(devices) > 1:
-            return self._refuse(key, out)  # outputs on two devices: two traces
+            return self._refuse(key, out, "outputs on two devices")
         device = devices.pop() if devices else "cpu"
         side_effects = {id(t) for t in live.pending()} - {id(t) for t in items}
         if (
@@ -224,12 +284,12 @@ class Compiled:
             or len({id(n) for n in roots}) != len(roots)
             or _has_side_effects(side_effects, roots)
         ):
-            return self._refuse(key, out)  # outputs that are inputs or constants, or updates beside them
+            return self._refuse(key, out, "outputs that are inputs or constants, or pending tensors beside them")
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
         if any(e.op in ("rand", "randn") for e in trace.named):
             _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
-            return self._refuse(key, out)
+            return self._refuse(key, out, "random ops in an inference call")
         by_id = {}
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
@@ -251,6 +311,143 @@ class Compiled:
         metrics.add("capture_recordings")
         return out
 
+    def _record_step(self, key, args, discovery: _Discovery):
+        """Record a training step (its second call: its state exists now), run it, and keep what a
+        replay needs: the trace; where each input comes from (an argument, a cell, a constant); the
+        per-step scalar inputs and the functions that give their next values; which cell each
+        output goes to; and the guards (module training flags, optimizer state and
+        hyperparameters, cells that must be empty)."""
+        sync()
+        mark = next(_node_mod._counter)
+        cells = _step_cells(discovery.rec, mark)
+        start = [c.get() for c in cells]
+        start_nodes = [None if t is None else t._node for t in start]
+        traces_before = traces_run()
+        with recording.recording() as rec:
+            out = self.fn(*args)
+        if traces_run() != traces_before:
+            return self._refuse(key, out, "a sync point inside the step (.item(), .numpy(), print)")
+        if rec.refused:
+            return self._refuse(key, out, rec.refused)
+        if set(rec.modules) - set(discovery.rec.modules) or set(rec.optimizers) - set(discovery.rec.optimizers):
+            self._entries[key] = _Discovery(rec)  # other modules or optimizers than the first call's
+            self._count_fallback("the step used other modules or optimizers than at its first call")
+            return out
+        known = {id(c.holder) for c in cells if c.kind == "obj"}
+        for t, node in rec.mutated.values():  # tensors first updated by this call
+            if node.id < mark and id(t) not in known:
+                cells.append(_Cell("obj", t))
+                start.append(t)
+                start_nodes.append(node)
+        items = out if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(t, Tensor) for t in items):
+            return self._refuse(key, out, "outputs that are not a Tensor or a tuple or list of Tensors")
+        ends = [c.get() for c in cells]
+        if any(t is not None and (t.device != "cpu") for t in (*ends, *items)):
+            return self._refuse(key, out, "a step on a device other than the CPU (not captured yet)")
+        roots = [t._node for t in items if t._node.pending]
+        if len(roots) != len(items) or len({id(n) for n in roots}) != len(roots):
+            return self._refuse(key, out, "outputs that are inputs or constants (return tensors the step computes)")
+        for t, node in zip(ends, start_nodes):
+            if t is not None and t._node.pending:
+                roots.append(t._node)
+            elif t is not None and t._node is not node:
+                return self._refuse(key, out, "a state tensor replaced by another existing value")
+        held = {id(t) for t in (*items, *ends) if t is not None}
+        if _has_side_effects({id(t) for t in live.pending()} - held, roots):
+            return self._refuse(key, out, "pending tensors the step leaves beside its outputs and state")
+        scalar_nodes: list = []
+        trace, arrays, scalars, out_nodes = cut(roots, _flags(), scalar_nodes)
+        source = {}
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                source.setdefault(id(a._node.data), ("arg", i))
+        for j, node in enumerate(start_nodes):
+            if node is not None and node.op == "buffer":
+                source.setdefault(id(node.data), ("cell", j))
+        entry = _StepEntry()
+        entry.trace = trace
+        entry.slots = [source.get(id(a), ("const", a)) for a in arrays]
+        entry.shapes = [(a.shape, a.dtype) for a in arrays]
+        entry.scalars = tuple(scalars)
+        slot_of = {id(n): k for k, n in enumerate(scalar_nodes)}
+        entry.events = [(tuple(slot_of.get(id(n)) for n in nodes), fn) for nodes, fn in rec.events]
+        where = {id(n): k for k, n in enumerate(out_nodes)}
+        entry.cells = cells
+        entry.writes = [
+            (j, None if t is None else where[id(t._node)])
+            for j, (t, node) in enumerate(zip(ends, start_nodes))
+            if (t is None and node is not None) or (t is not None and id(t._node) in where)
+        ]
+        entry.items = [where[id(t._node)] for t in items]
+        # A gradient empty at the recording and not cleared by the step must be empty at a replay
+        # (else eager would add to it).
+        entry.must_be_none = [
+            j
+            for j, (c, t) in enumerate(zip(cells, start))
+            if t is None and not (c.kind == "attr" and id(c.holder) in rec.cleared)
+        ]
+        entry.modules = list(rec.modules.values())
+        entry.training = tuple(m.training for m in entry.modules)
+        entry.optimizers = list(rec.optimizers.values())
+        entry.guards = [_optimizer_guard(o) for o in entry.optimizers]
+        entry.structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
+        entry.plan = None
+        entry.out_shapes = [trace.entry(o).shape for o in trace.outputs]
+        arrays_out = run(trace, arrays, scalars, at_once=True)  # compiled from its first run
+        last = plan_cache.last
+        if last is not None and last.plan is not None and not last.sizes and config.compile != "never":
+            entry.plan = last.plan  # replays run it without the plan cache's key
+        _realize(out_nodes, arrays_out, "cpu")
+        self._entries[key] = entry
+        self.recordings += 1
+        metrics.add("capture_recordings")
+        return _restructure(entry, [Tensor(_node=n) for n in (out_nodes[k] for k in entry.items)])
+
+    def _replay_step(self, entry: _StepEntry, args):
+        """Run a recorded step on the current arguments and state; None when a cell does not hold
+        what the recording read (the caller records again)."""
+        if any(isinstance(a, Tensor) and a._node.pending for a in args):
+            sync()
+        inputs = []
+        for (kind, src), (shape, dtype) in zip(entry.slots, entry.shapes):
+            if kind == "const":
+                inputs.append(src)
+                continue
+            t = args[src] if kind == "arg" else entry.cells[src].get()
+            if t is None:
+                return None
+            if t._node.pending:
+                sync()
+            a = t._node.data
+            if a.shape != shape or a.dtype != dtype:
+                return None
+            inputs.append(a)
+        scalars = list(entry.scalars)
+        for slots, fn in entry.events:  # the optimizers' bookkeeping, the schedulers, the RNG
+            values = fn()
+            for k, v in zip(slots, values or ()):
+                if k is not None:
+                    scalars[k] = v
+        if entry.plan is not None:
+            arrays = execute(entry.plan, inputs, scalars, config.debug)
+        else:
+            arrays = run(entry.trace, inputs, scalars, at_once=True)
+            last = plan_cache.last
+            if last is not None and last.plan is not None and not last.sizes and config.compile != "never":
+                entry.plan = last.plan  # compiled: later replays skip the plan cache's key
+        nodes = []
+        for a, shape in zip(arrays, entry.out_shapes):
+            n = Node.buffer(a, _dtype(a), "cpu", shape)
+            buffers.track(n, a)
+            nodes.append(n)
+        for j, k in entry.writes:
+            entry.cells[j].put(None if k is None else nodes[k])
+        self.replays += 1
+        metrics.add("capture_replays")
+        metrics.add("capture_step_replays")
+        return _restructure(entry, [Tensor(_node=nodes[k]) for k in entry.items])
+
     def _note_structure(self, key, entry: _Entry) -> None:
         """Remember this recording for its call structure; after a second recording of other sizes,
         when a plan of symbolic sizes served it and the scalars are the same (no Python value of the
@@ -270,6 +467,130 @@ class Compiled:
         ):
             symbolic = _symbolic_replay(entry.trace, entry.slots, served)
         self._structures[skey] = (entry, symbolic)
+
+
+# ---------------------------------------------------------------- captured training steps
+class _Cell:
+    """A place that holds a tensor from one step to the next: a slot of a dict (a module's
+    parameter or buffer, an optimizer's state entry), a parameter's ``.grad``, or a tensor object
+    updated in place. A replay reads its inputs from cells and writes its results into them."""
+
+    __slots__ = ("kind", "holder", "key")
+
+    def __init__(self, kind: str, holder, key=None):
+        self.kind, self.holder, self.key = kind, holder, key
+
+    def get(self):
+        if self.kind == "obj":
+            return self.holder
+        if self.kind == "slot":
+            return self.holder.get(self.key)
+        return self.holder.grad
+
+    def put(self, node: Node | None) -> None:
+        """Make the cell hold ``node``'s value: in place for a tensor it holds (a parameter keeps
+        its identity), a new tensor for ``.grad`` (as a backward after ``zero_grad`` makes)."""
+        if self.kind == "attr":
+            self.holder.grad = None if node is None else Tensor(_node=node)
+            return
+        t = self.get()
+        if node is None:
+            if self.kind == "slot":
+                self.holder[self.key] = None
+            return
+        if t is None:
+            self.holder[self.key] = Tensor(_node=node)
+            return
+        t._node = node
+        if t._is_parameter:
+            parameter_nodes.add(node)
+
+
+def _step_cells(rec: recording.StepRecorder, mark: int) -> list:
+    """The cells of a step: the parameters, buffers and gradients of the modules it called, the
+    parameters, gradients and state of the optimizers it used, and the tensors made before the
+    call that it updated in place (node ids below ``mark``)."""
+    cells, seen = [], set()
+
+    def add(kind, holder, key=None):
+        k = (kind, id(holder), key)
+        if k not in seen:
+            seen.add(k)
+            cells.append(_Cell(kind, holder, key))
+
+    for m in rec.modules.values():
+        for name, t in m._parameters.items():
+            if t is not None:
+                add("slot", m._parameters, name)
+                add("attr", t)
+        for name, t in m._buffers.items():
+            if t is not None:
+                add("slot", m._buffers, name)
+    for opt in rec.optimizers.values():
+        for p in opt._params():
+            add("obj", p)
+            add("attr", p)
+            st = opt.state.get(p)
+            for k, v in (st or {}).items():
+                if isinstance(v, Tensor):
+                    add("slot", st, k)
+    for t, node in rec.mutated.values():
+        if node.id < mark:
+            add("obj", t)
+    return cells
+
+
+def _optimizer_guard(opt) -> tuple:
+    """What a replay of ``opt``'s update assumes unchanged: its state dicts (``load_state_dict``
+    makes new ones) and every hyperparameter but the learning rate (read anew at each replay)."""
+    groups = tuple(
+        tuple((k, v) for k, v in g.items() if k not in ("params", "lr", "param_names")) for g in opt.param_groups
+    )
+    return id(opt.state), tuple(id(opt.state.get(p)) for p in opt._params()), groups
+
+
+class _Discovery:
+    """A step's first call ran normally; the next records it with these cells."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec):
+        self.rec = rec
+
+
+class _StepEntry:
+    """A recorded training step (see ``Compiled._record_step``)."""
+
+    __slots__ = (
+        "trace",
+        "slots",
+        "scalars",
+        "events",
+        "cells",
+        "writes",
+        "items",
+        "must_be_none",
+        "shapes",
+        "modules",
+        "training",
+        "optimizers",
+        "guards",
+        "structure",
+        "plan",
+        "out_shapes",
+    )
+
+    def valid(self) -> bool:
+        if tuple(m.training for m in self.modules) != self.training:
+            return False
+        if any(_optimizer_guard(o) != g for o, g in zip(self.optimizers, self.guards)):
+            return False
+        return all(self.cells[j].get() is None for j in self.must_be_none)
+
+
+def _is_step(rec: recording.StepRecorder, mark: int) -> bool:
+    """Whether a call updated state (a tensor made before it, or an optimizer's): a step."""
+    return bool(rec.optimizers) or any(node.id < mark for _, node in rec.mutated.values())
 
 
 def _structure(key_args) -> tuple:
@@ -315,12 +636,19 @@ def _flags(device: str = "cpu") -> tuple:
 
 
 def compile(model_or_fn):  # noqa: A001 - PyTorch's name
-    """Return a callable that replays the recorded plan of ``model_or_fn`` (a module or function).
+    """Return a callable that replays the recorded plan of ``model_or_fn`` (a module or function:
+    an inference call, or a whole training step with ``backward()`` and ``optimizer.step()``).
+    Usable as a decorator, as ``torch.compile`` is.
 
     See :mod:`lazyvic.capture` for the guards and when a call runs normally instead.
-    The first call for each guard set records and runs as usual (outputs are realized);
-    later calls skip Python recording and the cut. Outputs are realized Tensors without
-    autograd history. ``Compiled.replays`` / ``recordings`` / ``fallbacks`` count the paths.
+    The first call for each guard set records and runs as usual (outputs are realized; a training
+    step records at its second call); later calls skip Python recording and the cut. Outputs are
+    realized Tensors without autograd history. ``Compiled.replays`` / ``recordings`` /
+    ``fallbacks`` count the paths and ``Compiled.reasons`` why calls ran normally
+    (``LAZYVIC_DEBUG=1`` prints each reason).
+
+    Raises:
+        TypeError: ``model_or_fn`` is not callable.
     """
     if not callable(model_or_fn):
         raise TypeError(f"lazyvic.compile: expected a module or a function, got {type(model_or_fn).__name__}")

@@ -24,6 +24,7 @@ they are handed and never import the Tensor class (see also ``Generator.tensor_t
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import secrets
@@ -32,6 +33,7 @@ import threading
 import numpy as np
 
 from lazyvic import dtypes as dt
+from lazyvic import recording
 from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.ops.source import uniform_bits
 from lazyvic.shapes import broadcast_shapes
@@ -239,9 +241,14 @@ def source(like, opname: str, shape: tuple, dtype: dt.DType, device: str, genera
     """A lazy ``rand`` (uniform [0, 1)) or ``randn`` (standard normal) tensor of ``shape`` and float
     ``dtype`` on canonical ``device``; takes ``numel + 1`` words of ``generator``'s stream, whose
     position enters the trace as two int64 scalar inputs (a new seed never recompiles)."""
-    seed, offset = generator.take(math.prod(shape) + 1)
+    words = math.prod(shape) + 1
+    seed, offset = generator.take(words)
     s = like._from_node(Node.scalar(seed, dt.int64))
     o = like._from_node(Node.scalar(offset, dt.int64))
+    if recording.active:  # a captured step: each replay draws the next numbers
+        rec = recording.current()
+        if rec is not None:
+            rec.dynamic((s._node, o._node), functools.partial(generator.take, words))
     return like.apply(opname, s, o, device=device, shape=tuple(shape), dtype=dtype)
 
 

@@ -37,6 +37,7 @@ from lazyvic import (
     ordering,
     pointwise,
     products,
+    recording,
     reductions,
     selection,
     shaping,
@@ -404,6 +405,8 @@ class Tensor:
             raise DTypeError(
                 f"data: a tensor that requires grad must hold a floating-point value, got {value.dtype.name}"
             )
+        if recording.active:
+            recording.note_mutation(self)
         self._node = value._node
         if self._is_parameter:
             parameter_nodes.add(value._node)
@@ -438,6 +441,8 @@ class Tensor:
             value = value.to(self.dtype)
         if self._node.device is not None and value._node.device not in (self._node.device, None):
             value = value.to(self.device)  # copy_ across devices, as in PyTorch
+        if recording.active:  # a captured step's recording: keep the value from before
+            recording.note_mutation(self._owner if type(self) is _DataView else self)
         if value.requires_grad and modes.is_grad_enabled():
             _detach_history(self)
             self._node = value._node
@@ -543,6 +548,9 @@ class Tensor:
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
             return _apply(opname, (b, a) if reverse else (a, b))
+        if cls is Tensor and other._node.op == "scalar" and other._node.dtype is self._node.dtype:
+            # A scalar input made by the caller (an optimizer's per-step value): as a number.
+            return _apply(opname, (other, self) if reverse else (self, other))
         a, b = _promote_pair(self, other, opname)
         if reverse:
             a, b = b, a

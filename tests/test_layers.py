@@ -31,6 +31,7 @@ LAYERS = [
         "front end",
         [
             "lazyvic.sync",
+            "lazyvic.recording",
             "lazyvic.autograd",
             "lazyvic.transfer",
             "lazyvic.generator",

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
-from lazyvic import dtypes, modes
+from lazyvic import dtypes, modes, recording
 from lazyvic.errors import CheckpointError
 from lazyvic.runtime.device import canonical
 from lazyvic.sync import live
@@ -120,6 +120,8 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         # The nodes recorded inside carry this module's dotted path (lazyvic.trace.scope).
+        if recording.active:  # a captured step: its modules' tensors are read at each replay
+            recording.note_module(self)
         prev = scope.enter_module(self)
         try:
             return self.forward(*args, **kwargs)

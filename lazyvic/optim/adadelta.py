@@ -41,19 +41,23 @@ class Adadelta(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["square_avg"] = self._zeros(p)
-            st["acc_delta"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["square_avg"] = self._zeros(p)
+        st["acc_delta"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
+        return (group["lr"],)
+
+    def _update(self, p, grad, group, st, h):
+        decay, lr = h
         rho, eps = group["rho"], group["eps"]
-        grad = self._weight_decay(p, grad, group)
+        grad = self._weight_decay(p, grad, group, decay)
         square_avg = st["square_avg"]._assign(st["square_avg"] * rho + grad * grad * (1 - rho))
         delta = (st["acc_delta"] + eps).sqrt() / (square_avg + eps).sqrt() * grad
         st["acc_delta"]._assign(st["acc_delta"] * rho + delta * delta * (1 - rho))
-        p._assign(p - delta * group["lr"])
+        p._assign(p - delta * lr)
 
 
 __all__ = ["Adadelta"]

@@ -57,13 +57,16 @@ class Adagrad(Optimizer):
                 st["step"] = 0
                 st["sum"] = self._zeros(p, group["initial_accumulator_value"])
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:  # a state dict loaded without this parameter's entry
-            self._init_group_state({"params": [p], **group})
+    def _init_state(self, p, group, st):  # a state dict loaded without this parameter's entry
+        self._init_group_state({"params": [p], **group})
+
+    def _hyper(self, group, st):
         st["step"] += 1
-        grad = self._weight_decay(p, grad, group)
-        clr = group["lr"] / (1 + (st["step"] - 1) * group["lr_decay"])
+        return (group["lr"] / (1 + (st["step"] - 1) * group["lr_decay"]),)
+
+    def _update(self, p, grad, group, st, h):
+        decay, clr = h
+        grad = self._weight_decay(p, grad, group, decay)
         state_sum = st["sum"]._assign(st["sum"] + grad * grad)
         p._assign(p - grad / (state_sum.sqrt() + group["eps"]) * clr)
 

@@ -51,23 +51,26 @@ class Adam(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["exp_avg"] = self._zeros(p)
-            st["exp_avg_sq"] = self._zeros(p)
-            if group["amsgrad"]:
-                st["max_exp_avg_sq"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["exp_avg"] = self._zeros(p)
+        st["exp_avg_sq"] = self._zeros(p)
+        if group["amsgrad"]:
+            st["max_exp_avg_sq"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
         t = st["step"]
-        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
-        grad = self._weight_decay(p, grad, group)
+        b1, b2 = group["betas"]
+        return group["lr"] / (1 - b1**t), 1.0 / math.sqrt(1 - b2**t)  # step size, 1 / sqrt(bc2)
+
+    def _update(self, p, grad, group, st, h):
+        decay, step_size, inv_sqrt_bc2 = h
+        (b1, b2), eps = group["betas"], group["eps"]
+        grad = self._weight_decay(p, grad, group, decay)
         m, v = self._adam_moments(st, grad, b1, b2)
         if group["amsgrad"]:
             v = st["max_exp_avg_sq"]._assign(st["max_exp_avg_sq"].maximum(v))
-        step_size = lr / (1 - b1**t)
-        inv_sqrt_bc2 = 1.0 / math.sqrt(1 - b2**t)
         p._assign(p - m * step_size / (v.sqrt() * inv_sqrt_bc2 + eps))
 
 

@@ -41,18 +41,21 @@ class Adamax(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["exp_avg"] = self._zeros(p)
-            st["exp_inf"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["exp_avg"] = self._zeros(p)
+        st["exp_inf"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
+        return (group["lr"] / (1 - group["betas"][0] ** st["step"]),)
+
+    def _update(self, p, grad, group, st, h):
+        decay, clr = h
         (b1, b2), eps = group["betas"], group["eps"]
-        grad = self._weight_decay(p, grad, group)
+        grad = self._weight_decay(p, grad, group, decay)
         m = st["exp_avg"]._assign(st["exp_avg"] * b1 + grad * (1 - b1))
         u = st["exp_inf"]._assign((st["exp_inf"] * b2).maximum(grad.abs() + eps))
-        clr = group["lr"] / (1 - b1 ** st["step"])
         p._assign(p - m / u * clr)
 
 

@@ -13,8 +13,11 @@ They agree with PyTorch's schedules to float rounding.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from typing import Callable, Iterable, Sequence
+
+from lazyvic import recording
 
 
 class LRScheduler:
@@ -46,7 +49,14 @@ class LRScheduler:
 
     def step(self, epoch: float | None = None) -> None:
         """Advance one epoch (or go to ``epoch``, PyTorch's deprecated form, which
-        ``CosineAnnealingWarmRestarts`` documents for fractional epochs) and set the rates."""
+        ``CosineAnnealingWarmRestarts`` documents for fractional epochs) and set the rates.
+        Inside a captured step (``lazyvic.compile``) it runs again at every replay."""
+        rec = recording.current()
+        if rec is not None:
+            return rec.host(functools.partial(self._step, epoch))
+        self._step(epoch)
+
+    def _step(self, epoch: float | None) -> None:
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         for g, lr in zip(self.optimizer.param_groups, self.lr_at(self.last_epoch)):
             g["lr"] = float(lr)
@@ -425,6 +435,9 @@ class ReduceLROnPlateau(LRScheduler):
     def step(self, metrics, epoch: int | None = None) -> None:
         """Record this epoch's ``metrics`` (a number or one-element tensor: a sync point) and
         reduce the rates if it has plateaued."""
+        rec = recording.current()
+        if rec is not None:
+            rec.refuse("ReduceLROnPlateau.step inside the step: its metric is a value the step computes")
         current = float(metrics)
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         if self.is_better(current, self.best):

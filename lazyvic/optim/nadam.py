@@ -54,25 +54,30 @@ class NAdam(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["mu_product"] = 1.0
-            st["exp_avg"] = self._zeros(p)
-            st["exp_avg_sq"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["mu_product"] = 1.0
+        st["exp_avg"] = self._zeros(p)
+        st["exp_avg_sq"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
         t = st["step"]
         lr, (b1, b2), decay = group["lr"], group["betas"], group["momentum_decay"]
-        grad = self._weight_decay(p, grad, group)
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * decay))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * decay))
         mu_product = float(np.float32(st["mu_product"]) * np.float32(mu))
         st["mu_product"] = mu_product
-        m, v = self._adam_moments(st, grad, b1, b2)
-        denom = (v / (1 - b2**t)).sqrt() + group["eps"]
         grad_coef = -lr * (1.0 - mu) / (1.0 - mu_product)
         avg_coef = -lr * mu_next / (1.0 - mu_product * mu_next)
+        return 1 - b2**t, grad_coef, avg_coef
+
+    def _update(self, p, grad, group, st, h):
+        decay, bc2, grad_coef, avg_coef = h
+        b1, b2 = group["betas"]
+        grad = self._weight_decay(p, grad, group, decay)
+        m, v = self._adam_moments(st, grad, b1, b2)
+        denom = (v / bc2).sqrt() + group["eps"]
         p._assign(p + grad * grad_coef / denom + m * avg_coef / denom)
 
 

@@ -2,23 +2,31 @@
 
 Updates are lazy ops recorded under no_grad in the scope ``optim.<Name>``, so forward, backward
 and update fuse into one plan at the next sync. Everything that changes from step to step (the
-learning rate, bias corrections, the step count) enters the trace as a Python scalar, i.e. a
-scalar input of the plan, never as an attribute of its key: a schedule does not recompile.
-State tensors start as realized zeros, so the first step's trace is every later step's.
+learning rate, bias corrections, the step count) enters the trace as a scalar input of the plan,
+never as an attribute of its key: a schedule does not recompile. State tensors start as realized
+zeros, so the first step's trace is every later step's.
+
+An update rule is three methods: ``_init_state`` (the state of a parameter's first step),
+``_hyper`` (the step's Python bookkeeping, ``step += 1``, and the per-step values it returns as
+floats) and ``_update`` (the tensor ops, reading those values as scalar inputs). ``step`` makes the
+scalar inputs itself, so a captured step (``lazyvic.compile``) calls ``_hyper`` again at each
+replay and feeds its values to the plan without recording the update again.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import defaultdict
 
 import numpy as np
 
-from lazyvic import modes
+from lazyvic import modes, recording
 from lazyvic.errors import CheckpointError, UnsupportedOpError
 from lazyvic.tensor import Tensor
 from lazyvic.trace import scope
+from lazyvic.trace.node import Node
 
 # Keyword arguments PyTorch's optimizers take for their implementation choices. lazyvic keeps
 # them in the param groups (PyTorch's state_dict layout) and ignores them: every update is fused.
@@ -104,6 +112,9 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient: to None (the default), or to zeros."""
+        rec = recording.note_optimizer(self) if recording.active else None
+        if rec is not None:  # a captured step: these gradients are the step's own, not inputs
+            rec.cleared.update(id(p) for p in self._params())
         for g in self.param_groups:
             for p in g["params"]:
                 p.grad = None if set_to_none or p.grad is None else p.grad.zeros_like()
@@ -120,14 +131,14 @@ class Optimizer:
         return Tensor(np.full(p.shape, value, dtype=p.dtype.np)).to(p.device)
 
     @staticmethod
-    def _weight_decay(p: Tensor, grad: Tensor, group: dict) -> Tensor:
+    def _weight_decay(p: Tensor, grad: Tensor, group: dict, decay: Tensor) -> Tensor:
         """The group's weight decay applied: L2 (``grad + wd * p``, returned) or, where the group
         has ``decoupled_weight_decay`` (AdamW, Loshchilov and Hutter 2019), decoupled (``p``
-        scaled by ``1 - lr * wd`` in place; ``grad`` returned as it is)."""
+        scaled by ``decay = 1 - lr * wd`` in place; ``grad`` returned as it is)."""
         wd = group["weight_decay"]
         if wd:
             if group.get("decoupled_weight_decay"):
-                p._assign(p * (1 - group["lr"] * wd))
+                p._assign(p * decay)
             else:
                 grad = grad + p * wd
         return grad
@@ -148,15 +159,38 @@ class Optimizer:
         if closure is not None:
             with modes.enable_grad():
                 loss = closure()
+        rec = recording.note_optimizer(self) if recording.active else None
         with modes.no_grad(), scope.entered(f"optim.{type(self).__name__}"):
             for g in self.param_groups:
                 for p in g["params"]:
                     if p.grad is not None:
                         grad = -p.grad if g.get("maximize") else p.grad
-                        self._update(p, grad, g)
+                        st = self._state(p)
+                        if not st:
+                            self._init_state(p, g, st)
+                        hyper = functools.partial(self._values, g, st)
+                        h = tuple(Tensor._wrap(Node.scalar(v, p.dtype)) for v in hyper())
+                        if rec is not None:  # a captured step: each replay calls hyper() again
+                            rec.dynamic(tuple(t._node for t in h), hyper)
+                        self._update(p, grad, g, st, h)
         return loss
 
-    def _update(self, p: Tensor, grad: Tensor, group: dict) -> None:
+    def _values(self, group: dict, st: dict) -> tuple:
+        """The per-step values of one parameter's update: the decoupled weight decay's factor
+        ``1 - lr * wd``, then :meth:`_hyper`'s."""
+        return (1 - group["lr"] * group.get("weight_decay", 0.0), *self._hyper(group, st))
+
+    def _init_state(self, p: Tensor, group: dict, st: dict) -> None:
+        """Fill ``st``, the empty state of ``p`` at its first step (nothing by default)."""
+
+    def _hyper(self, group: dict, st: dict) -> tuple:
+        """One step's Python bookkeeping (``st["step"] += 1``) and its per-step values (floats:
+        the learning rate, bias corrections), in the order :meth:`_update` reads them."""
+        return (group["lr"],)
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict, st: dict, h: tuple) -> None:
+        """The update of ``p`` by ``grad``: tensor ops. ``h``: the values of :meth:`_values`, as
+        0-d scalar inputs of ``p``'s dtype (use them as right-hand operands: ``p * h[1]``)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ state_dict

@@ -48,17 +48,15 @@ class RAdam(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["exp_avg"] = self._zeros(p)
-            st["exp_avg_sq"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["exp_avg"] = self._zeros(p)
+        st["exp_avg_sq"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
         t = st["step"]
         lr, (b1, b2) = group["lr"], group["betas"]
-        grad = self._weight_decay(p, grad, group)
-        m, v = self._adam_moments(st, grad, b1, b2)
         bc1, bc2 = 1 - b1**t, 1 - b2**t
         rho_inf = 2 / (1 - b2) - 1
         rho_t = rho_inf - 2 * t * (b2**t) / bc2
@@ -67,6 +65,13 @@ class RAdam(Optimizer):
             adaptive, plain = lr / bc1 * rect * math.sqrt(bc2), 0.0
         else:
             adaptive, plain = 0.0, lr / bc1
+        return adaptive, plain
+
+    def _update(self, p, grad, group, st, h):
+        decay, adaptive, plain = h
+        b1, b2 = group["betas"]
+        grad = self._weight_decay(p, grad, group, decay)
+        m, v = self._adam_moments(st, grad, b1, b2)
         p._assign(p - m * adaptive / (v.sqrt() + group["eps"]) - m * plain)
 
 

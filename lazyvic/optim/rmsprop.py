@@ -45,18 +45,22 @@ class RMSprop(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        st = self._state(p)
-        if not st:
-            st["step"] = 0
-            st["square_avg"] = self._zeros(p)
-            if group["momentum"] > 0:
-                st["momentum_buffer"] = self._zeros(p)
-            if group["centered"]:
-                st["grad_avg"] = self._zeros(p)
+    def _init_state(self, p, group, st):
+        st["step"] = 0
+        st["square_avg"] = self._zeros(p)
+        if group["momentum"] > 0:
+            st["momentum_buffer"] = self._zeros(p)
+        if group["centered"]:
+            st["grad_avg"] = self._zeros(p)
+
+    def _hyper(self, group, st):
         st["step"] += 1
+        return (group["lr"],)
+
+    def _update(self, p, grad, group, st, h):
+        decay, lr = h
         alpha, mom = group["alpha"], group["momentum"]
-        grad = self._weight_decay(p, grad, group)
+        grad = self._weight_decay(p, grad, group, decay)
         square_avg = st["square_avg"]._assign(st["square_avg"] * alpha + grad * grad * (1 - alpha))
         if group["centered"]:
             grad_avg = st["grad_avg"]._assign(st["grad_avg"] * alpha + grad * (1 - alpha))
@@ -65,9 +69,9 @@ class RMSprop(Optimizer):
             avg = square_avg.sqrt() + group["eps"]
         if mom > 0:
             buf = st["momentum_buffer"]._assign(st["momentum_buffer"] * mom + grad / avg)
-            p._assign(p - buf * group["lr"])
+            p._assign(p - buf * lr)
         else:
-            p._assign(p - grad / avg * group["lr"])
+            p._assign(p - grad / avg * lr)
 
 
 __all__ = ["RMSprop"]

@@ -46,11 +46,11 @@ class SGD(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def _update(self, p, grad, group):
-        grad = self._weight_decay(p, grad, group)
+    def _update(self, p, grad, group, st, h):
+        decay, lr = h
+        grad = self._weight_decay(p, grad, group, decay)
         mom = group["momentum"]
         if mom:
-            st = self._state(p)
             buf = st.get("momentum_buffer")
             if buf is None and group["dampening"] == 0:
                 # PyTorch starts with buf = grad; 0 * momentum + grad is the same value, and it
@@ -60,7 +60,7 @@ class SGD(Optimizer):
             buf = grad.detach() if buf is None else buf * mom + grad * (1 - group["dampening"])
             st["momentum_buffer"] = buf
             grad = grad + buf * mom if group["nesterov"] else buf
-        p._assign(p - grad * group["lr"])
+        p._assign(p - grad * lr)
 
 
 __all__ = ["SGD"]

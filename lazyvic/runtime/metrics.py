@@ -38,6 +38,7 @@ _COUNTERS = (
     "capture_recordings",
     "capture_replays",
     "capture_symbolic_replays",
+    "capture_step_replays",
     "capture_fallbacks",
     "host_to_device_copies",
     "host_to_device_bytes",

@@ -290,8 +290,10 @@ def _compile(trace, named=None, symbols=()):
     return plan
 
 
-def run(trace, inputs: list, scalars: list) -> list:
-    """Execute ``trace`` with the given input arrays and scalar values; returns output arrays."""
+def run(trace, inputs: list, scalars: list, at_once: bool = False) -> list:
+    """Execute ``trace`` with the given input arrays and scalar values; returns output arrays.
+    ``at_once``: compile at first sight in the default (hot) mode, as ``LAZYVIC_COMPILE=always``
+    does (a captured step: it will recur, and all its runs then compute the same bits)."""
     metrics.add("traces")
     metrics.add("ops_traced", len(trace.entries))
     metrics.add("bytes_in", sum(a.nbytes for a in inputs))
@@ -317,7 +319,7 @@ def run(trace, inputs: list, scalars: list) -> list:
         entry.hits += 1
     entry.seen += 1
     plan_cache.last = entry
-    out = _run_entry(entry, trace, inputs, scalars, event)
+    out = _run_entry(entry, trace, inputs, scalars, event, at_once)
     metrics.add("bytes_out", sum(a.nbytes for a in out))
     if event is not None:
         rec.end_run(event, entry)
@@ -388,9 +390,9 @@ def _drop_orphan_modules(names: set) -> None:
             parent = parent.rpartition(".")[0]
 
 
-def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None) -> list:
+def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict | None, at_once: bool = False) -> list:
     mode = config.compile
-    if mode == "hot" and config.deterministic:
+    if mode == "hot" and (config.deterministic or at_once):
         mode = "always"  # no interpreted first run: its last bits can differ from the compiled plan's
     if entry.plan is None and entry.failed is None and mode != "never" and (mode == "always" or entry.seen >= 2):
         t0 = time.perf_counter()

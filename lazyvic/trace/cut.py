@@ -68,11 +68,12 @@ class Trace:
         return "cuda" if self.flags[:1] == ("cuda",) else "cpu"
 
 
-def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[Node]]:
+def cut(roots: list[Node], flags: tuple = (), scalar_nodes: list | None = None) -> tuple[Trace, list, list, list[Node]]:
     """Build the trace that computes every pending node in ``roots``.
 
     Returns ``(trace, input_arrays, scalar_values, output_nodes)``; outputs are
-    the pending roots without duplicates, in the order given.
+    the pending roots without duplicates, in the order given. ``scalar_nodes``, when given, gets
+    the scalar node of each scalar slot (a captured step feeds some of them anew at replay).
     """
     pos: dict[Node, int] = {}
     entries: list = []
@@ -123,6 +124,8 @@ def cut(roots: list[Node], flags: tuple = ()) -> tuple[Trace, list, list, list[N
                         append_entry(("scalar", (len(scalars),), (), (), i.dtype.name))
                         append_scope(None)
                         scalars.append(i.value)
+                        if scalar_nodes is not None:
+                            scalar_nodes.append(i)
                     else:  # a pending op without inputs
                         append_entry((i.op, i.attrs, (), i.shape, i.dtype.name))
                         append_scope(i.scope)

@@ -64,19 +64,23 @@ def test_random_ops_are_never_replayed():
     assert cm.replays == 0
 
 
-def test_side_effects_are_never_replayed():
+def test_updated_buffers_are_replayed_as_a_step():
+    """Batch norm in training updates its running statistics: a step (see test_capture_steps),
+    recorded at its second call with the buffers as state, replayed from the third."""
     lv.manual_seed(2)
-    bn = nn.BatchNorm2d(3).train()
+    bn, eager = nn.BatchNorm2d(3).train(), nn.BatchNorm2d(3).train()
     cm = lv.compile(bn)
     with lv.no_grad():
-        for seed in range(3):
-            cm(rand(2, 3, 4, 4, seed=seed))
-    assert cm.replays == 0 and int(bn.num_batches_tracked.item()) == 3
+        for seed in range(4):
+            x = rand(2, 3, 4, 4, seed=seed)
+            np.testing.assert_allclose(cm(x).numpy(), eager(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    assert cm.replays == 2 and int(bn.num_batches_tracked.item()) == 4
+    np.testing.assert_allclose(bn.running_var.numpy(), eager.running_var.numpy(), rtol=1e-6)
     bn.eval()
     with lv.no_grad():
         x = rand(2, 3, 4, 4, seed=9)
         np.testing.assert_array_equal(cm(x).numpy(), cm(x).numpy())
-    assert cm.replays == 1
+    assert cm.replays == 3  # eval: an inference call, recorded then replayed
 
 
 def test_functions_with_values_and_several_outputs():

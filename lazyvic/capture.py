@@ -393,7 +393,7 @@ class Compiled:
         entry.guards = [_optimizer_guard(o) for o in entry.optimizers]
         entry.structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
         entry.plan = None
-        entry.out_shapes = [trace.entry(o).shape for o in trace.outputs]
+        entry.out_shapes = [(trace.entry(o).shape, trace.dtypes[o]) for o in trace.outputs]
         arrays_out = run(trace, arrays, scalars, at_once=True)  # compiled from its first run
         last = plan_cache.last
         if last is not None and last.plan is not None and not last.sizes and config.compile != "never":
@@ -437,8 +437,8 @@ class Compiled:
             if last is not None and last.plan is not None and not last.sizes and config.compile != "never":
                 entry.plan = last.plan  # compiled: later replays skip the plan cache's key
         nodes = []
-        for a, shape in zip(arrays, entry.out_shapes):
-            n = Node.buffer(a, _dtype(a), "cpu", shape)
+        for a, (shape, dtype) in zip(arrays, entry.out_shapes):
+            n = Node.buffer(a, dtype, "cpu", shape)
             buffers.track(n, a)
             nodes.append(n)
         for j, k in entry.writes:

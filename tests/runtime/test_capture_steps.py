@@ -233,3 +233,30 @@ def test_training_flag_is_a_guard():
     m.eval()
     f(lv.tensor(XS[0]), lv.tensor(YS[0]))
     assert f.recordings == 1 and f.replays == 1  # eval: discovered again, not replayed
+
+
+def test_a_compiled_model_inside_a_captured_step_is_part_of_it():
+    """The inner lazyvic.compile runs normally inside the step's recording (its outputs need
+    autograd history); the step replays as a whole."""
+
+    def make():
+        m = _model()
+        opt = lv.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return m, opt
+
+    (m0, opt0), (m1, opt1) = make(), make()
+    inner = lv.compile(m1)
+
+    def step(m, opt, x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    f = lv.compile(lambda x, y: step(inner, opt1, x, y))
+    for k in range(STEPS):
+        x, y = lv.tensor(XS[k % 3]), lv.tensor(YS[k % 3])
+        assert step(m0, opt0, x, y).item() == f(x, y).item()
+    assert f.replays == STEPS - 2 and inner.replays == 0
+    np.testing.assert_array_equal(m0[3].weight.numpy(), m1[3].weight.numpy())

@@ -37,6 +37,12 @@ SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 # flops) two OpenBLAS threads gained nothing on a quiet machine and, with another process
 # busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
 SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
+# Plans whose products are all this small run them on one BLAS thread, parallel kernels or not:
+# the digits MLP step (products of at most 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS
+# threads and 7,070 with one on a quiet machine, and with another process busy at 3,150
+# against 7,140 (benchmarks/captured_steps.py): the second thread's spinning costs more than
+# its share of a product this size gains.
+SINGLE_THREAD_BLAS_SMALL_FLOPS = 1 << 22
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
 # Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
 MAX_FREE_RUN_STATES = 4
@@ -186,6 +192,8 @@ class CpuPlan(Plan):
             and flops
             and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
         ):
+            return True
+        if flops and max(flops) < SINGLE_THREAD_BLAS_SMALL_FLOPS:
             return True
         if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
             return False

@@ -262,7 +262,7 @@ class Compiled:
         synced = traces_run() != traces_before
         if _is_step(rec, mark):  # a training step: recorded at its next call (see _record_step)
             if synced:
-                return self._refuse(key, out, "a sync point inside the step (.item(), .numpy(), print)")
+                return self._refuse(key, out, _SYNC_INSIDE)
             if rec.refused:
                 return self._refuse(key, out, rec.refused)
             self._entries[key] = _Discovery(rec)
@@ -279,11 +279,7 @@ class Compiled:
             return self._refuse(key, out, "outputs on two devices")
         device = devices.pop() if devices else "cpu"
         side_effects = {id(t) for t in live.pending()} - {id(t) for t in items}
-        if (
-            len(roots) != len(items)
-            or len({id(n) for n in roots}) != len(roots)
-            or _has_side_effects(side_effects, roots)
-        ):
+        if not _computed_outputs(items, roots) or _has_side_effects(side_effects, roots):
             return self._refuse(key, out, "outputs that are inputs or constants, or pending tensors beside them")
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
         if any(e.op in ("rand", "randn") for e in trace.named):
@@ -326,7 +322,7 @@ class Compiled:
         with recording.recording() as rec:
             out = self.fn(*args)
         if traces_run() != traces_before:
-            return self._refuse(key, out, "a sync point inside the step (.item(), .numpy(), print)")
+            return self._refuse(key, out, _SYNC_INSIDE)
         if rec.refused:
             return self._refuse(key, out, rec.refused)
         if set(rec.modules) - set(discovery.rec.modules) or set(rec.optimizers) - set(discovery.rec.optimizers):
@@ -346,7 +342,7 @@ class Compiled:
         if any(t is not None and (t.device != "cpu") for t in (*ends, *items)):
             return self._refuse(key, out, "a step on a device other than the CPU (not captured yet)")
         roots = [t._node for t in items if t._node.pending]
-        if len(roots) != len(items) or len({id(n) for n in roots}) != len(roots):
+        if not _computed_outputs(items, roots):
             return self._refuse(key, out, "outputs that are inputs or constants (return tensors the step computes)")
         for t, node in zip(ends, start_nodes):
             if t is not None and t._node.pending:
@@ -601,6 +597,15 @@ def _is_step(rec: recording.StepRecorder, mark: int) -> bool:
 def _structure(key_args) -> tuple:
     """The arguments' part of a call key without the tensors' sizes (their ranks kept)."""
     return tuple(("T", len(k[1]), k[2], k[3]) if k[0] == "T" else k for k in key_args)
+
+
+_SYNC_INSIDE = "a sync point inside the step (.item(), .numpy(), print)"
+
+
+def _computed_outputs(items, roots: list) -> bool:
+    """Whether every output is computed by the call, each by its own node (``roots``: the
+    outputs' pending nodes), not an input, a constant or another output."""
+    return len(roots) == len(items) and len({id(n) for n in roots}) == len(roots)
 
 
 def _has_side_effects(live_ids: set, roots: list) -> bool:

@@ -24,9 +24,8 @@ import numpy as np
 
 from lazyvic import modes, recording
 from lazyvic.errors import CheckpointError, UnsupportedOpError
-from lazyvic.tensor import Tensor
+from lazyvic.tensor import Tensor, _scalar_operand
 from lazyvic.trace import scope
-from lazyvic.trace.node import Node
 
 # Keyword arguments PyTorch's optimizers take for their implementation choices. lazyvic keeps
 # them in the param groups (PyTorch's state_dict layout) and ignores them: every update is fused.
@@ -168,10 +167,9 @@ class Optimizer:
                         st = self._state(p)
                         if not st:
                             self._init_state(p, g, st)
-                        hyper = functools.partial(self._values, g, st)
-                        h = tuple(Tensor._wrap(Node.scalar(v, p.dtype)) for v in hyper())
-                        if rec is not None:  # a captured step: each replay calls hyper() again
-                            rec.dynamic(tuple(t._node for t in h), hyper)
+                        h = tuple(_scalar_operand(v, p.dtype) for v in self._values(g, st))
+                        if rec is not None:  # a captured step: each replay calls _values again
+                            rec.dynamic(tuple(t._node for t in h), functools.partial(self._values, g, st))
                         self._update(p, grad, g, st, h)
         return loss
 

@@ -260,3 +260,26 @@ def test_compiled_scatter_add_checks_indices():
     view[1, 1] = 7  # out of range, written through the shared NumPy view after the op
     with pytest.raises(IndexError, match="out of range"):
         out.numpy()
+
+
+def test_long_chains_are_cut_into_kernels_of_bounded_size(monkeypatch):
+    # Compile time grows faster than a kernel's body (lazyvic/lowering/fusion.py MAX_KERNEL_OPS):
+    # a long chain is cut into kernels of at most that many ops, which the multi-output merge
+    # does not join again. Adds and multiplies round exactly as NumPy's float32 ones.
+    from lazyvic.lowering import fusion
+
+    monkeypatch.setattr(fusion, "MAX_KERNEL_OPS", 6)
+
+    def chain(x, n=20):
+        for _ in range(n):
+            x = x * 1.5 + 0.25
+        return x
+
+    (y,), plan = _compiled(chain, X)
+    ref = X
+    for _ in range(20):
+        ref = ref * np.float32(1.5) + np.float32(0.25)
+    np.testing.assert_array_equal(y, ref)
+    kernels = _kernels(plan)
+    assert len(kernels) >= 40 // 6
+    assert all(k.source.count(" = f32(") <= 6 + 1 for k in kernels)  # its ops and one load

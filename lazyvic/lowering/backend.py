@@ -98,6 +98,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def generate(self, entries, materialized, group): ...
 
+    def prepare(self, lowered) -> None:
+        """Called once the kernels' sources are generated, before any step is built: a backend
+        may compile them all at once here (the CPU one compiles side by side in worker processes).
+        The default does nothing: ``kernel_steps`` compiles each kernel when it is built."""
+        return None
+
     @abc.abstractmethod
     def kernel_steps(self, lowered, group, source) -> list: ...
 

@@ -190,6 +190,7 @@ def _compile(trace, backend, cache_dir, debug: int, named=None):
     t0 = time.perf_counter()
     lowered = lower(trace, backend.generate, cache_dir, debug, named)
     entries = lowered.entries
+    backend.prepare(lowered)
     steps, fallbacks = [], []
     for g in lowered.groups:
         ks = lowered.sources.get(g.root)

@@ -98,7 +98,7 @@ def test_index_maps_work_on_affine_forms():
 
 
 def test_kernel_files_are_checked_and_rewritten(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernel_cache, "_loaded", {})
+    monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
     a = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     x = lv.tensor(a)
     trace, inputs, scalars = _trace((x * 3.0).exp())
@@ -109,7 +109,7 @@ def test_kernel_files_are_checked_and_rewritten(tmp_path, monkeypatch):
     expected = kernel_cache.kernel_header() + kernel.source
     assert path.read_text() == expected
     path.write_text(expected.replace("exp_f32", "log_f32"))  # another program's file, same name
-    monkeypatch.setattr(kernel_cache, "_loaded", {})
+    monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
     plan = compile_trace(trace, tmp_path)
     assert path.read_text() == expected
     (y,) = plan.run(inputs, scalars)
@@ -124,3 +124,46 @@ def test_kernel_headers_name_the_library():
     assert "njit" not in names and "np" not in names and not any(n.startswith("_") for n in names)
     header = kernel_cache.kernel_header()
     assert "from lazyvic.lowering.kernel_lib import (" in header and all(n in header for n in names)
+
+
+def _four_kernels():
+    a = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    x = lv.tensor(a)
+    outs = ((x * 3.0).exp(), (x + 1.0).tanh(), x.sigmoid() * 2.0, (x - 1.0).abs() + x)
+    refs = (np.exp(a * 3), np.tanh(a + 1), 2 / (1 + np.exp(-a)), np.abs(a - 1) + a)
+    return _trace(*outs), refs
+
+
+@pytest.mark.parametrize("worker_ok", [True, False])
+def test_kernels_compile_side_by_side_in_worker_processes(tmp_path, monkeypatch, worker_ok):
+    # A plan needing several new kernels compiles some in a worker process, into Numba's disk
+    # cache, and loads them from there (lowering/cpu/compile_workers.py); a worker that fails
+    # leaves its kernels to this process. Same kernels, same results either way.
+    from lazyvic.lowering.cpu import compile_workers
+
+    monkeypatch.setenv("LAZYVIC_COMPILE_WORKERS", "1")
+    monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
+    if not worker_ok:
+        monkeypatch.setattr(compile_workers._Worker, "compile", lambda self, job: False)
+    (trace, inputs, scalars), refs = _four_kernels()
+    plan = compile_trace(trace, tmp_path)
+    assert plan.stats["kernels_compiled"] == 4 and plan.stats.get("kernels_loaded", 0) == 0
+    assert (plan.stats["kernels_compiled_by_workers"] >= 1) == worker_ok
+    for y, ref in zip(plan.run(inputs, scalars), refs):
+        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6)
+    # Another process (or this one, after its kernels were dropped) loads them all from disk.
+    monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
+    plan = compile_trace(trace, tmp_path)
+    assert plan.stats["kernels_loaded"] == 4 and plan.stats.get("kernels_compiled", 0) == 0
+
+
+def test_compile_workers_setting(monkeypatch):
+    from lazyvic.lowering.cpu import compile_workers
+
+    monkeypatch.setenv("LAZYVIC_COMPILE_WORKERS", "0")
+    assert compile_workers.worker_count() == 0
+    monkeypatch.setenv("LAZYVIC_COMPILE_WORKERS", "two")
+    with pytest.warns(RuntimeWarning, match="LAZYVIC_COMPILE_WORKERS='two'"):
+        assert compile_workers.worker_count() == 0
+    monkeypatch.delenv("LAZYVIC_COMPILE_WORKERS")
+    assert 0 <= compile_workers.worker_count() <= compile_workers.MAX_WORKERS

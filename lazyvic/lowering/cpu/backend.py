@@ -100,6 +100,15 @@ class CpuBackend(Backend):
     def generate(self, entries, materialized, group):
         return codegen.generate(entries, materialized, group)
 
+    def prepare(self, lowered) -> None:
+        scalar_dtypes = lowered.scalar_dtypes
+        kernels = [
+            (ks, [scalar_dtypes[s].name for s in ks.scalars])
+            for ks in (lowered.sources.get(g.root) for g in lowered.groups)
+            if ks is not None
+        ]
+        kernel_cache.prefetch(kernels, lowered.cache_dir, lowered.stats, self.max_kernels)
+
     def kernel_steps(self, lowered, group, ks) -> list:
         steps = [
             IndexCheckStep(f"check {op} index", index, size, op, asked_by=asked_by)

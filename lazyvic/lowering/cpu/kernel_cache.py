@@ -16,10 +16,11 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from numba import types
 from numba.core.errors import NumbaError
 
 from lazyvic.lowering import kernel_lib
+from lazyvic.lowering.cpu import compile_workers
+from lazyvic.lowering.cpu.compile_workers import signature_types
 from lazyvic.lowering.kernel_files import (
     LIB_HASH,
     header,
@@ -36,14 +37,6 @@ from numba import njit, prange
 """
 
 _loaded: OrderedDict = OrderedDict()  # (source hash, scalar dtypes) -> dispatcher, least recently used first
-
-_NB = {
-    "bool": types.boolean,
-    "int32": types.int32,
-    "int64": types.int64,
-    "float32": types.float32,
-    "float64": types.float64,
-}
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,19 +62,25 @@ def kernel_dir(cache_dir: Path) -> Path:
     return d
 
 
-def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int | None = None):
+def _signature(ks, scalar_dtypes: list) -> list:
+    """:func:`signature_types`'s arguments for kernel source ``ks`` (JSON-able: a worker's job)."""
+    return [[d for d, _ in ks.arg_types], list(scalar_dtypes), [d for d, _ in ks.packed], bool(ks.sizes)]
+
+
+_imported: dict = {}  # key -> (dispatcher, path): imported by prefetch, not compiled yet
+_compiled_elsewhere: set = set()  # keys a worker process compiled into the disk cache
+
+
+def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int | None = None, compile: bool = True):
     """Return the compiled dispatcher of kernel source ``ks`` (compiling or loading from cache).
 
-    ``stats`` counts ``kernels_compiled`` / ``kernels_loaded`` (from Numba's disk cache).
-    At most ``max_loaded`` dispatchers stay loaded in this process (the least recently used go;
-    a plan keeps the kernels it runs alive, so only unused ones are freed).
+    ``stats`` counts ``kernels_compiled`` / ``kernels_loaded`` (from Numba's disk cache; a kernel a
+    worker process compiled for this plan counts as compiled). At most ``max_loaded`` dispatchers
+    stay loaded in this process (the least recently used go; a plan keeps the kernels it runs
+    alive, so only unused ones are freed). With ``compile=False``, a kernel that is in neither
+    this process nor the disk cache is imported but not compiled, and None returned.
     """
-    sig_types = (
-        [types.Array(_NB[d], 1, "C") for d, _ in ks.arg_types]
-        + [_NB[d] for d in scalar_dtypes]
-        + [types.Array(_NB[d], 1, "C") for d, _ in ks.packed]
-        + ([types.Array(types.int64, 1, "C")] if ks.sizes else [])  # the size arguments (zs)
-    )
+    sig_types = signature_types(*_signature(ks, scalar_dtypes))
     key = (ks.sha, tuple(scalar_dtypes))
     fn = _loaded.get(key)
     if fn is not None:
@@ -90,16 +89,29 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int 
     t0 = time.perf_counter()
 
     def compiled(path, cached: bool):
-        fn = getattr(import_file(f"lazyvic_kernels.{ks.name}", path), ks.name)
+        found = _imported.pop(key, None)
+        fn = found[0] if found is not None else getattr(import_file(f"lazyvic_kernels.{ks.name}", path), ks.name)
         if not cached:  # the disk cache failed: this kernel and the library it calls, in memory
             without_disk_cache(fn, *library_dispatchers())
+        if not compile:
+            cres = fn._cache.load_overload(sig_types, fn.targetctx) if cached else None
+            if cres is None:
+                _imported[key] = (fn, path if cached else None)
+                return None, False
+            fn.add_overload(cres)
+            return fn, True
         hits_before = sum(fn.stats.cache_hits.values())
-        fn.compile(tuple(sig_types))
+        fn.compile(sig_types)
         return fn, sum(fn.stats.cache_hits.values()) > hits_before
 
     fn, from_disk = load_checked(
         Path(cache_dir) / "kernels", ks.name, kernel_header() + ks.source, compiled, keep=(NumbaError,)
     )
+    if fn is None:
+        return None
+    if key in _compiled_elsewhere:
+        _compiled_elsewhere.discard(key)
+        from_disk = False
     which = "kernels_loaded" if from_disk else "kernels_compiled"
     stats[which] = stats.get(which, 0) + 1
     stats["kernel_seconds"] = stats.get("kernel_seconds", 0.0) + time.perf_counter() - t0
@@ -109,3 +121,38 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int 
         sys.modules.pop(f"lazyvic_kernels.{getattr(old, '__name__', '')}", None)
         stats["kernels_evicted"] = stats.get("kernels_evicted", 0) + 1
     return fn
+
+
+def prefetch(kernels: list, cache_dir: Path, stats: dict, max_loaded: int | None = None) -> None:
+    """Make the kernels a new plan needs ready before its steps are built: ``kernels`` are
+    ``(kernel source, scalar dtype names)`` pairs. Those in the disk cache are loaded; when at
+    least ``compile_workers.MIN_JOBS`` are missing from it, they are compiled side by side in
+    this process and worker processes (``lowering/cpu/compile_workers.py``); :func:`load` then
+    finds each one loaded or in the disk cache. Fewer are left to :func:`load`."""
+    missing, seen = [], set()
+    for ks, scalar_dtypes in kernels:
+        key = (ks.sha, tuple(scalar_dtypes))
+        if key in _loaded or key in seen:
+            continue
+        seen.add(key)
+        if load(ks, cache_dir, scalar_dtypes, stats, max_loaded, compile=False) is None:
+            missing.append((ks, scalar_dtypes, key))
+    # Only kernels whose file is in the cache directory: a worker's compile reaches this process
+    # through the disk cache.
+    missing = [m for m in missing if m[2] in _imported and _imported[m[2]][1] is not None]
+    if len(missing) < compile_workers.MIN_JOBS or compile_workers.worker_count() == 0:
+        return
+    jobs = [
+        {
+            "path": str(_imported[key][1]),
+            "module": f"lazyvic_kernels.{ks.name}",
+            "name": ks.name,
+            "sig": _signature(ks, scalar_dtypes),
+        }
+        for ks, scalar_dtypes, key in missing
+    ]
+    done = compile_workers.compile_side_by_side(
+        jobs, lambda k: load(missing[k][0], cache_dir, missing[k][1], stats, max_loaded)
+    )
+    _compiled_elsewhere.update(missing[k][2] for k in done)
+    stats["kernels_compiled_by_workers"] = stats.get("kernels_compiled_by_workers", 0) + len(done)

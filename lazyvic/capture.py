@@ -483,7 +483,7 @@ class _Cell:
         """Make the cell hold ``node``'s value: in place for a tensor it holds (a parameter keeps
         its identity), a new tensor for ``.grad`` (as a backward after ``zero_grad`` makes)."""
         if self.kind == "attr":
-            self.holder.grad = None if node is None else Tensor(_node=node)
+            self.holder.grad = None if node is None else Tensor._wrap(node)  # a realized node
             return
         t = self.get()
         if node is None:
@@ -538,7 +538,7 @@ def _optimizer_guard(opt) -> tuple:
     groups = tuple(
         tuple((k, v) for k, v in g.items() if k not in ("params", "lr", "param_names")) for g in opt.param_groups
     )
-    return id(opt.state), tuple(id(opt.state.get(p)) for p in opt._params()), groups
+    return id(opt.state), tuple(map(id, map(opt.state.get, opt._params()))), groups
 
 
 class _Discovery:

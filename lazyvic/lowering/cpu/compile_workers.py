@@ -129,9 +129,11 @@ atexit.register(_close_all)
 
 def compile_side_by_side(jobs: list, compile_here) -> set:
     """Compile ``jobs`` (JSON-able dicts, see :func:`_serve`) with the workers, while this thread
-    calls ``compile_here(k)`` for the jobs it takes itself (from the front of the list; workers
-    take from the back). Returns the positions of the jobs a worker compiled into the disk cache.
-    Errors of ``compile_here`` propagate (after the workers' jobs finished)."""
+    calls ``compile_here(k)`` for the jobs it takes itself. Whoever is free takes the next job
+    in the list's order: give the longest first (their compile time follows their size; the
+    longest first keeps one long job from finishing alone). Returns the positions of the jobs a
+    worker compiled into the disk cache. Errors of ``compile_here`` propagate (after the
+    workers' jobs finished)."""
     n = min(worker_count(), len(jobs) - 1)
     if n <= 0:
         for k in range(len(jobs)):
@@ -151,7 +153,7 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
         def feed(worker):
             while True:
                 try:
-                    k = queue.pop()
+                    k = queue.popleft()
                 except IndexError:
                     return
                 if worker.compile(jobs[k]):

@@ -140,6 +140,7 @@ def prefetch(kernels: list, cache_dir: Path, stats: dict, max_loaded: int | None
     # Only kernels whose file is in the cache directory: a worker's compile reaches this process
     # through the disk cache.
     missing = [m for m in missing if m[2] in _imported and _imported[m[2]][1] is not None]
+    missing.sort(key=lambda m: -len(m[0].source))  # the longest first (compile_side_by_side)
     if len(missing) < compile_workers.MIN_JOBS or compile_workers.worker_count() == 0:
         return
     jobs = [

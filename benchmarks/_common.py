@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +39,8 @@ def rate_cell(d: dict | None, key: str, fmt: str) -> str:
         return "error"
     spread = f" ({d['min']:.0f}..{d['max']:.0f})" if d["n"] > 1 else ""
     return f"{d[key]:{fmt}}{spread}"
+
+
+def busy_process() -> subprocess.Popen:
+    """A Python process spinning on one core (kill it when done): the load of a shared machine."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _common import busy_process  # noqa: E402
+
 RUNTIMES = ("lazyvic", "lazyvic.compile", "torch")
 IN, HID, OUT, BATCH, LR, NBATCH = 64, 128, 10, 128, 0.1, 8
 
@@ -91,10 +94,6 @@ def child(runtime: str, steps: int) -> dict:
     return {"runtime": runtime, "warmup_s": warm, "steps_per_s": 1.0 / statistics.median(chunks)}
 
 
-def _busy():
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=1000, help="timed steps per process (default 1000)")
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
     results = {(rt, load): [] for rt in RUNTIMES for load in loads}
     for load in loads:
-        busy = _busy() if load != "quiet" else None
+        busy = busy_process() if load != "quiet" else None
         try:
             for rep in range(args.reps):
                 for rt in RUNTIMES:

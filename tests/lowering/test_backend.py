@@ -167,3 +167,19 @@ def test_compile_workers_setting(monkeypatch):
         assert compile_workers.worker_count() == 0
     monkeypatch.delenv("LAZYVIC_COMPILE_WORKERS")
     assert 0 <= compile_workers.worker_count() <= compile_workers.MAX_WORKERS
+
+
+def test_a_worker_that_cannot_start_leaves_the_compiles_here(tmp_path, monkeypatch):
+    from lazyvic.lowering.cpu import compile_workers
+
+    monkeypatch.setenv("LAZYVIC_COMPILE_WORKERS", "1")
+    monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
+    monkeypatch.setattr(compile_workers, "_workers", [])
+    monkeypatch.setattr(compile_workers, "_broken", [])
+    monkeypatch.setattr(compile_workers.sys, "executable", "/bin/false")  # exits at once
+    (trace, inputs, scalars), refs = _four_kernels()
+    plan = compile_trace(trace, tmp_path)
+    assert plan.stats["kernels_compiled"] == 4 and plan.stats["kernels_compiled_by_workers"] == 0
+    assert compile_workers.worker_count() == 0  # no more starts in this process
+    for y, ref in zip(plan.run(inputs, scalars), refs):
+        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6)

@@ -11,7 +11,8 @@ Workers are plain subprocesses (``python -m lazyvic.lowering.cpu.compile_workers
 started at the first plan that needs them, kept for the next plans, and end when this process
 closes their standard input (at exit, or when it dies). A job is one JSON line: the kernel
 file, its module and function names, and its argument types; the answer one JSON line.
-A worker that fails or dies costs nothing but time: its kernels are compiled here.
+A worker that fails or dies costs nothing but time: its kernels are compiled here (and after a
+worker died, this process starts no more).
 
 ``LAZYVIC_COMPILE_WORKERS`` sets the number of workers (0: compile everything in this
 process); by default one fewer than the CPUs this process may use, at most 3.
@@ -55,11 +56,14 @@ def signature_types(arg_dtypes: list, scalar_dtypes: list, packed_dtypes: list, 
 
 
 _workers: list = []
+_broken: list = []  # a worker that died: this process compiles alone from then on
 _lock = threading.Lock()  # guards _workers; one plan's compile uses the workers at a time
 
 
 def worker_count() -> int:
     """How many worker processes compile kernels (``LAZYVIC_COMPILE_WORKERS``, see above)."""
+    if _broken:
+        return 0
     text = os.environ.get("LAZYVIC_COMPILE_WORKERS")
     if text is not None:
         try:
@@ -158,6 +162,9 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
                     return
                 if worker.compile(jobs[k]):
                     done.add(k)
+                elif not worker.alive():  # it could not start (or crashed): do not start more
+                    _broken.append(worker)
+                    return
 
         threads = [threading.Thread(target=feed, args=(w,), daemon=True) for w in workers]
         for t in threads:

@@ -7,8 +7,9 @@ Python version, about 480k characters on 3.11). No download. 90% of it trains,
 the last 10% validates.
 
 Every training step (forward, backward, gradient clipping, AdamW update) is one
-cached, fused, compiled plan; the warm-up + cosine learning-rate schedule feeds
-the rate in as a scalar input, so it never recompiles. At the end the script
+cached, fused, compiled plan, captured by ``lazyvic.compile`` and replayed without
+recording its ops again; the warm-up + cosine learning-rate schedule feeds the
+rate in as a scalar input, so it never recompiles. At the end the script
 samples text, saves the model in lazyvic format v1, loads it back and checks
 that the logits after reload are bit-identical to those before saving.
 
@@ -161,13 +162,16 @@ def train(args) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    # The whole step captured: recorded at its second call, replayed after (with --amp, the
+    # GradScaler's overflow check syncs inside the step, so it runs normally: Compiled.reasons).
+    step_fn = lazyvic.compile(lambda x, y: train_step(model, opt, sched, x, y, scaler))
     losses, evals = [], []
     t0 = time.perf_counter()
     bar = tqdm(range(start, args.steps), desc="train", disable=args.quiet, initial=start, total=args.steps)
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, args.block_size, data_rng)
-        loss = train_step(model, opt, sched, x.to(args.device), y.to(args.device), scaler)
-        losses.append(loss.item())  # the sync point: the whole step runs here as one plan
+        loss = step_fn(x.to(args.device), y.to(args.device))
+        losses.append(loss.item())  # outside the step: a sync inside would not be replayed
         bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")
         if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
             evals.append((step + 1, float(np.mean(losses[-50:])), estimate_loss(model, val_ids, args)))

@@ -269,16 +269,15 @@ def _split_large(entries, m, space, r, stage_owner, recompute) -> dict:
     such node: a node above a reduction stage stays with its stage). Returns the new reach."""
     stuck: set = set()
     while True:
-        counts: dict = {}
-        for i, ks in r.items():
-            if kind(entries[i]) != "movement":
-                for k in ks:
-                    counts[k] = counts.get(k, 0) + 1
-        big = [k for k, n in counts.items() if n + 1 > MAX_KERNEL_OPS and k not in stuck]
+        regions: dict = {}  # kernel root -> the nodes it inlines, ascending
+        for i in sorted(r):
+            for k in r[i]:
+                regions.setdefault(k, []).append(i)
+        big = [k for k, nodes in regions.items() if _ops(entries, nodes) + 1 > MAX_KERNEL_OPS and k not in stuck]
         if not big:
             return r
         for k in big:
-            cut = _cut_point(entries, sorted(i for i, ks in r.items() if k in ks), stage_owner)
+            cut = _cut_point(entries, regions[k], stage_owner)
             if cut is None:
                 stuck.add(k)
                 continue

@@ -162,6 +162,11 @@ class Emitter:
         self.ops_used: list = []
         self.size_args: dict = {}  # symbolic size (a Sym) -> the kernel's argument holding it
         self.size_list: list = []  # generic: the value (int or Sym) of each size argument, in order
+        # Float sums in the fixed lane order of ops/numerics.py (the CPU's kernels): their reduced
+        # loops stay one per dimension (merged loops would change which elements share a lane).
+        self.lane_sums = generic and any(
+            entries[s].op == "sum" and entries[entries[s].inputs[0]].dtype.is_floating_point for s in group.stages
+        )
 
     # -- helpers ------------------------------------------------------------
     def size(self, n) -> str:
@@ -387,12 +392,15 @@ class Emitter:
         self.pending_row = []
         self.loop_memo = {}
 
-    def close_loop(self):
+    def close_loop(self, lanes=None):
+        """End the pass over the reduced loops. ``lanes``: ``(accumulator, value, dtype)`` of a
+        float sum whose accumulation the code generator writes in the lane order of
+        ``ops/numerics.py`` (the pass is then ``("LANES", body, accumulator, value, dtype)``)."""
         if getattr(self, "row_cache_pending", False):
             self.row_cache_stored, self.row_cache_pending = True, False
         body = self.loop_lines
         self.row_lines.extend(self.pending_row)
-        self.row_lines.append(("LOOP", body))
+        self.row_lines.append(("LOOP", body) if lanes is None else ("LANES", body, *lanes))
         self.loop_lines = None
         self.pending_row = []
         self.loop_memo = {}
@@ -458,11 +466,17 @@ class Emitter:
                 self.close_loop()
                 self.open_loop()
                 v, _ = self.emit(sinputs[0], self.full_index(), ())
-            r_flat = flat(
-                [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes], [self.shape[d] for d in self.axes]
-            )
-            self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), self.e[sinputs[0]].dtype))
-            self.close_loop()
+            in_dtype = self.e[sinputs[0]].dtype
+            if self.lane_sums and sop == "sum" and in_dtype.is_floating_point and self.inner:
+                # One order for every machine (ops/numerics.py): the generator writes the lanes.
+                self.close_loop(lanes=(names[0], v, in_dtype))
+            else:
+                r_flat = flat(
+                    [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes],
+                    [self.shape[d] for d in self.axes],
+                )
+                self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), in_dtype))
+                self.close_loop()
             self.stage_result[s] = names[0]
             self.ops_used.append(sop)
         for k, extra in enumerate(g.extra_roots):
@@ -503,6 +517,9 @@ class Emitter:
         groups = []
         for cls in (self.outer, self.inner):
             merged = list(cls)
+            if cls is self.inner and self.lane_sums:
+                groups.append(merged)
+                continue
             i = 0
             while i + 1 < len(merged):
                 a, b = merged[i], merged[i + 1]

@@ -5,7 +5,7 @@ written to a file of its own under the cache directory (``kernels/`` for the CPU
 ``cuda_kernels/`` for CUDA), named by the SHA-1 of the library hash and its source, and
 imported from there; Numba's on-disk cache beside it lets a later process skip compiling.
 
-- :data:`LIB_HASH`: the hash of ``lowering/kernel_lib.py``'s bytes, part of every kernel's
+- :data:`LIB_HASH`: the hash of ``lowering/kernel_lib.py``'s and ``ops/numerics.py``'s bytes, part of every kernel's
   name (a new library never reuses old kernel files);
 - :func:`header`: the lines above a kernel's source; the names it imports are those the
   kernel language defines (:func:`library_names`), not a hand-kept list;
@@ -37,8 +37,9 @@ from typing import Callable
 import numpy as np
 
 from lazyvic.lowering import kernel_lib
+from lazyvic.ops import numerics  # noqa: E402 - the library's constants live there
 
-LIB_HASH = hashlib.sha1(Path(kernel_lib.__file__).read_bytes()).hexdigest()[:16]
+LIB_HASH = hashlib.sha1(Path(kernel_lib.__file__).read_bytes() + Path(numerics.__file__).read_bytes()).hexdigest()[:16]
 
 
 def library_names(lib=kernel_lib) -> list[str]:

@@ -3,9 +3,10 @@
 The PyPI llvmlite has no SVML, so ``math.exp`` in a Numba loop is a scalar libm
 call that blocks vectorization. These float32 versions use only arithmetic,
 comparisons and bit casts, which LLVM vectorizes. They are compiled as functions
-of their own (with FMA contraction, which kernels do not allow themselves) that
-LLVM inlines into the kernel loops: a layer norm + gelu kernel ran 1.5x faster
-than with Numba's IR-level ``inline="always"``.
+of their own that LLVM inlines into the kernel loops: a layer norm + gelu kernel ran 1.5x
+faster than with Numba's IR-level ``inline="always"``. Like the kernels, they are strict IEEE
+float32 arithmetic (no FMA contraction): ``lazyvic/ops/numerics.py`` computes the same
+operations with NumPy for the interpreter, bit for bit, on any CPU (its constants are these).
 
 Sources and measured maximum errors (tests/lowering/test_kernel_lib.py checks
 them against float64 libm over dense grids):
@@ -129,26 +130,14 @@ acc_add = _accumulate_intrinsic(None, "a + b for a sum's accumulator (reassociab
 acc_max = _accumulate_intrinsic("llvm.maximum", "fmax for a max reduction's accumulator (reassociable).")
 acc_min = _accumulate_intrinsic("llvm.minimum", "fmin for a min reduction's accumulator (reassociable).")
 
-_LOG2E = f32(1.44269504088896341)
-_LN2_HI = f32(0.693359375)
-_LN2_LO = f32(-2.12194440e-4)
-_EXP_HI = f32(88.72283905206835)
-_EXP_LO = f32(-87.33654475055310)
-_E0 = f32(1.9875691500e-4)
-_E1 = f32(1.3981999507e-3)
-_E2 = f32(8.3334519073e-3)
-_E3 = f32(4.1665795894e-2)
-_E4 = f32(1.6666665459e-1)
-_E5 = f32(5.0000001201e-1)
-_ONE = f32(1.0)
-_HALF = f32(0.5)
-_ZERO = f32(0.0)
-_TWO = f32(2.0)
-_INF = f32(np.inf)
-_NAN = f32(np.nan)
+from lazyvic.ops import numerics as _nm  # noqa: E402 - the constants, shared with the NumPy mirrors
+
+_LOG2E, _LN2_HI, _LN2_LO, _EXP_HI, _EXP_LO = _nm.LOG2E, _nm.LN2_HI, _nm.LN2_LO, _nm.EXP_HI, _nm.EXP_LO
+_E0, _E1, _E2, _E3, _E4, _E5 = _nm.EXP_POLY
+_ONE, _HALF, _ZERO, _TWO, _INF, _NAN = _nm.ONE, _nm.HALF, _nm.ZERO, _nm.TWO, _nm.INF, _nm.NAN
 
 
-@njit(fastmath={"contract"}, error_model="numpy", cache=True)
+@njit(error_model="numpy", cache=True)
 def exp_f32(x):
     xc = _minnum(_maxnum(x, _EXP_LO), _EXP_HI)
     # Below _EXP_LO the result is zero (set at the end); compute exp(0) meanwhile: the clamped
@@ -171,22 +160,11 @@ def exp_f32(x):
     return x if x != x else out
 
 
-_SQRTH = f32(0.707106781186547524)
-_L0 = f32(7.0376836292e-2)
-_L1 = f32(-1.1514610310e-1)
-_L2 = f32(1.1676998740e-1)
-_L3 = f32(-1.2420140846e-1)
-_L4 = f32(1.4249322787e-1)
-_L5 = f32(-1.6668057665e-1)
-_L6 = f32(2.0000714765e-1)
-_L7 = f32(-2.4999993993e-1)
-_L8 = f32(3.3333331174e-1)
-_LN2 = f32(0.693147180559945309)
-_TINY = f32(1.17549435e-38)
-_TWO23 = f32(8388608.0)
+_SQRTH, _LN2, _TINY, _TWO23 = _nm.SQRTH, _nm.LN2, _nm.TINY, _nm.TWO23
+_L0, _L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8 = _nm.LOG_POLY
 
 
-@njit(fastmath={"contract"}, error_model="numpy", cache=True)
+@njit(error_model="numpy", cache=True)
 def log_f32(x):
     sub = x < _TINY
     xs = x * _TWO23 if sub else x  # subnormals: scale into the normal range
@@ -208,13 +186,11 @@ def log_f32(x):
     return x if x != x else out
 
 
-_T3 = f32(-1.0 / 3.0)
-_T5 = f32(2.0 / 15.0)
-_T7 = f32(-17.0 / 315.0)
-_TANH_SMALL = f32(0.0625)
+_T3, _T5, _T7 = _nm.TANH_POLY
+_TANH_SMALL = _nm.TANH_SMALL
 
 
-@njit(fastmath={"contract"}, error_model="numpy", cache=True)
+@njit(error_model="numpy", cache=True)
 def tanh_f32(x):
     a = abs(x)
     e = exp_f32(-_TWO * a)
@@ -225,7 +201,7 @@ def tanh_f32(x):
     return small if a < _TANH_SMALL else big
 
 
-@njit(fastmath={"contract"}, error_model="numpy", cache=True)
+@njit(error_model="numpy", cache=True)
 def sigmoid_f32(x):
     return _ONE / (_ONE + exp_f32(-x))
 
@@ -237,34 +213,12 @@ def sigmoid_f64(x):
 
 # erf(x) ~ x * P(x^2) / Q(x^2) on [-4, 4] (erf(4) = 1 - 1.5e-8): the rational
 # minimax coefficients of Eigen's generic_fast_erf_float. No exp, one division.
-_ERF_CLAMP = f32(4.0)
-_EA = tuple(
-    f32(v)
-    for v in (
-        -2.72614225801306e-10,
-        2.77068142495902e-08,
-        -2.10102402082508e-06,
-        -5.69250639462346e-05,
-        -7.34990630326855e-04,
-        -2.95459980854025e-03,
-        -1.60960333262415e-02,
-    )
-)
-_EB = tuple(
-    f32(v)
-    for v in (
-        -1.45660718464996e-05,
-        -2.13374055278905e-04,
-        -1.68282697438203e-03,
-        -7.37332916720468e-03,
-        -1.42647390514189e-02,
-    )
-)
-_A13, _A11, _A9, _A7, _A5, _A3, _A1 = _EA
-_B8, _B6, _B4, _B2, _B0 = _EB
+_ERF_CLAMP = _nm.ERF_CLAMP
+_A13, _A11, _A9, _A7, _A5, _A3, _A1 = _nm.ERF_P
+_B8, _B6, _B4, _B2, _B0 = _nm.ERF_Q
 
 
-@njit(fastmath={"contract"}, error_model="numpy", cache=True)
+@njit(error_model="numpy", cache=True)
 def erf_f32(x):
     xc = _minnum(_maxnum(x, -_ERF_CLAMP), _ERF_CLAMP)
     z = xc * xc

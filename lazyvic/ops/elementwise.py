@@ -4,7 +4,9 @@ All inputs of an elementwise primitive have the same dtype and the same shape,
 except that a 0-d input (a Python scalar operand, which never needs a gradient)
 broadcasts to the others; the front end inserts every other broadcast and cast. ``expr`` returns a scalar expression
 in the kernel language of ``lowering/kernel_lib.py``: float32 transcendentals
-use its vectorizable approximations (``exp_f32`` ...), float64 ones call libm.
+use its vectorizable approximations (``exp_f32`` ...), float64 ones call libm. The NumPy
+references compute the same bits (``ops/numerics.py``): the approximations in NumPy, the libm
+calls through the same C functions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops import numerics
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
 ALIAS = {"bool": "b1", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
@@ -114,9 +117,30 @@ def binary(name, reference, expr, vjp, infer=None, onnx=None):
     )
 
 
-def _erf_ref(x):
-    # np has no erf; math.erf is exact to double precision.
-    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
+def _kernel_ref(approx_f32, libm_f64: str):
+    """The reference of a transcendental: the kernels' float32 approximation (in NumPy) or their
+    float64 libm call (``ops/numerics.py``)."""
+
+    def reference(x):
+        x = np.asarray(x)
+        if x.dtype == np.float32:
+            return approx_f32(x)
+        return numerics.libm(libm_f64)(x.astype(np.float64, copy=False))
+
+    return reference
+
+
+def _libm_ref(name: str, guard=None):
+    """A reference calling C library function ``name`` as the kernels do; ``guard(x, y)`` applies
+    the special cases the kernel expression writes around the call."""
+
+    def reference(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            y = numerics.libm(name)(x)
+            return y if guard is None else guard(x, y)
+
+    return reference
 
 
 # --- unary -----------------------------------------------------------------
@@ -128,9 +152,19 @@ unary(
     infer=_no_bool("neg", _same("neg")),
     onnx=onnx_node("Neg", since=(6, 13)),
 )
-unary("exp", np.exp, _fn("exp_f32", "math.exp"), lambda g, x, out, at: (g * out,), onnx=onnx_node("Exp", since=(6, 13)))
 unary(
-    "log", np.log, _fn("log_f32", "math.log"), lambda g, x, out, at: (g / x[0],), onnx=onnx_node("Log", since=(6, 13))
+    "exp",
+    _kernel_ref(numerics.exp_f32, "exp"),
+    _fn("exp_f32", "math.exp"),
+    lambda g, x, out, at: (g * out,),
+    onnx=onnx_node("Exp", since=(6, 13)),
+)
+unary(
+    "log",
+    _kernel_ref(numerics.log_f32, "log"),
+    _fn("log_f32", "math.log"),
+    lambda g, x, out, at: (g / x[0],),
+    onnx=onnx_node("Log", since=(6, 13)),
 )
 unary(
     "sqrt",
@@ -141,21 +175,21 @@ unary(
 )
 unary(
     "tanh",
-    np.tanh,
+    _kernel_ref(numerics.tanh_f32, "tanh"),
     _fn("tanh_f32", "math.tanh"),
     lambda g, x, out, at: (g * (1.0 - out * out),),
     onnx=onnx_node("Tanh", since=(6, 13)),
 )
 unary(
     "sigmoid",
-    lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype),
+    _kernel_ref(numerics.sigmoid_f32, "sigmoid"),
     _fn("sigmoid_f32", "sigmoid_f64"),
     lambda g, x, out, at: (g * out * (1.0 - out),),
     onnx=onnx_node("Sigmoid", since=(6, 13)),
 )
 unary(
     "erf",
-    _erf_ref,
+    _kernel_ref(numerics.erf_f32, "erf"),
     _fn("erf_f32", "math.erf"),
     lambda g, x, out, at: (g * (2.0 / math.sqrt(math.pi)) * (-(x[0] * x[0])).exp(),),
     onnx=onnx_node("Erf", since=(9, 13)),
@@ -240,14 +274,14 @@ def _add_const_onnx(op_before: str | None, op_after: str | None, value):
 
 unary(
     "sin",
-    lambda x: np.sin(x.astype(np.float64)).astype(x.dtype),
+    _libm_ref("sin", lambda x, y: np.where(np.abs(x) < np.inf, y, np.nan)),
     _trig_expr("sin"),
     lambda g, x, out, at: (g * x[0].cos(),),
     onnx=onnx_node("Sin", since=(7, 22)),
 )
 unary(
     "cos",
-    lambda x: np.cos(x.astype(np.float64)).astype(x.dtype),
+    _libm_ref("cos", lambda x, y: np.where(np.abs(x) < np.inf, y, np.nan)),
     _trig_expr("cos"),
     lambda g, x, out, at: (-g * x[0].sin(),),
     onnx=onnx_node("Cos", since=(7, 22)),
@@ -270,14 +304,14 @@ unary(
 )
 unary(
     "log1p",
-    lambda x: np.log1p(x.astype(np.float64)).astype(x.dtype),
+    _libm_ref("log1p", lambda x, y: np.where(x > -1, y, np.where(x == -1, -np.inf, np.nan))),
     _log1p_expr,
     lambda g, x, out, at: (g / (x[0] + 1.0),),
     onnx=_add_const_onnx(None, "Log", 1),
 )
 unary(
     "expm1",
-    lambda x: np.expm1(x.astype(np.float64)).astype(x.dtype),
+    _libm_ref("expm1", lambda x, y: np.where(x > 709.0, np.inf, y)),
     _expm1_expr,
     lambda g, x, out, at: (g * (out + 1.0),),
     onnx=_add_const_onnx("Exp", None, -1),
@@ -372,7 +406,7 @@ binary(
 )
 binary(
     "pow",
-    lambda a, b: np.power(a, b),
+    lambda a, b: numerics.libm("power")(*np.broadcast_arrays(a, b)),
     lambda a, di, do: f"{a[0]} ** {a[1]}",
     lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
     infer=_float_only("pow"),

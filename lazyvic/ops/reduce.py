@@ -14,6 +14,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.ops import numerics
 from lazyvic.ops.elementwise import const
 from lazyvic.ops.opdef import OpDef, register
 
@@ -75,6 +76,20 @@ def _accumulate(d, float_fn: str, other: str):
     return float_fn if d.is_floating_point else other
 
 
+def _sum_ref(x, at):
+    a = np.asarray(x[0])
+    if a.dtype.kind == "f":  # the kernels' lane order (ops/numerics.py)
+        return numerics.lane_sum(a, at["axes"])
+    return np.sum(a, axis=at["axes"], keepdims=True, dtype=a.dtype)
+
+
+def _prod_ref(x, at):
+    a = np.asarray(x[0])
+    if a.dtype.kind == "f":  # row-major order, as the kernels multiply
+        return numerics.ordered_prod(a, at["axes"])
+    return np.prod(a, axis=at["axes"], keepdims=True, dtype=a.dtype)
+
+
 def _sum_vjp(g, x, out, attrs):
     return (g.expand(x[0].shape),)
 
@@ -92,7 +107,7 @@ register(
         "reduce",
         1,
         _reduce_infer("sum"),
-        lambda x, at: np.sum(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
+        _sum_ref,
         vjp=_sum_vjp,
         reduce_init=lambda d: [("", const(d, 0))],
         reduce_combine=lambda acc, v, r, d: [
@@ -107,7 +122,7 @@ register(
         "reduce",
         1,
         _reduce_infer("max"),
-        lambda x, at: np.max(x[0], axis=at["axes"], keepdims=True),
+        lambda x, at: numerics.extreme(x[0], at["axes"], largest=True),
         vjp=_extreme_vjp,
         reduce_init=lambda d: [("", _lit(d, _lowest(d)))],
         reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_max', 'max')}({acc[0]}, {v})"],
@@ -120,7 +135,7 @@ register(
         "reduce",
         1,
         _reduce_infer("min"),
-        lambda x, at: np.min(x[0], axis=at["axes"], keepdims=True),
+        lambda x, at: numerics.extreme(x[0], at["axes"], largest=False),
         vjp=_extreme_vjp,
         reduce_init=lambda d: [("", _lit(d, _highest(d)))],
         reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {_accumulate(d, 'acc_min', 'min')}({acc[0]}, {v})"],
@@ -166,7 +181,7 @@ register(
         "reduce",
         1,
         _reduce_infer("prod"),
-        lambda x, at: np.prod(x[0], axis=at["axes"], keepdims=True, dtype=x[0].dtype),
+        _prod_ref,
         vjp=_prod_vjp,
         reduce_init=lambda d: [("", const(d, 1))],
         reduce_combine=lambda acc, v, r, d: [f"{acc[0]} = {acc[0]} * {v}"],

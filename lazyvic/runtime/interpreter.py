@@ -11,14 +11,21 @@ import numpy as np
 
 from lazyvic import ops as optable
 from lazyvic.dtypes import get_dtype
+from lazyvic.lowering.passes import transpose_matmuls
 
 
 def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
     """Run ``trace`` on host ``inputs`` (per input slot) and ``scalars`` (per scalar slot);
     returns per output a NumPy array the caller owns."""
-    values: list = [None] * len(trace.entries)
-    for i in range(len(values)):
-        e = trace.entry(i)  # one at a time: a run keeps nothing of the trace's
+    entry, outputs, n = trace.entry, trace.outputs, len(trace.entries)
+    if any(e[0] == "matmul" for e in trace.entries):
+        # The compiled plan computes permute(a @ b) as b^T @ a^T (lowering/passes.py); BLAS
+        # rounds the two differently, so the interpreter runs the same rewritten trace.
+        rewritten, outputs = transpose_matmuls(list(trace.named), list(trace.outputs))
+        entry, n = rewritten.__getitem__, len(rewritten)
+    values: list = [None] * n
+    for i in range(n):
+        e = entry(i)  # one at a time: a run keeps nothing of the trace's
         if e.op == "buffer":
             values[i] = inputs[e.slot]
         elif e.op == "scalar":
@@ -32,7 +39,7 @@ def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
                 out = out.astype(e.dtype.np)
             values[i] = out
     results = []
-    for o in trace.outputs:
+    for o in outputs:
         v = values[o]
         # Owned, writeable, contiguous storage (a reference may return a read-only view).
         results.append(np.ascontiguousarray(v) if v.shape and v.flags.writeable else np.array(v))

@@ -15,6 +15,8 @@ import re
 from lazyvic.lowering.emitter import Emitter, argument_types, kernel_arguments, size_unpacking
 from lazyvic.lowering.fusion import FusionGroup
 from lazyvic.lowering.kernel_files import LIB_HASH
+from lazyvic.ops.elementwise import ALIAS
+from lazyvic.ops.numerics import LANES
 from lazyvic.trace import symbolic
 
 # Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
@@ -66,10 +68,46 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     # sizes is not used for sizes past the threshold (another plan is made for those).
     parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
 
+    lane_arrays: list = []  # (accumulator, dtype alias) of each lane-ordered sum
+    lanes_text: list = []  # the size argument holding numerics.LANES (one per kernel)
+
+    def render_lanes(line, depth):
+        """A float sum in the lane order of ``ops/numerics.py``: along the last reduced loop,
+        element k adds into lane k % LANES (blocks of LANES), the lanes are combined by a
+        halving tree, the rest added in order; over the other reduced loops each such partial
+        is added in order to the accumulator. LANES comes in as a size argument: with a constant
+        trip count LLVM unrolls the lane loop into scalars instead of vectorizing it."""
+        _, body, acc, value, dtype = line
+        if not lanes_text:
+            lanes_text.append(em.size(LANES))
+        lanes = lanes_text[0]
+        lane_arrays.append((acc, ALIAS[dtype.name]))
+        *outer_red, last = em.inner
+        n_last = em.size(em.loop_sizes[last])
+        out, d = [], depth
+        for v in outer_red:
+            out.append(f"{'    ' * d}for i{v} in range({em.size(em.loop_sizes[v])}):")
+            d += 1
+        ind = "    " * d
+        out += [f"{ind}{acc}_nb = {n_last} // {lanes}", f"{ind}for {acc}_q in range({lanes}):"]
+        out += [f"{ind}    {acc}_l[{acc}_q] = 0", f"{ind}for {acc}_b in range({acc}_nb):"]
+        out += [f"{ind}    for {acc}_q in range({lanes}):", f"{ind}        i{last} = {acc}_b * {lanes} + {acc}_q"]
+        out += render(body, d + 2)
+        out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {value}", f"{ind}{acc}_h = {lanes} // 2"]
+        out += [f"{ind}while {acc}_h > 0:", f"{ind}    for {acc}_q in range({acc}_h):"]
+        out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {acc}_l[{acc}_q + {acc}_h]"]
+        out += [f"{ind}    {acc}_h = {acc}_h // 2", f"{ind}{acc}_p = {acc}_l[0]"]
+        out += [f"{ind}for i{last} in range({acc}_nb * {lanes}, {n_last}):"]
+        out += render(body, d + 1)
+        out += [f"{ind}    {acc}_p = {acc}_p + {value}", f"{ind}{acc} = {acc} + {acc}_p"]
+        return out
+
     def render(lines, depth):
         out = []
         for line in lines:
-            if isinstance(line, tuple):
+            if isinstance(line, tuple) and line[0] == "LANES":
+                out.extend(render_lanes(line, depth))
+            elif isinstance(line, tuple):
                 ind = "    " * depth
                 d = depth
                 for v in em.inner:
@@ -105,6 +143,8 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             body.append(f"{'    ' * depth}for i{v} in range({em.size(em.loop_sizes[v])}):")
         depth += 1
     body.extend(render(em.row_lines, depth))
+    # Each lane-ordered sum's lanes: allocated once per call (per chunk in a parallel kernel).
+    body[0:0] = [f"    {acc}_l = np.empty({lanes_text[0]}, {alias})" for acc, alias in lane_arrays]
     text = "\n".join(body)
     rendered: dict = {}
     for n, (lin, buf) in enumerate(zip(em.lins, em.lin_buf)):

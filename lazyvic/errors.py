@@ -62,3 +62,8 @@ __all__ = [
     "OnnxError",
     "DeviceError",
 ]
+
+
+class CheckError(LazyvicError, AssertionError):
+    """``LAZYVIC_CHECK=1``: a compiled plan's bits differ from the interpreter's (names the first
+    kernel that differs, its source and the first differing element; ``runtime/check.py``)."""

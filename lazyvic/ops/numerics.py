@@ -212,13 +212,18 @@ def lane_sum(x: np.ndarray, axes) -> np.ndarray:
             return _keepdims(zero + y, x, axes).astype(dtype)
         n = red[-1]
         outer = int(np.prod(red[:-1], dtype=np.int64))
+        if outer == 0 or n == 0:  # an empty reduction: 0.0
+            return _keepdims(np.zeros(kept, dtype), x, axes)
         y = y.reshape(kept + (outer, n))
         nb = n // LANES
-        lanes = np.zeros(kept + (outer, LANES), dtype)
+        # np.add.accumulate is sequential by definition (out[k] = out[k-1] + in[k]); its missing
+        # leading 0.0 only changes the sign of an all -0.0 prefix, which the + 0.0 after it
+        # restores (a sum started at +0.0 is never -0.0 in round-to-nearest).
         if nb:
             blocks = y[..., : nb * LANES].reshape(kept + (outer, nb, LANES))
-            for b in range(nb):
-                lanes += blocks[..., b, :]
+            lanes = np.add.accumulate(blocks, axis=-2, dtype=dtype)[..., -1, :] + zero
+        else:
+            lanes = np.zeros(kept + (outer, LANES), dtype)
         h = LANES // 2
         while h:
             lanes[..., :h] += lanes[..., h : 2 * h]
@@ -226,9 +231,7 @@ def lane_sum(x: np.ndarray, axes) -> np.ndarray:
         part = lanes[..., 0]
         for k in range(nb * LANES, n):
             part = part + y[..., k]
-        total = np.zeros(kept, dtype)
-        for q in range(outer):
-            total = total + part[..., q]
+        total = np.add.accumulate(part, axis=-1, dtype=dtype)[..., -1] + zero
     return _keepdims(np.asarray(total, dtype), x, axes)
 
 
@@ -237,10 +240,8 @@ def ordered_prod(x: np.ndarray, axes) -> np.ndarray:
     y, kept, red = _reduced_last(x, axes)
     n = int(np.prod(red, dtype=np.int64))
     y = y.reshape(kept + (n,))
-    total = np.ones(kept, x.dtype)
-    with np.errstate(all="ignore"):
-        for k in range(n):
-            total = total * y[..., k]
+    with np.errstate(all="ignore"):  # sequential by definition; 1 * v0 is v0, -0.0 included
+        total = np.multiply.accumulate(y, axis=-1, dtype=x.dtype)[..., -1] if n else np.ones(kept, x.dtype)
     return _keepdims(np.asarray(total, x.dtype), x, axes)
 
 

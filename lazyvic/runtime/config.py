@@ -7,14 +7,17 @@ LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
 LAZYVIC_DEBUG          0-4: 1 cache misses (with the reason: the nearest cached key and
                        what differs) and compile times, 2 fusion groups, 3 generated
                        kernel source, 4 per-step run times.
-LAZYVIC_DETERMINISTIC  1: every plan is compiled the first time its key is seen (hot
-                       mode does not interpret first runs, whose last bits can differ
-                       from compiled runs), so the same program gives the same bits
-                       whatever ran before it; reductions run in a fixed order per plan,
-                       and BLAS products run on one thread (multithreaded OpenBLAS
-                       rounds differently), so results do not depend on the thread
-                       count. Also kept in the plan key.
+LAZYVIC_DETERMINISTIC  1: BLAS products run on one thread (multithreaded OpenBLAS may
+                       round differently), so results do not depend on the thread count,
+                       and plans are compiled the first time their key is seen (the
+                       interpreter's products would use the process's BLAS threads). Also
+                       kept in the plan key. Everything else gives the same bits in every
+                       mode already: interpreted and compiled runs agree (ops/numerics.py).
                        ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
+LAZYVIC_CHECK          1: every compiled CPU plan also runs on the interpreter and the outputs
+                       are compared bit for bit; a difference raises lazyvic.errors.CheckError
+                       naming the first kernel that differs (runtime/check.py). Slow: for
+                       tests and for hunting a numerics bug.
 LAZYVIC_MAX_PENDING    pending nodes after which the next op forces a cut (default 50000).
 LAZYVIC_DYNAMIC        1 (default): automatic dynamic shapes: when a trace of an already seen
                        structure arrives with other sizes (a smaller last batch, a longer
@@ -55,6 +58,7 @@ class Config:
             raise ValueError(f"LAZYVIC_COMPILE must be hot, always or never, got {self.compile!r}")
         self.debug = _int("LAZYVIC_DEBUG", 0)
         self.deterministic = os.environ.get("LAZYVIC_DETERMINISTIC", "0") not in ("", "0")
+        self.check = os.environ.get("LAZYVIC_CHECK", "0") not in ("", "0")
         self.max_pending = _int("LAZYVIC_MAX_PENDING", 50000)
         self.dynamic = os.environ.get("LAZYVIC_DYNAMIC", "1") not in ("", "0")
         self.plan_cache_size = max(1, _int("LAZYVIC_PLAN_CACHE_SIZE", 256))

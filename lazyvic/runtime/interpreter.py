@@ -14,15 +14,17 @@ from lazyvic.dtypes import get_dtype
 from lazyvic.lowering.passes import transpose_matmuls
 
 
-def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
-    """Run ``trace`` on host ``inputs`` (per input slot) and ``scalars`` (per scalar slot);
-    returns per output a NumPy array the caller owns."""
-    entry, outputs, n = trace.entry, trace.outputs, len(trace.entries)
+def _rewritten(trace) -> tuple:
+    """``(entry(i), n, outputs)``: the trace as the interpreter runs it. The compiled plan computes
+    permute(a @ b) as b^T @ a^T (lowering/passes.py); BLAS rounds the two differently, so the
+    interpreter runs the same rewritten trace."""
     if any(e[0] == "matmul" for e in trace.entries):
-        # The compiled plan computes permute(a @ b) as b^T @ a^T (lowering/passes.py); BLAS
-        # rounds the two differently, so the interpreter runs the same rewritten trace.
         rewritten, outputs = transpose_matmuls(list(trace.named), list(trace.outputs))
-        entry, n = rewritten.__getitem__, len(rewritten)
+        return rewritten.__getitem__, len(rewritten), outputs
+    return trace.entry, len(trace.entries), trace.outputs
+
+
+def _evaluate(entry, n: int, inputs: list, scalars: list) -> list:
     values: list = [None] * n
     for i in range(n):
         e = entry(i)  # one at a time: a run keeps nothing of the trace's
@@ -38,12 +40,28 @@ def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
             if out.dtype != e.dtype.np:
                 out = out.astype(e.dtype.np)
             values[i] = out
+    return values
+
+
+def interpret(trace, inputs: list, scalars: list) -> list[np.ndarray]:
+    """Run ``trace`` on host ``inputs`` (per input slot) and ``scalars`` (per scalar slot);
+    returns per output a NumPy array the caller owns."""
+    entry, n, outputs = _rewritten(trace)
+    values = _evaluate(entry, n, inputs, scalars)
     results = []
     for o in outputs:
         v = values[o]
         # Owned, writeable, contiguous storage (a reference may return a read-only view).
         results.append(np.ascontiguousarray(v) if v.shape and v.flags.writeable else np.array(v))
     return results
+
+
+def interpret_all(trace, inputs: list, scalars: list) -> dict:
+    """Every value of ``trace`` run on the interpreter, by the trace position it comes from
+    (``Entry.origin``: a plan's entries keep theirs through the graph passes); for checking."""
+    entry, n, _ = _rewritten(trace)
+    values = _evaluate(entry, n, inputs, scalars)
+    return {entry(i).origin: v for i, v in enumerate(values)}
 
 
 def interpret_cuda(trace, inputs: list, scalars: list) -> list:

@@ -32,6 +32,7 @@ _COUNTERS = (
     "fallbacks",
     "interpreted_runs",
     "compiled_runs",
+    "checked_runs",
     "ops_traced",
     "bytes_in",
     "bytes_out",

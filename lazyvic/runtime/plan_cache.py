@@ -1,9 +1,10 @@
 """The plan cache: trace key -> compiled plan, and ``run`` (the runtime's entry point).
 
 In ``hot`` mode (default) a key seen for the first time runs on the NumPy
-interpreter; when it recurs its plan is compiled and every later run uses it.
-In deterministic mode a plan is compiled at first sight, so results never
-depend on whether a key was seen before. A plan that fails to compile is run by the interpreter and counted as a
+interpreter; when it recurs its plan is compiled and every later run uses it. Both give the
+same bits (``ops/numerics.py``; ``LAZYVIC_CHECK=1`` verifies it for every compiled run,
+``runtime/check.py``). In deterministic mode a plan is compiled at first sight (its BLAS
+products run on one thread, the interpreter's on the process's). A plan that fails to compile is run by the interpreter and counted as a
 fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 
 A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)
@@ -33,6 +34,7 @@ import warnings
 from collections import OrderedDict
 
 from lazyvic.runtime import families, metrics
+from lazyvic.runtime.check import check_run
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import backend, execute
 from lazyvic.runtime.interpreter import interpret, interpret_cuda
@@ -405,6 +407,8 @@ def _run_entry(entry: PlanEntry, trace, inputs: list, scalars: list, event: dict
     if entry.plan is not None and mode != "never":
         t0 = time.perf_counter()
         out = execute(entry.plan, inputs, scalars, config.debug, entry.sizes)
+        if config.check:
+            check_run(entry.plan, trace, inputs, scalars, out, entry.sizes)
         if event is not None:
             event["ran"] = "plan"
             event["execute_seconds"] = time.perf_counter() - t0

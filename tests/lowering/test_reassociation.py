@@ -1,4 +1,5 @@
-"""Compiled reductions reassociate only their accumulation: large-offset rows keep their low bits."""
+"""Compiled reductions reorder nothing but their accumulation (sums in the lane order of ops/numerics.py):
+large-offset rows keep their low bits."""
 
 import numpy as np
 

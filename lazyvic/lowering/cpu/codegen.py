@@ -28,12 +28,11 @@ PARALLEL_MIN_ELEMENTS = 1 << 20
 PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 # Kernels use strict IEEE arithmetic, so elementwise work rounds exactly as the NumPy
 # interpreter does (no FMA contraction, no reassociation): a seeded computation gives the
-# same bits whether its plan ran interpreted or compiled. Only a reduction's accumulation
-# step may be reassociated, which the vectorizer needs: it is written with kernel_lib's
-# acc_add / acc_max / acc_min, which put the flags on that one instruction. (Function-wide
-# reassociation turned a log-softmax's (x - m) - log(s) into x - (m + log(s)), losing the
-# low bits of inputs near 1e4.) The order is fixed per compiled kernel, so results are the
-# same on every run and for every thread count.
+# same bits whether its plan ran interpreted or compiled, on any CPU. A float sum is written
+# in the lane order of ops/numerics.py (render_lanes below), which the interpreter reproduces;
+# max and min reductions keep kernel_lib's acc_max / acc_min, whose reassociable step gives
+# the same result in any order. (Function-wide reassociation turned a log-softmax's
+# (x - m) - log(s) into x - (m + log(s)), losing the low bits of inputs near 1e4.)
 FASTMATH = "False"
 _SIZE_ARG = re.compile(r"\bz\d+\b")
 

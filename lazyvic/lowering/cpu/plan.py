@@ -209,12 +209,13 @@ class CpuPlan(Plan):
         whether two such plans may run at once: ``lazyvic.runtime.executor``)."""
         return any(isinstance(s, KernelStep) and s.parallel for s in self.steps)
 
-    def run(self, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()) -> list:
+    def run(self, inputs: list, scalars: list, debug: int = 0, sizes: tuple = (), observe=None) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
         scalar slot (Python numbers); for a plan lowered for symbolic sizes, ``sizes`` gives the
         value of each of its ``symbols`` (its guards must hold: the plan cache checks them).
         Returns per trace output a NumPy array the caller owns. ``debug >= 4`` prints each
-        step's time. Thread-safe (see the module docstring)."""
+        step's time; ``observe(step, env, entries)``, if given, is called after each step (the
+        checking mode, ``runtime/check.py``). Thread-safe (see the module docstring)."""
         if not self._marked:
             self._mark_pooled_operands()
         if self.new_outputs is None and not self.symbols:
@@ -232,10 +233,10 @@ class CpuPlan(Plan):
             state = self._new_state()
         try:
             if self.blas_threads is None:
-                return self._run(state, inputs, scalars, debug, sizes)
+                return self._run(state, inputs, scalars, debug, sizes, observe)
             blas_threads.limit(self.blas_threads)
             try:
-                return self._run(state, inputs, scalars, debug, sizes)
+                return self._run(state, inputs, scalars, debug, sizes, observe)
             finally:
                 blas_threads.restore()
         finally:
@@ -332,7 +333,7 @@ class CpuPlan(Plan):
         fields = [(k, _symbolic_fields(st)) for k, st in enumerate(self.steps)]
         self._symbolic_steps = [(k, names) for k, names in fields if names]
 
-    def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = ()) -> list:
+    def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = (), observe=None) -> list:
         if self.symbols:
             b = self._bound(tuple(sizes))
             env, flat = self._bound_views(state, tuple(sizes), b)
@@ -354,7 +355,11 @@ class CpuPlan(Plan):
                 a = self.allocate(shape, dtype, aligned)
                 env[pos] = a
                 flat[pos] = a.reshape(-1)
-        if debug >= 4:
+        if observe is not None:
+            for step in steps:
+                step(env, flat, scalars)
+                observe(step, env, entries)
+        elif debug >= 4:
             for step in steps:
                 t0 = time.perf_counter()
                 step(env, flat, scalars)

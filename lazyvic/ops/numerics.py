@@ -17,10 +17,9 @@ things make that so, and this module is the NumPy half of each:
    PyPI builds have none.)
 3. **Reduction order.** A float sum has one order, fixed by the source and not by the
    compiler's vector width (:func:`lane_sum`): along its innermost reduced axis of size > 1,
-   element ``k`` goes to lane ``k % LANES`` for the first ``LANES * (n // LANES)`` elements;
-   each lane adds its elements in order from 0.0; the lanes are combined in a fixed halving
-   tree (lane ``i`` += lane ``i + h`` for h = 16, 8, 4, 2, 1); the remaining ``n % LANES``
-   elements are then added in order. Over the other reduced axes (row-major), these partial
+   element ``k`` goes to lane ``k % LANES``; each lane adds its elements in order from 0.0; the
+   lanes are combined in a fixed halving tree (lane ``i`` += lane ``i + h`` for h = 16, 8, 4,
+   2, 1) into the row's partial sum. Over the other reduced axes (row-major), these partial
    sums are added in order to an accumulator that starts at 0.0. ``prod`` multiplies in
    row-major order from 1; ``max``/``min`` have one answer whatever the order (NaN wins; +0.0
    is above -0.0, as LLVM's ``maximum``/``minimum``).
@@ -215,23 +214,19 @@ def lane_sum(x: np.ndarray, axes) -> np.ndarray:
         if outer == 0 or n == 0:  # an empty reduction: 0.0
             return _keepdims(np.zeros(kept, dtype), x, axes)
         y = y.reshape(kept + (outer, n))
-        nb = n // LANES
+        nb = -(-n // LANES)
+        if nb * LANES != n:  # lanes past the end get nothing: adding +0.0 to them is exact
+            y = np.concatenate([y, np.zeros(kept + (outer, nb * LANES - n), dtype)], axis=-1)
         # np.add.accumulate is sequential by definition (out[k] = out[k-1] + in[k]); its missing
         # leading 0.0 only changes the sign of an all -0.0 prefix, which the + 0.0 after it
         # restores (a sum started at +0.0 is never -0.0 in round-to-nearest).
-        if nb:
-            blocks = y[..., : nb * LANES].reshape(kept + (outer, nb, LANES))
-            lanes = np.add.accumulate(blocks, axis=-2, dtype=dtype)[..., -1, :] + zero
-        else:
-            lanes = np.zeros(kept + (outer, LANES), dtype)
+        blocks = y.reshape(kept + (outer, nb, LANES))
+        lanes = np.add.accumulate(blocks, axis=-2, dtype=dtype)[..., -1, :] + zero
         h = LANES // 2
         while h:
             lanes[..., :h] += lanes[..., h : 2 * h]
             h //= 2
-        part = lanes[..., 0]
-        for k in range(nb * LANES, n):
-            part = part + y[..., k]
-        total = np.add.accumulate(part, axis=-1, dtype=dtype)[..., -1] + zero
+        total = np.add.accumulate(lanes[..., 0], axis=-1, dtype=dtype)[..., -1] + zero
     return _keepdims(np.asarray(total, dtype), x, axes)
 
 

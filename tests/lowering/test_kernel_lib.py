@@ -62,3 +62,24 @@ def test_erf(lo, hi):
     tiny = np.linspace(-1e-3, 1e-3, 1001).astype(np.float32)
     tref = np.array([math.erf(v) for v in tiny.astype(np.float64)])
     assert _rel(_vectorized(kl.erf_f32)(tiny), tref) < 3e-7
+
+
+@pytest.mark.parametrize("name", ["exp_f32", "log_f32", "tanh_f32", "sigmoid_f32", "erf_f32"])
+def test_numpy_mirror_gives_the_kernel_bits(name):
+    # ops/numerics.py computes the same float32 operations with NumPy (the interpreter's
+    # references): bit for bit, over a dense grid, subnormals and the special values.
+    from lazyvic.ops import numerics
+
+    grid = np.concatenate(
+        [
+            np.linspace(-100, 100, 200_001),
+            np.logspace(-45, 38, 20_001),
+            -np.logspace(-45, 38, 20_001),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, -87.33, 1e-39, -1e-39],
+        ]
+    ).astype(np.float32)
+    got = getattr(numerics, name)(grid)
+    want = _vectorized(getattr(kl, name))(grid)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32))

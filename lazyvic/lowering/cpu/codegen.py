@@ -72,10 +72,11 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
 
     def render_lanes(line, depth):
         """A float sum in the lane order of ``ops/numerics.py``: along the last reduced loop,
-        element k adds into lane k % LANES (blocks of LANES), the lanes are combined by a
-        halving tree, the rest added in order; over the other reduced loops each such partial
-        is added in order to the accumulator. LANES comes in as a size argument: with a constant
-        trip count LLVM unrolls the lane loop into scalars instead of vectorizing it."""
+        element k adds into lane k % LANES (in blocks of LANES, the last one shorter), the lanes
+        are combined by a halving tree; over the other reduced loops each such partial is added
+        in order to the accumulator. The body is written once (compile time grows with it).
+        LANES comes in as a size argument: with a constant trip count LLVM unrolls the lane
+        loop into scalars instead of vectorizing it."""
         _, body, acc, value, dtype = line
         if not lanes_text:
             lanes_text.append(em.size(LANES))
@@ -88,17 +89,15 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             out.append(f"{'    ' * d}for i{v} in range({em.size(em.loop_sizes[v])}):")
             d += 1
         ind = "    " * d
-        out += [f"{ind}{acc}_nb = {n_last} // {lanes}", f"{ind}for {acc}_q in range({lanes}):"]
-        out += [f"{ind}    {acc}_l[{acc}_q] = 0", f"{ind}for {acc}_b in range({acc}_nb):"]
-        out += [f"{ind}    for {acc}_q in range({lanes}):", f"{ind}        i{last} = {acc}_b * {lanes} + {acc}_q"]
+        out += [f"{ind}{acc}_n = {n_last}", f"{ind}for {acc}_q in range({lanes}):", f"{ind}    {acc}_l[{acc}_q] = 0"]
+        out += [f"{ind}for {acc}_b in range(({acc}_n + {lanes} - 1) // {lanes}):"]
+        out += [f"{ind}    for {acc}_q in range(min({lanes}, {acc}_n - {acc}_b * {lanes})):"]
+        out += [f"{ind}        i{last} = {acc}_b * {lanes} + {acc}_q"]
         out += render(body, d + 2)
         out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {value}", f"{ind}{acc}_h = {lanes} // 2"]
         out += [f"{ind}while {acc}_h > 0:", f"{ind}    for {acc}_q in range({acc}_h):"]
         out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {acc}_l[{acc}_q + {acc}_h]"]
-        out += [f"{ind}    {acc}_h = {acc}_h // 2", f"{ind}{acc}_p = {acc}_l[0]"]
-        out += [f"{ind}for i{last} in range({acc}_nb * {lanes}, {n_last}):"]
-        out += render(body, d + 1)
-        out += [f"{ind}    {acc}_p = {acc}_p + {value}", f"{ind}{acc} = {acc} + {acc}_p"]
+        out += [f"{ind}    {acc}_h = {acc}_h // 2", f"{ind}{acc} = {acc} + {acc}_l[0]"]
         return out
 
     def render(lines, depth):

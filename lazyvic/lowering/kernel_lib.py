@@ -88,6 +88,24 @@ def _binary_float_intrinsic(llvm_name: str, doc: str):
     return fn
 
 
+@intrinsic
+def fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (IEEE fusedMultiplyAdd, LLVM's ``llvm.fma``): the FMA
+    instruction where the CPU has one, the C library's ``fma`` elsewhere, the same bits either
+    way (``ops/numerics.py`` computes it exactly in NumPy). The approximations' Horner steps use
+    it explicitly; kernels never contract ``a * b + c`` themselves."""
+    if not (a == b == c and isinstance(a, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ty = args[0].type
+        suffix = "f32" if ty == ir.FloatType() else "f64"
+        decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty, ty]), f"llvm.fma.{suffix}")
+        return builder.call(decl, args)
+
+    return a(a, b, c), codegen
+
+
 # Python's max() on floats compiles to a compare-and-branch that LLVM does not vectorize
 # as a reduction (a row max ran 8x slower than a row sum here); these intrinsics do.
 fmax = _binary_float_intrinsic("llvm.maximum", "Maximum that propagates NaN (torch.maximum), vectorizable.")
@@ -150,7 +168,7 @@ def exp_f32(x):
     n = f32(ni)
     r = xc - n * _LN2_HI
     r = r - n * _LN2_LO
-    p = ((((_E0 * r + _E1) * r + _E2) * r + _E3) * r + _E4) * r + _E5
+    p = fma(fma(fma(fma(fma(_E0, r, _E1), r, _E2), r, _E3), r, _E4), r, _E5)
     y = p * r * r + r + _ONE
     # 2**n built from its exponent bits; n in [-126, 128): split to stay normal.
     scale = bits_to_f32(i32((ni + 127) << 23)) if ni > -127 else bits_to_f32(i32(1 << 23)) * _ZERO
@@ -176,7 +194,7 @@ def log_f32(x):
     m = m + m if small else m
     f = m - _ONE
     z = f * f
-    p = (((((((_L0 * f + _L1) * f + _L2) * f + _L3) * f + _L4) * f + _L5) * f + _L6) * f + _L7) * f + _L8
+    p = fma(fma(fma(fma(fma(fma(fma(fma(_L0, f, _L1), f, _L2), f, _L3), f, _L4), f, _L5), f, _L6), f, _L7), f, _L8)
     ef = f32(e) - (f32(23.0) if sub else _ZERO)
     y = f * z * p - _HALF * z
     out = f + y + ef * _LN2
@@ -222,8 +240,8 @@ _B8, _B6, _B4, _B2, _B0 = _nm.ERF_Q
 def erf_f32(x):
     xc = _minnum(_maxnum(x, -_ERF_CLAMP), _ERF_CLAMP)
     z = xc * xc
-    p = ((((((_A13 * z + _A11) * z + _A9) * z + _A7) * z + _A5) * z + _A3) * z + _A1) * xc
-    q = (((_B8 * z + _B6) * z + _B4) * z + _B2) * z + _B0
+    p = fma(fma(fma(fma(fma(fma(_A13, z, _A11), z, _A9), z, _A7), z, _A5), z, _A3), z, _A1) * xc
+    q = fma(fma(fma(fma(_B8, z, _B6), z, _B4), z, _B2), z, _B0)
     return x if x != x else p / q
 
 

@@ -7,7 +7,8 @@ things make that so, and this module is the NumPy half of each:
 1. **float32 transcendentals.** Kernels call the vectorizable approximations of
    ``lowering/kernel_lib.py`` (``exp_f32``, ``log_f32``, ``tanh_f32``, ``sigmoid_f32``,
    ``erf_f32``; sources and errors there). Both sides are strict IEEE float32 arithmetic (no FMA
-   contraction, no reassociation), so the same operations in the same order round the same way;
+   contraction, no reassociation; the Horner steps are explicit fused multiply-adds, computed
+   exactly here by :func:`fma`), so the same operations in the same order round the same way;
    the constants live here and ``kernel_lib`` imports them. The functions below are those
    approximations written with NumPy array operations, step for step.
 2. **libm calls.** What the kernels compute with the C library (``math.sin`` of float32 is
@@ -102,6 +103,26 @@ def _bits_to_f32(bits) -> np.ndarray:
     return np.asarray(bits, dtype=np.int64).astype(i32).view(f32)
 
 
+def fma(a, b, c) -> np.ndarray:
+    """``a * b + c`` of float32 arrays rounded once, as ``kernel_lib.fma`` (IEEE fusedMultiplyAdd).
+
+    The product is exact in float64 (24 + 24 bits); the float64 sum is made round-to-odd (its
+    error from TwoSum, Knuth; when inexact and even, moved one ulp toward the exact value), and
+    rounding a round-to-odd float64 to float32 gives the correctly rounded result (Boldo and
+    Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to
+    odd", IEEE Trans. Computers 57(4), 2008)."""
+    with np.errstate(all="ignore"):
+        p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+        cd = np.asarray(c, np.float64)
+        s = p + cd
+        t = s - p
+        err = (p - (s - t)) + (cd - t)
+        even = (np.asarray(s).view(np.int64) & 1) == 0
+        fix = (err != 0) & even & np.isfinite(s)
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(f32)
+
+
 def exp_f32(x) -> np.ndarray:
     """``kernel_lib.exp_f32`` on a float32 array (the same float32 operations, in order)."""
     x = _f32(x)
@@ -114,7 +135,7 @@ def exp_f32(x) -> np.ndarray:
         r = xc - n * LN2_HI
         r = r - n * LN2_LO
         e0, e1, e2, e3, e4, e5 = EXP_POLY
-        p = ((((e0 * r + e1) * r + e2) * r + e3) * r + e4) * r + e5
+        p = fma(fma(fma(fma(fma(e0, r, e1), r, e2), r, e3), r, e4), r, e5)
         y = p * r * r + r + ONE
         ni64 = ni.astype(np.int64)
         scale = np.where(ni > -127, _bits_to_f32((ni64 + 127) << 23), _bits_to_f32(1 << 23) * ZERO)
@@ -140,7 +161,7 @@ def log_f32(x) -> np.ndarray:
         z = f * f
         p = LOG_POLY[0]
         for c in LOG_POLY[1:]:
-            p = p * f + c
+            p = fma(p, f, c)
         ef = e.astype(f32) - np.where(sub, f32(23.0), ZERO)
         y = f * z * p - HALF * z
         out = f + y + ef * LN2
@@ -179,11 +200,11 @@ def erf_f32(x) -> np.ndarray:
         z = xc * xc
         p = ERF_P[0]
         for c in ERF_P[1:]:
-            p = p * z + c
+            p = fma(p, z, c)
         p = p * xc
         q = ERF_Q[0]
         for c in ERF_Q[1:]:
-            q = q * z + c
+            q = fma(q, z, c)
         return np.where(x != x, x, p / q).astype(f32)
 
 

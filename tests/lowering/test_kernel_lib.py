@@ -83,3 +83,32 @@ def test_numpy_mirror_gives_the_kernel_bits(name):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32))
+
+
+def test_numpy_fma_is_the_fused_multiply_add():
+    # numerics.fma (round-to-odd in float64) against the compiled llvm.fma, bit for bit, on
+    # products that cancel against c, subnormal results, ties and special values.
+    from lazyvic.ops import numerics
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    a = (rng.standard_normal(n) * 2.0 ** rng.integers(-70, 70, n)).astype(np.float32)
+    b = (rng.standard_normal(n) * 2.0 ** rng.integers(-70, 70, n)).astype(np.float32)
+    near = -(a.astype(np.float64) * b.astype(np.float64))
+    c = np.where(rng.random(n) < 0.5, near * (1 + rng.standard_normal(n) * 1e-7), rng.standard_normal(n))
+    c = c.astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3e38, 1.0 + 2**-23], np.float32)
+    a, b, c = (np.concatenate([v, np.repeat(special, 8), np.tile(special, 8)]) for v in (a, b, c[: len(a)]))
+    b = np.roll(b, 3)
+
+    @njit(error_model="numpy")
+    def fused(out, a, b, c):
+        for i in range(a.size):
+            out[i] = kl.fma(a[i], b[i], c[i])
+
+    want = np.empty_like(a)
+    fused(want, a, b, c)
+    got = numerics.fma(a, b, c)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32))

@@ -10,7 +10,9 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(_root / ".cache" / "numba"))
 
 import pytest  # noqa: E402
 
+from lazyvic.runtime import metrics  # noqa: E402
 from lazyvic.runtime.config import config  # noqa: E402
+from lazyvic.runtime.plan_cache import plan_cache  # noqa: E402
 
 
 @pytest.fixture(params=["never", "always"])
@@ -20,6 +22,17 @@ def mode(request):
     config.compile = request.param
     yield request.param
     config.compile = prev
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Default compile settings (hot, automatic dynamic shapes, not deterministic), an empty
+    plan cache and zeroed counters: for tests that count plans, misses and recompiles."""
+    monkeypatch.setattr(config, "compile", "hot")
+    monkeypatch.setattr(config, "dynamic", True)
+    monkeypatch.setattr(config, "deterministic", False)
+    plan_cache.clear_plans()
+    metrics.reset()
 
 
 def pytest_addoption(parser):

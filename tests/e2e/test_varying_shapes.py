@@ -6,24 +6,13 @@ small models so that CI compiles little.
 """
 
 import numpy as np
-import pytest
 
 import lazyvic as lv
 import lazyvic.nn.functional as F
 from lazyvic import nn
 from lazyvic.models import TinyGPT
 from lazyvic.runtime import metrics
-from lazyvic.runtime.config import config
 from lazyvic.runtime.plan_cache import plan_cache
-
-
-@pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(config, "compile", "hot")
-    monkeypatch.setattr(config, "dynamic", True)
-    monkeypatch.setattr(config, "deterministic", False)
-    plan_cache.clear_plans()
-    metrics.reset()
 
 
 def _tiny_gpt(seed=0):

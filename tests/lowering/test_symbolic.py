@@ -16,15 +16,6 @@ from lazyvic.runtime.plan_cache import plan_cache
 from lazyvic.trace import symbolic
 
 
-@pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(config, "compile", "hot")
-    monkeypatch.setattr(config, "dynamic", True)
-    monkeypatch.setattr(config, "deterministic", False)
-    plan_cache.clear_plans()
-    metrics.reset()
-
-
 def _f32(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 

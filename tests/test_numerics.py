@@ -8,18 +8,13 @@ import pytest
 import lazyvic as lv
 import lazyvic.nn.functional as F
 from lazyvic.ops import numerics
+from lazyvic.runtime.check import same_bits
 from lazyvic.runtime.config import config
 
 
 def _same_bits(a, b) -> bool:
     """Bit equality, any NaN equal to any NaN (NaN payloads are not part of the promise)."""
-    a, b = np.atleast_1d(np.asarray(a)), np.atleast_1d(np.asarray(b))
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    nan = np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, bool)
-    if a.dtype.kind == "f" and not np.array_equal(nan, np.isnan(b)):
-        return False
-    return np.array_equal(a[~nan].view(np.uint8), b[~nan].view(np.uint8))
+    return same_bits(np.atleast_1d(np.asarray(a)), np.atleast_1d(np.asarray(b)))
 
 
 def _both(fn, monkeypatch):

@@ -22,31 +22,31 @@ from lazyvic.runtime import metrics
 from lazyvic.runtime.interpreter import interpret, interpret_all
 
 
+def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element of two arrays of one shape and dtype: do their bits differ (any NaN equal to
+    any NaN)?"""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    differ = a.view(words) != b.view(words)
+    if a.dtype.kind == "f":
+        differ &= ~(np.isnan(a) & np.isnan(b))
+    return differ
+
+
 def same_bits(a, b) -> bool:
     """``a`` and ``b`` hold the same bits (shapes and dtypes equal; any NaN equal to any NaN)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.kind == "f":
-        nan = np.isnan(a)
-        if not np.array_equal(nan, np.isnan(b)):
-            return False
-        a, b = a[~nan], b[~nan]
-    return np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
+    return a.shape == b.shape and a.dtype == b.dtype and not _differing(a, b).any()
 
 
 def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
-    flat_g, flat_w = np.ascontiguousarray(got).reshape(-1), np.ascontiguousarray(want).reshape(-1)
-    for k in range(flat_g.size):
-        if not same_bits(flat_g[k : k + 1], flat_w[k : k + 1]):
-            where = np.unravel_index(k, got.shape) if got.shape else ()
-            bits = f"0x{flat_g[k : k + 1].view(np.uint8)[::-1].tobytes().hex()}"
-            ref_bits = f"0x{flat_w[k : k + 1].view(np.uint8)[::-1].tobytes().hex()}"
-            return (
-                f"element {tuple(int(i) for i in where)}: compiled {flat_g[k]!r} ({bits}), "
-                f"interpreted {flat_w[k]!r} ({ref_bits})"
-            )
-    return "no element differs (shapes or dtypes do)"
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"compiled {got.dtype}{got.shape}, interpreted {want.dtype}{want.shape}"
+    k = int(np.argmax(_differing(got, want).reshape(-1)))
+    g, w = np.ascontiguousarray(got).reshape(-1)[k : k + 1], np.ascontiguousarray(want).reshape(-1)[k : k + 1]
+    where = tuple(int(i) for i in np.unravel_index(k, got.shape)) if got.shape else ()
+    bits, ref_bits = (f"0x{v.view(np.uint8)[::-1].tobytes().hex()}" for v in (g, w))
+    return f"element {where}: compiled {g[0]!r} ({bits}), interpreted {w[0]!r} ({ref_bits})"
 
 
 def check_run(plan, trace, inputs: list, scalars: list, outputs: list, sizes: tuple = ()) -> None:

@@ -406,7 +406,7 @@ binary(
 )
 binary(
     "pow",
-    lambda a, b: numerics.libm("power")(*np.broadcast_arrays(a, b)),
+    lambda a, b: numerics.libm("power")(a, b),
     lambda a, di, do: f"{a[0]} ** {a[1]}",
     lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
     infer=_float_only("pow"),

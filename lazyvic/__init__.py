@@ -31,7 +31,24 @@ from lazyvic.creation import (
     zeros,
     zeros_like,
 )
-from lazyvic.dtypes import DType, bool_, finfo, float32, float64, iinfo, int32, int64
+from lazyvic.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    finfo,
+    float16,
+    float32,
+    float64,
+    iinfo,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from lazyvic.functions import *  # noqa: F403 (PyTorch's module-level twins of the Tensor methods; functions.__all__)
 from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
@@ -78,6 +95,8 @@ bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
 float = float32  # noqa: A001
 double = float64
 long = int64
+half = float16
+short = int16
 int = int32  # noqa: A001
 
 # metrics and viz: the facade modules lazyvic/metrics.py and lazyvic/viz.py (importable as modules)
@@ -98,7 +117,7 @@ from lazyvic import (  # noqa: E402, I001
     utils,
     viz,
 )
-from lazyvic.amp import autocast, bfloat16, float16  # noqa: E402  (autocast precisions, not tensor dtypes)
+from lazyvic.amp import autocast  # noqa: E402
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402

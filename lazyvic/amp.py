@@ -1,7 +1,8 @@
 """Mixed precision: ``lazyvic.autocast`` and the dynamic loss scaler ``GradScaler``.
 
-lazyvic stores no half-precision tensors (Numba's CPU support for float16 is poor), so
-autocast *emulates* half-precision products: under ``lazyvic.autocast(dtype=...)`` the
+autocast *emulates* half-precision products on float32 tensors (float16 and bfloat16 tensors
+exist too, :mod:`lazyvic.dtypes`, and compute as PyTorch's do on the CPU): under
+``lazyvic.autocast(dtype=...)`` the
 float32 operands of ``matmul`` (hence ``@``, ``F.linear``, ``nn.Linear``, attention) and
 ``conv2d`` are rounded to the nearest float16 or bfloat16 value (the op table's
 ``round_float16`` / ``round_bfloat16`` primitives, lazyvic/ops/elementwise.py), and the
@@ -51,10 +52,8 @@ __all__ = [
 
 
 class AutocastDType:
-    """A precision autocast rounds to (``lazyvic.float16``, ``lazyvic.bfloat16``).
-
-    Not a tensor dtype: ``lazyvic.tensor(..., dtype=lazyvic.float16)`` and
-    ``x.to(lazyvic.float16)`` raise DTypeError. Instances are singletons.
+    """A precision autocast rounds float32 operands to (``lazyvic.float16``, ``bfloat16``):
+    the rounding primitive and the format's numbers. Instances are singletons.
 
     Attributes:
         name: ``"float16"`` (IEEE 754 binary16) or ``"bfloat16"`` (Google Brain's format).
@@ -77,16 +76,11 @@ class AutocastDType:
         return (get_precision, (self.name,))
 
 
-float16 = AutocastDType("float16", "round_float16", 10, 65504.0)
-bfloat16 = AutocastDType("bfloat16", "round_bfloat16", 7, float((2.0 - 2.0**-7) * 2.0**127))
-_BY_NAME = {
-    "float16": float16,
-    "half": float16,
-    "bfloat16": bfloat16,
-    "torch.float16": float16,
-    "torch.half": float16,
-    "torch.bfloat16": bfloat16,
-}
+_F16 = AutocastDType("float16", "round_float16", 10, 65504.0)
+_BF16 = AutocastDType("bfloat16", "round_bfloat16", 7, float((2.0 - 2.0**-7) * 2.0**127))
+_BY_NAME = {"float16": _F16, "bfloat16": _BF16}
+# The tensor dtypes (lazyvic.float16 is both a storage dtype and autocast's precision).
+float16, bfloat16 = dt.float16, dt.bfloat16
 
 
 def get_precision(x) -> AutocastDType:
@@ -98,7 +92,10 @@ def get_precision(x) -> AutocastDType:
     """
     if isinstance(x, AutocastDType):
         return x
-    key = x if isinstance(x, str) else x.name if isinstance(x, np.dtype) else "float16" if x is np.float16 else str(x)
+    try:
+        key = dt.get_dtype(x).name
+    except DTypeError:
+        key = None
     p = _BY_NAME.get(key)
     if p is None:
         raise DTypeError(f"autocast: dtype must be lazyvic.float16 or lazyvic.bfloat16, got {x!r}")
@@ -119,10 +116,12 @@ def round_to_precision(x: Tensor, dtype=float16) -> Tensor:
 
 
 # -- autocast -------------------------------------------------------------------------------
-def get_autocast_dtype() -> AutocastDType | None:
-    """The precision autocast rounds matmul/conv operands to in this thread, or None when off
-    (the state lives in :mod:`lazyvic.modes`, which the front end reads)."""
-    return modes.autocast_precision()
+def get_autocast_dtype():
+    """The dtype (``lazyvic.float16`` / ``bfloat16``) autocast rounds matmul/conv operands to in
+    this thread, or None when off (the state lives in :mod:`lazyvic.modes`, which the front end
+    reads)."""
+    p = modes.autocast_precision()
+    return None if p is None else dt.get_dtype(p.name)
 
 
 def is_autocast_enabled() -> bool:

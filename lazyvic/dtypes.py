@@ -1,33 +1,69 @@
 """The dtypes lazyvic supports and the promotion rule between them.
 
-Promotion follows PyTorch: a higher category (bool < integer < floating) wins;
-inside one category the wider type wins. Python scalars never widen a tensor
-(``int32_tensor + 1`` stays int32, ``float32_tensor * 2.0`` stays float32), and
-a float scalar with an integer tensor gives the default float dtype (float32).
+Thirteen dtypes, with PyTorch's names: ``bool``; the integers ``uint8``, ``int8``, ``int16``,
+``int32``, ``int64`` and the "limited support" unsigned ``uint16``, ``uint32``, ``uint64``;
+the floating types ``float16`` (IEEE 754 binary16), ``bfloat16`` (Google Brain's format,
+through ``ml_dtypes``), ``float32``, ``float64``.
+
+Promotion follows PyTorch (``torch.promote_types``, checked against a PyTorch-made table in
+``tests/fixtures/torch_dtypes/promotion.json``): a higher category (bool < integer < floating)
+wins; inside one category the wider type wins, uint8 with a signed type gives the smallest
+signed type that holds both (uint8 + int8 -> int16), float16 with bfloat16 gives float32, and
+uint16/uint32/uint64 do not promote with another integer type (DTypeError, as PyTorch raises).
+Python scalars never widen a tensor (``int32_tensor + 1`` stays int32, ``float16_tensor * 2.0``
+stays float16), and a float scalar with an integer tensor gives the default float dtype.
+
+Half types (float16, bfloat16) are storage types: ops compute in float32 and round each op's
+result to the half type (what PyTorch does on the CPU), in the interpreter and in kernels alike
+(``DType.compute``). Integer ops wrap modulo 2**bits, as PyTorch's do.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from lazyvic.errors import DTypeError
 
 
 class DType:
-    """A tensor element type. Instances are singletons: compare with ``is`` or ``==``."""
+    """A tensor element type. Instances are singletons: compare with ``is`` or ``==``.
 
-    __slots__ = ("name", "np", "itemsize", "category", "rank")
+    Attributes:
+        name: PyTorch's name (``"float16"``, ``"uint8"`` ...).
+        np: the NumPy dtype of the stored elements (``ml_dtypes.bfloat16`` for bfloat16).
+        itemsize: bytes per element.
+        category: 0 bool, 1 integer, 2 floating point.
+        compute: the dtype ops compute in (float32 for the half types, else the dtype itself).
+        kernel_np: the NumPy dtype a compiled kernel sees the storage as (uint16 bits for the
+            half types, which Numba cannot type; else ``np``).
+    """
 
-    def __init__(self, name: str, np_dtype, category: int, rank: int):
+    __slots__ = ("name", "np", "itemsize", "category", "compute", "kernel_np", "bits", "signed")
+
+    def __init__(self, name: str, np_dtype, category: int, compute: "DType | None" = None):
         self.name = name
         self.np = np.dtype(np_dtype)
         self.itemsize = self.np.itemsize
         self.category = category  # 0 bool, 1 integer, 2 floating
-        self.rank = rank
+        self.compute = compute or self
+        self.kernel_np = np.dtype(np.uint16) if compute is not None else self.np
+        self.bits = 8 * self.itemsize
+        self.signed = category == 2 or (category == 1 and self.np.kind == "i")
 
     @property
     def is_floating_point(self) -> bool:
         return self.category == 2
+
+    @property
+    def is_signed(self) -> bool:
+        """PyTorch's ``dtype.is_signed``."""
+        return self.signed
+
+    @property
+    def is_half(self) -> bool:
+        """A half storage type (float16, bfloat16): computed in float32, stored rounded."""
+        return self.compute is not self
 
     def __repr__(self) -> str:
         return f"lazyvic.{self.name}"
@@ -36,57 +72,86 @@ class DType:
         return (get_dtype, (self.name,))
 
 
-bool_ = DType("bool", np.bool_, 0, 0)
-int32 = DType("int32", np.int32, 1, 1)
-int64 = DType("int64", np.int64, 1, 2)
-float32 = DType("float32", np.float32, 2, 3)
-float64 = DType("float64", np.float64, 2, 4)
+bool_ = DType("bool", np.bool_, 0)
+uint8 = DType("uint8", np.uint8, 1)
+int8 = DType("int8", np.int8, 1)
+int16 = DType("int16", np.int16, 1)
+int32 = DType("int32", np.int32, 1)
+int64 = DType("int64", np.int64, 1)
+uint16 = DType("uint16", np.uint16, 1)
+uint32 = DType("uint32", np.uint32, 1)
+uint64 = DType("uint64", np.uint64, 1)
+float32 = DType("float32", np.float32, 2)
+float64 = DType("float64", np.float64, 2)
+float16 = DType("float16", np.float16, 2, float32)
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, 2, float32)
 
-ALL = (bool_, int32, int64, float32, float64)
+ALL = (bool_, uint8, int8, int16, int32, int64, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+HALF = (float16, bfloat16)
 _BY_NAME = {d.name: d for d in ALL}
-_BY_NAME.update({"float": float32, "double": float64, "long": int64, "int": int32})
+# PyTorch's aliases (torch.half, torch.short, ...).
+_BY_NAME.update({"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "short": int16})
 _BY_NP = {d.np: d for d in ALL}
 
 default_float = float32
+
+# Unsigned types PyTorch gives "limited support": no promotion with other integer types.
+_LIMITED = (uint16, uint32, uint64)
 
 
 def get_dtype(x) -> DType:
     """Return the lazyvic DType for a DType, a name, a NumPy dtype or a Python type.
 
     Raises:
-        DTypeError: for dtypes lazyvic does not support (complex, strings, float16, ...).
+        DTypeError: for dtypes lazyvic does not support (complex, strings, float8 ...).
     """
     if isinstance(x, DType):
         return x
-    if isinstance(x, str) and x in _BY_NAME:
-        return _BY_NAME[x]
+    if isinstance(x, str):
+        d = _BY_NAME.get(x[6:] if x.startswith("torch.") else x)
+        if d is not None:
+            return d
     if x is bool:
         return bool_
     if x is int:
         return int64
     if x is float:
         return float32
+    name = getattr(x, "name", None)  # lazyvic.amp precisions, torch dtypes' str
+    if isinstance(name, str) and name in _BY_NAME and not isinstance(x, np.dtype):
+        return _BY_NAME[name]
     try:
         npd = np.dtype(x)
     except TypeError:
         npd = None
     if npd is not None and npd in _BY_NP:
         return _BY_NP[npd]
-    half = npd.name if npd is not None else x if isinstance(x, str) else getattr(x, "name", None)
-    if half in ("float16", "bfloat16"):  # lazyvic.float16 / bfloat16 (lazyvic/amp.py) or their names
-        raise DTypeError(
-            f"{half} is an autocast precision only: lazyvic has no {half} tensors (it supports "
-            + ", ".join(d.name for d in ALL)
-            + f"); use lazyvic.autocast(dtype=lazyvic.{half}) to round matmul/conv inputs to it"
-        )
     raise DTypeError(f"unsupported dtype {x!r}: lazyvic supports " + ", ".join(d.name for d in ALL))
 
 
 def promote(a: DType, b: DType) -> DType:
-    """PyTorch-style promotion of two tensor dtypes."""
+    """PyTorch-style promotion of two tensor dtypes (``torch.promote_types``).
+
+    Raises:
+        DTypeError: for uint16/uint32/uint64 with another integer type (PyTorch raises too).
+    """
     if a is b:
         return a
-    return a if a.rank > b.rank else b
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    if a.category == 2:
+        if a.is_half and b.is_half:
+            return float32
+        return a if a.itemsize > b.itemsize else b
+    if a in _LIMITED or b in _LIMITED:
+        raise DTypeError(
+            f"promotion of {a.name} with {b.name} is not supported (as in PyTorch, uint16, uint32 and "
+            "uint64 promote only with bool and floating types); cast one operand first"
+        )
+    if a.signed == b.signed:
+        return a if a.itemsize > b.itemsize else b
+    signed, unsigned = (a, b) if a.signed else (b, a)  # unsigned is uint8 here
+    return signed if signed.itemsize > unsigned.itemsize else int16
 
 
 def scalar_dtype_for(tensor_dtype: DType, value) -> DType:
@@ -98,6 +163,23 @@ def scalar_dtype_for(tensor_dtype: DType, value) -> DType:
     if isinstance(value, float):
         return tensor_dtype if tensor_dtype.category == 2 else default_float
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
+
+
+def wrap_int(value: int, dtype: DType) -> int:
+    """``value`` modulo 2**bits of integer ``dtype``, as a Python int in its range (how PyTorch
+    converts a Python int operand of an op: ``int8_tensor + 1000`` adds -24)."""
+    v = int(value) & ((1 << dtype.bits) - 1)
+    return v - (1 << dtype.bits) if dtype.signed and v >= 1 << (dtype.bits - 1) else v
+
+
+def scalar_value(value, dtype: DType):
+    """A Python number as an operand of ``dtype`` (a NumPy scalar of its compute dtype): ints wrap
+    into the integer range, floats stay float32 for the half types (PyTorch computes
+    ``float16_tensor * 1.0004`` with the float32 scalar, not a rounded one)."""
+    d = dtype.compute
+    if d.category == 1:
+        return d.np.type(wrap_int(value, d))
+    return d.np.type(value)
 
 
 # ------------------------------------------------------------- finfo / iinfo
@@ -118,8 +200,8 @@ _FLOAT_INFO["bfloat16"] = _bfloat16_info()
 
 
 def _dtype_name(opname: str, type_) -> str:
-    """The name of a lazyvic dtype, an autocast precision (``lazyvic.float16``/``bfloat16``) or a
-    dtype name; raises DTypeError naming ``opname`` for anything else."""
+    """The name of a lazyvic dtype or a dtype name; raises DTypeError naming ``opname`` for
+    anything else."""
     if isinstance(type_, DType):
         return type_.name
     name = type_ if isinstance(type_, str) else getattr(type_, "name", None)
@@ -133,8 +215,8 @@ def _dtype_name(opname: str, type_) -> str:
 class finfo:  # noqa: N801 - PyTorch's name
     """PyTorch's ``torch.finfo``: the numerical properties of a floating-point dtype.
 
-    ``finfo(type=None)``: ``lazyvic.float32`` (also the default), ``float64``, and the autocast
-    precisions ``lazyvic.float16`` and ``bfloat16``. Fields (PyTorch's): ``bits``; ``eps``, the gap
+    ``finfo(type=None)``: ``lazyvic.float32`` (also the default), ``float64``, ``float16`` and
+    ``bfloat16``. Fields (PyTorch's): ``bits``; ``eps``, the gap
     between 1 and the next number; ``max`` and ``min`` (= -max), the largest and smallest finite
     numbers; ``tiny`` = ``smallest_normal``, the smallest positive normal number; ``resolution``,
     ``10 ** -floor(mantissa_bits * log10(2))``; ``dtype``, the dtype's name. Values from
@@ -161,7 +243,8 @@ class finfo:  # noqa: N801 - PyTorch's name
 
 class iinfo:  # noqa: N801 - PyTorch's name
     """PyTorch's ``torch.iinfo``: ``bits``, ``max``, ``min`` and ``dtype`` (its name) of an integer
-    dtype (``lazyvic.int32``, ``int64``).
+    dtype (``lazyvic.uint8``, ``int8``, ``int16``, ``int32``, ``int64``, ``uint16``, ``uint32``,
+    ``uint64``; values from ``numpy.iinfo``).
 
     Raises DTypeError (a TypeError, as in PyTorch) for a floating-point, bool or unknown dtype.
     """

@@ -95,7 +95,9 @@ sgn = sign
 def pow(x, exponent):  # noqa: A001
     """``x ** exponent`` (tensor or number, either side broadcast). Integer powers 0, 1 and 2, and
     0.5, are exact products or ``sqrt``; an integer tensor to a non-negative integer power stays
-    integral (square and multiply), as in PyTorch; otherwise the result is floating."""
+    integral (square and multiply), as in PyTorch, and so does an integer tensor to an integer
+    tensor power (wrapping; a negative exponent gives 0 except for bases 1 and -1, as PyTorch);
+    otherwise the result is floating."""
     if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
         if exponent == 2:
             return x * x
@@ -105,6 +107,11 @@ def pow(x, exponent):  # noqa: A001
             return x.sqrt()
         if x.dtype.category == 1 and isinstance(exponent, numbers.Integral) and exponent >= 0:
             return _integer_power(x, int(exponent))
+    e_dtype = getattr(exponent, "dtype", None)
+    if x.dtype.category == 1 and e_dtype is not None and e_dtype.category == 1:
+        return x._binary("pow", exponent)
+    if x.dtype is dt.bool_ and e_dtype is dt.bool_:
+        raise DTypeError("pow: bool tensors have no power; cast to an integer or float dtype first")
     return _float(x)._binary("pow", exponent)
 
 

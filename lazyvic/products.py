@@ -15,7 +15,7 @@ import string
 
 from lazyvic import dtypes as dt
 from lazyvic import modes
-from lazyvic.errors import ShapeError
+from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.shapes import broadcast_shapes
 
 
@@ -30,18 +30,15 @@ def autocast_operands(*tensors) -> tuple:
     return tuple(t.apply(p.op, t) if t.dtype is dt.float32 and t._node.op != p.op else t for t in tensors)
 
 
-def _floating(t):
-    return t if t.dtype.is_floating_point else t.to(dt.default_float)
-
-
 def matmul(a, b):
-    """Matrix product with PyTorch's rules for 1-D operands and batch broadcasting; integer
-    operands are multiplied in the default float dtype, and dtypes promote.
+    """Matrix product with PyTorch's rules for 1-D operands and batch broadcasting; dtypes
+    promote, and integer products stay integer (wrapping on overflow), as in PyTorch.
 
     Shapes: (..., M, K) @ (..., K, N) -> (..., M, N).
 
     Raises:
         ShapeError: an operand of 0 dimensions, K that differs, batch shapes that do not broadcast.
+        DTypeError: a bool operand (PyTorch has no bool product either).
     """
     if not hasattr(a, "_node"):
         a = b.new_tensor(a)
@@ -50,7 +47,8 @@ def matmul(a, b):
     shape_a, shape_b = a.shape, b.shape
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")
-    a, b = _floating(a), _floating(b)
+    if a.dtype is dt.bool_ or b.dtype is dt.bool_:
+        raise DTypeError(f"matmul: bool operands are not supported, got {a.dtype.name} and {b.dtype.name}")
     d = dt.promote(a.dtype, b.dtype)
     a, b = (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
     a, b = autocast_operands(a, b)

@@ -68,6 +68,10 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
     is itself synced. Inputs on two devices raise DeviceError."""
     opdef = optable.OPS[opname]
     nodes = tuple([t._node for t in inputs])
+    if opdef.kind in _WIDENED_KINDS and any(n.dtype.is_half for n in nodes):
+        halves = {n.dtype for n in nodes if n.dtype.category == 2}
+        if len(halves) == 1:
+            return _widened(opname, inputs, _device, attrs, halves.pop())
     device = _device
     for n in nodes:
         d = n.device
@@ -91,6 +95,18 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
                         u._users.append(weakref.ref(out))
             break
     return out
+
+
+# Ops without half-type kernels (BLAS, convolution, pooling, scatter_add): on float16/bfloat16
+# operands they run in float32 and round the result once, as PyTorch's CPU kernels accumulate
+# in float32.
+_WIDENED_KINDS = frozenset({"matmul", "conv", "pool", "scatter"})
+
+
+def _widened(opname: str, inputs: tuple, device, attrs: dict, half: dt.DType) -> "Tensor":
+    wide = tuple(t.to(dt.float32) if t.dtype is half else t for t in inputs)
+    out = _apply(opname, wide, device, **attrs)
+    return out.to(half) if out.dtype is dt.float32 else out
 
 
 def _device_mismatch(opname: str, nodes: tuple, placed: str | None):
@@ -161,8 +177,9 @@ class Tensor:
 
     Construct with :func:`lazyvic.tensor`; ``Tensor(data, dtype=None,
     requires_grad=False)`` is the same. Shapes are tuples of ints; dtypes are
-    ``lazyvic.float32`` (default for Python floats), ``float64``, ``int32``,
-    ``int64`` (default for Python ints) and ``bool``.
+    ``lazyvic.float32`` (default for Python floats), ``float64``, ``float16``, ``bfloat16``,
+    ``int64`` (default for Python ints), ``int32``, ``int16``, ``int8``, ``uint8``, ``uint16``,
+    ``uint32``, ``uint64`` and ``bool`` (:mod:`lazyvic.dtypes`).
     """
 
     # _users: weak references to the tensors whose autograd context reads this one
@@ -539,7 +556,7 @@ class Tensor:
             d = node.dtype
             if d.category != 2:
                 d = dt.scalar_dtype_for(d, other)
-                check_int_range(opname, other, d)
+                other = int_operand(opname, other, d)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
                 return Tensor._from_node(
@@ -787,13 +804,24 @@ class Tensor:
         return self.to(other.dtype)
 
     def half(self):
-        """Raises DTypeError: lazyvic stores no float16 tensors yet (``lazyvic.autocast`` rounds
-        matmul and conv operands to float16 precision instead)."""
-        raise DTypeError("half: lazyvic has no float16 tensors yet; use lazyvic.autocast(dtype=lazyvic.float16)")
+        """This tensor cast to float16 (IEEE 754 binary16; rounded to nearest, ties to even)."""
+        return self.to(dt.float16)
 
     def bfloat16(self):
-        """Raises DTypeError: lazyvic stores no bfloat16 tensors yet (see ``half``)."""
-        raise DTypeError("bfloat16: lazyvic has no bfloat16 tensors yet; use lazyvic.autocast(dtype=lazyvic.bfloat16)")
+        """This tensor cast to bfloat16 (rounded to nearest, ties to even)."""
+        return self.to(dt.bfloat16)
+
+    def byte(self):
+        """This tensor cast to uint8 (floats truncate toward zero; integers wrap modulo 256)."""
+        return self.to(dt.uint8)
+
+    def char(self):
+        """This tensor cast to int8 (PyTorch's name)."""
+        return self.to(dt.int8)
+
+    def short(self):
+        """This tensor cast to int16."""
+        return self.to(dt.int16)
 
     # -------------------------------------------------------------- reductions
     def _reduce(self, opname: str, axes: tuple) -> "Tensor":
@@ -1035,6 +1063,7 @@ class Tensor:
 
 # ============================================================ module functions
 def _to_array(data, dtype) -> tuple:
+    want = dt.get_dtype(dtype) if dtype is not None else None
     if isinstance(data, Tensor):
         arr = data.numpy()
     elif isinstance(data, np.ndarray):
@@ -1043,30 +1072,41 @@ def _to_array(data, dtype) -> tuple:
         try:
             arr = np.array(data)
         except OverflowError as e:  # a Python int beyond 64 bits next to others
-            raise DTypeError(f"tensor: {e}: a value does not fit int64 (lazyvic has no uint64)") from None
+            raise DTypeError(f"tensor: {e}: a value does not fit {(want or dt.int64).name}") from None
         except Exception as e:  # ragged lists etc.
             raise ShapeError(f"tensor: cannot build a tensor from {type(data).__name__}: {e}") from None
+        if want is dt.uint64 and arr.dtype.kind in "fO" and arr.size and all(type(v) is int for v in _flat(data)):
+            arr = np.array(_flat(data), dtype=object).reshape(arr.shape)  # exact, not through float64
         if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
-            big = next(v for v in arr.flat if not -(2**63) <= v < 2**63)
-            raise DTypeError(f"tensor: value {big} does not fit int64 (lazyvic has no uint64)")
-        if dtype is None and arr.dtype == np.float64:
+            if want is dt.uint64 and all(0 <= v < 2**64 for v in arr.flat):
+                arr = np.array(arr.tolist(), dtype=np.uint64)
+            else:
+                d = want or dt.int64
+                info = np.iinfo(d.np) if d.category == 1 else None
+                big = next(v for v in arr.flat if info is None or not info.min <= v <= info.max)
+                raise DTypeError(f"tensor: value {big} does not fit {d.name}")
+        if want is None and arr.dtype == np.float64:
             arr = arr.astype(np.float32)  # Python floats -> default float dtype
-    if arr.dtype.kind in "OUSVcM" or arr.dtype == np.float16:
+        elif want is None and arr.dtype.kind in "iu":
+            want = dt.int64  # Python ints -> int64, as in PyTorch
+    if arr.dtype not in dt._BY_NP and (arr.dtype.kind in "OUSVcM" or want is None):
         raise DTypeError(
-            f"tensor: unsupported dtype {arr.dtype} (lazyvic supports bool, int32, int64, float32, float64)"
+            f"tensor: unsupported dtype {arr.dtype} (lazyvic supports " + ", ".join(d.name for d in dt.ALL) + ")"
         )
-    d = dt.get_dtype(dtype) if dtype is not None else dt.get_dtype(arr.dtype) if arr.dtype in dt._BY_NP else None
-    if d is None:
-        if arr.dtype.kind in "iu":
-            d = dt.int64
-        elif arr.dtype.kind == "f":
-            d = dt.float32
-        else:
-            raise DTypeError(f"tensor: unsupported dtype {arr.dtype}")
+    d = want or dt.get_dtype(arr.dtype)
     if d.category == 1 and arr.size and arr.dtype.kind in "uif" and arr.dtype != d.np:
         _check_array_range(arr, d)
+    if d.is_half and arr.dtype != d.np and arr.dtype.kind != "b":
+        arr = np.asarray(arr, dtype=np.float32)  # through float32, as the cast op rounds
     arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
+
+
+def _flat(data) -> list:
+    """The leaves of nested lists/tuples, in order."""
+    if isinstance(data, (list, tuple)):
+        return [v for item in data for v in _flat(item)]
+    return [data]
 
 
 def _check_array_range(arr: np.ndarray, d: dt.DType) -> None:
@@ -1081,10 +1121,7 @@ def _check_array_range(arr: np.ndarray, d: dt.DType) -> None:
         bad = (arr < info.min) | (arr > info.max)
     if bad.any():
         value = arr[bad].ravel()[0]
-        raise DTypeError(
-            f"tensor: value {value.item()!r} ({arr.dtype}) does not fit {d.name} [{info.min}, {info.max}]"
-            + (" (lazyvic has no uint64)" if arr.dtype == np.uint64 else "")
-        )
+        raise DTypeError(f"tensor: value {value.item()!r} ({arr.dtype}) does not fit {d.name} [{info.min}, {info.max}]")
 
 
 def check_int_range(opname: str, value, d: dt.DType) -> None:
@@ -1096,6 +1133,17 @@ def check_int_range(opname: str, value, d: dt.DType) -> None:
             raise DTypeError(f"{opname}: value {value} does not fit {d.name} [{info.min}, {info.max}]")
 
 
+def int_operand(opname: str, value, d: dt.DType):
+    """A Python number operand of an op on a ``d`` tensor: an int wraps modulo 2**bits into an
+    integer ``d`` (PyTorch: ``int8_tensor + 1000`` adds -24); only an int beyond 64 bits raises
+    DTypeError, as in PyTorch."""
+    if d.category == 1 and isinstance(value, int) and not isinstance(value, bool):
+        if not -(2**63) <= value < 2**64:
+            raise DTypeError(f"{opname}: value {value} does not fit a 64-bit integer")
+        return dt.wrap_int(value, d)
+    return value
+
+
 def to_operand(x, dtype: dt.DType) -> Tensor:
     """``x`` as an operand: a Tensor as it is, a Python or NumPy scalar as a scalar input of
     ``dtype`` (not a realized buffer, so its value never enters a plan key), other data (lists,
@@ -1105,11 +1153,15 @@ def to_operand(x, dtype: dt.DType) -> Tensor:
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
         if isinstance(x, np.generic):
             x = x.item()
+        check_int_range("operand", x, dtype)
         return Tensor._from_node(Node.scalar(x, dtype))
     return Tensor(x, dtype=dtype)
 
 
-def _promote_pair(a: Tensor, b, opname: str) -> tuple:
+def _promote_pair(a: Tensor, b, opname: str, checked: bool = False) -> tuple:
+    """``a`` and operand ``b`` in their promoted dtype; a Python int ``b`` wraps into an integer
+    dtype (arithmetic, as PyTorch), or with ``checked`` raises DTypeError when it does not fit
+    (``where``/``masked_fill``, as PyTorch)."""
     if isinstance(b, Tensor):
         d = dt.promote(a.dtype, b.dtype)
         return (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
@@ -1117,7 +1169,10 @@ def _promote_pair(a: Tensor, b, opname: str) -> tuple:
         b = b.item()
     if isinstance(b, (bool, int, float)):
         d = dt.scalar_dtype_for(a.dtype, b)
-        check_int_range(opname, b, d)
+        if checked:
+            check_int_range(opname, b, d)
+        else:
+            b = int_operand(opname, b, d)
         a = a if a.dtype is d else a.to(d)
         return a, Tensor._from_node(Node.scalar(b, d))
     if isinstance(b, (list, tuple, np.ndarray)):
@@ -1130,9 +1185,9 @@ def where(condition, input, other) -> Tensor:
     """``input`` where ``condition`` is true, else ``other`` (broadcast together)."""
     cond = to_operand(condition, dt.bool_)
     if isinstance(input, Tensor):
-        a, b = _promote_pair(input, other, "where")
+        a, b = _promote_pair(input, other, "where", checked=True)
     elif isinstance(other, Tensor):
-        b, a = _promote_pair(other, input, "where")
+        b, a = _promote_pair(other, input, "where", checked=True)
     else:
         d = dt.float32 if isinstance(input, float) or isinstance(other, float) else dt.int64
         a, b = to_operand(input, d), to_operand(other, d)
@@ -1150,7 +1205,13 @@ def where(condition, input, other) -> Tensor:
 def full_tensor(shape: tuple, fill_value, dtype: dt.DType, device: str) -> Tensor:
     """A lazy tensor of ``shape`` filled with ``fill_value`` (a scalar input, so another value
     reuses the plan) on ``device`` (already canonical); ``lazyvic.full`` and the ``*_like`` /
-    ``new_*`` methods build on it."""
+    ``new_*`` methods build on it.
+
+    Raises:
+        DTypeError: an int ``fill_value`` that integer ``dtype`` cannot hold (as PyTorch's
+            ``fill_``: no silent wrap).
+    """
+    check_int_range("full", fill_value, dtype)
     out = Tensor._from_node(Node.scalar(fill_value, dtype))
     if device == "cpu":
         return out._broadcast_to(shape)

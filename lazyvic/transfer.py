@@ -19,7 +19,7 @@ from lazyvic.runtime import device as _dev
 from lazyvic.sync import sync
 from lazyvic.trace.node import Node
 
-_DTYPE_NAMES = frozenset(dt._BY_NAME) | {"float16", "half", "bfloat16"}  # "float16": autocast's DTypeError
+_DTYPE_NAMES = frozenset(dt._BY_NAME) | {f"torch.{name}" for name in dt._BY_NAME}
 
 # The device types PyTorch knows: a device object of any of them can be made (a script may build
 # torch.device("mps") in an unused branch); placing a tensor on one other than cpu/cuda raises.

@@ -20,13 +20,7 @@ FLOAT_TOL = {
     "float64": dict(rtol=1e-12, atol=1e-13),
 }
 
-LV_DTYPE = {
-    np.dtype(np.bool_): lv.bool,
-    np.dtype(np.int32): lv.int32,
-    np.dtype(np.int64): lv.int64,
-    np.dtype(np.float32): lv.float32,
-    np.dtype(np.float64): lv.float64,
-}
+LV_DTYPE = {d.np: d for d in lv.dtypes.ALL}
 
 
 def pending_ops(t: lv.Tensor) -> set:

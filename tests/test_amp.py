@@ -187,18 +187,21 @@ def test_rounding_keeps_nan_and_rejects_integers():
 
 
 @pytest.mark.parametrize(
-    "make",
+    "make, dtype",
     [
-        lambda: lv.tensor([1.0], dtype=lv.float16),
-        lambda: lv.tensor([1.0]).to(lv.bfloat16),
-        lambda: lv.tensor([1.0]).to("float16"),
-        lambda: lv.zeros(2, dtype="bfloat16"),
-        lambda: lv.dtypes.get_dtype(np.float16),
+        (lambda: lv.tensor([1.0], dtype=lv.float16), "float16"),
+        (lambda: lv.tensor([1.0]).to(lv.bfloat16), "bfloat16"),
+        (lambda: lv.tensor([1.0]).to("float16"), "float16"),
+        (lambda: lv.zeros(2, dtype="bfloat16"), "bfloat16"),
     ],
 )
-def test_half_dtypes_are_autocast_precisions_only(make):
-    with pytest.raises(DTypeError, match="autocast precision only"):
-        make()
+def test_half_precisions_are_tensor_dtypes_too(make, dtype):
+    """lazyvic.float16 / bfloat16 are both autocast's precisions and storage dtypes."""
+    t = make()
+    assert t.dtype is lv.dtypes.get_dtype(dtype) and t.numpy().dtype.name == dtype
+    assert lv.dtypes.get_dtype(np.float16) is lv.float16
+    with lv.autocast(dtype=t.dtype):
+        assert lv.amp.get_autocast_dtype() is t.dtype
 
 
 # -- autocast --------------------------------------------------------------------------------

@@ -94,11 +94,15 @@ def test_sign_of_nan_and_zeros_is_pytorchs(mode, dtype):
 @pytest.mark.parametrize(
     "make, value",
     [
-        (lambda: lv.tensor(np.array([1, 2**64 - 1], dtype=np.uint64)), "18446744073709551615"),
+        (lambda: lv.tensor(np.array([1, 2**64 - 1], dtype=np.uint64), dtype=lv.int64), "18446744073709551615"),
         (lambda: lv.tensor([2**64 - 1]), "18446744073709551615"),
         (lambda: lv.tensor([2**63]), "9223372036854775808"),
         (lambda: lv.tensor([2**70]), "1180591620717411303424"),
-        (lambda: lv.from_numpy(np.array([2**63], dtype=np.uint64)), "9223372036854775808"),
+        (lambda: lv.tensor([2**63, 1], dtype=lv.int64), "9223372036854775808"),
+        (lambda: lv.tensor([2**64], dtype=lv.uint64), "18446744073709551616"),
+        (lambda: lv.tensor([-1], dtype=lv.uint64), "-1"),
+        (lambda: lv.tensor([300], dtype=lv.uint8), "300"),
+        (lambda: lv.tensor(np.array([-129, 5]), dtype=lv.int8), "-129"),
         (lambda: lv.tensor([1.0, INF], dtype=lv.int64), "inf"),
         (lambda: lv.tensor([3e9], dtype=lv.int32), "3000000000.0"),
         (lambda: lv.full((2,), 2**64 - 1), "18446744073709551615"),
@@ -110,6 +114,14 @@ def test_integers_a_dtype_cannot_hold_raise(make, value):
     with pytest.raises(errors.DTypeError) as info:
         make()
     assert value in str(info.value)
+
+
+def test_uint64_keeps_values_beyond_int64():
+    """uint64 arrays are uint64 tensors (before: 2**64 - 1 had no dtype and raised)."""
+    a = np.array([1, 2**63, 2**64 - 1], dtype=np.uint64)
+    for t in (lv.tensor(a), lv.from_numpy(a), lv.tensor([1, 2**63, 2**64 - 1], dtype=lv.uint64)):
+        assert t.dtype is lv.uint64
+        np.testing.assert_array_equal(t.numpy(), a)
 
 
 def test_integers_that_fit_are_kept():

@@ -1121,9 +1121,11 @@ def test_matmul_mixed_and_reflected(mode):
         assert_tensor(t, expected, rtol=1e-6)
 
 
-@pytest.mark.xfail(
-    reason="int64 @ int64 gives float32 (the matmul primitive is floating-point only); PyTorch keeps int64", strict=True
-)
 def test_matmul_integer_stays_integer():
+    """PyTorch keeps integer products integer, wrapping on overflow (NumPy's matmul does too)."""
     a = np.array([[1, 2], [3, 4]])
     assert_tensor(lv.tensor(a) @ lv.tensor(a), a @ a)
+    u = np.array([[200, 100], [3, 255]], np.uint8)
+    assert_tensor(lv.tensor(u) @ lv.tensor(u), u @ u)  # wraps modulo 256
+    with pytest.raises(lv.errors.DTypeError, match="bool"):
+        lv.tensor([[True]]) @ lv.tensor([[True]])

@@ -13,7 +13,7 @@ Any safetensors reader opens the file. The ``__metadata__`` strings lazyvic writ
     format           "lazyvic"
     format_version   "1"
     kind             "module" (an ``nn.Module``) or "state" (a tensor or a container)
-    dtypes           JSON {tensor name: lazyvic dtype name} (bool, int32, int64, float32, float64)
+    dtypes           JSON {tensor name: lazyvic dtype name} (any of lazyvic.dtypes.ALL)
     class            kind "module": "<module path>.<qualname>" of the module's class
     config           kind "module": JSON of ``module.config`` when that is a dict, else "null"
     structure        kind "state": JSON tree of the saved object (below)
@@ -69,7 +69,9 @@ import stat
 import time
 from collections.abc import Mapping
 
+import ml_dtypes
 import numpy as np
+import safetensors
 import safetensors.numpy
 
 from lazyvic import dtypes as dt
@@ -193,7 +195,7 @@ def save(obj, path) -> None:
 
     ``obj`` is an ``nn.Module`` (its ``state_dict()``, its class and its ``config`` dict
     if it has one), a Tensor, or a nested container — dicts with str or int keys, lists,
-    tuples — of Tensors, NumPy arrays (bool, int32, int64, float32, float64) and JSON
+    tuples — of Tensors, NumPy arrays (of a lazyvic dtype, ml_dtypes.bfloat16 too) and JSON
     scalars (int, float incl. inf/nan, str, bool, None). NumPy scalars are stored as the
     Python scalar they hold; dicts come back as plain dicts, NumPy arrays as Tensors.
 
@@ -588,9 +590,41 @@ def _json_field(path: str, metadata: dict, field: str):
         raise _corrupt(path, f"the metadata field {field!r} is missing or not JSON") from None
 
 
+# safetensors' dtype codes (its format's table); safetensors.numpy has no BF16.
+_SAFETENSORS_NP = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64,
+    "U64": np.uint64,
+    "I32": np.int32,
+    "U32": np.uint32,
+    "I16": np.int16,
+    "U16": np.uint16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
+def safetensors_arrays(blob: bytes) -> dict:
+    """The tensors of a safetensors file's bytes as NumPy arrays (``safetensors.deserialize``
+    checks the header and the offsets; bfloat16 becomes ``ml_dtypes.bfloat16``).
+
+    Raises:
+        KeyError: a dtype without a NumPy counterpart; safetensors' errors for a bad file.
+    """
+    out = {}
+    for name, v in safetensors.deserialize(blob):
+        dtype = np.dtype(_SAFETENSORS_NP[v["dtype"]])
+        out[name] = np.frombuffer(v["data"], dtype=dtype).reshape(v["shape"])
+    return out
+
+
 def _decode_tensors(path: str, blob: bytes, dtype_names) -> dict:
     try:
-        arrays = safetensors.numpy.load(blob)
+        arrays = safetensors_arrays(blob)
     except Exception as e:  # SafetensorError, or a dtype NumPy does not know
         raise _corrupt(path, f"safetensors cannot decode it ({type(e).__name__}: {e})") from None
     if not isinstance(dtype_names, dict) or set(dtype_names) != set(arrays):

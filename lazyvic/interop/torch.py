@@ -39,24 +39,12 @@ Legacy format (``torch.save(..., _use_new_zipfile_serialization=False)``, PyTorc
         for each key in that list: an 8-byte little-endian element count, then the bytes
 
 Dtypes
-    =================  ===============================  =================================
-    torch storage      ``as_numpy=True`` (exact)        lazyvic Tensor
-    =================  ===============================  =================================
-    FloatStorage       float32                          float32
-    DoubleStorage      float64                          float64
-    HalfStorage        float16                          float32 (exact)
-    BFloat16Storage    float32 (exact; NumPy has no     float32 (exact)
-                       bfloat16, so no shared memory)
-    LongStorage        int64                            int64
-    IntStorage         int32                            int32
-    ShortStorage       int16                            int32 (exact)
-    CharStorage        int8                             int32 (exact)
-    ByteStorage        uint8                            int32 (exact)
-    BoolStorage        bool                             bool
-    uint16 / uint32    uint16 / uint32                  int32 / int64 (exact)
-    uint64             uint64                           int64 (CheckpointError if a value
-                                                        does not fit)
-    =================  ===============================  =================================
+    Every stored dtype loads as itself, in a lazyvic Tensor and in an ``as_numpy=True``
+    array alike, with no widening: FloatStorage float32, DoubleStorage float64, HalfStorage
+    float16, BFloat16Storage bfloat16 (``ml_dtypes.bfloat16`` arrays, a view of the stored
+    bits), LongStorage int64, IntStorage int32, ShortStorage int16, CharStorage int8,
+    ByteStorage uint8, BoolStorage bool, and uint16 / uint32 / uint64 (``_rebuild_tensor_v3``
+    over an UntypedStorage). :func:`save` writes each back the way torch writes it.
 
     Complex, quantized and other storages raise :class:`CheckpointError`.
 
@@ -90,12 +78,13 @@ import struct
 import zipfile
 from collections.abc import Mapping
 
+import ml_dtypes
 import numpy as np
 import safetensors.numpy
 
 from lazyvic.creation import tensor as _tensor
 from lazyvic.errors import CheckpointError, DTypeError
-from lazyvic.interop.format_v1 import LoadBudget, _write_atomic, load_limit
+from lazyvic.interop.format_v1 import LoadBudget, _write_atomic, load_limit, safetensors_arrays
 from lazyvic.nn.module import Parameter
 from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
@@ -156,22 +145,8 @@ _UNSUPPORTED_DTYPES = (
     "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "bits8", "bits16",
 )  # fmt: skip
 
-# What a lazyvic Tensor holds for each stored dtype (see the module docstring).
-_LAZYVIC_NP = {
-    "float32": np.float32,
-    "float64": np.float64,
-    "float16": np.float32,
-    "bfloat16": np.float32,
-    "int64": np.int64,
-    "int32": np.int32,
-    "int16": np.int32,
-    "int8": np.int32,
-    "uint8": np.int32,
-    "bool": np.bool_,
-    "uint16": np.int32,
-    "uint32": np.int64,
-    "uint64": np.int64,
-}
+# What a lazyvic Tensor (and an ``as_numpy`` array) holds for each stored dtype: the same dtype.
+_LAZYVIC_NP = {name: (ml_dtypes.bfloat16 if name == "bfloat16" else np_dtype) for name, np_dtype in _STORAGE_NP.items()}
 
 # Writing: NumPy dtype name -> typed storage class.
 _STORAGE_OF_NP = {
@@ -186,6 +161,8 @@ _STORAGE_OF_NP = {
     "uint8": "ByteStorage",
     "bool": "BoolStorage",
 }
+# Written as ``_rebuild_tensor_v3`` over an UntypedStorage (no typed storage class), as torch does.
+_UNTYPED_OF_NP = ("uint16", "uint32", "uint64")
 
 
 class _StorageType:
@@ -736,7 +713,11 @@ class _Reader:
             view = np.lib.stride_tricks.as_strided(
                 data[offset:], shape=size, strides=tuple(s * item for s in stride), writeable=self.as_numpy
             )
-        if self.as_numpy and dtype_name != "bfloat16":
+        if dtype_name == "bfloat16":  # its bits, read as uint16: the same bytes as ml_dtypes.bfloat16
+            if view.dtype.byteorder not in "=|":
+                view = view.astype(np.uint16)
+            view = view.view(ml_dtypes.bfloat16)
+        if self.as_numpy:
             return view  # a view of the storage's one copy: nothing allocated
         device = None if self.as_numpy else self.place(storage.location)
         requires_grad = requires_grad and not self.as_numpy and np.dtype(_LAZYVIC_NP[dtype_name]).kind == "f"
@@ -747,19 +728,6 @@ class _Reader:
             if key in self._views:
                 return self._views[key]
         self._charge(storage, dtype_name, numel, size, stride)
-        if dtype_name == "bfloat16":
-            bits = view.astype(np.uint32)  # bfloat16 is the high half of a float32
-            bits <<= 16
-            view = bits.view(np.float32)
-            if self.as_numpy:
-                return view
-        elif dtype_name == "uint64" and view.size and view.max() > np.iinfo(np.int64).max:
-            raise CheckpointError(
-                f"{self.path}: a torch.uint64 tensor (storage {storage.key!r}) holds values above the int64 "
-                f"maximum; lazyvic has no uint64 (load it with as_numpy=True)"
-            )
-        if view.dtype == np.float16:
-            view = view.astype(np.float32)  # lazyvic has no float16
         out = _tensor(view, dtype=_LAZYVIC_NP[dtype_name], requires_grad=requires_grad, device=device)  # one copy
         if key is not None:
             self._views[key] = out
@@ -768,7 +736,7 @@ class _Reader:
     def _charge(self, storage: _Storage, dtype_name: str, numel: int, size: tuple, stride: tuple) -> None:
         """Count a materialized tensor against the load limit; the bytes of its storage's root (in
         the output dtype) are credited once, so only what the file does not back is counted."""
-        out_itemsize = np.dtype(_LAZYVIC_NP[dtype_name]).itemsize if not self.as_numpy else 4  # bfloat16 -> float32
+        out_itemsize = np.dtype(_LAZYVIC_NP[dtype_name]).itemsize
         root = (storage.root, dtype_name)
         if root not in self._credited:
             self._credited.add(root)
@@ -837,7 +805,9 @@ class _TorchGlobal:
 
 _W_REBUILD_V2 = _TorchGlobal("torch._utils", "_rebuild_tensor_v2")
 _W_REBUILD_PARAMETER = _TorchGlobal("torch._utils", "_rebuild_parameter")
+_W_REBUILD_V3 = _TorchGlobal("torch._utils", "_rebuild_tensor_v3")
 _W_STORAGES = {name: _TorchGlobal("torch", name) for name in _TYPED_STORAGES}
+_W_STORAGES.update((name, _TorchGlobal("torch.storage", "UntypedStorage")) for name in _UNTYPED_OF_NP)
 
 
 class _StorageRecord:
@@ -856,7 +826,11 @@ class _TensorRecord:
         self.storage, self.shape, self.stride = storage, shape, stride
 
     def __reduce__(self):
-        return _W_REBUILD_V2, (self.storage, 0, self.shape, self.stride, False, collections.OrderedDict())
+        hooks = collections.OrderedDict()
+        if self.storage.storage_type in _UNTYPED_OF_NP:  # dtype given to _rebuild_tensor_v3, as torch writes it
+            dtype = _TorchGlobal("torch", self.storage.storage_type)
+            return _W_REBUILD_V3, (self.storage, 0, self.shape, self.stride, False, hooks, dtype)
+        return _W_REBUILD_V2, (self.storage, 0, self.shape, self.stride, False, hooks)
 
 
 class _ParameterRecord:
@@ -880,7 +854,14 @@ class _CheckpointPickler(pickle._Pickler):
 
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRecord):
-            return ("storage", _W_STORAGES[obj.storage_type], obj.key, "cpu", obj.data.size)
+            untyped = obj.storage_type in _UNTYPED_OF_NP  # an UntypedStorage counts bytes
+            return (
+                "storage",
+                _W_STORAGES[obj.storage_type],
+                obj.key,
+                "cpu",
+                obj.data.nbytes if untyped else obj.data.size,
+            )
         return None
 
 
@@ -927,11 +908,11 @@ class _StateEncoder:
             return self._records[id(value)]
         array = value.numpy() if isinstance(value, Tensor) else value
         np_dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype
-        storage_type = _STORAGE_OF_NP.get(np_dtype.name)
-        if storage_type is None or np_dtype.itemsize != np.dtype(_STORAGE_NP[_TYPED_STORAGES[storage_type]]).itemsize:
+        storage_type = _STORAGE_OF_NP.get(np_dtype.name) or (np_dtype.name if np_dtype.name in _UNTYPED_OF_NP else None)
+        if storage_type is None or np_dtype.itemsize != np.dtype(_LAZYVIC_NP[np_dtype.name]).itemsize:
             raise DTypeError(
                 f"save: array at {_where(keys)} has dtype {array.dtype}; PyTorch checkpoints from lazyvic hold "
-                f"{', '.join(_STORAGE_OF_NP)}"
+                f"{', '.join(_LAZYVIC_NP)}"
             )
         data = np.asarray(array, order="C")  # keeps 0-d arrays 0-d (np.ascontiguousarray would not)
         if data.dtype.byteorder == ">":
@@ -1023,12 +1004,11 @@ def _write_record(zf: zipfile.ZipFile, name: str, data) -> None:
 def load_safetensors(path: str | os.PathLike, as_numpy: bool = False) -> dict:
     """Read a safetensors file into ``{name: Tensor}`` (or ``{name: np.ndarray}`` with ``as_numpy=True``).
 
-    Through ``safetensors.numpy.load_file``. NumPy arrays keep the stored dtype; lazyvic
-    Tensors convert float16 to float32 and int8/int16/uint8/uint16 to int32, uint32 to int64
-    (all exact). bfloat16 needs ``ml_dtypes`` in safetensors' NumPy backend.
+    Through ``safetensors.numpy.load_file``. Tensors and arrays keep the stored dtype
+    (bfloat16 through ``ml_dtypes``).
 
     What a file can make this allocate: its tensors, whose bytes safetensors checks lie in the
-    file without overlapping (once as stored, once more widened to a lazyvic dtype).
+    file without overlapping (once as stored, once more as the tensors).
 
     Raises:
         CheckpointError: naming the file: missing, unreadable, or not a valid safetensors
@@ -1039,7 +1019,8 @@ def load_safetensors(path: str | os.PathLike, as_numpy: bool = False) -> dict:
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such file")
     try:
-        arrays = safetensors.numpy.load_file(path)
+        with open(path, "rb") as f:
+            arrays = safetensors_arrays(f.read())
     except MemoryError:
         raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
     except Exception as e:  # SafetensorError, a dtype NumPy does not know, ...
@@ -1053,7 +1034,7 @@ def load_safetensors(path: str | os.PathLike, as_numpy: bool = False) -> dict:
         if target is None:
             raise CheckpointError(f"{path}: tensor {name!r} has dtype {array.dtype}, which lazyvic cannot represent")
         try:
-            out[name] = Tensor(np.asarray(array, dtype=target))
+            out[name] = Tensor(array)
         except MemoryError:
             raise CheckpointError(f"{path}: ran out of memory while loading tensor {name!r} (MemoryError)") from None
     return out

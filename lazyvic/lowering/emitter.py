@@ -33,6 +33,12 @@ from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
 from lazyvic.ops.elementwise import ALIAS, const
 from lazyvic.trace.symbolic import Sym
 
+# Half storage types in kernels (kernel_lib): values are float32 rounded to the type, arrays
+# hold the uint16 bits.
+ROUND = {"float16": "round_f16_f32", "bfloat16": "round_bf16_f32"}
+LOAD = {"float16": "ld_f16", "bfloat16": "ld_bf16"}
+STORE = {"float16": "st_f16", "bfloat16": "st_bf16"}
+
 PACK_SCALARS = 8  # more scalar arguments than this are passed as arrays
 # Shape-generic kernels (the CPU's): sizes, strides and offsets of magnitude above this are
 # kernel arguments, not literals, so one kernel serves every size (a smaller last batch, an
@@ -213,9 +219,13 @@ class Emitter:
         self.tmp += 1
         return f"t{self.tmp - 1}"
 
-    def statement(self, expr: str, dtype: dt.DType, inner: bool) -> str:
+    def statement(self, expr: str, dtype: dt.DType, inner: bool, exact: bool = False) -> str:
+        """A new variable holding ``expr`` as a ``dtype`` value. A half type's value is its
+        float32 rounded to the half type (every op rounds its result, as the interpreter does),
+        unless ``exact`` (a loaded value, already one)."""
         name = self.new_tmp()
-        line = f"{name} = {ALIAS[dtype.name]}({expr})"
+        fn = ROUND.get(dtype.name, ALIAS[dtype.name]) if not exact else ALIAS[dtype.name]
+        line = f"{name} = {fn}({expr})"
         if inner and self.loop_lines is not None:
             self.loop_lines.append(line)
         elif self.loop_lines is not None:
@@ -223,6 +233,18 @@ class Emitter:
         else:
             self.row_lines.append(line)
         return name
+
+    def load(self, array: str, index: str, dtype: dt.DType) -> str:
+        """The expression of one element of ``array`` as a ``dtype`` value (a half type's
+        storage is its uint16 bits: kernel_lib's ``ld_f16`` / ``ld_bf16`` widen them)."""
+        load = f"{array}[{index}]"
+        return f"{LOAD[dtype.name]}({load})" if dtype.name in LOAD else load
+
+    def store(self, array: str, index: str, value: str, dtype: dt.DType) -> str:
+        """The statement storing ``value`` (a ``dtype`` value) into one element of ``array``."""
+        return (
+            f"{array}[{index}] = {STORE[dtype.name]}({value})" if dtype.name in STORE else f"{array}[{index}] = {value}"
+        )
 
     def buffer_name(self, i: int) -> str:
         if i not in self.bufs:
@@ -251,16 +273,16 @@ class Emitter:
             return self.stage_result[i], False
         if i == self.row_cache and self.row_cache_stored and self.is_full_index(idx) and not conds:
             f = flat(idx, shape)
-            res = (self.statement(f"out[{self.lin_token(f, 'out')}]", dtype, True), True)
+            res = (self.statement(self.load("out", self.lin_token(f, "out"), dtype), dtype, True, exact=True), True)
             self.loop_memo[key] = res
             return res
         if (i in self.m and not root) or op == "buffer":
             f = flat(idx, shape)
             inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
-            load = f"{self.buffer_name(i)}[{self.lin_token(f, self.buffer_name(i))}]"
+            load = self.load(self.buffer_name(i), self.lin_token(f, self.buffer_name(i)), dtype)
             if conds:
                 load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
-            res = (self.statement(load, dtype, inner), inner)
+            res = (self.statement(load, dtype, inner, exact=True), inner)
         elif opdef.kind == "elementwise":
             args = [self.emit(j, idx, conds) for j in e.inputs]
             in_dtypes = [self.e[j].dtype for j in e.inputs]
@@ -292,7 +314,7 @@ class Emitter:
             raise NeedsMaterialize(i, f"{op} cannot be inlined")
         (self.loop_memo if res[1] and self.loop_lines is not None else self.row_memo)[key] = res
         if i == self.row_cache and self.loop_lines is not None and self.is_full_index(idx) and not conds:
-            self.loop_lines.append(f"out[{self.lin_token(flat(idx, shape), 'out')}] = {res[0]}")
+            self.loop_lines.append(self.store("out", self.lin_token(flat(idx, shape), "out"), res[0], dtype))
             self.row_cache_pending = True
         return res
 
@@ -359,15 +381,15 @@ class Emitter:
             return val, inner
         inner = inner or self.depends_on_inner([c[0] for c in new])
         expr = f"{val} if {self.cond_expr(tuple(new))} else {const(e.dtype, 0)}"
-        return self.statement(expr, e.dtype, inner), inner
+        return self.statement(expr, e.dtype, inner, exact=True), inner
 
     def load_flat(self, src, f, conds):
         dtype = self.e[src].dtype
         inner = self.depends_on_inner([f]) or self.depends_on_inner([c[0] for c in conds])
-        load = f"{self.buffer_name(src)}[{self.lin_token(f, self.buffer_name(src))}]"
+        load = self.load(self.buffer_name(src), self.lin_token(f, self.buffer_name(src)), dtype)
         if conds:
             load = f"{load} if {self.cond_expr(conds)} else {const(dtype, 0)}"
-        return self.statement(load, dtype, inner), inner
+        return self.statement(load, dtype, inner, exact=True), inner
 
     def sizes_all(self):
         sizes = {d: n for d, n in enumerate(self.shape)}
@@ -477,6 +499,8 @@ class Emitter:
                 )
                 self.loop_lines.extend(opdef.reduce_combine(names, v, self.lin_token(r_flat), in_dtype))
                 self.close_loop()
+            if self.e[s].dtype.name in ROUND:  # the reduction's value, as the interpreter has it
+                self.row_lines.append(f"{names[0]} = {ROUND[self.e[s].dtype.name]}({names[0]})")
             self.stage_result[s] = names[0]
             self.ops_used.append(sop)
         for k, extra in enumerate(g.extra_roots):
@@ -485,19 +509,21 @@ class Emitter:
             idx = self.full_index()
             v, inner = self.emit(extra, idx, (), root=True)
             name = f"out{k + 1}"
-            self.row_lines.append(f"{name}[{self.lin_token(flat(idx, self.e[extra].shape), name)}] = {v}")
+            self.row_lines.append(
+                self.store(name, self.lin_token(flat(idx, self.e[extra].shape), name), v, self.e[extra].dtype)
+            )
             self.row_memo[(extra, tuple(l.key() for l in idx), ())] = (v, inner)
             self.ops_used.append(self.e[extra].op)
         full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
         if root in self.stage_set:
             value = self.stage_result[root]
             store = flat(self.reduced_index_for(r_shape), r_shape)
-            self.row_lines.append(f"out[{self.lin_token(store, 'out')}] = {value}")
+            self.row_lines.append(self.store("out", self.lin_token(store, "out"), value, self.e[root].dtype))
         elif full_root and self.axes:
             self.open_loop()
             idx = self.full_index()
             v, _ = self.emit(root, idx, (), root=True)
-            self.loop_lines.append(f"out[{self.lin_token(flat(idx, r_shape), 'out')}] = {v}")
+            self.loop_lines.append(self.store("out", self.lin_token(flat(idx, r_shape), "out"), v, self.e[root].dtype))
             self.close_loop()
         else:
             if full_root:
@@ -508,7 +534,7 @@ class Emitter:
                 kept = [d for d in range(len(self.shape)) if d not in self.axes]
                 idx = [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in kept]
             v, _ = self.emit(root, idx, (), root=True)
-            self.row_lines.append(f"out[{self.lin_token(flat(idx, r_shape), 'out')}] = {v}")
+            self.row_lines.append(self.store("out", self.lin_token(flat(idx, r_shape), "out"), v, self.e[root].dtype))
 
     # -- loop merging and rendering --------------------------------------------
     def merge_loops(self):
@@ -565,7 +591,7 @@ def kernel_arguments(em, entries, group, text: str) -> tuple:
     scalar_slots = list(em.scals)
     packed = ()
     if len(scalar_slots) > PACK_SCALARS:
-        slot_dtype = {e.slot: e.dtype.name for e in entries if e.op == "scalar"}
+        slot_dtype = {e.slot: e.dtype.compute.name for e in entries if e.op == "scalar"}
         by_dtype: dict = {}
         for slot in scalar_slots:
             by_dtype.setdefault(slot_dtype[slot], []).append(slot)
@@ -597,7 +623,7 @@ def size_unpacking(n: int, indent: str = "    ") -> str:
 def argument_types(entries, group, buffers) -> list:
     """``(dtype name, is_array)`` of a kernel's array arguments: its outputs, then ``buffers``."""
     return (
-        [(entries[group.root].dtype.name, True)]
-        + [(entries[x].dtype.name, True) for x in group.extra_roots]
-        + [(entries[b].dtype.name, True) for b in buffers]
+        [(entries[group.root].dtype.kernel_np.name, True)]
+        + [(entries[x].dtype.kernel_np.name, True) for x in group.extra_roots]
+        + [(entries[b].dtype.kernel_np.name, True) for b in buffers]
     )

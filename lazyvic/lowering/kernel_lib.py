@@ -42,6 +42,12 @@ f64 = np.float64
 i32 = np.int32
 i64 = np.int64
 b1 = np.bool_
+u8 = np.uint8
+i8 = np.int8
+i16 = np.int16
+u16 = np.uint16
+u32 = np.uint32
+u64 = np.uint64
 
 
 @intrinsic
@@ -405,3 +411,93 @@ def round_bf16_f32(x):
 def round_bf16_f64(x):
     """float64 ``x`` rounded to float32, then to the nearest bfloat16 value, as float64."""
     return x if x != x else f64(round_bf16_f32(f32(x)))
+
+
+# -- half storage ------------------------------------------------------------------------------
+# float16 and bfloat16 tensors reach kernels as their uint16 bits (Numba types neither). A load
+# widens the bits to float32 (exact); ops compute in float32 and round each result with
+# round_f16_f32 / round_bf16_f32; a store turns a float32 into the bits of the nearest half
+# value, ties to even: NumPy's ``astype(np.float16)`` and ml_dtypes' ``astype(bfloat16)``,
+# which the interpreter uses (NaN stays NaN; its payload is not kept).
+_F16_SUBNORMAL_SCALE = f32(2.0**-24)  # the binary16 subnormal quantum
+
+
+@njit(error_model="numpy", cache=True)
+def ld_f16(h):
+    """The float32 value of binary16 bits ``h`` (a uint16), exactly."""
+    h = i32(h)
+    e = h & 0x7C00
+    m = h & 0x03FF
+    normal = bits_to_f32(i32(((h & 0x7FFF) << 13) + (112 << 23)))
+    sub = f32(m) * _F16_SUBNORMAL_SCALE
+    special = bits_to_f32(i32(0x7F800000 | (m << 13)))
+    y = sub if e == 0 else (special if e == 0x7C00 else normal)
+    return -y if (h & 0x8000) != 0 else y
+
+
+@njit(error_model="numpy", cache=True)
+def ld_bf16(h):
+    """The float32 value of bfloat16 bits ``h`` (a uint16): the top half of its bits."""
+    return bits_to_f32(i32(i32(h) << 16))
+
+
+@njit(error_model="numpy", cache=True)
+def st_f16(x):
+    """The binary16 bits (uint16) of float32 ``x`` rounded to nearest, ties to even."""
+    bits = f32_to_bits(x)
+    sign = (bits >> 16) & 0x8000
+    mag = bits & i32(0x7FFFFFFF)
+    normal = ((mag + 0x0FFF + ((mag >> 13) & 1)) >> 13) - (112 << 10)
+    a = bits_to_f32(i32(mag))
+    sub = i32(((a + _F16_SUBNORMAL_F32) - _F16_SUBNORMAL_F32) * f32(16777216.0))
+    h = sub if mag < 0x38800000 else normal
+    h = 0x7C00 if mag >= 0x477FF000 else h
+    h = 0x7E00 if mag > 0x7F800000 else h
+    return u16(h | sign)
+
+
+@njit(error_model="numpy", cache=True)
+def st_bf16(x):
+    """The bfloat16 bits (uint16) of float32 ``x`` rounded to nearest, ties to even."""
+    bits = f32_to_bits(x)
+    sign = (bits >> 16) & 0x8000
+    mag = bits & i32(0x7FFFFFFF)
+    h = (mag + 0x7FFF + ((mag >> 16) & 1)) >> 16
+    h = 0x7FC0 if mag > 0x7F800000 else h
+    return u16(h | sign)
+
+
+# -- integer powers ------------------------------------------------------------------------------
+# PyTorch's integer pow: square and multiply, wrapping on overflow; a negative exponent gives
+# 1 for base 1, +-1 for base -1, else 0 (the integer part of 1 / a**-b). ops/numerics.py's
+# int_power computes the same in NumPy.
+
+
+@njit(error_model="numpy", cache=True)
+def ipow(a, b):
+    """int64 ``a ** b`` (the caller narrows the result to its dtype: the wrap commutes)."""
+    if b < 0:
+        if a == 1:
+            return i64(1)
+        if a == -1:
+            return i64(1) - i64(2) * (b & 1)
+        return i64(0)
+    r = i64(1)
+    while b != 0:
+        if b & 1:
+            r = r * a
+        b = b >> 1
+        a = a * a
+    return r
+
+
+@njit(error_model="numpy", cache=True)
+def ipow_u64(a, b):
+    """uint64 ``a ** b``, wrapping modulo 2**64."""
+    r = u64(1)
+    while b != u64(0):
+        if b & u64(1):
+            r = r * a
+        b = b >> u64(1)
+        a = a * a
+    return r

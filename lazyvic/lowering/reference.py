@@ -13,7 +13,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lazyvic import dtypes as dt
 from lazyvic import ops as optable
+
+_HALF_NP = frozenset(d.np for d in dt.HALF)
+
+
+def run_reference(reference, arrays: list, attrs, dtype: dt.DType) -> np.ndarray:
+    """``reference(arrays, attrs)`` as a ``dtype`` array, computed as kernels compute: half-type
+    operands widen to float32 (exactly), the op runs in float32 and a half-type result is
+    rounded once, from float32 (``DType.compute``)."""
+    if dtype.is_half or any(getattr(a, "dtype", None) in _HALF_NP for a in arrays):
+        arrays = [a.astype(np.float32) if getattr(a, "dtype", None) in _HALF_NP else a for a in arrays]
+    with np.errstate(all="ignore"):
+        out = np.asarray(reference(arrays, attrs))
+        if out.dtype != dtype.np:
+            if dtype.is_half and out.dtype != np.float32:
+                out = out.astype(np.float32)
+            out = out.astype(dtype.np)
+    return out
 
 
 def view(env, scalars, chain):
@@ -53,6 +71,4 @@ class ReferenceStep:
 
     def __call__(self, env, flat, scalars):
         vals = [view(env, scalars, c) for c in self.args]
-        with np.errstate(all="ignore"):
-            out = np.asarray(self.reference(vals, self.attrs), dtype=self.dtype.np)
-        np.copyto(env[self.out], out)
+        np.copyto(env[self.out], run_reference(self.reference, vals, self.attrs, self.dtype))

@@ -236,6 +236,14 @@ class Module:
     def double(self):
         return self.to(dtypes.float64)
 
+    def half(self):
+        """Cast floating-point parameters and buffers to float16 (see :meth:`to`)."""
+        return self.to(dtypes.float16)
+
+    def bfloat16(self):
+        """Cast floating-point parameters and buffers to bfloat16 (see :meth:`to`)."""
+        return self.to(dtypes.bfloat16)
+
     def cpu(self):
         """Move every parameter and buffer to the CPU (see :meth:`to`)."""
         return self.to("cpu")

@@ -20,7 +20,23 @@ from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops import numerics
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
-ALIAS = {"bool": "b1", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
+# The kernel language's type of each dtype's values: the half types compute in float32
+# (a statement of a half type rounds its value: lowering/emitter.py).
+ALIAS = {
+    "bool": "b1",
+    "uint8": "u8",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float16": "f32",
+    "bfloat16": "f32",
+    "float32": "f32",
+    "float64": "f64",
+}
 
 
 def const(dtype: dt.DType, value) -> str:
@@ -83,13 +99,14 @@ def _compare(opname):
     return infer
 
 
-def _no_bool(opname, base):
-    """PyTorch rejects ``-`` on bool tensors (NumPy would fail only when the trace runs)."""
+def _no_bool(opname, base, hint="the - operator is not supported on bool tensors; use ~ or logical_not"):
+    """PyTorch rejects ``-`` (and ``**`` of two tensors) on bool tensors (NumPy would fail only
+    when the trace runs)."""
 
     def infer(shapes, dtypes, attrs):
         s, d = base(shapes, dtypes, attrs)
         if d is dt.bool_:
-            raise DTypeError(f"{opname}: the - operator is not supported on bool tensors; use ~ or logical_not")
+            raise DTypeError(f"{opname}: {hint}")
         return s, d
 
     return infer
@@ -99,7 +116,7 @@ def _fn(name_f32: str, name_f64: str):
     """Expression for a unary transcendental: approximation for f32, libm for f64."""
 
     def expr(a, din, dout):
-        return f"{name_f32 if dout is dt.float32 else name_f64}({a[0]})"
+        return f"{name_f32 if dout.compute is dt.float32 else name_f64}({a[0]})"
 
     return expr
 
@@ -248,7 +265,7 @@ _INTEGRAL_FROM = {"float32": 8388608.0, "float64": 4503599627370496.0}
 
 def _rounding_expr(floor: bool):
     def expr(a, di, do):
-        x, big, one = a[0], const(do, _INTEGRAL_FROM[do.name]), const(do, 1)
+        x, big, one = a[0], const(do, _INTEGRAL_FROM[do.compute.name]), const(do, 1)
         q = f"(abs({x}) + {big} - {big})"
         if floor:  # floor(x) = -ceil(|x|) below zero, trunc(|x|) above
             q = f"(({q} + {one} if {q} < abs({x}) else {q}) if {x} < 0 else ({q} - {one} if {q} > abs({x}) else {q}))"
@@ -351,14 +368,44 @@ def _cast_onnx(b, names, at, shape, dtype):
     return b.node("Cast", names, to=b.onnx_dtype(dtype))
 
 
+def _via_int64(src: dt.DType, dst: dt.DType) -> bool:
+    """A float -> integer cast narrower than 64 bits goes through int64 and wraps (what PyTorch
+    gives on x86: ``tensor(200.).to(int8)`` is -56, ``tensor(-1.).to(uint8)`` is 255); to uint64,
+    negative values do (-1.0 is 2**64 - 1), others convert directly (up to 2**64)."""
+    return src.category == 2 and dst.category == 1 and (dst.bits < 64 or dst is dt.uint64)
+
+
+def _cast_reference(x, at):
+    """Casts as the kernels compute them: to a half type through float32 (as PyTorch's
+    ``c10::Half(double)`` does: float64 -> float32 -> float16 rounds twice), float to a narrow
+    integer through int64 (wrapping)."""
+    d = at["dtype"]
+    x = np.asarray(x[0])
+    if d.is_half:
+        return x.astype(np.float32).astype(d.np)
+    if x.dtype.kind == "f" and d is dt.uint64:
+        return np.where(x >= 0, x.astype(np.uint64), x.astype(np.int64).astype(np.uint64))
+    if x.dtype.kind == "f" and _via_int64(dt.float32, d):
+        return x.astype(np.int64).astype(d.np)
+    return x.astype(d.np)
+
+
+def _cast_expr(a, di, do):
+    if _via_int64(di[0], do) and do is dt.uint64:
+        return f"u64({a[0]}) if {a[0]} >= 0 else u64(i64({a[0]}))"
+    if _via_int64(di[0], do):
+        return f"{ALIAS[do.name]}(i64({a[0]}))"
+    return f"{ALIAS[do.name]}({a[0]})"
+
+
 register(
     OpDef(
         "cast",
         "elementwise",
         1,
         _cast_infer,
-        lambda x, at: x[0].astype(at["dtype"].np),
-        lambda a, di, do: f"{ALIAS[do.name]}({a[0]})",
+        _cast_reference,
+        _cast_expr,
         _cast_vjp,
         onnx=_cast_onnx,
     )
@@ -404,12 +451,28 @@ binary(
     infer=_div_infer,
     onnx=onnx_node("Div"),  # export only: ONNX's integer Div truncates (a converter of its own)
 )
+
+
+def _pow_reference(a, b):
+    if np.asarray(a).dtype.kind in "iu":
+        return numerics.int_power(a, b)
+    return numerics.libm("power")(a, b)
+
+
+def _pow_expr(a, di, do):
+    if do is dt.uint64:
+        return f"ipow_u64({a[0]}, {a[1]})"
+    if do.category == 1:
+        return f"ipow(i64({a[0]}), i64({a[1]}))"
+    return f"{a[0]} ** {a[1]}"
+
+
 binary(
     "pow",
-    lambda a, b: numerics.libm("power")(a, b),
-    lambda a, di, do: f"{a[0]} ** {a[1]}",
+    _pow_reference,
+    _pow_expr,
     lambda g, x, out, at: (g * x[1] * x[0] ** (x[1] - 1.0), g * out * x[0].log()),
-    infer=_float_only("pow"),
+    infer=_no_bool("pow", _same("pow"), "bool tensors have no power; cast to an integer or float dtype first"),
     onnx=onnx_node("Pow"),  # export only: ONNX's Pow takes integer bases (a converter of its own)
 )
 

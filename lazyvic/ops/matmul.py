@@ -1,7 +1,9 @@
 """Batched matrix product: (..., M, K) @ (..., K, N) -> (..., M, N), equal batch dims.
 
 The front end handles 1-D operands and broadcasts batch dimensions before
-recording the op. Lowered to a BLAS call (NumPy's matmul on OpenBLAS).
+recording the op. Floating-point products are a BLAS call (NumPy's matmul on OpenBLAS; the
+half types in float32, lazyvic/tensor.py); integer products stay integer and wrap on overflow,
+as PyTorch's, through NumPy's exact integer matmul.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ def _infer(shapes, dtypes, at):
     a, b = shapes
     if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]:
         raise ShapeError(f"matmul: shapes {a} and {b} do not fit (expected (..., M, K) @ (..., K, N))")
-    if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
-        raise DTypeError(f"matmul: expected equal floating-point dtypes, got {dtypes[0].name} and {dtypes[1].name}")
+    if dtypes[0] is not dtypes[1] or dtypes[0].category == 0:
+        raise DTypeError(f"matmul: expected equal numeric dtypes, got {dtypes[0].name} and {dtypes[1].name}")
     return a[:-1] + (b[-1],), dtypes[0]
 
 

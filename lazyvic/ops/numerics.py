@@ -283,3 +283,21 @@ def libm(name: str):
     from lazyvic.ops import libm as ufuncs
 
     return getattr(ufuncs, name)
+
+
+def int_power(a, b) -> np.ndarray:
+    """PyTorch's integer ``a ** b`` as kernel_lib's ``ipow``/``ipow_u64``: square and multiply in
+    int64 (uint64 for uint64), wrapping; a negative exponent gives 1 for base 1, +-1 for base -1,
+    else 0. Returns the wide array (the caller narrows it to the dtype)."""
+    wide = np.uint64 if np.asarray(a).dtype == np.uint64 else np.int64
+    a, b = np.broadcast_arrays(np.asarray(a).astype(wide), np.asarray(b).astype(wide))
+    r, base, e = np.ones(a.shape, wide), a.copy(), np.where(b > 0, b, 0).astype(wide)
+    with np.errstate(all="ignore"):
+        while np.any(e != 0):
+            r = np.where((e & 1) != 0, r * base, r)
+            e = e >> wide(1)
+            base = base * base
+    if wide is np.int64:
+        negative = np.where(a == 1, 1, np.where(a == -1, 1 - 2 * (b & 1), 0))
+        r = np.where(b < 0, negative, r)
+    return r

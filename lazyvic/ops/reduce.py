@@ -53,7 +53,7 @@ def _highest(d: dt.DType):
 
 def _lit(d, v):
     if isinstance(v, float) and np.isinf(v):
-        return f"{'f32' if d is dt.float32 else 'f64'}({'-' if v < 0 else ''}np.inf)"
+        return f"{'f32' if d.compute is dt.float32 else 'f64'}({'-' if v < 0 else ''}np.inf)"
     return const(d, v)
 
 

@@ -101,7 +101,7 @@ register(OpDef("scalar", "source", 0, _no_infer, lambda inputs, attrs: None, dif
 
 def _rand_expr(args, in_dtypes, out_dtype):
     """``args``: seed, offset, flat element index (the kernel's index into the output)."""
-    return f"rand_{'f32' if out_dtype.name == 'float32' else 'f64'}({args[0]}, {args[1]}, {args[2]})"
+    return f"rand_{'f32' if out_dtype.compute.name == 'float32' else 'f64'}({args[0]}, {args[1]}, {args[2]})"
 
 
 register(OpDef("rand", "random", 2, _random_infer, _rand_ref, expr=_rand_expr, differentiable=False))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic import ops as optable
-from lazyvic.dtypes import get_dtype
+from lazyvic.dtypes import get_dtype, scalar_value
 from lazyvic.lowering.passes import transpose_matmuls
+from lazyvic.lowering.reference import run_reference
 
 
 def _rewritten(trace) -> tuple:
@@ -31,15 +32,9 @@ def _evaluate(entry, n: int, inputs: list, scalars: list) -> list:
         if e.op == "buffer":
             values[i] = inputs[e.slot]
         elif e.op == "scalar":
-            values[i] = e.dtype.np.type(scalars[e.slot])
+            values[i] = scalar_value(scalars[e.slot], e.dtype)
         else:
-            opdef = optable.OPS[e.op]
-            with np.errstate(all="ignore"):
-                out = opdef.reference([values[j] for j in e.inputs], e.attrs)
-            out = np.asarray(out)
-            if out.dtype != e.dtype.np:
-                out = out.astype(e.dtype.np)
-            values[i] = out
+            values[i] = run_reference(optable.OPS[e.op].reference, [values[j] for j in e.inputs], e.attrs, e.dtype)
     return values
 
 

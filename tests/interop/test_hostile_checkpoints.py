@@ -226,7 +226,7 @@ def test_safetensors_memory_error_names_the_file(tmp_path, monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(torch_io.safetensors.numpy, "load_file", out_of_memory)
+    monkeypatch.setattr(torch_io, "safetensors_arrays", out_of_memory)
     with pytest.raises(CheckpointError, match=r"a.safetensors: ran out of memory"):
         torch_io.load_safetensors(tmp_path / "a.safetensors")
 

@@ -16,7 +16,22 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import OnnxError
 
-ONNX_DTYPES = {"bool": 9, "int32": 6, "int64": 7, "float32": 1, "float64": 11}  # TensorProto enums
+# TensorProto element types (onnx.proto's enum DataType).
+ONNX_DTYPES = {
+    "float32": 1,
+    "uint8": 2,
+    "int8": 3,
+    "uint16": 4,
+    "int16": 5,
+    "int32": 6,
+    "int64": 7,
+    "bool": 9,
+    "float16": 10,
+    "float64": 11,
+    "uint32": 12,
+    "uint64": 13,
+    "bfloat16": 16,
+}
 
 
 class SymInt(int):

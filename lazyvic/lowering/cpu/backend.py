@@ -30,8 +30,10 @@ from lazyvic.lowering.pipeline import gathers
 from lazyvic.lowering.reference import reference_step
 
 
-def _matmul_step(lowered, root: int, args: list) -> MatmulStep:
+def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
     e = lowered.entries[root]
+    if not e.dtype.is_floating_point:
+        return None  # an integer product: NumPy's exact integer matmul (a reference step; no BLAS)
     return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1])
 
 
@@ -103,7 +105,7 @@ class CpuBackend(Backend):
     def prepare(self, lowered) -> None:
         scalar_dtypes = lowered.scalar_dtypes
         kernels = [
-            (ks, [scalar_dtypes[s].name for s in ks.scalars])
+            (ks, [scalar_dtypes[s].compute.name for s in ks.scalars])
             for ks in (lowered.sources.get(g.root) for g in lowered.groups)
             if ks is not None
         ]
@@ -116,7 +118,7 @@ class CpuBackend(Backend):
         ]
         scalar_dtypes = lowered.scalar_dtypes
         fn = kernel_cache.load(
-            ks, lowered.cache_dir, [scalar_dtypes[s].name for s in ks.scalars], lowered.stats, self.max_kernels
+            ks, lowered.cache_dir, [scalar_dtypes[s].compute.name for s in ks.scalars], lowered.stats, self.max_kernels
         )
         steps.append(
             KernelStep(
@@ -124,7 +126,7 @@ class CpuBackend(Backend):
                 fn,
                 group.root,
                 tuple(ks.buffers),
-                tuple((s, scalar_dtypes[s].np.type) for s in ks.scalars),
+                tuple((s, scalar_dtypes[s].compute.np.type) for s in ks.scalars),
                 tuple((np.dtype(d), slots) for d, slots in ks.packed),
                 ks.source,
                 tuple(group.extra_roots),

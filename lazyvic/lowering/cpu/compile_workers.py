@@ -35,10 +35,17 @@ from numba import types
 MIN_JOBS = 3  # fewer kernels to compile: here, one after the other (a worker's start costs ~0.5 s)
 MAX_WORKERS = 3
 
+# By NumPy dtype name: the kernels' arrays (half types as their uint16 bits) and scalars.
 _NB = {
     "bool": types.boolean,
+    "uint8": types.uint8,
+    "int8": types.int8,
+    "int16": types.int16,
+    "uint16": types.uint16,
     "int32": types.int32,
+    "uint32": types.uint32,
     "int64": types.int64,
+    "uint64": types.uint64,
     "float32": types.float32,
     "float64": types.float64,
 }

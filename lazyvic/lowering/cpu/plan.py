@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu.steps import ConvStep, KernelStep, MatmulStep
@@ -78,6 +79,17 @@ def _concrete_step(step, env: dict, names: tuple, memo: dict):
         if new is not v:
             changes[name] = new
     return dataclasses.replace(step, **changes) if changes else step
+
+
+_HALF_NP = frozenset(d.np for d in dt.HALF)
+_U16 = np.dtype(np.uint16)
+
+
+def kernel_view(a: np.ndarray) -> np.ndarray:
+    """The flat array a kernel gets for ``a``: itself, or for a half type its uint16 bits (which
+    Numba can type; kernel_lib's ld_/st_ functions convert)."""
+    f = a.reshape(-1)
+    return f.view(_U16) if f.dtype in _HALF_NP else f
 
 
 def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
@@ -270,7 +282,7 @@ class CpuPlan(Plan):
             shape, dtype = entries[pos].shape, entries[pos].dtype
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             env[pos] = pool[slot][:nbytes].view(dtype.np).reshape(shape)
-            flat[pos] = env[pos].reshape(-1)
+            flat[pos] = kernel_view(env[pos])
         return env, flat
 
     def _bound(self, sizes: tuple) -> _Binding:
@@ -349,12 +361,12 @@ class CpuPlan(Plan):
         for pos, slot in self.input_pos:
             a = inputs[slot]
             env[pos] = a
-            flat[pos] = a.reshape(-1)
+            flat[pos] = kernel_view(a)
         for pos, shape, dtype, aligned in new_outputs:
             if env[pos] is None:  # not an input handed back as an output
                 a = self.allocate(shape, dtype, aligned)
                 env[pos] = a
-                flat[pos] = a.reshape(-1)
+                flat[pos] = kernel_view(a)
         if observe is not None:
             for step in steps:
                 step(env, flat, scalars)

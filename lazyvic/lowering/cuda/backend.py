@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lazyvic import ops as optable
+from lazyvic.errors import DTypeError
 from lazyvic.lowering.backend import Backend
 from lazyvic.lowering.cuda import codegen
 from lazyvic.lowering.cuda.index_steps import CudaGatherStep, CudaIndexCheckStep, index_view, scatter_add_step
@@ -125,6 +126,9 @@ LIBRARY_STEPS = {
 }
 
 
+CUDA_DTYPES = ("bool", "int32", "int64", "float32", "float64")
+
+
 class CudaBackend(Backend):
     """Lowers traces to CudaPlans running on ``target`` (see ``lowering/cuda/target.py``)."""
 
@@ -136,6 +140,23 @@ class CudaBackend(Backend):
 
     def default_cache_dir(self):
         return Path(os.environ.get("LAZYVIC_CACHE_DIR") or Path.home() / ".cache" / "lazyvic")
+
+    def compile(self, trace, cache_dir=None, debug: int | None = None, named=None, symbols=()):
+        """As :meth:`Backend.compile`; the CUDA kernels know the five original dtypes only.
+
+        Raises:
+            DTypeError: a value of another dtype (float16, bfloat16, the 8/16-bit and unsigned
+                integers) in the trace: they run on the CPU for now.
+        """
+        for i in range(len(trace.entries)):
+            d = trace.entry(i).dtype
+            if d.name not in CUDA_DTYPES:
+                raise DTypeError(
+                    f"cuda: {d.name} tensors are not supported on the cuda device yet (it computes "
+                    + ", ".join(CUDA_DTYPES)
+                    + "); cast with .float() first or keep them on the cpu"
+                )
+        return super().compile(trace, cache_dir, debug, named, symbols)
 
     def default_debug(self) -> int:
         try:

@@ -285,10 +285,12 @@ def _parse_shape(spec: str) -> tuple:
         raise CommandError(f"--input-shape {spec!r}: expected comma-separated sizes like 1,3,32,32[:float32]") from None
     if not shape or any(d <= 0 for d in shape):
         raise CommandError(f"--input-shape {spec!r}: sizes must be positive integers")
+    from lazyvic import dtypes as dt
+
     dtype = dtype or "float32"
-    if dtype not in ("float32", "float64", "int32", "int64", "bool"):
-        raise CommandError(f"--input-shape {spec!r}: dtype must be float32, float64, int32, int64 or bool")
-    return shape, np.dtype(dtype)
+    if dtype not in dt._BY_NAME or dt._BY_NAME[dtype].name != dtype:
+        raise CommandError(f"--input-shape {spec!r}: dtype must be one of " + ", ".join(d.name for d in dt.ALL))
+    return shape, dt._BY_NAME[dtype].np
 
 
 def _factory(spec: str):

@@ -24,8 +24,9 @@ Import (ONNX nodes -> lazyvic calls), one small converter per ONNX op type:
                     primitive's mapping is written once for both directions
 
 Layering: this package is at the top: it uses the front end (``lazyvic.tensor``,
-``lazyvic.functional``, ``lazyvic.nn.module``), the op table and ``lazyvic.trace.composite``, and
-never imports the top-level ``lazyvic`` package.
+``lazyvic.functional``, ``lazyvic.nn.module``), the op table (folding constants through
+``lazyvic.lowering.reference.run_reference``, as the interpreter runs a reference) and
+``lazyvic.trace.composite``, and never imports the top-level ``lazyvic`` package.
 """
 
 from lazyvic.interop.onnx import converters  # fills the registry

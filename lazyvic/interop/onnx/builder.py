@@ -127,7 +127,8 @@ class GraphBuilder:
         """A constant: an initializer when ``name`` is given (parameters and buffers, by state_dict
         key), else a ``Constant`` node, so importers do not take it for a trainable weight (small
         ones are shared by value)."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d arrays 1-d
         named = name is not None
         key = None
         if name is None and array.size <= 64:

@@ -23,11 +23,17 @@ from lazyvic import dtypes as dt
 from lazyvic.creation import tensor
 from lazyvic.errors import DTypeError, OnnxError
 from lazyvic.interop.format_v1 import LoadBudget, load_limit
+from lazyvic.interop.onnx.builder import ONNX_DTYPES
 from lazyvic.tensor import Tensor
 
-# ONNX TensorProto element types lazyvic has.
-ELEM_DTYPES = {1: dt.float32, 6: dt.int32, 7: dt.int64, 9: dt.bool_, 11: dt.float64}
-SUPPORTED_TYPES_TEXT = "FLOAT (float32), DOUBLE (float64), INT32, INT64 and BOOL"
+# ONNX TensorProto element types lazyvic has (the thirteen of lazyvic.dtypes; the enum values are
+# the exporter's ONNX_DTYPES). The others (FLOAT8*, FLOAT4E2M1, INT4/UINT4, INT2/UINT2,
+# COMPLEX64/128, STRING) are refused with SUPPORTED_TYPES_TEXT.
+ELEM_DTYPES = {code: dt.get_dtype(name) for name, code in ONNX_DTYPES.items()}
+SUPPORTED_TYPES_TEXT = (
+    "FLOAT (float32), DOUBLE (float64), FLOAT16, BFLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, "
+    "UINT32, UINT64 and BOOL"
+)
 SUPPORTED_TYPES_NOTE = "lazyvic supports " + SUPPORTED_TYPES_TEXT
 
 
@@ -48,6 +54,28 @@ def elem_name(elem_type: int) -> str:
         return TensorProto.DataType.Name(elem_type)
     except Exception:
         return f"element type {elem_type}"
+
+
+def tensor_array(t) -> np.ndarray:
+    """The NumPy array of a ``TensorProto`` of a type lazyvic has (``ELEM_DTYPES``), in that type's
+    NumPy dtype: ``onnx.numpy_helper.to_array``, except that BFLOAT16 is decoded here from its bit
+    patterns into an ``ml_dtypes.bfloat16`` array (onnx releases differ there: recent ones give
+    ml_dtypes arrays, older ones uint16 bit patterns or float32 values)."""
+    from onnx import TensorProto, numpy_helper
+
+    if t.data_type != TensorProto.BFLOAT16:
+        return np.asarray(numpy_helper.to_array(t))
+    shape = tuple(int(n) for n in t.dims)
+    if t.HasField("raw_data"):
+        bits = np.frombuffer(t.raw_data, dtype="<u2")
+    else:  # int32_data holds one bit pattern per element in its low 16 bits
+        bits = np.asarray(t.int32_data, dtype=np.int64)
+        if bits.size and (bits.min() < 0 or bits.max() > 0xFFFF):
+            raise ValueError("BFLOAT16 int32_data holds a value that is not a 16-bit pattern")
+        bits = bits.astype(np.uint16)
+    if bits.size != math.prod(shape):
+        raise ValueError(f"{bits.size} values for shape {shape}")
+    return bits.astype(np.uint16).view(dt.bfloat16.np).reshape(shape)
 
 
 def lazyvic_dtype(np_dtype) -> dt.DType | None:

@@ -24,6 +24,12 @@ changing entry of a Reshape target becomes ``-1``). A graph whose structure or
 constants change with the axis size (a mean over the batch, a mask built for one
 length) cannot be exported with that axis dynamic: OnnxError says which node.
 
+Element types: every lazyvic dtype is written as its TensorProto type (``builder.ONNX_DTYPES``;
+bfloat16 tensors as BFLOAT16). A node whose schema at the opset refuses its type (Add of int8
+before Add-14, Conv of bfloat16 before Conv-22, Relu of uint8) is computed in a wider type that
+holds every value and cast back, which is lazyvic's own arithmetic (``legalize.py``); where no
+such type exists, UnsupportedOpError names the op, the type and the opset that takes it.
+
 References: the ONNX operator specification (github.com/onnx/onnx, docs/Operators.md)
 for every node written; ``onnx.helper`` builds the protobufs and
 ``onnx.checker.check_model(full_check=True)`` checks the result.
@@ -224,7 +230,8 @@ def export(
 
     Raises:
         UnsupportedOpError: the recorded graph holds ops with no ONNX form at this opset (all are
-            listed), e.g. random numbers (dropout in training mode) or scatter_add below opset 16.
+            listed), e.g. random numbers (dropout in training mode) or scatter_add below opset 16,
+            or an element type no op schema at this opset takes (Relu of int64 at opset 13).
         OnnxError: the call ran a sync point while recording, a dynamic axis changes the graph, or
             the checker rejects the model (a lazyvic bug: please report it).
         TypeError / ValueError: bad arguments (names, opset, inputs that are not tensors).
@@ -296,6 +303,14 @@ def export(
             dim_names.setdefault((n, a), f"{n}_dim{a}")
         graph_outputs.append(value_info(n, shape, dtype_name))
     drop_redundant_broadcasts(b, set(out_names))
+    # Element types a node's schema refuses at this opset (Add of int8 before 14, Conv of
+    # bfloat16, Relu of uint8) are computed in a wider type and cast back (legalize.py).
+    from lazyvic.interop.onnx.legalize import legalize_types
+
+    refused = legalize_types(b, {n: ONNX_DTYPES[t.dtype.name] for n, t in zip(in_names, inputs)}, MAX_OPSET)
+    if refused:
+        listed = "; ".join(f"{what}: nodes {', '.join(repr(n) for n in nodes)}" for what, nodes in refused.items())
+        raise UnsupportedOpError(f"onnx export: element types ONNX does not take at opset {opset}: {listed}")
     name = type(model_or_fn).__name__ if is_module else getattr(model_or_fn, "__name__", "function")
     g = onnx.helper.make_graph(b.nodes, name, graph_inputs, graph_outputs, initializer=b.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]

@@ -51,6 +51,7 @@ from lazyvic.interop.onnx.context import (
     run_budget,
     shape_of,
 )
+from lazyvic.interop.onnx.halves import HALF_IN_FLOAT32, convert_widened
 from lazyvic.interop.onnx.reader import initializer_arrays, read_model, refuse_external_data, strip_initializers
 from lazyvic.interop.onnx.registry import MAX_OPSET, MIN_OPSET, converter, supported_ops
 from lazyvic.nn.module import Module, Parameter
@@ -172,7 +173,11 @@ class OnnxModule(Module):
         undefined = []
         # Which values are known constants when the graph runs (see the module docstring): it decides
         # whether a fold_only op (Floor, Sin, ...) can be imported.
-        constants = {t.name for t in graph.initializer if t.data_type not in (1, 11)}
+        constants = {
+            t.name
+            for t in graph.initializer
+            if t.data_type not in ELEM_DTYPES or not ELEM_DTYPES[t.data_type].is_floating_point
+        }
         for i, node in enumerate(graph.node):
             ctx = NodeContext(node, 0, source, i)
             problem = self._node_problem(ctx, opsets)
@@ -403,6 +408,8 @@ class OnnxModule(Module):
                 out = conv.fold(ctx, *args)
                 if budget is not None and ctx.op != "Constant":  # a Constant's bytes are the file's own
                     _charge_fresh(ctx, budget, budget.used - before, out, present)
+            elif ctx.op in HALF_IN_FLOAT32:  # float16/bfloat16: computed in float32, rounded once
+                out = convert_widened(ctx, conv.convert, args)
             else:
                 out = conv.convert(ctx, *args)
         except (OnnxError, UnsupportedOpError):
@@ -478,8 +485,10 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
         graph-input order; initializers listed as graph inputs are not user inputs) returns a
         Tensor, or a tuple for several graph outputs. Floating-point initializers are
         ``nn.Parameter`` s (trainable; autograd flows through the graph), integer and bool ones are
-        buffers; their ``state_dict`` keys follow :func:`state_dict_keys`. Element types: float32,
-        float64, int32, int64, bool. Shapes are static (known when the module is called).
+        buffers; their ``state_dict`` keys follow :func:`state_dict_keys`. Element types: the
+        thirteen of ``lazyvic.dtypes`` (FLOAT, DOUBLE, FLOAT16, BFLOAT16 as ``ml_dtypes.bfloat16``
+        arrays, BOOL, INT8/16/32/64, UINT8/16/32/64); FLOAT8*, INT4/UINT4, complex and strings are
+        refused. Shapes are static (known when the module is called).
 
     Semantics: the ONNX operator specification (https://onnx.ai/onnx/operators/) at the model's
     default-domain opset, 7 to 28 (onnxruntime's range from below). Each op is read at its schema
@@ -491,7 +500,7 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
     and Clip's bounds are inputs from 11; Dropout-7/-10 have a ratio attribute; Resize-10 and
     Upsample-7/-9 use asymmetric coordinates; BatchNormalization-7 has ``spatial`` and, like -9,
     a five-output training form. :func:`supported_ops` lists every op and the versions handled; versions after
-    18 are included where the schema change concerns only element types lazyvic lacks (checked by
+    18 are included where the schema change concerns only element types (checked by
     comparing the schemas' inputs, outputs and attributes), or is implemented (AveragePool-19
     dilations, Pad-19 ``wrap``, SpaceToDepth-28 ``mode``). Conv is 1-D or 2-D; MaxPool and
     AveragePool take any number of spatial axes.
@@ -513,7 +522,7 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
         UnsupportedOpError: (at load time) every op type lazyvic cannot import, each with its node
             names, listed at once: unknown ops, other domains (e.g. ``com.microsoft``), op
             versions outside the handled ones, unsupported features (e.g. Conv with 3 spatial
-            axes, Pad's wrap mode before Pad-19, Cast to float16), or an opset outside 7..28.
+            axes, Pad's wrap mode before Pad-19, Cast to float8), or an opset outside 7..28.
     """
     try:
         proto, source = read_model(model, max_bytes=max_bytes)

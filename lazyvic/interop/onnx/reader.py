@@ -22,7 +22,7 @@ import numpy as np
 
 from lazyvic.errors import OnnxError
 from lazyvic.interop.format_v1 import LoadBudget, load_limit
-from lazyvic.interop.onnx.context import ELEM_DTYPES, SUPPORTED_TYPES_TEXT, elem_name
+from lazyvic.interop.onnx.context import ELEM_DTYPES, SUPPORTED_TYPES_TEXT, elem_name, tensor_array
 
 
 def read_model(model, *, max_bytes: float | None = None) -> tuple:
@@ -206,8 +206,6 @@ def _tensor_nbytes(t) -> int | None:
 def initializer_arrays(proto, source: str) -> dict:
     """Initializer name -> NumPy array; OnnxError for an unloaded external, a type lazyvic lacks,
     or missing / bad data."""
-    from onnx import numpy_helper
-
     arrays = {}
     for t in proto.graph.initializer:
         if _uses_external_data(t):
@@ -223,7 +221,7 @@ def initializer_arrays(proto, source: str) -> dict:
         if any(n < 0 for n in t.dims):
             raise OnnxError(f"{source}: initializer '{t.name}' has a negative dimension in shape {tuple(t.dims)}")
         try:
-            arr = np.asarray(numpy_helper.to_array(t))
+            arr = tensor_array(t)
         except Exception as e:
             raise OnnxError(
                 f"{source}: initializer '{t.name}' (shape {tuple(t.dims)}) has missing or bad data: "

@@ -12,8 +12,9 @@ model opset selects another version is refused at load time. A converter that ha
 with different semantics reads ``ctx.version`` (Softmax before 13 coerces to 2-D, Split before
 13 reads ``split`` from an attribute ...); versions that differ only in the element types they
 allow share one code path. Versions after 18 are listed only
-where the schema change touches element types lazyvic does not have (float16, bfloat16, float8,
-int4, ...) or is implemented. The converters live in ``converters/``, one file per family; the
+where the schema change only concerns element types (bfloat16, float8, int4 ... added: the types
+lazyvic has run the same code, the others are refused where a value or Cast has them) or is
+implemented. The converters live in ``converters/``, one file per family; the
 ones derived from the op table are registered by ``converters/optable.py``.
 """
 

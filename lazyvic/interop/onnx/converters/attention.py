@@ -60,6 +60,7 @@ def attention(ctx, q, k, v, mask=None, past_key=None, past_value=None, nonpad=No
         value = value.unsqueeze(2).expand(b, hk, rep, total, value.shape[-1]).reshape(b, hq, total, value.shape[-1])
     scale = ctx.attr("scale")
     root = math.sqrt(float(scale) if scale is not None else 1.0 / math.sqrt(d))
+    root = float(np.asarray(root, dtype=query.dtype.np))  # the spec's Cast of sqrt(scale) to T
     scores = (query * root) @ (key * root).transpose(-2, -1)  # (B, Hq, Sq, total)
     qk = [scores]
     softcap = float(ctx.attr("softcap", 0.0))
@@ -86,7 +87,9 @@ def attention(ctx, q, k, v, mask=None, past_key=None, past_value=None, nonpad=No
             m = pad_axes(m, [(0, total - m.shape[-1])], fill if fill else 0.0)
         scores = scores + (where(m, 0.0, -math.inf).to(scores.dtype) if m.dtype is dt.bool_ else m)
     qk.append(scores)
-    work = scores.to(dt.float64) if ctx.attr("softmax_precision") == 11 else scores
+    # softmax_precision: the softmax's type (FLOAT or DOUBLE); absent, the scores' own (a half type too).
+    precision = {1: dt.float32, 11: dt.float64}.get(ctx.attr("softmax_precision"), scores.dtype)
+    work = scores if precision is scores.dtype else scores.to(precision)
     dead = work.amax(-1, keepdim=True) == -math.inf  # every key masked: a zero row, not NaN
     probs = where(dead, 0.0, F.softmax(where(dead, 0.0, work), -1)).to(query.dtype)
     qk.append(probs)

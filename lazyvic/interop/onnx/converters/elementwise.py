@@ -32,6 +32,7 @@ from lazyvic.interop.onnx.context import (
     lazyvic_dtype,
 )
 from lazyvic.interop.onnx.registry import register
+from lazyvic.ops import OPS
 from lazyvic.tensor import Tensor, where
 
 
@@ -269,10 +270,17 @@ def _cast_check(ctx):
     return None
 
 
+def cast_array(a: np.ndarray, target: dt.DType) -> np.ndarray:
+    """``a`` cast to ``target`` as lazyvic's cast computes it (its reference): float64 to a half type
+    through float32 (as PyTorch and onnxruntime convert), float to an integer through int64."""
+    with np.errstate(all="ignore"):
+        return np.asarray(OPS["cast"].reference([a], {"dtype": target}))
+
+
 def _fold_cast(ctx, a):
-    target = ELEM_DTYPES[ctx.attr("to")].np
-    ctx.reserve(a.shape, target)  # bool -> float64 is 8 times the input
-    return a.astype(target)
+    target = ELEM_DTYPES[ctx.attr("to")]
+    ctx.reserve(a.shape, target.np)  # bool -> float64 is 8 times the input
+    return cast_array(a, target)
 
 
 @register("Cast", since=(6, 9, 13, 19, 21, 23, 24, 25, 28), fold=_fold_cast, check=_cast_check)
@@ -290,9 +298,9 @@ def _cast_like_target(ctx, like) -> dt.DType:
 
 
 def _fold_cast_like(ctx, a, like):
-    target = _cast_like_target(ctx, like).np
-    ctx.reserve(a.shape, target)
-    return a.astype(target)
+    target = _cast_like_target(ctx, like)
+    ctx.reserve(a.shape, target.np)
+    return cast_array(a, target)
 
 
 @register("CastLike", since=(15, 19, 21, 23, 24, 25), fold=_fold_cast_like)

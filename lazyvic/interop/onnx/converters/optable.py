@@ -17,8 +17,10 @@ How a derived node runs depends on the primitive's kind:
 - movement: the primitive's attributes come from the rule's ``from_onnx`` (Transpose's perm).
 
 When every input is a constant the node folds with the primitive's NumPy reference
-(``OpDef.reference``) instead. Fixed attributes of a rule (``onnx_node(op_type, name=value)``)
-are checked at load time: a node with another value is refused.
+(``OpDef.reference``) instead, as the interpreter runs it (``lowering.reference.run_reference``:
+float16 and bfloat16 operands computed in float32, the result rounded once). Fixed attributes of
+a rule (``onnx_node(op_type, name=value)``) are checked at load time: a node with another value
+is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.interop.onnx.context import NodeContext, lazyvic_dtype, shape_of
 from lazyvic.interop.onnx.registry import Converter, add
+from lazyvic.lowering.reference import run_reference
 from lazyvic.ops import OPS
 from lazyvic.ops.opdef import OnnxNode, OpDef
 from lazyvic.tensor import Tensor, matmul
@@ -83,9 +86,8 @@ def _fold_elementwise(ctx: NodeContext, op: OpDef, arrays: tuple, attrs: dict) -
     arrays = [a if a.dtype == d.np else a.astype(d.np) for a, d in zip(arrays, dtypes)]
     arrays = np.broadcast_arrays(*arrays)
     _, out_dtype = op.infer(tuple(shape for _ in arrays), tuple(dtypes), attrs)
-    with np.errstate(all="ignore"):
-        out = op.reference(list(arrays), attrs)
-    return np.asarray(out).astype(out_dtype.np, copy=False)
+    # As the interpreter runs it: half-type operands widen to float32, a half result is rounded once.
+    return run_reference(op.reference, list(arrays), attrs, out_dtype)
 
 
 def _matmul(ctx: NodeContext, op: OpDef, values: tuple, attrs: dict) -> Tensor:
@@ -104,9 +106,7 @@ def _fold_as_given(ctx: NodeContext, op: OpDef, arrays: tuple, attrs: dict) -> n
     Transpose's. A product's result is reserved first: ``(n, 1) @ (1, n)`` is n times its inputs."""
     if op.kind == "matmul":
         ctx.reserve(_matmul_shape(ctx, *(a.shape for a in arrays)), arrays[0].dtype)
-    with np.errstate(all="ignore"):
-        out = op.reference(list(arrays), attrs)
-    return np.asarray(out).astype(arrays[0].dtype, copy=False)
+    return run_reference(op.reference, list(arrays), attrs, lazyvic_dtype(arrays[0].dtype))
 
 
 def _matmul_shape(ctx: NodeContext, a: tuple, b: tuple) -> tuple:

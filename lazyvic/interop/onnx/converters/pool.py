@@ -108,7 +108,9 @@ def max_pool(ctx, a):
     x = ctx.tensor(a)
     kernel, strides, dilations, pairs, extra = _geometry(ctx, x)
     indices = ctx.wants_output(1)
-    if not indices and _fits_pool2d(x, kernel, dilations, pairs, extra):
+    # functional.max_pool2d takes floating-point inputs (MaxPool-12 allows int8 and uint8 too:
+    # those reduce the window views below, padded with the type's lowest value).
+    if not indices and x.dtype.is_floating_point and _fits_pool2d(x, kernel, dilations, pairs, extra):
         return _pool2d(F.max_pool2d, x, kernel, strides, pairs)
     full_pairs = [(p, q + e) for (p, q), e in zip(pairs, extra)]
     low = -math.inf if x.dtype.is_floating_point else np.iinfo(x.dtype.np).min

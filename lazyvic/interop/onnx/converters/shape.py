@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from lazyvic.interop.onnx.context import ELEM_DTYPES, SUPPORTED_TYPES_NOTE, dtype_np, elem_name, shape_of
+from lazyvic.interop.onnx.context import ELEM_DTYPES, SUPPORTED_TYPES_NOTE, dtype_np, elem_name, shape_of, tensor_array
 from lazyvic.interop.onnx.registry import register
 
 
@@ -35,13 +35,13 @@ register("Size", since=(1, 13, 19, 21, 23, 24, 25), fold=_size, constant=True)(_
 
 
 def _tensor_attr_array(ctx, tensor_proto) -> np.ndarray:
-    from onnx import TensorProto, numpy_helper
+    from onnx import TensorProto
 
     if tensor_proto.data_type not in ELEM_DTYPES:
         raise ctx.error(f"a constant of type {elem_name(tensor_proto.data_type)} ({SUPPORTED_TYPES_NOTE})")
     if tensor_proto.data_location == TensorProto.EXTERNAL:  # never resolved against the working directory
         raise ctx.error("a constant that refers to external data which was not read from the model's folder")
-    return np.asarray(numpy_helper.to_array(tensor_proto))
+    return tensor_array(tensor_proto)
 
 
 def _constant_check(ctx):

@@ -9,7 +9,7 @@ Promotion follows PyTorch (``torch.promote_types``, checked against a PyTorch-ma
 ``tests/fixtures/torch_dtypes/promotion.json``): a higher category (bool < integer < floating)
 wins; inside one category the wider type wins, uint8 with a signed type gives the smallest
 signed type that holds both (uint8 + int8 -> int16), float16 with bfloat16 gives float32, and
-uint16/uint32/uint64 do not promote with another integer type (DTypeError, as PyTorch raises).
+uint16/uint32/uint64 do not promote with another integer type or bool (DTypeError, as PyTorch raises).
 Python scalars never widen a tensor (``int32_tensor + 1`` stays int32, ``float16_tensor * 2.0``
 stays float16), and a float scalar with an integer tensor gives the default float dtype.
 
@@ -19,6 +19,8 @@ result to the half type (what PyTorch does on the CPU), in the interpreter and i
 """
 
 from __future__ import annotations
+
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -137,16 +139,16 @@ def promote(a: DType, b: DType) -> DType:
     """
     if a is b:
         return a
-    if a.category != b.category:
+    if a.category != b.category and (a.category == 2 or b.category == 2 or (a not in _LIMITED and b not in _LIMITED)):
         return a if a.category > b.category else b
     if a.category == 2:
         if a.is_half and b.is_half:
             return float32
         return a if a.itemsize > b.itemsize else b
-    if a in _LIMITED or b in _LIMITED:
+    if a in _LIMITED or b in _LIMITED:  # with another integer type or bool (PyTorch 2.13 raises)
         raise DTypeError(
             f"promotion of {a.name} with {b.name} is not supported (as in PyTorch, uint16, uint32 and "
-            "uint64 promote only with bool and floating types); cast one operand first"
+            "uint64 promote only with floating types); cast one operand first"
         )
     if a.signed == b.signed:
         return a if a.itemsize > b.itemsize else b
@@ -180,6 +182,48 @@ def scalar_value(value, dtype: DType):
     if d.category == 1:
         return d.np.type(wrap_int(value, d))
     return d.np.type(value)
+
+
+# ------------------------------------------------- composites on half types
+def _upcast(v, half: DType):
+    return v.to(float32) if getattr(v, "dtype", None) is half and hasattr(v, "_node") else v
+
+
+def _downcast(out, half: DType):
+    if getattr(out, "dtype", None) is float32 and hasattr(out, "_node"):
+        return out.to(half)
+    if isinstance(out, tuple):
+        items = [_downcast(v, half) for v in out]
+        return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+    return out
+
+
+def half_in_float32(fn):
+    """Run composite ``fn`` (softmax, layer_norm, gelu, a loss ...) on float16/bfloat16 tensors in
+    float32 and round its result once, as PyTorch's CPU kernels compute these ops (in float32,
+    "opmath"): rounding each of its primitives' results would lose what ``1 + erf(x)`` or
+    ``x - max`` keeps. The first argument decides; other tensors of the same half dtype are
+    widened too; float32 results are rounded back (indices and other dtypes are left alone).
+    An explicit ``dtype=`` or ``inplace=True`` call runs ``fn`` as it is.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(x, *args, **kwargs):
+        half = getattr(x, "dtype", None)
+        if not isinstance(half, DType) or not half.is_half or kwargs.get("dtype") is not None or kwargs.get("inplace"):
+            return fn(x, *args, **kwargs)
+        out = fn(
+            _upcast(x, half), *[_upcast(a, half) for a in args], **{k: _upcast(v, half) for k, v in kwargs.items()}
+        )
+        return _downcast(out, half)
+
+    return wrapper
+
+
+def widen_halves(namespace: dict, names: tuple) -> None:
+    """Wrap the functions ``names`` of a module's ``namespace`` with :func:`half_in_float32`."""
+    for name in names:
+        namespace[name] = half_in_float32(namespace[name])
 
 
 # ------------------------------------------------------------- finfo / iinfo

@@ -99,6 +99,8 @@ def pow(x, exponent):  # noqa: A001
     tensor power (wrapping; a negative exponent gives 0 except for bases 1 and -1, as PyTorch);
     otherwise the result is floating."""
     if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
+        if x.dtype is dt.bool_ and isinstance(exponent, numbers.Integral):
+            x = x.to(dt.int64)  # bool ** 2 is int64 in PyTorch (bool with a Python int)
         if exponent == 2:
             return x * x
         if exponent == 1:
@@ -216,21 +218,22 @@ def _integral_pair(x, other) -> bool:
     return x.dtype.category < 2 and isinstance(other, (int, np.integer)) and not isinstance(other, bool)
 
 
-def _rounded_quotient(x, other, rounding):
-    """``rounding(x / other)``; integer operands stay integral (the quotient is taken in float64,
-    exact below 2**53)."""
-    if _is_tensor(other):
-        if _integral_pair(x, other):
-            d = dt.promote(x.dtype, other.dtype)
-            return rounding(x.to(dt.float64) / other.to(dt.float64)).to(d)
-    elif _integral_pair(x, other):
-        return rounding(x.to(dt.float64) / float(other)).to(x.dtype)
+def _rounded_quotient(x, other, rounding, int_op: str):
+    """``rounding(x / other)``; integer operands stay integral, divided exactly by the primitive
+    ``int_op`` (``floordiv_int`` / ``truncdiv_int``: x // 0 is 0 there, where PyTorch raises)."""
+    if _integral_pair(x, other):
+        if x.dtype is dt.bool_ and (not _is_tensor(other) or other.dtype is dt.bool_):
+            if not _is_tensor(other):
+                return x.to(dt.int64)._binary(int_op, other)  # bool // 2 is int64, as in PyTorch
+            raise DTypeError(f"{int_op}: bool tensors have no integer division; cast to an integer dtype first")
+        return x._binary(int_op, other)
     return rounding(x / other)
 
 
 def floor_divide(x, other):
-    """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral."""
-    return _rounded_quotient(x, other, lambda q: q.floor())
+    """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral (exact;
+    x // 0 is 0, where PyTorch raises ZeroDivisionError)."""
+    return _rounded_quotient(x, other, lambda q: q.floor(), "floordiv_int")
 
 
 def divide(x, other, *, rounding_mode=None):
@@ -242,9 +245,9 @@ def divide(x, other, *, rounding_mode=None):
     if rounding_mode is None:
         return x / other
     if rounding_mode == "floor":
-        return _rounded_quotient(x, other, lambda q: q.floor())
+        return _rounded_quotient(x, other, lambda q: q.floor(), "floordiv_int")
     if rounding_mode == "trunc":
-        return _rounded_quotient(x, other, lambda q: q.trunc())
+        return _rounded_quotient(x, other, lambda q: q.trunc(), "truncdiv_int")
     raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
@@ -255,7 +258,7 @@ def remainder(x, other):
 
 def fmod(x, other):
     """``x - trunc(x / other) * other`` (C's fmod: the result has the sign of ``x``)."""
-    return x - _rounded_quotient(x, other, lambda q: q.trunc()) * other
+    return x - _rounded_quotient(x, other, lambda q: q.trunc(), "truncdiv_int") * other
 
 
 # ------------------------------------------------------------------- tests

@@ -15,6 +15,8 @@ import builtins
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError
 from lazyvic.shapes import norm_axes, norm_axis
@@ -111,15 +113,33 @@ def min(x, dim=None, keepdim: bool = False):  # noqa: A001
 
 
 def argmax(x, dim=None, keepdim: bool = False):
-    """Index of the first maximum along ``dim`` (of the flattened tensor when None), int64."""
+    """Index of the first maximum along ``dim`` (of the flattened tensor when None), int64.
+
+    Raises:
+        DTypeError: a bool tensor (as PyTorch).
+    """
+    if x.dtype is dt.bool_:
+        raise DTypeError("argmax: bool tensors are not supported; cast to an integer dtype first")
     if dim is None:
         return x.reshape(-1).argmax(0, keepdim=False)
     return _reduced(x, "argmax", norm_axis(dim, x.ndim, "argmax"), keepdim)
 
 
 def argmin(x, dim=None, keepdim: bool = False):
-    """Index of the first minimum along ``dim`` (of the flattened tensor when None), int64."""
-    return (-x).argmax(dim, keepdim)
+    """Index of the first minimum along ``dim`` (of the flattened tensor when None), int64: the
+    first maximum of an order-reversing map that cannot overflow (``-1 - x`` for signed
+    integers, ``max - x`` for unsigned ones, ``-x`` for floats).
+
+    Raises:
+        DTypeError: a bool tensor (as PyTorch).
+    """
+    if x.dtype is dt.bool_:
+        raise DTypeError("argmin: bool tensors are not supported; cast to an integer dtype first")
+    if x.dtype.category == 1:
+        flipped = (int(np.iinfo(x.dtype.np).max) - x) if not x.dtype.signed else (-1 - x)
+    else:
+        flipped = -x
+    return flipped.argmax(dim, keepdim)
 
 
 def _stable_max(x, dim: int):
@@ -230,3 +250,7 @@ def any(x, dim=None, keepdim: bool = False):  # noqa: A001
 def count_nonzero(x, dim=None):
     """Number of non-zero elements along ``dim`` (None: all), int64."""
     return (x != 0).sum(dim)
+
+
+# Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
+dt.widen_halves(globals(), ("mean", "var", "std", "logsumexp", "softmax", "log_softmax", "cumsum", "cumprod"))

@@ -348,6 +348,8 @@ class Tensor:
 
     def __repr__(self) -> str:
         a = self.numpy()
+        if self.dtype.is_half:  # printed as PyTorch prints them: their values, at float32's precision
+            a = a.astype(np.float32)
         body = np.array2string(a, separator=", ", prefix="tensor(", threshold=1000)
         extra = ""
         if self.dtype not in (dt.float32, dt.int64, dt.bool_):
@@ -1096,9 +1098,10 @@ def _to_array(data, dtype) -> tuple:
     d = want or dt.get_dtype(arr.dtype)
     if d.category == 1 and arr.size and arr.dtype.kind in "uif" and arr.dtype != d.np:
         _check_array_range(arr, d)
-    if d.is_half and arr.dtype != d.np and arr.dtype.kind != "b":
-        arr = np.asarray(arr, dtype=np.float32)  # through float32, as the cast op rounds
-    arr = np.array(arr, dtype=d.np, order="C", copy=True)
+    with np.errstate(over="ignore"):  # 1e5 as float16 is inf, as in PyTorch
+        if d.is_half and arr.dtype != d.np and arr.dtype.kind != "b":
+            arr = np.asarray(arr, dtype=np.float32)  # through float32, as the cast op rounds
+        arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
 
 
@@ -1158,12 +1161,28 @@ def to_operand(x, dtype: dt.DType) -> Tensor:
     return Tensor(x, dtype=dtype)
 
 
+def result_dtype(a: Tensor, b: Tensor) -> dt.DType:
+    """PyTorch's ``torch.result_type`` of two tensors: a 0-d tensor next to a dimensioned one
+    counts only when its category (bool < integer < floating) is higher (``int8_tensor +
+    tensor(5)`` stays int8, ``int32_tensor + tensor(2.5, dtype=float64)`` is float64); otherwise
+    :func:`lazyvic.dtypes.promote`.
+
+    Raises:
+        DTypeError: dtypes PyTorch does not promote (uint16/32/64 with other integers or bool).
+    """
+    if (a.ndim == 0) != (b.ndim == 0):
+        dim, zero = (b, a) if a.ndim == 0 else (a, b)
+        if zero.dtype.category <= dim.dtype.category:
+            return dim.dtype
+    return dt.promote(a.dtype, b.dtype)
+
+
 def _promote_pair(a: Tensor, b, opname: str, checked: bool = False) -> tuple:
     """``a`` and operand ``b`` in their promoted dtype; a Python int ``b`` wraps into an integer
     dtype (arithmetic, as PyTorch), or with ``checked`` raises DTypeError when it does not fit
     (``where``/``masked_fill``, as PyTorch)."""
     if isinstance(b, Tensor):
-        d = dt.promote(a.dtype, b.dtype)
+        d = result_dtype(a, b)
         return (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
     if isinstance(b, np.generic):
         b = b.item()

@@ -195,6 +195,23 @@ def _():
     return lv.tensor(a) ** lv.tensor(b), (a.astype(np.float64) ** b).astype(np.float32)
 
 
+@_case("floordiv_int")
+def _():
+    a = np.array([[7, -7, 2**62 + 1], [-(2**63), 5, 9]])
+    b = np.array([[2, 2, 3], [-1, 0, -4]])
+    # Python's floor division; INT64_MIN // -1 wraps; x // 0 is 0 (PyTorch raises)
+    want = np.array([[3, -4, (2**62 + 1) // 3], [-(2**63), 0, -3]])
+    return lv.tensor(a) // lv.tensor(b), want
+
+
+@_case("truncdiv_int")
+def _():
+    a = np.array([[7, -7, 2**62 + 1], [-(2**63), 5, 9]])
+    b = np.array([[2, 2, -3], [-1, 0, -4]])
+    want = np.array([[3, -3, -((2**62 + 1) // 3)], [-(2**63), 0, -2]])  # toward zero
+    return lv.div(lv.tensor(a), lv.tensor(b), rounding_mode="trunc"), want
+
+
 @_case("maximum")
 def _():
     a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)
@@ -800,10 +817,12 @@ def test_max_min_with_dim_return_values_and_indices(mode):
 def test_argmax_int_and_bool_inputs(mode):
     ints = np.array([[3, 7, 7], [-1, -1, -2]])
     x = lv.tensor(ints)
-    outs = [(x.argmax(1), np.array([1, 0])), ((x > 5).argmax(1), np.array([1, 0])), ((x > 5).argmax(), np.array(1))]
+    outs = [(x.argmax(1), np.array([1, 0])), (x.argmin(1), np.array([0, 2]))]
     lv.sync()
     for t, expected in outs:
         assert_tensor(t, expected.astype(np.int64))
+    with pytest.raises(lv.errors.DTypeError, match="argmax: bool"):  # as PyTorch
+        (x > 5).argmax(1)
 
 
 def test_var_std_logsumexp(mode):

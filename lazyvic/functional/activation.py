@@ -283,3 +283,13 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
 def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
     """``softmax(-x)`` along ``dim``."""
     return (-_cast(input, dtype)).softmax(_softmax_dim("softmin", input.ndim, dim))
+
+
+# Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
+dt.widen_halves(
+    globals(),
+    (
+        "hardsigmoid", "hardswish", "tanhshrink", "softsign", "silu", "gelu", "softplus", "logsigmoid",
+        "elu", "celu", "selu", "mish", "glu", "softmax", "log_softmax", "softmin",
+    ),
+)  # fmt: skip

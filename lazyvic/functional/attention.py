@@ -291,3 +291,7 @@ def scaled_dot_product_attention(
     if dropout_p > 0:
         attn = dropout(attn, dropout_p)
     return attn @ value
+
+
+# Computed in float32 on half tensors and rounded once (PyTorch's opmath).
+dt.widen_halves(globals(), ("scaled_dot_product_attention",))

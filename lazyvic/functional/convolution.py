@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.tensor import Tensor, autocast_operands
 from lazyvic.trace.composite import mark
@@ -325,3 +326,7 @@ def conv_transpose1d(
         dilations=[d],
         group=groups,
     )
+
+
+# On half tensors: the convolution and the bias in float32, rounded once (PyTorch's CPU kernels).
+dt.widen_halves(globals(), ("conv2d", "conv1d", "conv_transpose2d", "conv_transpose1d"))

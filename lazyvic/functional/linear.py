@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lazyvic import dtypes as dt
 from lazyvic.errors import ShapeError
 from lazyvic.random import rand
 from lazyvic.tensor import Tensor, where
@@ -68,3 +69,7 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero whole channels: input (N, C, D, H, W) or (C, D, H, W)."""
     return _channel_dropout("dropout3d", input, p, training, inplace, 3)
+
+
+# On half tensors: the product and the bias in float32, rounded once (PyTorch's addmm).
+dt.widen_halves(globals(), ("linear",))

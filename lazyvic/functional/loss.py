@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 
+from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.functional.activation import logsigmoid
@@ -414,3 +415,13 @@ def kl_div(
         s = losses.sum()
         return s * (1.0 / input.shape[0]) if input.ndim else s
     return _reduce(losses, reduction)
+
+
+# Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
+dt.widen_halves(
+    globals(),
+    (
+        "nll_loss", "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss",
+        "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
+    ),
+)  # fmt: skip

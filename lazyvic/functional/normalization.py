@@ -7,6 +7,7 @@ statistics are updated in place, without gradient, with the unbiased variance.
 
 from __future__ import annotations
 
+from lazyvic import dtypes as dt
 from lazyvic import modes
 from lazyvic.errors import ShapeError
 from lazyvic.tensor import Tensor
@@ -198,3 +199,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
     else:
         norm = (a**p).sum(dim, keepdim=True) ** (1.0 / p)
     return input / norm.clamp(min=eps)
+
+
+# Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
+dt.widen_halves(globals(), ("batch_norm", "layer_norm", "group_norm", "instance_norm", "normalize"))

@@ -477,6 +477,85 @@ binary(
 )
 
 
+# Integer division, exact (PyTorch's integer ``//`` and ``div(rounding_mode="trunc")``): in
+# int64 (uint64 for uint64), the caller's dtype wraps the result (int8 -128 // -1 is -128).
+# Division by zero gives 0 (NumPy's integer rule; PyTorch raises ZeroDivisionError), and
+# INT64_MIN // -1 wraps to INT64_MIN instead of trapping.
+def _idiv_infer(opname):
+    def infer(shapes, dtypes, attrs):
+        s, d = _same(opname)(shapes, dtypes, attrs)
+        if d.category != 1:
+            raise DTypeError(f"{opname}: expected integer inputs, got {d.name}")
+        return s, d
+
+    return infer
+
+
+def _wide_int(x):
+    x = np.asarray(x)
+    return x.astype(np.uint64 if x.dtype == np.uint64 else np.int64)
+
+
+def _floordiv_int_reference(a, b):
+    a, b = np.broadcast_arrays(_wide_int(a), _wide_int(b))
+    safe = np.where(b == 0, 1, b)
+    with np.errstate(all="ignore"):
+        if a.dtype == np.int64:
+            minus_one = b == -1
+            safe = np.where(minus_one, 1, safe)
+            q = np.floor_divide(a, safe)
+            q = np.where(minus_one, (~a) + 1, q)  # -a, wrapping: INT64_MIN // -1 is INT64_MIN
+        else:
+            q = np.floor_divide(a, safe)
+    return np.where(b == 0, 0, q)
+
+
+def _truncdiv_int_reference(a, b):
+    q = _floordiv_int_reference(a, b)
+    a, b = np.broadcast_arrays(_wide_int(a), _wide_int(b))
+    if a.dtype == np.int64:
+        with np.errstate(all="ignore"):
+            inexact = (b != 0) & (b != -1) & (q * b != a) & ((a < 0) != (b < 0))
+        q = np.where(inexact, q + 1, q)
+    return q
+
+
+def _floordiv_int_expr(a, di, do):
+    if do is dt.uint64:
+        return f"{a[0]} // {a[1]} if {a[1]} != 0 else u64(0)"
+    x, y = f"i64({a[0]})", f"i64({a[1]})"
+    return f"(i64(0) - {x} if {y} == -1 else ({x} // {y} if {y} != 0 else i64(0)))"
+
+
+def _truncdiv_int_expr(a, di, do):
+    if do is dt.uint64:
+        return _floordiv_int_expr(a, di, do)
+    x, y = f"i64({a[0]})", f"i64({a[1]})"
+    q = f"({x} // {y})"
+    return (
+        f"(i64(0) - {x} if {y} == -1 else ((({q} + 1) if ({q} * {y} != {x} and (({x} < 0) != ({y} < 0))) else {q})"
+        f" if {y} != 0 else i64(0)))"
+    )
+
+
+for _name, _ref, _expr in (
+    ("floordiv_int", _floordiv_int_reference, _floordiv_int_expr),
+    ("truncdiv_int", _truncdiv_int_reference, _truncdiv_int_expr),
+):
+    register(
+        OpDef(
+            _name,
+            "elementwise",
+            2,
+            _idiv_infer(_name),
+            (lambda f: lambda x, at: f(x[0], x[1]))(_ref),
+            _expr,
+            None,
+            differentiable=False,
+        )
+    )
+
+
 def _minmax_vjp(first_wins):
     def vjp(g, x, out, at):
         a, b = x

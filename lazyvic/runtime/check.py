@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from lazyvic import dtypes as dt
 from lazyvic.errors import CheckError
 from lazyvic.runtime import metrics
 from lazyvic.runtime.interpreter import interpret, interpret_all
+
+_HALF_NP = frozenset(d.np for d in dt.HALF)
 
 
 def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -28,7 +31,7 @@ def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     differ = a.view(words) != b.view(words)
-    if a.dtype.kind == "f":
+    if a.dtype.kind == "f" or a.dtype in _HALF_NP:  # ml_dtypes' bfloat16 has kind "V"
         differ &= ~(np.isnan(a) & np.isnan(b))
     return differ
 

@@ -448,8 +448,9 @@ def st_f16(x):
     sign = (bits >> 16) & 0x8000
     mag = bits & i32(0x7FFFFFFF)
     normal = ((mag + 0x0FFF + ((mag >> 13) & 1)) >> 13) - (112 << 10)
-    a = bits_to_f32(i32(mag))
-    sub = i32(((a + _F16_SUBNORMAL_F32) - _F16_SUBNORMAL_F32) * f32(16777216.0))
+    # Below 2**-14: a + 0.5 rounds a to a multiple of 2**-24 (the float32 ulp of [0.5, 1)), and its
+    # mantissa bits are that multiple: the subnormal's bits, with integer operations only.
+    sub = f32_to_bits(bits_to_f32(i32(mag)) + _F16_SUBNORMAL_F32) - i32(0x3F000000)
     h = sub if mag < 0x38800000 else normal
     h = 0x7C00 if mag >= 0x477FF000 else h
     h = 0x7E00 if mag > 0x7F800000 else h

@@ -57,6 +57,21 @@ class KernelSource:
         self.sizes = sizes  # the values (ints, Syms) of the size arguments, passed last as one int64 array
 
 
+# Whole blocks of LANES elements a lane-ordered sum takes per step of its main loop.
+LANE_GROUP = 4
+
+
+def _stores(lines) -> bool:
+    """Whether a loop body (kernel source lines, nested passes as tuples) stores into an array."""
+    for line in lines:
+        if isinstance(line, tuple):
+            if _stores([x for x in line[1:] if isinstance(x, list) for x in x]):
+                return True
+        elif "[" in line.split(" = ", 1)[0]:
+            return True
+    return False
+
+
 def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
     em = Emitter(entries, materialized, group, generic=True)
@@ -90,7 +105,23 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             d += 1
         ind = "    " * d
         out += [f"{ind}{acc}_n = {n_last}", f"{ind}for {acc}_q in range({lanes}):", f"{ind}    {acc}_l[{acc}_q] = 0"]
-        out += [f"{ind}for {acc}_b in range(({acc}_n + {lanes} - 1) // {lanes}):"]
+        group = f"{acc}_n // ({lanes} * {LANE_GROUP})"
+        if not _stores(body):
+            # Groups of LANE_GROUP whole blocks: each lane adds its element of every block of the
+            # group in block order into a local, stored once per group (the same order as block
+            # after block; LLVM unrolls the short constant loop and vectorizes across the lanes).
+            # A row of 1024 in L1: 0.083 -> 0.040 ns per element (the reassociated sum: 0.020).
+            # Not with a store in the body: LLVM then left the unrolled loop scalar (4.5x slower).
+            out += [f"{ind}for {acc}_g in range({group}):", f"{ind}    for {acc}_q in range({lanes}):"]
+            out += [f"{ind}        {acc}_s = {acc}_l[{acc}_q]", f"{ind}        for {acc}_u in range({LANE_GROUP}):"]
+            out += [f"{ind}            i{last} = ({acc}_g * {LANE_GROUP} + {acc}_u) * {lanes} + {acc}_q"]
+            out += render(body, d + 3)
+            out += [f"{ind}            {acc}_s = {acc}_s + {value}", f"{ind}        {acc}_l[{acc}_q] = {acc}_s"]
+            first = f"({group}) * {LANE_GROUP}"
+        else:
+            first = "0"
+        # The blocks after the last whole group, the last one shorter.
+        out += [f"{ind}for {acc}_b in range({first}, ({acc}_n + {lanes} - 1) // {lanes}):"]
         out += [f"{ind}    for {acc}_q in range(min({lanes}, {acc}_n - {acc}_b * {lanes})):"]
         out += [f"{ind}        i{last} = {acc}_b * {lanes} + {acc}_q"]
         out += render(body, d + 2)

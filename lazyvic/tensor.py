@@ -657,30 +657,52 @@ class Tensor:
         return self._binary("ge", other)
 
     def __invert__(self):
-        if self.dtype is not dt.bool_:
-            raise DTypeError(f"~: expected a bool tensor, got {self.dtype.name}")
-        return _apply("logical_not", (self,))
+        """``~x``: logical not of a bool tensor, bitwise not of an integer one (two's complement:
+        ``-1 - x``, and ``max - x`` for unsigned types; no overflow either way).
 
-    def _logical_operands(self, other, opname: str):
-        other = to_operand(other, dt.bool_)
+        Raises:
+            DTypeError: a floating-point tensor (as PyTorch)."""
+        if self.dtype is dt.bool_:
+            return _apply("logical_not", (self,))
+        if self.dtype.category == 1:
+            return (-1 - self) if self.dtype.signed else (int(np.iinfo(self.dtype.np).max) - self)
+        raise DTypeError(f"~: expected a bool or integer tensor, got {self.dtype.name}")
+
+    def _bitwise(self, other, opname: str, primitive: str):
+        """``&``, ``|``, ``^``: on bool tensors as logic (where / !=), on integer tensors bitwise
+        (promoted as arithmetic; a Python int operand wraps into the dtype).
+
+        Raises:
+            UnsupportedOpError: a floating-point operand (as PyTorch)."""
+        if self.dtype is dt.bool_ and (
+            isinstance(other, (bool, np.bool_)) or getattr(other, "dtype", None) is dt.bool_
+        ):
+            other = to_operand(other, dt.bool_)
+            if primitive == "bitwise_and":
+                return self.where(other, False)
+            if primitive == "bitwise_or":
+                return where(self, True, other)
+            return self != other
         for t in (self, other):
-            if t.dtype is not dt.bool_:
+            d = getattr(t, "dtype", None)
+            if (d is not None and d.category == 2) or isinstance(t, float):
+                name = d.name if d is not None else "float"
                 raise UnsupportedOpError(
-                    f"{opname}: bitwise operations on {t.dtype.name} tensors are not supported (bool tensors only)"
+                    f"{opname}: bitwise operations on {name} operands are not supported (bool and integer tensors only)"
                 )
-        return other
+        a, b = self if self.dtype is not dt.bool_ else self.to(dt.int64), other
+        if getattr(b, "dtype", None) is dt.bool_:
+            b = b.to(a.dtype)
+        return a._binary(primitive, b)
 
     def __and__(self, other):
-        other = self._logical_operands(other, "&")
-        return self.where(other, False)
+        return self._bitwise(other, "&", "bitwise_and")
 
     def __or__(self, other):
-        other = self._logical_operands(other, "|")
-        return where(self, True, other)
+        return self._bitwise(other, "|", "bitwise_or")
 
     def __xor__(self, other):
-        other = self._logical_operands(other, "^")
-        return self != other
+        return self._bitwise(other, "^", "bitwise_xor")
 
     __rand__ = __and__
     __ror__ = __or__

@@ -186,3 +186,18 @@ def test_integer_pow_stays_integer(monkeypatch, mode):
     np.testing.assert_array_equal(got8.numpy(), [8, 9, 1, -1, 1, -47, 0])
     with pytest.raises(DTypeError, match="pow: bool"):
         lv.tensor([True]) ** lv.tensor([True])
+
+
+@pytest.mark.parametrize("d", [d for d in dt.ALL if d.category == 1], ids=lambda d: d.name)
+def test_integer_bitwise_ops(compiled, d):
+    """&, |, ^ and ~ on integer tensors: NumPy's two's complement results, compiled == interpreted;
+    a Python int operand wraps into the dtype, a float operand is refused (as PyTorch)."""
+    a, b = _values(d, 7), _values(d, 8)
+    x, y = lv.tensor(a), lv.tensor(b)
+    np.testing.assert_array_equal((x & y).numpy(), a & b)
+    np.testing.assert_array_equal((x | y).numpy(), a | b)
+    np.testing.assert_array_equal((x ^ y).numpy(), a ^ b)
+    np.testing.assert_array_equal((~x).numpy(), ~a)
+    np.testing.assert_array_equal((x & 6).numpy(), a & d.np.type(6))
+    with pytest.raises(lv.errors.UnsupportedOpError, match="&: bitwise operations on float32"):
+        x.to(lv.float32) & x.to(lv.float32)

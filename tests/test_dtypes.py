@@ -385,10 +385,6 @@ WIDE_OPS = {
     "to_float16": lambda x, y: x.to(lv.float16),
     "to_bfloat16": lambda x, y: x.to(lv.bfloat16),
 }
-WIDE_LACKING = {
-    op: f"lazyvic has no {sym} on integer tensors (UnsupportedOpError: bool tensors only); PyTorch runs it on uint16/32/64"
-    for op, sym in (("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))
-}
 
 
 def _ops_of(d: str) -> list:
@@ -402,7 +398,7 @@ def _int_params():
     for d in WIDE_UNSIGNED:
         for op in _ops_of(d):
             if op not in ("from_float64_src", "from_float64"):
-                yield xfail(d, op, reason=WIDE_LACKING[op]) if op in WIDE_LACKING else pytest.param(d, op)
+                yield pytest.param(d, op)
 
 
 def _int_results(d: str, ops: list) -> dict:
@@ -500,10 +496,7 @@ GROUPS = {
     "float16": lambda: _half_results("float16"),
     "bfloat16": lambda: _half_results("bfloat16"),
     **{d: (lambda d=d: _int_results(d, _ops_of(d))) for d in ("uint8", "int8", "int16")},
-    **{
-        d: (lambda d=d: _int_results(d, [op for op in _ops_of(d) if op in WIDE_OPS and op not in WIDE_LACKING]))
-        for d in WIDE_UNSIGNED
-    },
+    **{d: (lambda d=d: _int_results(d, [op for op in _ops_of(d) if op in WIDE_OPS])) for d in WIDE_UNSIGNED},
     "casts": _cast_results,
 }
 

@@ -38,11 +38,13 @@ def test_copy_does_not_share_storage_with_its_source():
     assert dst.numpy()[0] == 1.0
 
 
-def test_bitwise_ops_on_integers_are_refused():
+def test_bitwise_ops_on_integers_and_floats():
+    """Integers: bitwise, as PyTorch (before: refused); floats: refused, as PyTorch."""
     import pytest
 
+    np.testing.assert_array_equal((lv.tensor([6]) & lv.tensor([3])).numpy(), [2])
     with pytest.raises(lv.errors.UnsupportedOpError, match="bitwise"):
-        lv.tensor([6]) & lv.tensor([3])
+        lv.tensor([6.0]) & lv.tensor([3.0])
 
 
 def test_inplace_update_after_another_op_read_the_old_value():

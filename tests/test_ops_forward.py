@@ -212,6 +212,18 @@ def _():
     return lv.div(lv.tensor(a), lv.tensor(b), rounding_mode="trunc"), want
 
 
+def _bitwise_case(name, fn):
+    @_case(name)
+    def _():
+        a, b = np.array([[5, -8, 255], [0, 12, -1]]), np.array([[3, 7, 1], [9, 10, 6]])
+        return fn(lv.tensor(a), lv.tensor(b)), fn(a, b)  # two's complement, as NumPy
+
+
+_bitwise_case("bitwise_and", lambda x, y: x & y)
+_bitwise_case("bitwise_or", lambda x, y: x | y)
+_bitwise_case("bitwise_xor", lambda x, y: x ^ y)
+
+
 @_case("maximum")
 def _():
     a, b = _f32(2, 3, seed=1), _f32(2, 3, seed=2)

@@ -556,6 +556,39 @@ for _name, _ref, _expr in (
     )
 
 
+# Bitwise and / or / xor of integer tensors (two's complement bits, as PyTorch's and NumPy's);
+# bool tensors' &, |, ^ stay where/!= in the front end (lazyvic/tensor.py). ONNX's BitwiseAnd /
+# Or / Xor (opset 18, integer types only) are these primitives both ways.
+def _bitwise_infer(opname):
+    def infer(shapes, dtypes, attrs):
+        s, d = _same(opname)(shapes, dtypes, attrs)
+        if d.category != 1:
+            raise DTypeError(f"{opname}: expected integer inputs, got {d.name}")
+        return s, d
+
+    return infer
+
+
+for _name, _np, _sym, _onnx in (
+    ("bitwise_and", np.bitwise_and, "&", "BitwiseAnd"),
+    ("bitwise_or", np.bitwise_or, "|", "BitwiseOr"),
+    ("bitwise_xor", np.bitwise_xor, "^", "BitwiseXor"),
+):
+    register(
+        OpDef(
+            _name,
+            "elementwise",
+            2,
+            _bitwise_infer(_name),
+            (lambda f: lambda x, at: f(x[0], x[1]))(_np),
+            (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym),
+            None,
+            differentiable=False,
+            onnx=onnx_node(_onnx, since=(18,)),
+        )
+    )
+
+
 def _minmax_vjp(first_wins):
     def vjp(g, x, out, at):
         a, b = x

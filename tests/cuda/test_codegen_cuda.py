@@ -57,7 +57,7 @@ def case_every_elementwise_op(lv):
         for name, op in sorted(optable.OPS.items()):
             if op.kind != "elementwise":
                 continue
-            if name in ("floordiv_int", "truncdiv_int"):
+            if name in ("floordiv_int", "truncdiv_int", "bitwise_and", "bitwise_or", "bitwise_xor"):
                 continue  # integer inputs only: case_integer_and_float64
             if name == "cast":
                 outs.append(lv.Tensor.apply(name, x, dtype=lv.int32))
@@ -72,7 +72,15 @@ def case_integer_and_float64(lv):
     i = lv.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
     d = lv.tensor(_data(3, 4, dtype=np.float64))
     q = lv.div(i - 5, 3, rounding_mode="trunc")
-    return [i * 3 - (i > 5).long(), (d * 2.0).exp() + d.sigmoid(), (i == 4) | (d > 0.0), (i - 5) // -3, q], "close"
+    bits = [(i & 6) ^ (i | 1), ~i]
+    return [
+        i * 3 - (i > 5).long(),
+        (d * 2.0).exp() + d.sigmoid(),
+        (i == 4) | (d > 0.0),
+        (i - 5) // -3,
+        q,
+        *bits,
+    ], "close"
 
 
 def case_movement(lv):

@@ -187,6 +187,9 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
             queue.clear()  # after an error here, the workers stop at their current job
             for t in threads:
                 t.join()
+            # A worker that died before it took a job (this thread took them all) is broken too:
+            # without this, whether it counted depended on which thread reached the queue first.
+            _broken.extend(w for w in workers if not w.alive() and w not in _broken)
     return done
 
 

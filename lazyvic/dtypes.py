@@ -90,6 +90,7 @@ bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, 2, float32)
 
 ALL = (bool_, uint8, int8, int16, int32, int64, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 HALF = (float16, bfloat16)
+HALF_NP = frozenset(d.np for d in HALF)  # their NumPy dtypes (ml_dtypes' bfloat16 has kind "V")
 _BY_NAME = {d.name: d for d in ALL}
 # PyTorch's aliases (torch.half, torch.short, ...).
 _BY_NAME.update({"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "short": int16})

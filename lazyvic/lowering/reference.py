@@ -16,15 +16,13 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 
-_HALF_NP = frozenset(d.np for d in dt.HALF)
-
 
 def run_reference(reference, arrays: list, attrs, dtype: dt.DType) -> np.ndarray:
     """``reference(arrays, attrs)`` as a ``dtype`` array, computed as kernels compute: half-type
     operands widen to float32 (exactly), the op runs in float32 and a half-type result is
     rounded once, from float32 (``DType.compute``)."""
-    if dtype.is_half or any(getattr(a, "dtype", None) in _HALF_NP for a in arrays):
-        arrays = [a.astype(np.float32) if getattr(a, "dtype", None) in _HALF_NP else a for a in arrays]
+    if dtype.is_half or any(getattr(a, "dtype", None) in dt.HALF_NP for a in arrays):
+        arrays = [a.astype(np.float32) if getattr(a, "dtype", None) in dt.HALF_NP else a for a in arrays]
     with np.errstate(all="ignore"):
         out = np.asarray(reference(arrays, attrs))
         if out.dtype != dtype.np:

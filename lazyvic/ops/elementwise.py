@@ -481,7 +481,7 @@ binary(
 # int64 (uint64 for uint64), the caller's dtype wraps the result (int8 -128 // -1 is -128).
 # Division by zero gives 0 (NumPy's integer rule; PyTorch raises ZeroDivisionError), and
 # INT64_MIN // -1 wraps to INT64_MIN instead of trapping.
-def _idiv_infer(opname):
+def _integer_only(opname):
     def infer(shapes, dtypes, attrs):
         s, d = _same(opname)(shapes, dtypes, attrs)
         if d.category != 1:
@@ -547,7 +547,7 @@ for _name, _ref, _expr in (
             _name,
             "elementwise",
             2,
-            _idiv_infer(_name),
+            _integer_only(_name),
             (lambda f: lambda x, at: f(x[0], x[1]))(_ref),
             _expr,
             None,
@@ -559,14 +559,22 @@ for _name, _ref, _expr in (
 # Bitwise and / or / xor of integer tensors (two's complement bits, as PyTorch's and NumPy's);
 # bool tensors' &, |, ^ stay where/!= in the front end (lazyvic/tensor.py). ONNX's BitwiseAnd /
 # Or / Xor (opset 18, integer types only) are these primitives both ways.
-def _bitwise_infer(opname):
-    def infer(shapes, dtypes, attrs):
-        s, d = _same(opname)(shapes, dtypes, attrs)
-        if d.category != 1:
-            raise DTypeError(f"{opname}: expected integer inputs, got {d.name}")
-        return s, d
-
-    return infer
+def _infix(name: str, infer, ufunc, symbol: str, onnx) -> None:
+    """Register a binary primitive without a gradient that is one infix operator in the kernel
+    language (``a < b``, ``a & b``) and one NumPy ufunc in the reference."""
+    register(
+        OpDef(
+            name,
+            "elementwise",
+            2,
+            infer,
+            lambda x, at: ufunc(x[0], x[1]),
+            lambda a, di, do: f"{a[0]} {symbol} {a[1]}",
+            None,
+            differentiable=False,
+            onnx=onnx,
+        )
+    )
 
 
 for _name, _np, _sym, _onnx in (
@@ -574,19 +582,7 @@ for _name, _np, _sym, _onnx in (
     ("bitwise_or", np.bitwise_or, "|", "BitwiseOr"),
     ("bitwise_xor", np.bitwise_xor, "^", "BitwiseXor"),
 ):
-    register(
-        OpDef(
-            _name,
-            "elementwise",
-            2,
-            _bitwise_infer(_name),
-            (lambda f: lambda x, at: f(x[0], x[1]))(_np),
-            (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym),
-            None,
-            differentiable=False,
-            onnx=onnx_node(_onnx, since=(18,)),
-        )
-    )
+    _infix(_name, _integer_only(_name), _np, _sym, onnx_node(_onnx, since=(18,)))
 
 
 def _minmax_vjp(first_wins):
@@ -619,19 +615,7 @@ for _name, _np, _sym, _onnx in (
     ("gt", np.greater, ">", onnx_node("Greater", since=(7, 9, 13))),
     ("ge", np.greater_equal, ">=", onnx_node("GreaterOrEqual", since=(12, 16))),
 ):
-    register(
-        OpDef(
-            _name,
-            "elementwise",
-            2,
-            _compare(_name),
-            (lambda f: lambda x, at: f(x[0], x[1]))(_np),
-            (lambda s: lambda a, di, do: f"{a[0]} {s} {a[1]}")(_sym),
-            None,
-            differentiable=False,
-            onnx=_onnx,
-        )
-    )
+    _infix(_name, _compare(_name), _np, _sym, _onnx)
 
 
 # --- ternary ---------------------------------------------------------------

@@ -22,8 +22,6 @@ from lazyvic.errors import CheckError
 from lazyvic.runtime import metrics
 from lazyvic.runtime.interpreter import interpret, interpret_all
 
-_HALF_NP = frozenset(d.np for d in dt.HALF)
-
 
 def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per element of two arrays of one shape and dtype: do their bits differ (any NaN equal to
@@ -31,7 +29,7 @@ def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     differ = a.view(words) != b.view(words)
-    if a.dtype.kind == "f" or a.dtype in _HALF_NP:  # ml_dtypes' bfloat16 has kind "V"
+    if a.dtype.kind == "f" or a.dtype in dt.HALF_NP:  # ml_dtypes' bfloat16 has kind "V"
         differ &= ~(np.isnan(a) & np.isnan(b))
     return differ
 

@@ -81,7 +81,6 @@ def _concrete_step(step, env: dict, names: tuple, memo: dict):
     return dataclasses.replace(step, **changes) if changes else step
 
 
-_HALF_NP = frozenset(d.np for d in dt.HALF)
 _U16 = np.dtype(np.uint16)
 
 
@@ -89,7 +88,7 @@ def kernel_view(a: np.ndarray) -> np.ndarray:
     """The flat array a kernel gets for ``a``: itself, or for a half type its uint16 bits (which
     Numba can type; kernel_lib's ld_/st_ functions convert)."""
     f = a.reshape(-1)
-    return f.view(_U16) if f.dtype in _HALF_NP else f
+    return f.view(_U16) if f.dtype in dt.HALF_NP else f
 
 
 def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:

@@ -15,6 +15,13 @@ runs outside it, so threads that train their own models sync and run at the same
 tensor synced by two threads at once may be computed by both (with the same result); the first
 write-back wins.
 
+Finding the plan: the nodes the calling thread recorded since its last sync hashed their
+structure when they were made (its tape, ``lazyvic.trace.tape``). A sync whose tape is whole and
+whose roots are all on it looks its plan up by the tape's key (hash, node count, the roots'
+positions, flags) without cutting (``runtime.run_hashed``); the first sync of a tape key cuts as
+before and teaches the plan cache where that trace's inputs sit among the tape's leaves. A tape
+that is broken, or a plan not compiled yet, goes through the cut.
+
 A failed run (an index out of range found while the plan runs) is retried with only the
 tensors the sync was asked for: a sync of ``b`` does not fail because some other pending
 tensor ``a`` has a bad index; ``a`` stays pending, is no longer swept into later syncs, and
@@ -29,9 +36,11 @@ from __future__ import annotations
 import threading
 import weakref
 
-from lazyvic.runtime import buffers, run
+from lazyvic.runtime import buffers, plan_cache, run, run_hashed
 from lazyvic.runtime.config import config
+from lazyvic.trace import scope as _scope
 from lazyvic.trace.cut import cut
+from lazyvic.trace.tape import Tape
 
 # Held while a pending graph is cut and while its results are written back into the nodes.
 graph_lock = threading.Lock()
@@ -63,6 +72,13 @@ class LiveTensors(threading.local):
 
     def clear(self) -> None:
         self.refs = []
+        # A new tape: what is recorded from now on is hashed afresh (the old one lets its
+        # leaves go: leaf nodes and their tape refer to each other).
+        state = _scope.local.state
+        old = state.tape
+        old.broken = True
+        old.leaves = []
+        state.tape = Tape()
 
 
 live = LiveTensors()
@@ -102,7 +118,9 @@ def sync(*tensors) -> None:
         live.clear()
         return
     try:
-        _realize(roots)
+        tape = _scope.local.state.tape
+        if tape.broken or not _run_taped(tape, roots):
+            _realize(roots)
     except Exception:
         # The failing tensors stay pending (a sync on one of them raises again), but they are
         # no longer swept into every later sync, so one bad op does not poison the session.
@@ -112,6 +130,56 @@ def sync(*tensors) -> None:
             raise
         _realize(asked)  # what was asked for, without the tensors swept in: raises on its own failure
     live.clear()
+
+
+def _run_taped(tape: Tape, roots: list) -> bool:
+    """Run ``roots`` (all pending) through the plan found by ``tape``'s key; on the first sync of
+    that key cut, run and teach it to the plan cache. False (nothing run) when a root is not on the
+    tape."""
+    out_nodes = list(dict.fromkeys(roots))  # the cut's outputs: the roots without duplicates, in order
+    positions = []
+    for n in out_nodes:
+        if n.tape is not tape:
+            return False
+        positions.append(n.tpos)
+    key = (tape.h, tape.n, len(tape.leaves), tuple(positions), trace_flags())
+    arrays = run_hashed(key, tape.leaves)
+    if arrays is None:
+        input_nodes, scalar_nodes = [], []
+        with graph_lock:
+            trace, inputs, scalars, cut_nodes = cut(out_nodes, trace_flags(), scalar_nodes, input_nodes)
+        if len(cut_nodes) != len(out_nodes):
+            return False  # another thread realized a root meanwhile
+        slots = tape.leaf_slots(input_nodes, scalar_nodes)
+        if config.check:
+            _check_tape_key(key, trace, slots)
+        arrays = run(trace, inputs, scalars)
+        entry = plan_cache.last
+        if slots is not None and entry is not None and entry.key == trace.key and not tape.broken:
+            plan_cache.learn(key, entry, *slots)
+    live.traces += 1
+    with graph_lock:
+        for node, array in zip(out_nodes, arrays):
+            if node.op == "buffer":
+                continue  # realized by another thread's sync meanwhile: the first write wins
+            node.realize(array)
+            node.device = "cpu"
+            buffers.track(node, array)
+    return True
+
+
+def _check_tape_key(key, trace, slots) -> None:
+    """``LAZYVIC_CHECK``: a tape key already learned must name this trace and these slots (else
+    two structures share a 64-bit hash, and the lookup by tape would have run the wrong plan)."""
+    known = plan_cache.by_tape.get(key)
+    if known is None or slots is None:
+        return
+    entry, input_leaves, scalar_leaves = known
+    if entry.key != trace.key or (input_leaves, scalar_leaves) != slots:
+        raise RuntimeError(
+            "lazyvic internal error (LAZYVIC_CHECK): two different traces share the tape key "
+            f"{key[:3]}; please report it"
+        )
 
 
 def _realize(roots: list) -> None:

@@ -11,6 +11,6 @@ config.py       settings from the environment
 capture.py      ``lazyvic.compile``: record a call once, replay its plan
 """
 
-from lazyvic.runtime.plan_cache import plan_cache, run
+from lazyvic.runtime.plan_cache import plan_cache, run, run_hashed
 
-__all__ = ["plan_cache", "run"]
+__all__ = ["plan_cache", "run", "run_hashed"]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 _COUNTERS = (
     "traces",
     "cache_hits",
+    "hash_hits",
     "cache_misses",
     "family_hits",
     "symbolic_plans_compiled",
@@ -194,6 +195,7 @@ _SECTIONS = (
             "traces",
             "ops_traced",
             "cache_hits",
+            "hash_hits",
             "cache_misses",
             "family_hits",
             "plans_compiled",

@@ -18,6 +18,12 @@ plan and the values of its size symbols (a "family hit", counted apart from miss
 The cache is bounded (``LAZYVIC_PLAN_CACHE_SIZE``, default 256 keys): the least recently used
 entry goes first, and ``LAZYVIC_DEBUG=1`` and ``metrics.snapshot()["plans_evicted"]`` say so.
 
+A second index finds a compiled plan without a trace: the key of a thread's tape (the structural
+hash its nodes made when they were recorded, ``lazyvic.trace.tape``) -> the entry and where each
+of the trace's input and scalar slots sits among the tape's leaves (:meth:`PlanCache.learn`,
+:func:`run_hashed`). The sync fills it on the first run of a tape key and uses it from then on
+(``metrics.snapshot()["hash_hits"]`` counts those runs, which are cache hits too).
+
 Threads: the cache is shared by every thread. One plan is compiled at a time
 (:data:`compile_lock`): a thread that needs a key another thread is compiling waits for that
 plan and runs it. A compile interrupted (Ctrl-C) is retried the next time its key runs.
@@ -41,7 +47,7 @@ from lazyvic.runtime.interpreter import interpret, interpret_cuda
 
 
 class PlanEntry:
-    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits", "sizes", "template")
+    __slots__ = ("key", "trace", "n_ops", "seen", "plan", "failed", "hits", "sizes", "template", "evicted")
 
     def __init__(self, key, n_ops: int, trace=None, plan=None, sizes: tuple = (), template=None):
         self.key = key
@@ -53,9 +59,11 @@ class PlanEntry:
         self.hits = 0
         self.sizes = sizes  # a plan of symbolic sizes: the values of its symbols for this key
         self.template = template  # ... and the family template that binds them (trace.family)
+        self.evicted = False  # pushed out of the cache: the tape index must not run it again
 
 
 MAX_BOUND_KEYS = 128  # keys remembered as bound to a plan of symbolic sizes (cheap to find again)
+MAX_TAPE_KEYS = 512  # tape keys remembered (lazyvic.trace.tape): a few per plan
 
 
 class PlanCache(OrderedDict):
@@ -73,6 +81,15 @@ class PlanCache(OrderedDict):
     def __init__(self):
         super().__init__()
         self.bound: OrderedDict = OrderedDict()
+        self.by_tape: OrderedDict = OrderedDict()  # tape key -> (entry, input leaves, scalar leaves)
+
+    def learn(self, tape_key, entry: PlanEntry, input_leaves: tuple, scalar_leaves: tuple) -> None:
+        """Remember that a tape with key ``tape_key`` cuts to ``entry``'s trace, whose input and
+        scalar slots hold the tape's leaves at ``input_leaves`` and ``scalar_leaves`` (the
+        oldest such go past :data:`MAX_TAPE_KEYS`)."""
+        self.by_tape[tape_key] = (entry, input_leaves, scalar_leaves)
+        while len(self.by_tape) > MAX_TAPE_KEYS:
+            self.by_tape.popitem(last=False)
 
     def lookup(self, key):
         """The entry of ``key`` (now the most recently used), or None."""
@@ -98,6 +115,7 @@ class PlanCache(OrderedDict):
         entry = self.setdefault(key, entry)
         while len(self) > config.plan_cache_size:
             _, old = self.popitem(last=False)
+            old.evicted = True
             metrics.add("plans_evicted")
             if config.debug >= 1:
                 what = f"plan {old.plan.name}" if old.plan is not None else "an uncompiled key"
@@ -109,8 +127,11 @@ class PlanCache(OrderedDict):
         return entry
 
     def clear_plans(self) -> None:
+        for entry in self.values():
+            entry.evicted = True
         self.clear()
         self.bound.clear()
+        self.by_tape.clear()
         self.last = None
         families.clear()
 
@@ -325,6 +346,35 @@ def run(trace, inputs: list, scalars: list, at_once: bool = False) -> list:
     metrics.add("bytes_out", sum(a.nbytes for a in out))
     if event is not None:
         rec.end_run(event, entry)
+    return out
+
+
+def run_hashed(tape_key, leaves: list) -> list | None:
+    """Run the compiled plan the tape index (:meth:`PlanCache.learn`) holds for ``tape_key``,
+    its inputs taken from the tape's ``leaves``; returns the output arrays, or None when the
+    index has no such key or the run needs a trace (a plan not compiled yet or evicted,
+    ``LAZYVIC_CHECK``, ``LAZYVIC_COMPILE=never``, ``lazyvic.explain`` recording): the caller then
+    cuts and runs :func:`run`."""
+    found = plan_cache.by_tape.get(tape_key)
+    if found is None:
+        return None
+    entry, input_leaves, scalar_leaves = found
+    if entry.plan is None or entry.evicted or config.check or config.compile == "never" or metrics.recorder:
+        return None
+    inputs = [leaves[k].data for k in input_leaves]
+    scalars = [leaves[k].value for k in scalar_leaves]
+    metrics.add("traces")
+    metrics.add("ops_traced", entry.n_ops)
+    metrics.add("bytes_in", sum(a.nbytes for a in inputs))
+    metrics.add("cache_hits")
+    metrics.add("hash_hits")
+    entry.hits += 1
+    entry.seen += 1
+    if entry.key in plan_cache:
+        plan_cache.move_to_end(entry.key)
+    plan_cache.last = entry
+    out = execute(entry.plan, inputs, scalars, config.debug, entry.sizes)
+    metrics.add("bytes_out", sum(a.nbytes for a in out))
     return out
 
 

@@ -68,12 +68,15 @@ class Trace:
         return "cuda" if self.flags[:1] == ("cuda",) else "cpu"
 
 
-def cut(roots: list[Node], flags: tuple = (), scalar_nodes: list | None = None) -> tuple[Trace, list, list, list[Node]]:
+def cut(
+    roots: list[Node], flags: tuple = (), scalar_nodes: list | None = None, input_nodes: list | None = None
+) -> tuple[Trace, list, list, list[Node]]:
     """Build the trace that computes every pending node in ``roots``.
 
     Returns ``(trace, input_arrays, scalar_values, output_nodes)``; outputs are
     the pending roots without duplicates, in the order given. ``scalar_nodes``, when given, gets
-    the scalar node of each scalar slot (a captured step feeds some of them anew at replay).
+    the scalar node of each scalar slot (a captured step feeds some of them anew at replay);
+    ``input_nodes`` the buffer node of each input slot.
     """
     pos: dict[Node, int] = {}
     entries: list = []
@@ -120,6 +123,8 @@ def cut(roots: list[Node], flags: tuple = (), scalar_nodes: list | None = None) 
                         append_entry(("buffer", (len(inputs),), (), i.shape, i.dtype.name))
                         append_scope(None)
                         inputs.append(i.data)
+                        if input_nodes is not None:
+                            input_nodes.append(i)
                     elif i.op == "scalar":
                         append_entry(("scalar", (len(scalars),), (), (), i.dtype.name))
                         append_scope(None)

@@ -33,7 +33,21 @@ parameter_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "data", "value", "id", "scope", "device", "__weakref__")
+    __slots__ = (
+        "op",
+        "inputs",
+        "attrs",
+        "shape",
+        "dtype",
+        "data",
+        "value",
+        "id",
+        "scope",
+        "device",
+        "tape",
+        "tpos",
+        "__weakref__",
+    )
 
     def __init__(self, op: str, inputs: tuple, attrs: tuple, shape: tuple, dtype, device: str | None = "cpu"):
         self.op = op
@@ -45,9 +59,39 @@ class Node:
         self.value = None
         self.id = next(_counter)
         self.device = device
-        self.scope = (
-            _scope_local.state.current
-        )  # the module path that recorded it (lazyvic.trace.scope); not in any key
+        state = _scope_local.state
+        self.scope = state.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
+        if op == "buffer" or op == "scalar":
+            self.tape = None  # a leaf joins a tape at its first use (Tape.leaf)
+            return
+        # The structural hash, made now (lazyvic.trace.tape): the sync finds the plan without a cut.
+        tape = state.tape
+        self.tape = tape
+        if tape.broken:
+            self.tpos = 0
+            return
+        if device is not None and device != "cpu":
+            tape.broken = True
+        # An input is its position on the tape; a leaf's first use is what the key holds of it
+        # (a scalar's dtype, a buffer's shape, dtype and parameter mark: Tape.leaf).
+        refs = []
+        for i in inputs:
+            if i.tape is tape:
+                refs.append(i.tpos)
+            elif i.op == "scalar":  # the most frequent leaf (a Python number operand), inline
+                leaves = tape.leaves
+                i.tpos = ~len(leaves)
+                i.tape = tape
+                leaves.append(i)
+                refs.append(i.dtype)
+            else:
+                refs.append(tape.leaf(i, parameter_nodes))
+        try:
+            tape.h = hash((tape.h, op, attrs, tuple(refs)))
+        except TypeError:  # an attribute that cannot be hashed: this tape gives no key
+            tape.broken = True
+        self.tpos = tape.n
+        tape.n += 1
 
     @classmethod
     def buffer(cls, array: np.ndarray, dtype, device: str = "cpu", shape: tuple | None = None) -> "Node":
@@ -74,6 +118,8 @@ class Node:
         self.op = "buffer"
         self.inputs = ()
         self.attrs = ()
+        if self.tape is not None:  # the structure its tape hashed has changed under it
+            self.tape.broken = True
 
     def attr(self, name):
         for k, v in self.attrs:

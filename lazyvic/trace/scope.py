@@ -19,6 +19,8 @@ import contextlib
 import threading
 import weakref
 
+from lazyvic.trace.tape import Tape
+
 
 class ScopeState:
     """One thread's scope: ``current`` (the innermost scope now, read by ``Node.__init__``), the
@@ -26,9 +28,13 @@ class ScopeState:
     (``names``), whether those names were recomputed during this call (``refreshed``: at most
     once, so that a module that is no submodule does not cost a walk of the model at every call)
     and the depth of module calls. A plain object: one thread-local read finds it, then its
-    attributes cost what a module global's do (the backward walk sets ``current`` per op)."""
+    attributes cost what a module global's do (the backward walk sets ``current`` per op).
 
-    __slots__ = ("current", "root", "names", "refreshed", "depth")
+    It also holds the thread's :class:`~lazyvic.trace.tape.Tape` (``tape``), which
+    ``Node.__init__`` reads through the same thread-local read; the sync replaces it
+    (``lazyvic.sync``)."""
+
+    __slots__ = ("current", "root", "names", "refreshed", "depth", "tape")
 
     def __init__(self):
         self.current: str | None = None
@@ -36,6 +42,7 @@ class ScopeState:
         self.names: dict = {}
         self.refreshed = False
         self.depth = 0
+        self.tape = Tape()
 
 
 class _Local(threading.local):

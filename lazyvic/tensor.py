@@ -66,35 +66,64 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
     random source). An op on Python scalars only (a broadcast constant) has no device yet
     (None): it joins the trace of the op that reads it, and is computed on the CPU if it
     is itself synced. Inputs on two devices raise DeviceError."""
-    opdef = optable.OPS[opname]
-    nodes = tuple([t._node for t in inputs])
-    if opdef.kind in _WIDENED_KINDS and any(n.dtype.is_half for n in nodes):
-        halves = {n.dtype for n in nodes if n.dtype.category == 2}
+    opdef = _OPS[opname]
+    # One and two inputs (nearly every op) unrolled: this is the most frequent call of recording.
+    n = len(inputs)
+    if n == 1:
+        n0 = inputs[0]._node
+        nodes, shapes, in_dtypes = (n0,), (n0.shape,), (n0.dtype,)
+        device = n0.device if _device is None else _device
+        if n0.device is not None and n0.device != device:
+            _device_mismatch(opname, nodes, _device)
+    elif n == 2:
+        n0, n1 = inputs[0]._node, inputs[1]._node
+        nodes, shapes, in_dtypes = (n0, n1), (n0.shape, n1.shape), (n0.dtype, n1.dtype)
+        device = _device
+        for d in (n0.device, n1.device):
+            if d is not None and d != device:
+                if device is not None:
+                    _device_mismatch(opname, nodes, _device)
+                device = d
+    else:
+        nodes = tuple([t._node for t in inputs])
+        shapes, in_dtypes = tuple([n.shape for n in nodes]), tuple([n.dtype for n in nodes])
+        device = _device
+        for nd in nodes:
+            d = nd.device
+            if d is not None and d != device:
+                if device is not None:
+                    _device_mismatch(opname, nodes, _device)
+                device = d
+    if opdef.kind in _WIDENED_KINDS and any(d.is_half for d in in_dtypes):
+        halves = {d for d in in_dtypes if d.category == 2}
         if len(halves) == 1:
             return _widened(opname, inputs, _device, attrs, halves.pop())
-    device = _device
-    for n in nodes:
-        d = n.device
-        if d is not None and d != device:
-            if device is not None:
-                _device_mismatch(opname, nodes, _device)
-            device = d
-    shape, dtype = opdef.infer(tuple([n.shape for n in nodes]), tuple([n.dtype for n in nodes]), attrs)
-    node = Node(opname, nodes, tuple(sorted(attrs.items())) if attrs else (), shape, dtype, device)
+    shape, dtype = opdef.infer(shapes, in_dtypes, attrs)
+    if not attrs:
+        at = ()
+    elif len(attrs) == 1:
+        at = tuple(attrs.items())
+    else:
+        at = tuple(sorted(attrs.items()))
+    node = Node(opname, nodes, at, shape, dtype, device)
     out = Tensor._from_node(node)
     # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
     for t in inputs:
         if t.requires_grad:
-            if opdef.differentiable and dtype.category == 2 and modes.is_grad_enabled():
+            if opdef.differentiable and dtype.category == 2 and _grad_enabled():
                 out.requires_grad = True
                 out._ctx = (opdef, inputs, nodes, attrs, node)
                 for u in inputs:
                     if u._ctx is not None:  # a non-leaf input: remember who reads it
                         if u._users is None:
                             u._users = []
-                        u._users.append(weakref.ref(out))
+                        u._users.append(_weakref_ref(out))
             break
     return out
+
+
+_OPS = optable.OPS
+_grad_enabled = modes.is_grad_enabled
 
 
 # Ops without half-type kernels (BLAS, convolution, pooling, scatter_add): on float16/bfloat16
@@ -267,6 +296,8 @@ class Tensor:
 
     @property
     def T(self) -> "Tensor":
+        if len(self._node.shape) == 2:  # the common case (a weight in linear), without permute's checks
+            return _apply("permute", (self,), perm=(1, 0))
         return self.permute(*reversed(range(self.ndim)))
 
     @property

@@ -257,8 +257,9 @@ def run_backward(
 def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids, needed) -> dict:
     """Call the VJPs in reverse topological order, accumulating cotangents into ``grads``."""
     captured = {}
+    state = scope.local.state
     # Each VJP's nodes carry "<forward scope> (backward)"; the scope is restored after the walk.
-    with enable_grad() if create_graph else no_grad(), scope.entered(scope.current):
+    with enable_grad() if create_graph else no_grad(), scope.entered(state.current):
         for t in reversed(order):
             g = grads.pop(id(t), None)
             if g is None:
@@ -287,7 +288,12 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
                 slots[opdef.index] = g
             else:
                 fwd = out_node.scope if out_node is not None else None
-                scope.set_current(f"{fwd} (backward)" if fwd else "(backward)")
+                name = backward_names.get(fwd)
+                if name is None:
+                    if len(backward_names) > 4096:
+                        backward_names.clear()
+                    name = backward_names[fwd] = f"{fwd} (backward)" if fwd else "(backward)"
+                state.current = name
                 saved, out = _saved(t, inputs, nodes, out_node, create_graph)
                 cotangents = opdef.vjp(g, saved, out, attrs)
                 for inp, gi in zip(inputs, cotangents):
@@ -307,6 +313,10 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
                 if release is not None:
                     release()
     return captured
+
+
+# "<scope> (backward)" for each forward scope seen (module paths: a few per model).
+backward_names: dict = {}
 
 
 def _saved(t, inputs, nodes, out_node, create_graph: bool):

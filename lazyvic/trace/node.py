@@ -23,6 +23,7 @@ import numpy as np
 
 from lazyvic.trace import scope as _scope
 
+_new_object = object.__new__
 _counter = itertools.count()  # next() on it is atomic: node ids stay unique across threads
 _scope_local = _scope.local  # .state: the calling thread's module scope (lazyvic.trace.scope)
 
@@ -73,21 +74,22 @@ class Node:
         if device is not None and device != "cpu":
             tape.broken = True
         # An input is its position on the tape; a leaf's first use is what the key holds of it
-        # (a scalar's dtype, a buffer's shape, dtype and parameter mark: Tape.leaf).
-        refs = []
-        for i in inputs:
-            if i.tape is tape:
-                refs.append(i.tpos)
-            elif i.op == "scalar":  # the most frequent leaf (a Python number operand), inline
-                leaves = tape.leaves
-                i.tpos = ~len(leaves)
-                i.tape = tape
-                leaves.append(i)
-                refs.append(i.dtype)
-            else:
-                refs.append(tape.leaf(i, parameter_nodes))
+        # (a scalar's dtype, a buffer's shape, dtype and parameter mark: Tape.leaf). One and two
+        # inputs unrolled: this runs for every op recorded.
+        n = len(inputs)
         try:
-            tape.h = hash((tape.h, op, attrs, tuple(refs)))
+            if n == 2:
+                a, b = inputs
+                ra = a.tpos if a.tape is tape else tape.leaf(a, parameter_nodes)
+                rb = b.tpos if b.tape is tape else tape.leaf(b, parameter_nodes)
+                tape.h = hash((tape.h, op, attrs, ra, rb))
+            elif n == 1:
+                a = inputs[0]
+                ra = a.tpos if a.tape is tape else tape.leaf(a, parameter_nodes)
+                tape.h = hash((tape.h, op, attrs, ra))
+            else:
+                refs = tuple([i.tpos if i.tape is tape else tape.leaf(i, parameter_nodes) for i in inputs])
+                tape.h = hash((tape.h, op, attrs, refs))
         except TypeError:  # an attribute that cannot be hashed: this tape gives no key
             tape.broken = True
         self.tpos = tape.n
@@ -102,8 +104,24 @@ class Node:
 
     @classmethod
     def scalar(cls, value, dtype) -> "Node":
-        n = cls("scalar", (), (), (), dtype, None)
+        # Made field by field, not through __init__: one per Python-number operand of an op.
+        n = _new_object(cls)
+        n.op = "scalar"
+        n.inputs = n.attrs = n.shape = ()
+        n.dtype = dtype
+        n.data = None
         n.value = value
+        n.id = next(_counter)
+        n.device = None
+        state = _scope_local.state
+        n.scope = state.current
+        # Joins the making thread's tape now (its first use is nearly always the next op):
+        # its dtype enters the hash here, and the op that reads it finds its position.
+        tape = n.tape = state.tape
+        leaves = tape.leaves
+        n.tpos = ~len(leaves)
+        leaves.append(n)
+        tape.h = hash((tape.h, dtype))
         return n
 
     @property

@@ -4,9 +4,11 @@ As PyTorch's lazy tensor core hashes each IR node when it is made, every pending
 records adds itself to its thread's tape when it is created (``Node.__init__``): a running hash
 over, in creation order, each node's op, attributes and where its inputs come from. An input is
 named by position, never by identity: a node of this tape by its position in it, a realized
-leaf (a buffer or a Python scalar) by the order of its first use since the sync (a negative
-number), described at that first use by what the cut's key holds of it (buffer: shape, dtype,
-whether it holds a parameter; scalar: dtype; never a value). A node's own shape and dtype follow
+leaf (a buffer or a Python scalar) by the order in which it joined the tape (a negative number),
+described when it joins by what the cut's key holds of it (buffer: shape, dtype, whether it
+holds a parameter; scalar: dtype; never a value). A buffer joins at its first use since the sync;
+a scalar node when it is made (``Node.scalar``: nearly every one is read by the next op), or at
+its first use on a tape that is not its maker's. A node's own shape and dtype follow
 from its op, attributes and inputs (the op table's shape and dtype rules), so they add nothing.
 
 So two recordings with the same hash, the same count of nodes and the same roots (by position)
@@ -49,10 +51,9 @@ class Tape:
         self.broken = False
 
     def leaf(self, node, parameters: "weakref.WeakSet"):
-        """Add ``node``, an input not recorded on this tape, as its next leaf and return what the
-        hash takes of this first use: a buffer's shape, dtype and whether it holds a parameter
-        (``parameters``), a scalar's dtype (``Node.__init__`` adds scalars itself, the common
-        case). A pending node recorded elsewhere breaks the tape."""
+        """Add ``node``, an input not on this tape, as its next leaf and return what the hash
+        takes of it: a buffer's shape, dtype and whether it holds a parameter (``parameters``), a
+        scalar's dtype. A pending node recorded elsewhere breaks the tape."""
         op = node.op
         if op == "buffer" and node.device == "cpu":
             what = (node.shape, node.dtype, node in parameters)

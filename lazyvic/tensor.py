@@ -57,6 +57,7 @@ from lazyvic.sync import live, sync
 from lazyvic.trace.node import Node, parameter_nodes
 
 _weakref_ref = weakref.ref
+_new_tensor = object.__new__
 
 
 def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "Tensor":
@@ -124,6 +125,19 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
 
 _OPS = optable.OPS
 _grad_enabled = modes.is_grad_enabled
+
+
+def _pending(node: Node) -> "Tensor":
+    """``Tensor._from_node`` for a node known to be pending (the fast path of ``_binary``)."""
+    t = _new_tensor(Tensor)
+    t._node = node
+    t.requires_grad = False
+    t.grad = t._ctx = t._users = None
+    refs = live.refs
+    refs.append(_weakref_ref(t))
+    if len(refs) > _config.max_pending:
+        sync()
+    return t
 
 
 # Ops without half-type kernels (BLAS, convolution, pooling, scatter_add): on float16/bfloat16
@@ -232,12 +246,10 @@ class Tensor:
     @staticmethod
     def _from_node(node: Node) -> "Tensor":
         """A Tensor on ``node`` (a pending one is registered as live); always a plain Tensor."""
-        t = Tensor.__new__(Tensor)
+        t = _new_tensor(Tensor)
         t._node = node
         t.requires_grad = False
-        t.grad = None
-        t._ctx = None
-        t._users = None
+        t.grad = t._ctx = t._users = None
         if node.op != "buffer" and node.op != "scalar":
             # lazyvic.sync.track(t), inlined: the most frequent call of recording (one
             # thread-local read: the registry is per thread)
@@ -592,9 +604,7 @@ class Tensor:
                 other = int_operand(opname, other, d)
             if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
-                return Tensor._from_node(
-                    Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device)
-                )
+                return _pending(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device))
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
             return _apply(opname, (b, a) if reverse else (a, b))

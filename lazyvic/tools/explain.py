@@ -79,7 +79,7 @@ def _cut_site() -> tuple[str, str]:
         if not filename.startswith(_PACKAGE_DIR):
             break
         name = frame.f_code.co_name
-        if name in ("_from_node", "_apply"):
+        if name in ("_from_node", "_pending", "_apply"):
             reason = SIZE_LIMIT  # recording a new op found too many pending nodes
         elif filename in _FRONT_END_FILES:
             if reason != SIZE_LIMIT and name in _SYNC_POINTS:

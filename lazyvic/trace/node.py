@@ -62,16 +62,13 @@ class Node:
         self.device = device
         state = _scope_local.state
         self.scope = state.current  # the module path that recorded it (lazyvic.trace.scope); not in any key
-        if op == "buffer" or op == "scalar":
-            self.tape = None  # a leaf joins a tape at its first use (Tape.leaf)
-            return
-        # The structural hash, made now (lazyvic.trace.tape): the sync finds the plan without a cut.
-        tape = state.tape
-        self.tape = tape
+        # A pending op (leaves are made by buffer() and scalar()). Its structural hash is made
+        # now (lazyvic.trace.tape), so the sync finds the plan without a cut.
+        tape = self.tape = state.tape
         if tape.broken:
             self.tpos = 0
             return
-        if device is not None and device != "cpu":
+        if device != "cpu" and device is not None:
             tape.broken = True
         # An input is its position on the tape; a leaf's first use is what the key holds of it
         # (a scalar's dtype, a buffer's shape, dtype and parameter mark: Tape.leaf). One and two
@@ -97,9 +94,19 @@ class Node:
 
     @classmethod
     def buffer(cls, array: np.ndarray, dtype, device: str = "cpu", shape: tuple | None = None) -> "Node":
-        """A realized node; on ``"cuda"`` ``array`` is flat and ``shape`` gives the shape."""
-        n = cls("buffer", (), (), tuple(array.shape) if shape is None else tuple(shape), dtype, device)
+        """A realized node; on ``"cuda"`` ``array`` is flat and ``shape`` gives the shape. It joins
+        a tape at its first use (``Tape.leaf``)."""
+        n = _new_object(cls)
+        n.op = "buffer"
+        n.inputs = n.attrs = ()
+        n.shape = tuple(array.shape) if shape is None else tuple(shape)
+        n.dtype = dtype
         n.data = array
+        n.value = None
+        n.id = next(_counter)
+        n.device = device
+        n.scope = _scope_local.state.current
+        n.tape = None
         return n
 
     @classmethod

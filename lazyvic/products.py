@@ -44,6 +44,16 @@ def matmul(a, b):
         a = b.new_tensor(a)
     if not hasattr(b, "_node"):
         b = a.new_tensor(b)
+    na, nb = a._node, b._node
+    if (
+        len(na.shape) == 2
+        and len(nb.shape) == 2
+        and na.dtype is nb.dtype
+        and na.dtype.category != 0
+        and na.shape[1] == nb.shape[0]
+        and modes.autocast_precision() is None
+    ):
+        return a.apply("matmul", a, b)  # two matrices of one dtype (the common case), no autocast
     shape_a, shape_b = a.shape, b.shape
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got {a.shape} and {b.shape}")

@@ -36,7 +36,7 @@ def _reduced(x, opname: str, dim, keepdim: bool):
         return x
     out = x._reduce(opname, axes)
     if not keepdim:
-        out = out.reshape(*(s for i, s in enumerate(x.shape) if i not in axes))
+        out = out.apply("reshape", out, shape=tuple([s for i, s in enumerate(x.shape) if i not in axes]))
     return out
 
 

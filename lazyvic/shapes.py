@@ -20,6 +20,10 @@ def norm_axis(axis: int, ndim: int, opname: str) -> int:
         TypeError: ``axis`` is not an int.
         IndexError: ``axis`` is out of range.
     """
+    if axis.__class__ is int:  # the common case first (a plain int in range)
+        n = ndim if ndim > 0 else 1
+        if -n <= axis < n:
+            return axis % n
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{opname}: dim must be an int, got {type(axis).__name__}")
     if not -max(ndim, 1) <= axis < max(ndim, 1):
@@ -35,6 +39,8 @@ def norm_axes(dim, ndim: int, opname: str) -> tuple:
     """
     if dim is None:
         return tuple(range(ndim))
+    if dim.__class__ is int:
+        return (norm_axis(dim, ndim, opname),)
     dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
     axes = sorted({norm_axis(d, ndim, opname) for d in dims})
     if len(axes) != len(dims):
@@ -50,6 +56,11 @@ def shape_arg(args) -> tuple:
     """
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
+    for s in args:  # the common case: plain ints, none below -1
+        if s.__class__ is not int or s < -1:
+            break
+    else:
+        return args if args.__class__ is tuple else tuple(args)
     shape = tuple(int(s) for s in args)
     if any(s < 0 for s in shape if s != -1):
         raise ShapeError(f"negative dimension in shape {shape}")

@@ -941,6 +941,15 @@ class Tensor:
         return _apply("permute", (self,), perm=perm)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        if (
+            len(self._node.shape) == 2
+            and dim0.__class__ is int
+            and dim1.__class__ is int
+            and -2 <= dim0 < 2
+            and -2 <= dim1 < 2
+        ):
+            # A matrix (the VJP of every product): a swap, or nothing
+            return self if dim0 % 2 == dim1 % 2 else _apply("permute", (self,), perm=(1, 0))
         a, b = norm_axis(dim0, self.ndim, "transpose"), norm_axis(dim1, self.ndim, "transpose")
         perm = list(range(self.ndim))
         perm[a], perm[b] = perm[b], perm[a]
@@ -1245,6 +1254,8 @@ def _promote_pair(a: Tensor, b, opname: str, checked: bool = False) -> tuple:
     dtype (arithmetic, as PyTorch), or with ``checked`` raises DTypeError when it does not fit
     (``where``/``masked_fill``, as PyTorch)."""
     if isinstance(b, Tensor):
+        if a._node.dtype is b._node.dtype:  # nothing to promote (the common case)
+            return a, b
         d = result_dtype(a, b)
         return (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
     if isinstance(b, np.generic):

@@ -265,8 +265,8 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
             if g is None:
                 continue
             ctx = t._ctx
-            if not isinstance(g, list):  # a list: the gradients of a several-output node's outputs
-                g = _hooked(t, g)
+            if _registry and not isinstance(g, list):  # a list: the gradients of a several-output node's outputs
+                g = _hooked(t, g)  # (hooks and retain_grad flags live in _registry)
             if id(t) in target_ids:
                 captured[id(t)] = g
             if ctx is None:  # a leaf

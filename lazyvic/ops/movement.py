@@ -73,7 +73,11 @@ def _slice_ref(x, at):
 
 
 def _permute_vjp(g, x, out, at):
-    return (g.permute(*np.argsort(at["perm"]).tolist()),)
+    perm = at["perm"]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return (g.apply("permute", g, perm=tuple(inverse)),)
 
 
 # Column sums of at least this many rows are taken as ones(1, M) @ g (a bias gradient).

@@ -227,12 +227,40 @@ def _rounded_quotient(x, other, rounding, int_op: str):
                 return x.to(dt.int64)._binary(int_op, other)  # bool // 2 is int64, as in PyTorch
             raise DTypeError(f"{int_op}: bool tensors have no integer division; cast to an integer dtype first")
         return x._binary(int_op, other)
+    if int_op == "floordiv_int":
+        return _floor_quotient(x, other)
     return rounding(x / other)
+
+
+def _floor_quotient(x, other):
+    """Floating-point ``x // other`` exactly as PyTorch's ``div_floor`` (and CPython's float ``//``)
+    compute it: from the exact remainder ``fmod(x, other)``, not by flooring the rounded quotient
+    (``1.0 // 0.1`` is 9, where ``floor(1.0 / 0.1)`` is 10)."""
+    if isinstance(other, np.generic):
+        other = other.item()
+    q = x / other  # the promoted, broadcast quotient
+    x = x if x.dtype is q.dtype else x.to(q.dtype)
+    mod = x._binary("fmod", other)
+    # tensors for a tensor ``other``, Python bools for a number
+    negative, zero = (other < 0, other == 0) if _is_tensor(other) else (bool(other < 0), bool(other == 0))
+    div = (x - mod) / other
+    # fmod has the sign of x; where it and other differ, the quotient went one too far
+    # (signs compared as numbers: != and & of bool tensors are Wheres over bools, which
+    # onnxruntime's CPU Where lacks)
+    off = (mod > 0) if negative is True else (mod < 0) if negative is False else mod.sign() != other.sign()
+    div = (div - 1.0).where(off, div).where(mod != 0, div)  # (no & of bool tensors: see above)
+    down = div.floor()
+    down = down.where(~(div - down > 0.5), down + 1.0)
+    out = down.where(div != 0, q * 0.0)  # a zero quotient takes the sign of x / other
+    if zero is False:
+        return out
+    return q if zero is True else out.where(~zero, q)  # x // 0 is x / 0: +-inf or NaN
 
 
 def floor_divide(x, other):
     """``floor(x / other)`` elementwise (Python's ``//``); integer operands stay integral (exact;
-    x // 0 is 0, where PyTorch raises ZeroDivisionError)."""
+    x // 0 is 0, where PyTorch raises ZeroDivisionError). Floating-point operands are divided
+    exactly (PyTorch's ``div_floor``: see :func:`_floor_quotient`)."""
     return _rounded_quotient(x, other, lambda q: q.floor(), "floordiv_int")
 
 
@@ -252,13 +280,20 @@ def divide(x, other, *, rounding_mode=None):
 
 
 def remainder(x, other):
-    """``x - floor(x / other) * other`` (Python's ``%``: the result has the sign of ``other``)."""
-    return x - x.floor_divide(other) * other
+    """``x - floor(x / other) * other`` (Python's ``%``: the result has the sign of ``other``),
+    exact: integers through the exact floor division, floats as PyTorch's remainder (``fmod``,
+    plus ``other`` where the signs differ; NaN for ``other == 0``)."""
+    if _integral_pair(x, other):
+        return x - x.floor_divide(other) * other
+    return _float(x)._binary("remainder", other)
 
 
 def fmod(x, other):
-    """``x - trunc(x / other) * other`` (C's fmod: the result has the sign of ``x``)."""
-    return x - _rounded_quotient(x, other, lambda q: q.trunc(), "truncdiv_int") * other
+    """``x - trunc(x / other) * other`` (C's fmod: the result has the sign of ``x``), exact:
+    integers through the exact truncated division, floats as C's ``fmod`` (NaN for ``other == 0``)."""
+    if _integral_pair(x, other):
+        return x - _rounded_quotient(x, other, lambda q: q.trunc(), "truncdiv_int") * other
+    return _float(x)._binary("fmod", other)
 
 
 # ------------------------------------------------------------------- tests

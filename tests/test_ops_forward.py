@@ -195,6 +195,28 @@ def _():
     return lv.tensor(a) ** lv.tensor(b), (a.astype(np.float64) ** b).astype(np.float32)
 
 
+# Values where the rounded quotient misleads (1.0 / 0.1 rounds up to 10), signed zeros,
+# infinities and a zero divisor: fmod is exact, remainder has the sign of b (PyTorch keeps
+# fmod's zero), as torch.fmod / torch.remainder give on these (checked with torch 2.13).
+_MOD_A = np.array([[1.0, -1.0, 7.5, -7.5, 0.3, 1e8], [5.0, -4.0, -0.0, np.inf, 3.0, -3.0]], np.float32)
+_MOD_B = np.array([[0.1, 0.1, -2.0, 2.0, 0.1, 3.0], [0.0, 2.0, 3.0, 2.0, np.inf, np.inf]], np.float32)
+
+
+@_case("fmod")
+def _():
+    with np.errstate(all="ignore"):
+        want = np.fmod(_MOD_A, _MOD_B)
+    return lv.fmod(lv.tensor(_MOD_A), lv.tensor(_MOD_B)), want
+
+
+@_case("remainder")
+def _():
+    with np.errstate(all="ignore"):
+        r = np.fmod(_MOD_A, _MOD_B)
+        want = np.where((r != 0) & ((_MOD_B < 0) != (r < 0)), r + _MOD_B, r)
+    return lv.tensor(_MOD_A) % lv.tensor(_MOD_B), want
+
+
 @_case("floordiv_int")
 def _():
     a = np.array([[7, -7, 2**62 + 1], [-(2**63), 5, 9]])

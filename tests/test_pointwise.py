@@ -168,6 +168,41 @@ def test_floor_division_and_remainders(kind, mode):
     assert_tensor(x, np.floor_divide(a, 2).astype(kind))
 
 
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint64 if a.dtype == np.float64 else np.uint32)
+
+
+@pytest.mark.parametrize("kind", ["float32", "float64"])
+def test_float_floor_division_and_remainders_are_exact(kind, mode):
+    """``//``, ``%`` and ``fmod`` of floats as PyTorch computes them (from the exact C fmod, not the
+    rounded quotient: 1.0 // 0.1 is 9), bit for bit against NumPy, whose ``floor_divide`` is the
+    same algorithm (CPython's float ``//``); remainder's zero keeps fmod's sign, as in PyTorch."""
+    a = np.array([1.0, -1.0, 7.5, -7.5, 0.3, 1e8, 5.0, -4.0, 4.0, -0.0, 0.0, np.inf, 3.0, -3.0, 1e-30, 0.5], kind)
+    b = np.array([0.1, 0.1, -2.0, 2.0, 0.1, 3.0, 0.0, 2.0, -2.0, 3.0, -3.0, 2.0, np.inf, np.inf, 3.0, -0.0], kind)
+    x, y = lv.tensor(a), lv.tensor(b)
+    with np.errstate(all="ignore"):
+        r = np.fmod(a, b)
+        torch_remainder = np.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+        s = 0.1
+        rs = np.fmod(a, a.dtype.type(s))
+        outs = [
+            (x // y, np.floor_divide(a, b)),
+            (x.div(y, rounding_mode="floor"), np.floor_divide(a, b)),
+            (x % y, torch_remainder),
+            (lv.fmod(x, y), r),
+            (x // s, np.floor_divide(a, a.dtype.type(s))),
+            (x // -s, np.floor_divide(a, a.dtype.type(-s))),
+            (x // 0.0, np.floor_divide(a, a.dtype.type(0.0))),
+            (x % s, np.where((rs != 0) & (rs < 0), rs + a.dtype.type(s), rs)),
+        ]
+    lv.sync()
+    for t, want in outs:
+        assert t.dtype.name == kind
+        np.testing.assert_array_equal(_bits(t.numpy()), _bits(want))
+    assert (lv.tensor([1.0]) // 0.1).item() == 9.0 and (lv.tensor([1.0]) % 0.1).item() > 0.09
+
+
 def test_clamp_forms_logical_functions(mode):
     a = np.array([-2.0, np.nan, 0.5, 3.0], np.float32)
     lo, hi = np.array([-1.0, 0.0, 1.0, 0.0], np.float32), 2.0

@@ -22,6 +22,10 @@ def _r(*shape, seed=0, low=-1.0, high=1.0):
     return np.random.default_rng(seed).uniform(low, high, size=shape)
 
 
+_MOD_X = np.array([[2.3, -1.7, 0.4], [5.1, -4.6, 3.35]])
+_MOD_Y = np.array([[0.7, 0.9, -1.3], [-1.1, 1.4, 0.6]])
+
+
 def _away_from_zero(*shape, seed=0):
     a = _r(*shape, seed=seed, low=0.2, high=1.5)
     signs = np.where(np.random.default_rng(seed + 100).random(shape) < 0.5, -1.0, 1.0)
@@ -66,6 +70,9 @@ VJP_CASES = [
     ("sub_broadcast", lambda x, y: x - y, [_r(2, 1), _r(1, 3, seed=1)]),
     ("mul_broadcast", lambda x, y: x * y, [_r(2, 3), _r(2, 1, seed=1)]),
     ("div_broadcast", lambda x, y: x / y, [_r(2, 3), _away_from_zero(3, seed=1)]),
+    # x / y kept away from integers (where fmod and remainder jump)
+    ("fmod", lambda x, y: x.fmod(y), [_MOD_X, _MOD_Y]),
+    ("remainder_broadcast", lambda x, y: x % y, [_MOD_X, _MOD_Y[:1]]),
     ("rsub_scalar", lambda x: 1.5 - x, [_r(2, 3)]),
     ("rdiv_scalar", lambda x: 2.0 / x, [_away_from_zero(2, 3)]),
     ("scalar_ops", lambda x: (x * 3.0 + 1.0) / 2.0 - 0.5, [_r(2, 3)]),

@@ -475,6 +475,24 @@ def st_bf16(x):
 
 
 @njit(error_model="numpy", cache=True)
+def fmod_c(a, b):
+    """C's ``fmod``: ``a - trunc(a / b) * b`` computed exactly (the result is representable, so
+    IEEE fmod never rounds); NaN for ``b == 0`` or an infinite ``a``. Numba has no ``math.fmod``;
+    NumPy's ``fmod`` is the C library's, as the interpreter's ``np.fmod``."""
+    return np.fmod(a, b)
+
+
+@njit(error_model="numpy", cache=True)
+def remainder_c(a, b):
+    """PyTorch's float remainder: ``fmod(a, b)``, plus ``b`` where that and ``b`` have opposite
+    signs (so the result has the sign of ``b``; a zero keeps fmod's sign)."""
+    r = np.fmod(a, b)
+    if r != 0 and (b < 0) != (r < 0):
+        return r + b
+    return r
+
+
+@njit(error_model="numpy", cache=True)
 def ipow(a, b):
     """int64 ``a ** b`` (the caller narrows the result to its dtype: the wrap commutes)."""
     if b < 0:

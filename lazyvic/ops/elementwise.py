@@ -556,6 +556,59 @@ for _name, _ref, _expr in (
     )
 
 
+# Floating-point fmod and remainder, exact, as PyTorch computes them (ATen's binary kernels:
+# fmod is C's fmod; remainder is fmod plus b where the result and b have opposite signs, so
+# its zero keeps fmod's sign). C's fmod never rounds, so kernels and NumPy agree bit for bit.
+# Integer operands use floordiv_int / truncdiv_int (lazyvic/pointwise.py).
+def _float_only(opname):
+    def infer(shapes, dtypes, attrs):
+        s, d = _same(opname)(shapes, dtypes, attrs)
+        if not d.is_floating_point:
+            raise DTypeError(f"{opname}: expected floating-point inputs, got {d.name}")
+        return s, d
+
+    return infer
+
+
+def _remainder_reference(a, b):
+    with np.errstate(all="ignore"):
+        r = np.fmod(a, b)
+        return np.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+
+
+def _fmod_reference(a, b):
+    with np.errstate(all="ignore"):
+        return np.fmod(a, b)
+
+
+def _remainder_onnx(builder, names, at, shape, dtype):
+    r = builder.node("Mod", names, fmod=1)
+    zero = builder.const(np.zeros((), dtype=dtype.np), "zero")
+    flip = builder.node("Xor", [builder.node("Less", [names[1], zero]), builder.node("Less", [r, zero])])
+    fix = builder.node("And", [builder.node("Not", [builder.node("Equal", [r, zero])]), flip])
+    return builder.node("Where", [fix, builder.node("Add", [r, names[1]]), r])
+
+
+binary(
+    "fmod",
+    _fmod_reference,
+    lambda a, di, do: f"fmod_c({a[0]}, {a[1]})",
+    # PyTorch's fmod_backward: d/db is -trunc(a / b) (the rounded quotient, as there).
+    lambda g, x, out, at: (g, -g * (x[0] / x[1]).trunc()),
+    infer=_float_only("fmod"),
+    onnx=onnx_node("Mod", fmod=1),  # export only: the importer's Mod handles integers too
+)
+binary(
+    "remainder",
+    _remainder_reference,
+    lambda a, di, do: f"remainder_c({a[0]}, {a[1]})",
+    # PyTorch's remainder_backward: d/db is -(a // b), the exact floor quotient.
+    lambda g, x, out, at: (g, -g * x[0].floor_divide(x[1])),
+    infer=_float_only("remainder"),
+    onnx=_remainder_onnx,
+)
+
+
 # Bitwise and / or / xor of integer tensors (two's complement bits, as PyTorch's and NumPy's);
 # bool tensors' &, |, ^ stay where/!= in the front end (lazyvic/tensor.py). ONNX's BitwiseAnd /
 # Or / Xor (opset 18, integer types only) are these primitives both ways.

@@ -50,6 +50,8 @@ __all__ = [
     "sigmoid_f32",
     "sigmoid_f64",
     "erf_f32",
+    "fmod_c",
+    "remainder_c",
     "fmax",
     "fmin",
     "acc_add",
@@ -112,6 +114,23 @@ def sigmoid_f64(x):
 @cuda.jit(device=True)
 def erf_f32(x):
     return f32(math.erf(x))
+
+
+@cuda.jit(device=True)
+def fmod_c(a, b):
+    # C's fmod (exact). Its NaN cases first: the simulator runs this as Python, whose math.fmod
+    # raises on them; (a - a) / (a - a) is a NaN of a's type.
+    if b == 0 or b != b or not (abs(a) < math.inf):
+        return (a - a) / (a - a)
+    return math.fmod(a, b)
+
+
+@cuda.jit(device=True)
+def remainder_c(a, b):
+    r = fmod_c(a, b)
+    if r != 0 and (b < 0) != (r < 0):
+        return r + b
+    return r
 
 
 @cuda.jit(device=True)

@@ -108,8 +108,7 @@ def mod(ctx, a, b):
     if x.dtype.is_floating_point:
         if not ctx.attr("fmod", 0):
             raise ctx.error("fmod must be 1 for floating-point inputs")
-        q = (x / y).to(dt.int64).to(x.dtype)  # truncated quotient (|x / y| < 2**63)
-        return x - q * y
+        return x.fmod(y)  # C's fmod, exact
     r = x - int_div(x, y, x.dtype) * y  # C remainder: the sign of x
     if ctx.attr("fmod", 0):
         return r

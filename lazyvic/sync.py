@@ -157,15 +157,21 @@ def _run_taped(tape: Tape, roots: list) -> bool:
         entry = plan_cache.last
         if slots is not None and entry is not None and entry.key == trace.key and not tape.broken:
             plan_cache.learn(key, entry, *slots)
+    _write_back(out_nodes, arrays, "cpu")
+    return True
+
+
+def _write_back(out_nodes: list, arrays: list, device: str) -> None:
+    """The results of a run into its output nodes (now buffers on ``device``)."""
     live.traces += 1
     with graph_lock:
         for node, array in zip(out_nodes, arrays):
             if node.op == "buffer":
                 continue  # realized by another thread's sync meanwhile: the first write wins
             node.realize(array)
-            node.device = "cpu"
-            buffers.track(node, array)
-    return True
+            node.device = device
+            if device == "cpu":
+                buffers.track(node, array)
 
 
 def _check_tape_key(key, trace, slots) -> None:
@@ -197,16 +203,7 @@ def _realize(roots: list) -> None:
             trace, inputs, scalars, out_nodes = cut(group, trace_flags(device))
         if not out_nodes:
             continue
-        arrays = run(trace, inputs, scalars)
-        live.traces += 1
-        with graph_lock:
-            for node, array in zip(out_nodes, arrays):
-                if node.op == "buffer":
-                    continue  # realized by another thread's sync meanwhile: the first write wins
-                node.realize(array)
-                node.device = device
-                if device == "cpu":
-                    buffers.track(node, array)
+        _write_back(out_nodes, run(trace, inputs, scalars), device)
 
 
 def trace_flags(device: str = "cpu") -> tuple:

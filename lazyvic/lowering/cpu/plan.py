@@ -42,8 +42,13 @@ SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
 # the digits MLP step (products of at most 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS
 # threads and 7,070 with one on a quiet machine, and with another process busy at 3,150
 # against 7,140 (benchmarks/captured_steps.py): the second thread's spinning costs more than
-# its share of a product this size gains.
-SINGLE_THREAD_BLAS_SMALL_FLOPS = 1 << 22
+# its share of a product this size gains. Up to 6.7e7 flops: the 12-block residual MLP step
+# (products of 1.7e7) ran captured at 51 steps/s with two threads and 38 with one on a quiet
+# machine, but with another process busy at 16 against 38: a product's second half waits a
+# scheduler slice for the busy core (one of 0.3 ms took 24-48 ms). One thread keeps a loaded
+# run within 2x of its quiet speed at the cost of a quarter of the quiet speed of such plans.
+# (Fixed by the products' sizes, never by the load: a seeded run gives the same bits every time.)
+SINGLE_THREAD_BLAS_SMALL_FLOPS = 1 << 26
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
 # Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
 MAX_FREE_RUN_STATES = 4

@@ -12,13 +12,14 @@ calls through the same C functions.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops import numerics
-from lazyvic.ops.opdef import OpDef, onnx_node, register
+from lazyvic.ops.opdef import OnnxNode, OpDef, onnx_node, register
 
 # The kernel language's type of each dtype's values: the half types compute in float32
 # (a statement of a half type rounds its value: lowering/emitter.py).
@@ -683,6 +684,19 @@ def _where_infer(shapes, dtypes, attrs):
     return (full[0] if full else ()), dtypes[1]
 
 
+@dataclass(frozen=True)
+class _WhereOnnx(OnnxNode):
+    """ONNX's Where, except for bool values (the front end's ``&``, ``|``, ``^`` and ``~`` of bool
+    tensors are wheres over bools): onnxruntime's CPU Where has no bool kernel, so those are
+    written as the logic they are, ``(c and x) or (not c and y)``."""
+
+    def __call__(self, builder, names, at, shape, dtype):
+        if dtype is not dt.bool_:
+            return super().__call__(builder, names, at, shape, dtype)
+        c, x, y = names
+        return builder.node("Or", [builder.node("And", [c, x]), builder.node("And", [builder.node("Not", [c]), y])])
+
+
 def _where_vjp(g, x, out, at):
     # Tensor.where(condition, other) is PyTorch's "self where condition else other".
     zero = g.zeros_like()
@@ -698,7 +712,7 @@ register(
         lambda x, at: np.where(x[0], x[1], x[2]),
         lambda a, di, do: f"{a[1]} if {a[0]} else {a[2]}",
         _where_vjp,
-        onnx=onnx_node("Where", since=(9, 16)),
+        onnx=_WhereOnnx("Where", since=(9, 16)),
     )
 )
 

@@ -143,6 +143,23 @@ def test_function_with_several_inputs_and_outputs():
     assert ops(model)["Softmax"] == 1
 
 
+def test_bool_logic_and_exact_float_division_run_in_onnxruntime():
+    # &, |, ^ and ~ of bool tensors are wheres over bools: written as And/Or/Not, since
+    # onnxruntime's CPU Where has no bool kernel; //, % and fmod of floats are exact (C's fmod).
+    def fn(x, y):
+        p, q = x > 0, y > 0
+        return p & q, p | q, p ^ q, ~(p & ~q), x // y, x % y, lv.fmod(x, y)
+
+    a = np.array([[1.0, -1.0, 7.5, -7.5], [0.3, 2.0, -3.0, 1e8]], np.float32)
+    b = np.array([[0.1, 0.1, -2.0, 2.0], [0.1, -0.7, 3.0, 3.0]], np.float32)
+    model = lv.onnx.export(fn, (a, b), input_names=["x", "y"])
+    got = run_ort(model, {"x": a, "y": b})
+    for g, want in zip(got, fn(lv.tensor(a), lv.tensor(b))):
+        np.testing.assert_array_equal(g, want.numpy())
+    assert ops(model)["Or"] >= 3  # the bool wheres, written as logic
+    np.testing.assert_array_equal(got[4][0], [9.0, -10.0, -4.0, -4.0])
+
+
 def test_primitives_without_composites():
     # Movement, reduce, compare and where rules, each checked by onnxruntime.
     def fn(x):

@@ -44,3 +44,15 @@ def rate_cell(d: dict | None, key: str, fmt: str) -> str:
 def busy_process() -> subprocess.Popen:
     """A Python process spinning on one core (kill it when done): the load of a shared machine."""
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def counter_delta(after: dict, before: dict) -> dict:
+    """The change of numeric counters (``lazyvic.metrics.snapshot()``) from ``before`` to ``after``:
+    only the counters that changed; floats rounded to 1e-6."""
+    out = {}
+    for k, v in after.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            d = v - before.get(k, 0)
+            if d:
+                out[k] = round(d, 6) if isinstance(d, float) else d
+    return out

@@ -83,6 +83,7 @@ for _p in (ROOT, HERE):  # benchmark the checkout, installed or not; _bert.py an
 
 from _bert import bert_model, init_state, input_ids, state_shapes  # noqa: E402 - NumPy only at import
 from _common import busy_process, source_fingerprint  # noqa: E402
+from _common import counter_delta as _delta  # noqa: E402
 
 MODELS = ("bert", "gpt")
 RUNTIMES = ("lazyvic", "onnxruntime", "torch")
@@ -318,14 +319,6 @@ def _time_calls(run, iters: int, min_s: float, max_s: float) -> list:
             return times
         if n >= 20 * max(iters, MIN_CALLS):
             return times
-
-
-def _delta(after: dict, before: dict) -> dict:
-    return {
-        k: round(v - before.get(k, 0), 6)
-        for k, v in after.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v != before.get(k, 0)
-    }
 
 
 def child_run(spec: dict, rec: dict) -> None:

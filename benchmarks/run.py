@@ -29,6 +29,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from _common import counter_delta as _delta  # beside this file
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -589,16 +590,6 @@ def _lv_counters():
         return lv.metrics.snapshot()
     except Exception:  # noqa: BLE001
         return {}
-
-
-def _delta(after: dict, before: dict) -> dict:
-    out = {}
-    for k, v in after.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            d = v - before.get(k, 0)
-            if d:
-                out[k] = round(d, 6) if isinstance(d, float) else d
-    return out
 
 
 def _lv_mode(timed: dict, reps: int) -> str:

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import counter_delta as _delta
 from _common import source_fingerprint
-from run import _delta  # run.py (beside this file): the change of lazyvic's metrics counters
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

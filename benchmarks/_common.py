@@ -4,6 +4,7 @@ torch, so a parent process can use them)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,15 +31,24 @@ def source_fingerprint() -> dict:
     return {"git_head": head, "lazyvic_sources_sha1": h.hexdigest()[:12]}
 
 
-def rate_cell(d: dict | None, key: str, fmt: str) -> str:
+def rate_cell(d: dict | None, key: str, fmt: str, spread_fmt: str = ".0f") -> str:
     """A table cell for one runtime's summary ``d`` (median ``d[key]``, spread min..max over
     ``d["n"]`` processes): "-" when it did not run, "error" when it failed."""
     if not d:
         return "-"
     if "error" in d:
         return "error"
-    spread = f" ({d['min']:.0f}..{d['max']:.0f})" if d["n"] > 1 else ""
+    spread = f" ({d['min']:{spread_fmt}}..{d['max']:{spread_fmt}})" if d["n"] > 1 else ""
     return f"{d[key]:{fmt}}{spread}"
+
+
+def write_json(path: Path, payload: dict, default=None) -> None:
+    """Write ``payload`` to ``path`` whole or not at all (a temporary file renamed over it);
+    ``default`` converts what JSON cannot hold (``json.dumps``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=default) + "\n")
+    tmp.replace(path)
 
 
 def busy_process() -> subprocess.Popen:

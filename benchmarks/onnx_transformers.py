@@ -82,7 +82,7 @@ for _p in (ROOT, HERE):  # benchmark the checkout, installed or not; _bert.py an
         sys.path.insert(0, str(_p))
 
 from _bert import bert_model, init_state, input_ids, state_shapes  # noqa: E402 - NumPy only at import
-from _common import busy_process, source_fingerprint  # noqa: E402
+from _common import busy_process, rate_cell, source_fingerprint, write_json  # noqa: E402
 from _common import counter_delta as _delta  # noqa: E402
 
 MODELS = ("bert", "gpt")
@@ -487,15 +487,6 @@ def _progress(rec: dict) -> None:
     print(f"  {_label(spec) + ' / ' + spec['runtime']:<36} {msg}", flush=True)
 
 
-def _ms_cell(d: dict | None) -> str:
-    if not d:
-        return "-"
-    if "error" in d:
-        return "error"
-    spread = f" ({d['min']:.1f}..{d['max']:.1f})" if d["n"] > 1 else ""
-    return f"{d['ms']:.2f}{spread}"
-
-
 def _ratio(x) -> str:
     return "-" if x is None else (f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x")
 
@@ -596,9 +587,9 @@ def print_summary(rows: list, loads: list, reps: int) -> None:
     table = [
         [
             f"{r['model']} b{r['batch']} {r['load']}",
-            _ms_cell(r.get("lazyvic")),
-            _ms_cell(r.get("onnxruntime")),
-            _ms_cell(r.get("torch")),
+            rate_cell(r.get("lazyvic"), "ms", ".2f", ".1f"),
+            rate_cell(r.get("onnxruntime"), "ms", ".2f", ".1f"),
+            rate_cell(r.get("torch"), "ms", ".2f", ".1f"),
             _ratio(r["lazyvic_vs_onnxruntime"]),
             _ratio(r["lazyvic_vs_torch"]),
             diff(r),
@@ -653,13 +644,6 @@ def print_summary(rows: list, loads: list, reps: int) -> None:
         modes = r.get("lazyvic", {}).get("modes", [])
         if modes and modes != ["compiled replay"]:
             print(f"  {r['model']} b{r['batch']} {r['load']} / lazyvic timed calls: {'; '.join(modes)}")
-
-
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    tmp.replace(path)
 
 
 def main(argv=None) -> int:
@@ -753,7 +737,7 @@ def main(argv=None) -> int:
         payload["export"] = exported
         if "error" in exported:
             print("ONNX export failed:\n" + exported.get("stderr_tail", ""))
-            write_json(args.json, payload)
+            write_json(args.json, payload, default=str)
             return 1
         for m in models:
             e = exported[m]
@@ -786,7 +770,7 @@ def main(argv=None) -> int:
                                 rec = run_child(spec, env_extra, max_wait if busy is None else 0.0)
                                 _progress(rec)
                                 recs.append(rec)
-                        write_json(args.json, payload)
+                        write_json(args.json, payload, default=str)
             finally:
                 if busy is not None:
                     busy.kill()
@@ -816,7 +800,7 @@ def main(argv=None) -> int:
     )
     if env["sources_changed_during_run"]:
         print("** WARNING: lazyvic's sources changed during the run; rows may mix versions (see 'sources') **")
-    write_json(args.json, payload)
+    write_json(args.json, payload, default=str)
     print(f"wrote {args.json}  ({payload['elapsed_s']:.0f} s)")
     return 0
 

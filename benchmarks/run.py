@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gc
-import json
 import math
 import os
 import platform
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import counter_delta as _delta  # beside this file
+from _common import write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -875,13 +875,6 @@ def _jsonable(o):
     return o
 
 
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
-    tmp.replace(path)
-
-
 def main(argv=None) -> int:
     names = [c.name for c in CASES]
     ap = argparse.ArgumentParser(
@@ -961,7 +954,7 @@ def main(argv=None) -> int:
             all_rows.extend(rows)
             payload["lazyvic_metrics"] = _lv_counters()
             payload["elapsed_s"] = round(time.perf_counter() - t0, 2)
-            write_json(json_path, payload)
+            write_json(json_path, _jsonable(payload))
 
     print_summary(all_rows, backends)
     snap = _lv_counters()
@@ -997,7 +990,7 @@ def main(argv=None) -> int:
                 print(f"  {k:<18} {v:.3f}" if isinstance(v, float) else f"  {k:<18} {v}")
     else:
         print(f"  unavailable: {LV_IMPORT_ERROR}")
-    write_json(json_path, payload)
+    write_json(json_path, _jsonable(payload))
     print()
     print(f"wrote {json_path}  ({payload['elapsed_s']:.1f} s)")
     return 0

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import counter_delta as _delta
-from _common import source_fingerprint
+from _common import source_fingerprint, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -991,13 +991,6 @@ def print_generate(s: dict, plan: Plan) -> None:
 
 
 # ---------------------------------------------------------------------- main
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=float) + "\n")
-    tmp.replace(path)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1094,7 +1087,7 @@ def main(argv=None) -> int:
                 rts = [r for r in runtimes if r not in TRAIN_ONLY]
                 recs += run_generate(plan, rts, cache, args.dropout, gen_dynamic)
                 payload["generate"] = summarize_generate(recs, rts)
-            write_json(json_path, payload)
+            write_json(json_path, payload, default=float)
     finally:
         if not args.keep_cache:
             shutil.rmtree(cache, ignore_errors=True)
@@ -1130,7 +1123,7 @@ def main(argv=None) -> int:
         print_first(payload["first_step"], plan)
     if "generate" in payload:
         print_generate(payload["generate"], plan)
-    write_json(json_path, payload)
+    write_json(json_path, payload, default=float)
     print()
     print(f"wrote {json_path}  ({payload['elapsed_s']:.1f} s)")
     return 0

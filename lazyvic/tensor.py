@@ -107,7 +107,7 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
     else:
         at = tuple(sorted(attrs.items()))
     node = Node(opname, nodes, at, shape, dtype, device)
-    out = Tensor._from_node(node)
+    out = _pending(node)
     # Integer and bool results carry no gradient (PyTorch: x.long() does not require grad).
     for t in inputs:
         if t.requires_grad:
@@ -128,7 +128,9 @@ _grad_enabled = modes.is_grad_enabled
 
 
 def _pending(node: Node) -> "Tensor":
-    """``Tensor._from_node`` for a node known to be pending (the fast path of ``_binary``)."""
+    """A Tensor on pending ``node``, registered as live (lazyvic.sync.track inlined: the most
+    frequent call of recording; one thread-local read, the registry is per thread); past
+    ``config.max_pending`` pending tensors in this thread, sync now."""
     t = _new_tensor(Tensor)
     t._node = node
     t.requires_grad = False
@@ -246,17 +248,12 @@ class Tensor:
     @staticmethod
     def _from_node(node: Node) -> "Tensor":
         """A Tensor on ``node`` (a pending one is registered as live); always a plain Tensor."""
+        if node.op != "buffer" and node.op != "scalar":
+            return _pending(node)
         t = _new_tensor(Tensor)
         t._node = node
         t.requires_grad = False
         t.grad = t._ctx = t._users = None
-        if node.op != "buffer" and node.op != "scalar":
-            # lazyvic.sync.track(t), inlined: the most frequent call of recording (one
-            # thread-local read: the registry is per thread)
-            refs = live.refs
-            refs.append(_weakref_ref(t))
-            if len(refs) > _config.max_pending:
-                sync()
         return t
 
     @staticmethod

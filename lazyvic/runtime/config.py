@@ -28,6 +28,10 @@ LAZYVIC_PLAN_CACHE_SIZE    trace keys the plan cache keeps, least recently used 
                        (default 256); LAZYVIC_DEBUG=1 says when one is evicted.
 LAZYVIC_KERNEL_CACHE_SIZE  compiled kernels kept loaded, least recently used first out
                        (default 4096; a plan keeps the kernels it runs alive).
+LAZYVIC_NATIVE         runs after which a compiled CPU plan runs its kernels and BLAS products
+                       through generated native functions, one call per run of them instead
+                       of one Python call per step (lowering/cpu/native.py; default 3; 0:
+                       never). Same bits either way.
 LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
                        an index.md (lazyvic.tools.viz; needs Graphviz's dot).
 LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move
@@ -63,6 +67,7 @@ class Config:
         self.dynamic = os.environ.get("LAZYVIC_DYNAMIC", "1") not in ("", "0")
         self.plan_cache_size = max(1, _int("LAZYVIC_PLAN_CACHE_SIZE", 256))
         self.kernel_cache_size = max(1, _int("LAZYVIC_KERNEL_CACHE_SIZE", 4096))
+        self.native = max(0, _int("LAZYVIC_NATIVE", 3))
         self.gc_freeze = os.environ.get("LAZYVIC_GC_FREEZE", "1") not in ("", "0")
         cache = os.environ.get("LAZYVIC_CACHE_DIR")
         if not cache:

@@ -54,7 +54,7 @@ def _make_backend(device: str):
     from lazyvic.runtime.buffers import take
     from lazyvic.runtime.config import config
 
-    return CpuBackend(allocate=take, max_kernels=config.kernel_cache_size)
+    return CpuBackend(allocate=take, max_kernels=config.kernel_cache_size, native_after=config.native)
 
 
 def threading_layer() -> str | None:
@@ -103,6 +103,10 @@ def execute(plan, inputs: list, scalars: list, debug: int = 0, sizes: tuple = ()
             out = plan.run(*args)
     metrics.add("execute_seconds", time.perf_counter() - t0)
     metrics.add("compiled_runs")
+    if "native_new" in plan.stats:  # the plan became hot: native segments compiled in this run
+        n, seconds = plan.stats.pop("native_new", (0, 0.0))
+        metrics.add("native_segments", n)
+        metrics.add("native_seconds", seconds)
     if plan.fallbacks:
         metrics.add("fallbacks", len(plan.fallbacks))
         for op in plan.fallbacks:

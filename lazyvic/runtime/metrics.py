@@ -27,7 +27,9 @@ _COUNTERS = (
     "plans_compiled",
     "kernels_compiled",
     "kernels_loaded",
+    "native_segments",
     "compile_seconds",
+    "native_seconds",
     "execute_seconds",
     "interpret_seconds",
     "fallbacks",
@@ -147,7 +149,8 @@ def _kernels_on_disk() -> int:
 def plans() -> list[dict]:
     """One dict per cached plan, in first-seen order: ``name`` (None until compiled),
     ``ops`` (trace length), ``runs``, ``hits``, ``keys`` (trace keys it serves: more than one
-    for a plan of symbolic sizes), ``symbols``, ``steps``, ``kernels``, ``fallbacks`` and
+    for a plan of symbolic sizes), ``symbols``, ``steps``, ``kernels``, ``native_segments`` (compiled once the plan was hot:
+    ``lowering/cpu/native.py``), ``fallbacks`` and
     ``memory`` — the planned bytes split into ``inputs``, ``parameters``, ``temporaries``
     (the shared pool), ``outputs`` and ``peak`` (their sum), or None before compiling.
     """
@@ -170,6 +173,7 @@ def plans() -> list[dict]:
                 "symbols": list(plan.symbols) if plan is not None else [],
                 "steps": len(plan.steps) if plan is not None else 0,
                 "kernels": len(plan.kernels) if plan is not None else 0,
+                "native_segments": plan.stats.get("native_segments", 0) if plan is not None else 0,
                 "fallbacks": list(plan.fallbacks) if plan is not None else [],
                 "memory": plan.memory.as_dict() if plan is not None else None,
             }
@@ -203,12 +207,13 @@ _SECTIONS = (
             "plans_evicted",
             "kernels_compiled",
             "kernels_loaded",
+            "native_segments",
             "compiled_runs",
             "interpreted_runs",
             "fallbacks",
         ),
     ),
-    ("times (s)", ("compile_seconds", "execute_seconds", "interpret_seconds")),
+    ("times (s)", ("compile_seconds", "native_seconds", "execute_seconds", "interpret_seconds")),
     ("cache", ("plans_cached", "kernels_on_disk")),
     ("memory", ("bytes_in", "bytes_out", "planned_peak_bytes")),
     (
@@ -229,8 +234,9 @@ def _human_bytes(n: int) -> str:
 def report(file=None) -> str:
     """Print (to ``file``, default stdout) and return a table of the counters.
 
-    Sections: counts (traces, hits, misses, plans, kernels, fallbacks), times in seconds
-    (compile, execute — which includes interpreted runs —, interpret), cache sizes (plans
+    Sections: counts (traces, hits, misses, plans, kernels, native segments, fallbacks), times
+    in seconds (compile, native segments' compile, execute — which includes interpreted runs and
+    the native segments' compile —, interpret), cache sizes (plans
     cached, kernel sources in ``$LAZYVIC_CACHE_DIR/kernels``), bytes moved (the inputs and
     outputs of every run) and the largest planned peak of a cached plan.
     """

@@ -92,9 +92,10 @@ class CpuBackend(Backend):
     device = "cpu"
     plan_prefix = "plan_"
 
-    def __init__(self, allocate: Callable = allocate_output, max_kernels: int | None = None):
+    def __init__(self, allocate: Callable = allocate_output, max_kernels: int | None = None, native_after: int = 0):
         self.allocate = allocate
         self.max_kernels = max_kernels  # compiled kernels kept loaded (None: no bound)
+        self.native_after = native_after  # runs after which a plan runs native segments (0: never)
 
     def default_cache_dir(self):
         return Path.home() / ".cache" / "lazyvic"
@@ -161,6 +162,8 @@ class CpuBackend(Backend):
             fallbacks,
             lowered.stats,
             allocate=self.allocate,
+            native_after=self.native_after,
+            cache_dir=lowered.cache_dir,
         )
         # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
         # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.

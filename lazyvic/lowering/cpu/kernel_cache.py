@@ -98,6 +98,9 @@ def load(ks, cache_dir: Path, scalar_dtypes: list, stats: dict, max_loaded: int 
             if cres is None:
                 _imported[key] = (fn, path if cached else None)
                 return None, False
+            # As Numba's Dispatcher.compile does for a disk-cache hit: the overload is also
+            # registered with the target context, so generated code can call it (native.py).
+            fn.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
             fn.add_overload(cres)
             return fn, True
         hits_before = sum(fn.stats.cache_hits.values())

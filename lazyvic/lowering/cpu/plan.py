@@ -26,6 +26,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
+from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.steps import ConvStep, KernelStep, MatmulStep
 from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.trace import symbolic
@@ -65,6 +66,7 @@ class _Binding:
     steps: list
     new_outputs: list
     needed: list
+    native: object = None  # its steps with native segments (lowering/cpu/native.py); False: none
 
 
 def _symbolic_fields(step) -> tuple:
@@ -155,6 +157,7 @@ class RunState:
 
 
 _binding_lock = threading.Lock()  # making a binding of a plan of symbolic sizes
+_native_lock = threading.Lock()  # making a plan's native segments
 
 
 blas_threads = _BLASThreads()
@@ -183,6 +186,13 @@ class CpuPlan(Plan):
     _symbolic_entries: list = field(default=None, repr=False)
     _symbolic_steps: list = field(default=None, repr=False)
     _marked: bool = field(default=False, repr=False)  # matmul operands marked (_mark_pooled_operands)
+    # Runs after which the plan's kernels and products run as native segments (0: never); where
+    # their files go (lowering/cpu/native.py). ``native``: the steps with segments, once made
+    # (False: none to make); a plan of symbolic sizes keeps them per binding.
+    native_after: int = 0
+    cache_dir: object = field(default=None, repr=False)
+    native: object = field(default=None, repr=False)
+    runs: int = 0
 
     device = "cpu"
     concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
@@ -242,6 +252,7 @@ class CpuPlan(Plan):
                 for kind, pos, dtype in self.outputs
                 if kind == "buffer" and pos not in self.memory.slot_of
             ]
+        self.runs += 1
         free = self.free_states
         try:
             state = free.pop()  # atomic: no two runs get the same state
@@ -349,12 +360,25 @@ class CpuPlan(Plan):
         fields = [(k, _symbolic_fields(st)) for k, st in enumerate(self.steps)]
         self._symbolic_steps = [(k, names) for k, names in fields if names]
 
+    def _native(self, holder, steps: list, entries: list, flat: list, scalars: list, debug: int):
+        """``holder``'s (the plan's, or a binding's) steps with native segments, made and compiled
+        once (False when there are none to make)."""
+        with _native_lock:
+            if holder.native is None:
+                segs = native.segments(steps, entries, self.cache_dir)
+                for seg in segs or ():
+                    if isinstance(seg, native.NativeSegment):
+                        seg.load(flat, scalars, self.stats, debug)
+                holder.native = segs or False
+        return holder.native
+
     def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = (), observe=None) -> list:
         if self.symbols:
-            b = self._bound(tuple(sizes))
+            holder = b = self._bound(tuple(sizes))
             env, flat = self._bound_views(state, tuple(sizes), b)
             env, flat, new_outputs, steps, entries = env[:], flat[:], b.new_outputs, b.steps, b.entries
         else:
+            holder = self
             env, flat, new_outputs, steps, entries = (
                 state.env[:],
                 state.flat[:],
@@ -375,6 +399,9 @@ class CpuPlan(Plan):
             for step in steps:
                 step(env, flat, scalars)
                 observe(step, env, entries)
+        elif holder.native or (holder.native is None and 0 < self.native_after <= self.runs and debug < 4):
+            for step in holder.native or self._native(holder, steps, entries, flat, scalars, debug) or steps:
+                step(env, flat, scalars)
         elif debug >= 4:
             for step in steps:
                 t0 = time.perf_counter()

@@ -1,0 +1,520 @@
+"""One native call per plan: a CPU plan's kernels and BLAS products run by one generated Numba function.
+
+A plan's steps are Python objects, each called from :meth:`CpuPlan._run` (one Python call, the
+argument tuple built and the Numba dispatcher entered per kernel; ``np.matmul`` with its operand
+views per product). Once a plan has run ``native_after`` times (``LAZYVIC_NATIVE``, default 3; the backend's setting) it is
+*hot*: each maximal run of steps that can be native (kernels; float32/float64 products whose
+operands are strided views NumPy hands to BLAS as they are) becomes one :class:`NativeSegment`,
+a generated ``@njit`` function that calls the kernels' compiled functions and OpenBLAS's
+``cblas_?gemm`` / ``cblas_?gemv`` in sequence. A plan of kernels and products only is then one Python call and one
+native call per run. The other steps (convolutions, pooling, scatter_add, a gather's index check,
+NumPy references) stay Python steps between the segments.
+
+Same bits: the products call the very OpenBLAS function NumPy's ``matmul`` calls (found in the
+library NumPy loaded, by threadpoolctl), with the arguments NumPy's ``matmul`` inner loop passes
+it (``numpy/_core/src/umath/matmul.c.src``: gemm for matrices, gemv for a row or column vector,
+the order, transpose flags, leading dimensions and increments from the operands' strides, one
+call per matrix of a batch). A product NumPy runs another way (a 1x1 result: dot; an inner
+dimension of 1 or a dimension of 0: its own loop; an operand that is neither C- nor F-blasable,
+which it copies first; one buffer times its transpose at one address: syrk) stays a Python step. Kernels are the same compiled functions. So a hot plan gives the same
+bits as before it was hot (``tests/lowering/test_native.py`` checks).
+
+The generated source names no size: a kernel's size arguments and a product's dimensions,
+strides and batch offsets are arrays the segment takes, so one compiled function serves every
+binding of a plan of symbolic sizes. Files: ``$LAZYVIC_CACHE_DIR/plans/<name>.py`` (named by the
+SHA-1 of the source and the kernel library), compiled into Numba's disk cache like the kernels.
+The kernels it calls are bound into the module's globals by the loader (they live in files of
+their own, ``kernel_cache.py``).
+
+A segment that cannot be compiled (an unexpected Numba error) runs its steps one by one from
+then on (said on stderr under ``LAZYVIC_DEBUG``): never a wrong answer, never a failed run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
+from lazyvic.lowering.kernel_files import LIB_HASH, load_checked, without_disk_cache
+from lazyvic.lowering.reference import view
+from lazyvic.trace import symbolic
+
+# Bumped when the generated source's meaning changes without its text changing (the products'
+# code generation below): part of every plan file's identity.
+NATIVE_VERSION = "1"
+_CBLAS_ROW_MAJOR, _CBLAS_COL_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS = 101, 102, 111, 112
+# Per product, the header in a segment's ``mo`` array: transpose flags, M, P, N, leading
+# dimensions, then the range of batch-offset triples (a, b, out) that follows the headers.
+_HEADER = 10
+
+
+# ---------------------------------------------------------------- OpenBLAS, NumPy's own
+class _Blas:
+    """``cblas_?gemm`` / ``cblas_?gemv`` of the OpenBLAS NumPy loaded, bound as LLVM symbols
+    (``lazyvic_cblas_<s|d><gemm|gemv>_i<bits>``) that generated code calls; ``int_bits`` is its integer
+    width (64 for an ILP64 build). ``ok`` is False when NumPy's BLAS is not an OpenBLAS found
+    in NumPy's own directory (then products stay NumPy calls)."""
+
+    def __init__(self):
+        self.ok, self.int_bits, self.reason, self.path = False, 0, "", ""
+        try:
+            self._bind()
+        except Exception as e:  # noqa: BLE001 - any failure: products stay NumPy calls
+            self.ok, self.reason = False, f"{type(e).__name__}: {e}"
+
+    def _bind(self) -> None:
+        import llvmlite.binding as llvm
+        from threadpoolctl import ThreadpoolController
+
+        # NumPy's wheels keep their OpenBLAS in numpy.libs beside the package (Linux, Windows)
+        # or inside it (macOS): not SciPy's, which another wheel may have loaded too.
+        package = Path(np.__file__).resolve().parent
+        homes = (package, package.parent / "numpy.libs")
+        found = [
+            lib
+            for lib in ThreadpoolController().lib_controllers
+            if lib.internal_api == "openblas" and any(Path(lib.filepath).resolve().is_relative_to(h) for h in homes)
+        ]
+        if len(found) != 1:
+            self.reason = f"{len(found)} OpenBLAS libraries in NumPy's directories (one expected)"
+            return
+        self.path = found[0].filepath
+        lib = ctypes.CDLL(found[0].filepath)
+        for prefix, suffix, bits in (("scipy_", "64_", 64), ("", "64_", 64), ("scipy_", "", 32), ("", "", 32)):
+            names = {f"{t}{r}": f"{prefix}cblas_{t}{r}{suffix}" for t in "sd" for r in ("gemm", "gemv")}
+            if all(hasattr(lib, n) for n in names.values()):
+                for routine, n in names.items():
+                    llvm.add_symbol(
+                        f"lazyvic_cblas_{routine}_i{bits}", ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                    )
+                self.ok, self.int_bits = True, bits
+                return
+        self.reason = f"no cblas_?gemm/cblas_?gemv symbols in {found[0].filepath}"
+
+
+_blas: _Blas | None = None
+_blas_lock = threading.Lock()
+
+
+def blas() -> _Blas:
+    """NumPy's OpenBLAS, bound once per process."""
+    global _blas
+    with _blas_lock:
+        if _blas is None:
+            _blas = _Blas()
+    return _blas
+
+
+def _blas_intrinsic(routine: str, float_bits: int, int_bits: int, params: tuple):
+    """A Numba intrinsic calling ``lazyvic_cblas_<s|d><routine>_i<int_bits>`` (alpha 1, beta 0).
+
+    Its arguments are three (array, element offset) pairs, then integers; ``params`` lays out the
+    C call: ``("ptr", k)`` the address of pair k's array at its offset, ``("i32", j)`` /
+    ``("int", j)`` integer argument j as a C int / a BLAS integer, ``("const", v)`` the C int v,
+    ``"alpha"`` / ``"beta"``."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    symbol = f"lazyvic_cblas_{'s' if float_bits == 32 else 'd'}{routine}_i{int_bits}"
+
+    def typed(args):
+        def codegen(context, builder, signature, values):
+            i32, iw = ir.IntType(32), ir.IntType(int_bits)
+            fl = ir.FloatType() if float_bits == 32 else ir.DoubleType()
+            ptr = ir.IntType(8).as_pointer()
+
+            def width(v, ty):
+                return builder.trunc(v, ty) if ty.width < v.type.width else v
+
+            c_args, c_types = [], []
+            for p in params:
+                if p == "alpha" or p == "beta":
+                    c_args.append(ir.Constant(fl, 1.0 if p == "alpha" else 0.0))
+                    c_types.append(fl)
+                elif p[0] == "ptr":
+                    k = p[1]
+                    arr = context.make_array(signature.args[2 * k])(context, builder, values[2 * k])
+                    c_args.append(builder.bitcast(builder.gep(arr.data, [values[2 * k + 1]]), ptr))
+                    c_types.append(ptr)
+                elif p[0] == "const":
+                    c_args.append(ir.Constant(i32, p[1]))
+                    c_types.append(i32)
+                else:
+                    ty = i32 if p[0] == "i32" else iw
+                    c_args.append(width(values[p[1]], ty))
+                    c_types.append(ty)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), c_types), symbol)
+            builder.call(fn, c_args)
+            return context.get_dummy_value()
+
+        return types.void(*args), codegen
+
+    # (Numba's intrinsic reads the typing function's parameters: one per argument, named.)
+    if routine == "gemm":
+
+        def call(typingctx, a, ao, b, bo, c, co, h0, h1, h2, h3, h4, h5, h6, h7):
+            return typed((a, ao, b, bo, c, co, h0, h1, h2, h3, h4, h5, h6, h7))
+
+    else:
+
+        def call(typingctx, a, ao, b, bo, c, co, h0, h1, h2, h3, h4, h5):
+            return typed((a, ao, b, bo, c, co, h0, h1, h2, h3, h4, h5))
+
+    call.__name__ = f"{routine}_f{float_bits}_i{int_bits}"
+    return intrinsic(call)
+
+
+# cblas_?gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc): the header
+# gives (transA, transB, M, N, K, lda, ldb, ldc); the pairs are A, B, C.
+_GEMM = (
+    ("const", _CBLAS_ROW_MAJOR), ("i32", 6), ("i32", 7), ("int", 8), ("int", 9), ("int", 10), "alpha",
+    ("ptr", 0), ("int", 11), ("ptr", 1), ("int", 12), "beta", ("ptr", 2), ("int", 13),
+)  # fmt: skip
+# cblas_?gemv(order, trans, M, N, alpha, A, lda, X, incX, beta, Y, incY), always transposed as
+# NumPy calls it: the header gives (order, M, N, lda, incX, incY); the pairs are A, X, Y.
+_GEMV = (
+    ("i32", 6), ("const", _CBLAS_TRANS), ("int", 7), ("int", 8), "alpha", ("ptr", 0), ("int", 9),
+    ("ptr", 1), ("int", 10), "beta", ("ptr", 2), ("int", 11),
+)  # fmt: skip
+gemm_f32_i32 = _blas_intrinsic("gemm", 32, 32, _GEMM)
+gemm_f64_i32 = _blas_intrinsic("gemm", 64, 32, _GEMM)
+gemm_f32_i64 = _blas_intrinsic("gemm", 32, 64, _GEMM)
+gemm_f64_i64 = _blas_intrinsic("gemm", 64, 64, _GEMM)
+gemv_f32_i32 = _blas_intrinsic("gemv", 32, 32, _GEMV)
+gemv_f64_i32 = _blas_intrinsic("gemv", 64, 32, _GEMV)
+gemv_f32_i64 = _blas_intrinsic("gemv", 32, 64, _GEMV)
+gemv_f64_i64 = _blas_intrinsic("gemv", 64, 64, _GEMV)
+
+
+# ---------------------------------------------------------------- products as NumPy runs them
+def _blasable(s_slow: int, s_fast: int, d_fast: int, itemsize: int) -> bool:
+    """NumPy's ``is_blasable2d`` (matmul.c.src): the fast axis contiguous, the slow one's stride a
+    whole number of items at least the fast axis's length."""
+    return s_fast == itemsize and s_slow % itemsize == 0 and s_slow // itemsize >= d_fast
+
+
+@dataclass
+class _Product:
+    """A product as NumPy's ``matmul`` inner loop runs it (``numpy/_core/src/umath/matmul.c.src``):
+    ``routine`` "gemm" (pairs a, b, out) or "gemv" with ``order`` saying which operand is the
+    matrix ("ab": a, "ba": b); ``header`` the integers of the BLAS call (see _GEMM, _GEMV);
+    ``offsets`` the (a, b, out) element offsets of each matrix of the batch."""
+
+    routine: str
+    order: str
+    header: tuple
+    offsets: list
+
+
+def _operand_view(c, entries, dtype):
+    """``(view, element offset)`` of operand ``c`` over a C-contiguous buffer of its base's shape,
+    or None when its movement ops copy (a reshape of a non-contiguous view)."""
+    e = entries[c.base]
+    if e.dtype.np != dtype or symbolic.contains_symbols(e.shape):
+        return None
+    base = np.empty(e.shape, dtype)
+    v = view({c.base: base}, (), c)
+    root = v
+    while root.base is not None:
+        root = root.base
+    sz = dtype.itemsize
+    off = v.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    if root is not base or v.ndim < 2 or v.dtype != dtype or off % sz or any(s % sz for s in v.strides):
+        return None
+    return v, off // sz
+
+
+def _product(step: MatmulStep, entries) -> _Product | None:
+    """How NumPy's ``matmul`` runs ``step`` (concrete shapes), when that is one gemm or one gemv
+    per matrix of the batch on the operands as they are; None when NumPy does anything else:
+    a dot (a 1x1 result), its own loop (a dimension of 0, or an inner dimension of 1), copies of
+    operands that are not blasable, or syrk (one buffer times its transpose, at one address)."""
+    out_e = entries[step.out]
+    dtype = out_e.dtype.np
+    if dtype not in (np.float32, np.float64) or any(c.kind != "buffer" for c in (step.a, step.b)):
+        return None
+    if symbolic.contains_symbols(out_e.shape):
+        return None
+    views = [_operand_view(c, entries, dtype) for c in (step.a, step.b)]
+    if None in views:
+        return None
+    (va, oa), (vb, ob) = views
+    sz = dtype.itemsize
+    m, n = va.shape[-2:]
+    n2, p = vb.shape[-2:]
+    batch = tuple(out_e.shape)[:-2]
+    if n != n2 or tuple(out_e.shape)[-2:] != (m, p) or min(m, n, p) == 0 or n == 1:
+        return None
+    is1_m, is1_n = va.strides[-2:]
+    is2_n, is2_p = vb.strides[-2:]
+    offsets = []
+    for idx in np.ndindex(*batch) if batch else [()]:
+        row = []
+        for v, off in ((va, oa), (vb, ob)):
+            lead = len(batch) - (v.ndim - 2)
+            for k, (d, s) in enumerate(zip(v.shape[:-2], v.strides[:-2])):
+                if d != 1:  # (a dimension of 1 is broadcast: its stride is never used)
+                    off += idx[lead + k] * (s // sz)
+            row.append(off)
+        row.append((int(np.ravel_multi_index(idx, batch)) if batch else 0) * m * p)
+        offsets.append(row)
+    i1 = (_blasable(is1_m, is1_n, n, sz), _blasable(is1_n, is1_m, m, sz))  # C-, F-blasable
+    i2 = (_blasable(is2_n, is2_p, p, sz), _blasable(is2_p, is2_n, n, sz))
+    if m > 1 and p > 1:
+        if not any(i1) or not any(i2):
+            return None  # NumPy copies the operand first
+        ta, lda = (_CBLAS_NO_TRANS, is1_m // sz) if i1[0] else (_CBLAS_TRANS, is1_n // sz)
+        tb, ldb = (_CBLAS_NO_TRANS, is2_n // sz) if i2[0] else (_CBLAS_TRANS, is2_p // sz)
+        syrk = m == p and is1_m == is2_p and is1_n == is2_n and ta != tb
+        if syrk and step.a.base == step.b.base and any(r[0] == r[1] for r in offsets):
+            return None
+        return _Product("gemm", "ab", (ta, tb, m, p, n, lda, ldb, p), offsets)
+    if m == 1 and p > 1:  # vector @ matrix: gemv over b, transposed
+        if not any(i2) or not (is1_n // sz >= 1):
+            return None
+        order, lda = (_CBLAS_COL_MAJOR, is2_p // sz) if i2[1] else (_CBLAS_ROW_MAJOR, is2_n // sz)
+        return _Product("gemv", "ba", (order, n, p, lda, is1_n // sz, 1), offsets)
+    if p == 1 and m > 1:  # matrix @ vector: gemv over a
+        if not any(i1) or not (is2_n // sz >= 1):
+            return None
+        order, lda = (_CBLAS_COL_MAJOR, is1_m // sz) if i1[0] else (_CBLAS_ROW_MAJOR, is1_n // sz)
+        return _Product("gemv", "ab", (order, n, m, lda, is2_n // sz, 1), offsets)
+    return None
+
+
+# ---------------------------------------------------------------- segments
+@dataclass
+class NativeSegment:
+    """Consecutive steps of a plan run by one generated Numba function (see the module docstring).
+
+    ``positions``: the environment entries the function takes (flat arrays, argument order);
+    ``scalar_groups``: per NumPy dtype, the scalar slots passed as one array; ``zs``: the kernels'
+    size arguments, concatenated; ``mo``: the products' headers and batch offsets. ``steps`` are
+    the steps it replaces, run one by one if the function cannot be compiled."""
+
+    name: str
+    source: str = field(repr=False)
+    kernels: dict = field(repr=False)  # global name -> kernel dispatcher
+    positions: tuple = ()
+    scalar_groups: tuple = ()
+    zs: np.ndarray = field(default=None, repr=False)
+    mo: np.ndarray = field(default=None, repr=False)
+    steps: list = field(default_factory=list, repr=False)
+    cache_dir: object = None
+    fn: object = field(default=None, repr=False)
+    failed: bool = False
+
+    def writes(self):
+        return tuple(p for s in self.steps for p in s.writes())
+
+    def reads(self):
+        return tuple(p for s in self.steps for p in s.reads())
+
+    def _args(self, flat, scalars) -> list:
+        args = [flat[p] for p in self.positions]
+        args += [np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.scalar_groups]
+        args += [self.zs, self.mo]
+        return args
+
+    def __call__(self, env, flat, scalars):
+        if self.fn is None:  # not compiled (load failed): the steps it replaces, one by one
+            for st in self.steps:
+                st(env, flat, scalars)
+            return
+        self.fn(*self._args(flat, scalars))
+
+    def load(self, flat, scalars, stats: dict, debug: int = 0) -> bool:
+        """Write, import and compile the segment's function for the argument types of this run
+        (once; ``stats`` counts ``native_segments`` and ``native_seconds``, and ``native_new`` the
+        same since the runtime last took them into ``lazyvic.metrics``). False when that
+        fails: the segment then runs its steps."""
+        with _load_lock:
+            if self.fn is not None or self.failed:
+                return self.fn is not None
+            from numba import typeof
+            from numba.core.errors import NumbaError
+
+            t0 = time.perf_counter()
+            try:
+                sig = tuple(typeof(a) for a in self._args(flat, scalars))
+                fn = load_checked(
+                    Path(self.cache_dir) / "plans",
+                    self.name,
+                    self.source,
+                    lambda path, cached: self._import(path, cached, sig),
+                    keep=(NumbaError,),
+                )
+            except Exception as e:  # noqa: BLE001 - never fail a run for the fast path: its steps run instead
+                self.failed = True
+                if debug:
+                    print(f"[lazyvic] native segment {self.name} not used: {type(e).__name__}: {e}", file=sys.stderr)
+                return False
+            dt = time.perf_counter() - t0
+            stats["native_segments"] = stats.get("native_segments", 0) + 1
+            stats["native_seconds"] = stats.get("native_seconds", 0.0) + dt
+            new = stats.setdefault("native_new", [0, 0.0])  # for the runtime's counters
+            new[0] += 1
+            new[1] += dt
+            self.fn = fn
+            return True
+
+    def _import(self, path: Path, cached: bool, sig: tuple):
+        """Import the segment's file and compile its function for ``sig`` (from and into Numba's
+        disk cache when ``cached``). A source already imported in this process (another plan's
+        segment, or a binding's of the same plan) is not imported again."""
+        fn = _imported.get((self.name, cached))
+        if fn is not None:
+            fn.compile(sig)
+            return fn
+        modname = f"lazyvic_plans.{self.name}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(self.kernels)  # the kernels it calls (see the file's header)
+        # Registered as the kernels' modules are: Numba finds a function's module by name (to
+        # cache it, and to rebuild its environment when loading it from the disk cache).
+        sys.modules[modname] = module
+        spec.loader.exec_module(module)
+        fn = getattr(module, self.name)
+        if not cached:
+            without_disk_cache(fn)
+        fn.compile(sig)
+        _imported[(self.name, cached)] = fn
+        return fn
+
+
+_load_lock = threading.Lock()
+_imported: dict = {}  # (segment name, from the disk cache) -> its dispatcher
+
+
+def _native_step(step, entries, use_blas: bool):
+    """("kernel", step) or ("product", step, _Product) when ``step`` can run in a segment, else None."""
+    if isinstance(step, KernelStep):
+        return ("kernel", step) if step.sizes == () or step.zs is not None else None
+    if use_blas and isinstance(step, MatmulStep):
+        g = _product(step, entries)
+        return ("product", step, g) if g is not None else None
+    return None
+
+
+def segments(steps: list, entries, cache_dir) -> list | None:
+    """``steps`` with each run of two or more steps that can be native replaced by a
+    :class:`NativeSegment` (not compiled yet: the first run of each compiles it); None when no run
+    is long enough to gain."""
+    b = blas()
+    use_blas = b.ok
+    out, run = [], []
+
+    def flush():
+        if len(run) >= 2:
+            out.append(_segment(run, b.int_bits, cache_dir))
+        else:
+            out.extend(r[1] for r in run)
+        run.clear()
+
+    for st in steps:
+        n = _native_step(st, entries, use_blas)
+        if n is None:
+            flush()
+            out.append(st)
+        else:
+            run.append(n)
+    flush()
+    if not any(isinstance(s, NativeSegment) for s in out):
+        return None
+    return out
+
+
+def _segment(run: list, int_bits: int, cache_dir) -> NativeSegment:
+    """The generated function of one run of native steps."""
+    positions: dict = {}  # entry position -> argument name
+
+    def arg(pos: int) -> str:
+        if pos not in positions:
+            positions[pos] = f"e{pos}"
+        return positions[pos]
+
+    groups: dict = {}  # NumPy dtype -> scalar slots
+
+    def scalar_at(dtype, slot) -> str:
+        slots = groups.setdefault(np.dtype(dtype), [])
+        slots.append(slot)
+        return f"s_{np.dtype(dtype).name}[{len(slots) - 1}]"
+
+    def scalars_range(dtype, slots) -> str:
+        have = groups.setdefault(np.dtype(dtype), [])
+        start = len(have)
+        have.extend(slots)
+        return f"s_{np.dtype(dtype).name}[{start}:{len(have)}]"
+
+    zs, headers, triples, kernels, body = [], [], [], {}, []
+    for item in run:
+        if item[0] == "kernel":
+            st = item[1]
+            kernels[st.name] = st.fn
+            args = [arg(p) for p in (st.out, *st.extra_outs, *st.buffers)]
+            args += [scalar_at(t, s) for s, t in st.scalars]
+            args += [scalars_range(d, slots) for d, slots in st.packed]
+            if st.zs is not None:
+                args.append(f"zs[{len(zs)}:{len(zs) + len(st.zs)}]")
+                zs.extend(int(z) for z in st.zs)
+            body.append(f"    {st.name}({', '.join(args)})")
+        else:
+            st, g = item[1], item[2]
+            h = _HEADER * len(headers)
+            headers.append([*g.header, *[0] * (8 - len(g.header)), len(triples), len(triples) + len(g.offsets)])
+            triples.extend(g.offsets)
+            pair = {"a": (arg(st.a.base), 0), "b": (arg(st.b.base), 1)}
+            (x, i), (y, j) = pair[g.order[0]], pair[g.order[1]]
+            fbits = 32 if st.a.dtype == np.float32 else 64
+            body.append(f"    for q in range(mo[{h + 8}], mo[{h + 9}]):")
+            body.append(
+                f"        {g.routine}_f{fbits}_i{int_bits}({x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], "
+                f"{arg(st.out)}, mo[t + 3 * q + 2], " + ", ".join(f"mo[{h + k}]" for k in range(len(g.header))) + ")"
+            )
+    t0 = _HEADER * len(headers)
+    mo = np.array([v for hd in headers for v in hd] + [v for row in triples for v in row], dtype=np.int64)
+    names = list(positions.values()) + [f"s_{d.name}" for d in groups] + ["zs", "mo"]
+    lines = [f"    t = {t0}"] if headers else []
+    text = "\n".join(
+        [
+            "# Generated by lazyvic.lowering.cpu.native: do not edit.",
+            f"# kernel_lib {LIB_HASH}, native {NATIVE_VERSION}",
+            "# The kernels called below are bound into this module's globals by its loader: "
+            + ", ".join(sorted(kernels)),
+            "from numba import njit",
+            "",
+            "from lazyvic.lowering.cpu.native import "
+            + ", ".join(f"{r}_f{f}_i{int_bits}" for r in ("gemm", "gemv") for f in (32, 64)),
+            "",
+            "",
+            "@njit(cache=True, nogil=True, boundscheck=False)",
+            f"def SEGMENT_NAME({', '.join(names)}):",
+            *lines,
+            *body,
+            "",
+        ]
+    )
+    sha = hashlib.sha1(text.encode()).hexdigest()
+    name = f"plan_{sha[:16]}"
+    return NativeSegment(
+        name,
+        text.replace("SEGMENT_NAME", name),
+        kernels,
+        tuple(positions),
+        tuple((d, tuple(slots)) for d, slots in groups.items()),
+        np.array(zs, dtype=np.int64),
+        mo,
+        [item[1] for item in run],
+        cache_dir,
+    )

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import sys
 import weakref
 
@@ -390,6 +391,12 @@ class Compiled:
         entry.structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
         entry.plan = None
         entry.out_shapes = [(trace.entry(o).shape, trace.dtypes[o]) for o in trace.outputs]
+        # The outputs the buffer pool may take back when their tensor dies (the large ones).
+        entry.tracked = [
+            k
+            for k, (shape, dtype) in enumerate(entry.out_shapes)
+            if math.prod(shape) * dtype.itemsize >= buffers.MIN_BYTES
+        ]
         arrays_out = run(trace, arrays, scalars, at_once=True)  # compiled from its first run
         entry.plan = _served_plan()
         _realize(out_nodes, arrays_out, "cpu")
@@ -428,11 +435,9 @@ class Compiled:
         else:
             arrays = run(entry.trace, inputs, scalars, at_once=True)
             entry.plan = _served_plan()
-        nodes = []
-        for a, (shape, dtype) in zip(arrays, entry.out_shapes):
-            n = Node.buffer(a, dtype, "cpu", shape)
-            buffers.track(n, a)
-            nodes.append(n)
+        nodes = [Node.buffer(a, dtype, "cpu", shape) for a, (shape, dtype) in zip(arrays, entry.out_shapes)]
+        for k in entry.tracked:
+            buffers.track(nodes[k], arrays[k])
         for j, k in entry.writes:
             entry.cells[j].put(None if k is None else nodes[k])
         self.replays += 1
@@ -493,6 +498,8 @@ class _Cell:
         if t is None:
             self.holder[self.key] = Tensor(_node=node)
             return
+        if t._node is node:  # one tensor reached through two cells (a module's, an optimizer's)
+            return
         t._node = node
         if t._is_parameter:
             parameter_nodes.add(node)
@@ -535,9 +542,9 @@ def _step_cells(rec: recording.StepRecorder, mark: int) -> list:
 def _optimizer_guard(opt) -> tuple:
     """What a replay of ``opt``'s update assumes unchanged: its state dicts (``load_state_dict``
     makes new ones) and every hyperparameter but the learning rate (read anew at each replay)."""
-    groups = tuple(
-        tuple((k, v) for k, v in g.items() if k not in ("params", "lr", "param_names")) for g in opt.param_groups
-    )
+    # (Each group copied with its parameters and learning rate blanked: compared in C, a tenth of
+    # a small step's replay spent here before.)
+    groups = [{**g, "params": None, "lr": None, "param_names": None} for g in opt.param_groups]
     return id(opt.state), tuple(map(id, map(opt.state.get, opt._params()))), groups
 
 
@@ -570,6 +577,7 @@ class _StepEntry:
         "structure",
         "plan",
         "out_shapes",
+        "tracked",
     )
 
     def valid(self) -> bool:

@@ -1,5 +1,6 @@
 """Fusion decisions and tricky lowering paths, each checked against NumPy."""
 
+import gc
 import math
 
 import numpy as np
@@ -16,6 +17,10 @@ def always_compile():
     # Each test checks the plan of its own sizes: no plan of symbolic sizes from a family of
     # traces another test made (tests/lowering/test_symbolic.py covers those).
     prev = config.compile, config.dynamic
+    # Pending tensors another test of this worker left (garbage not collected yet) would join
+    # this test's trace and its plan: flush them first.
+    gc.collect()
+    lv.sync()
     config.compile, config.dynamic = "always", False
     lv.metrics.reset()
     yield

@@ -104,7 +104,12 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             out.append(f"{'    ' * d}for i{v} in range({em.size(em.loop_sizes[v])}):")
             d += 1
         ind = "    " * d
-        out += [f"{ind}{acc}_n = {n_last}", f"{ind}for {acc}_q in range({lanes}):", f"{ind}    {acc}_l[{acc}_q] = 0"]
+        # Lanes past the row's end get nothing and stay +0.0; a lane is never -0.0 (its sum
+        # starts at +0.0, round to nearest), so adding one of them changes no bit: a row shorter
+        # than LANES zeroes and adds only its ``_m`` lanes that may hold something (a softmax
+        # row of 10: 9 adds in the tree instead of 31).
+        out += [f"{ind}{acc}_n = {n_last}", f"{ind}{acc}_m = min({acc}_n, {lanes})"]
+        out += [f"{ind}for {acc}_q in range(max({acc}_m, 1)):", f"{ind}    {acc}_l[{acc}_q] = 0"]
         group = f"{acc}_n // ({lanes} * {LANE_GROUP})"
         if not _stores(body):
             # Groups of LANE_GROUP whole blocks: each lane adds its element of every block of the
@@ -126,9 +131,10 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         out += [f"{ind}        i{last} = {acc}_b * {lanes} + {acc}_q"]
         out += render(body, d + 2)
         out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {value}", f"{ind}{acc}_h = {lanes} // 2"]
-        out += [f"{ind}while {acc}_h > 0:", f"{ind}    for {acc}_q in range({acc}_h):"]
+        out += [f"{ind}while {acc}_h > 0:", f"{ind}    for {acc}_q in range({acc}_m - {acc}_h):"]
         out += [f"{ind}        {acc}_l[{acc}_q] = {acc}_l[{acc}_q] + {acc}_l[{acc}_q + {acc}_h]"]
-        out += [f"{ind}    {acc}_h = {acc}_h // 2", f"{ind}{acc} = {acc} + {acc}_l[0]"]
+        out += [f"{ind}    {acc}_m = min({acc}_m, {acc}_h)", f"{ind}    {acc}_h = {acc}_h // 2"]
+        out += [f"{ind}{acc} = {acc} + {acc}_l[0]"]
         return out
 
     def render(lines, depth):

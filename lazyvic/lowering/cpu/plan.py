@@ -5,10 +5,15 @@ the backend (``lazyvic.runtime.buffers.take``: a pool of large outputs), runs th
 hands back the outputs. The environment is a list indexed by entry position, holding each
 buffer both shaped (for BLAS and reference steps) and flat (kernels take 1-D arrays).
 
+Hot plans: once a plan has run ``native_after`` times, its runs of kernels and BLAS products run
+as native segments (``lowering/cpu/native.py``: one generated Numba call each, same bits).
+Outputs: small output arrays a run made two runs before are written again when nothing refers
+to them any more (a training step's previous parameters and gradients), the others are new.
+
 Threads: a plan's buffers belong to one run at a time. Each run takes a set of pooled
 temporaries (a :class:`RunState`: the pool and the environment viewing it, allocated once) from
 the plan's free list and puts it back after, so the same plan runs in several threads at once,
-each on storage of its own (``concurrent_runs``); outputs are new arrays at every run.
+each on storage of its own (``concurrent_runs``); a run state recycles only its own outputs.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte al
 # Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
 MAX_FREE_RUN_STATES = 4
 MAX_BINDINGS = 8  # run states kept per plan of symbolic sizes (one per binding of its symbols)
+# Outputs smaller than this are used again by a later run once nothing refers to them
+# (CpuPlan._outputs); larger ones come back through the runtime's buffer pool.
+RECYCLE_MAX_BYTES = 1 << 20
 
 
 @dataclass
@@ -92,9 +100,9 @@ _U16 = np.dtype(np.uint16)
 
 
 def kernel_view(a: np.ndarray) -> np.ndarray:
-    """The flat array a kernel gets for ``a``: itself, or for a half type its uint16 bits (which
-    Numba can type; kernel_lib's ld_/st_ functions convert)."""
-    f = a.reshape(-1)
+    """The flat array a kernel gets for C-contiguous ``a``: itself, or for a half type its uint16
+    bits (which Numba can type; kernel_lib's ld_/st_ functions convert)."""
+    f = a.ravel()  # (a view of a C-contiguous array, as reshape(-1), in a third of its time)
     return f.view(_U16) if f.dtype in dt.HALF_NP else f
 
 
@@ -119,29 +127,49 @@ class _BLASThreads:
         self.saved: list = []
 
     def _find(self) -> list:
+        """``(get, set)`` of each BLAS library's thread count: OpenBLAS's own functions, called
+        directly (through threadpoolctl's controller, a limit and restore cost ~4 us per plan
+        run: a tenth of a small training step), else the controller's methods."""
         try:
             from threadpoolctl import ThreadpoolController
 
-            return [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+            controllers = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
         except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
             return []
+        found = []
+        for lib in controllers:
+            get = put = None
+            if lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) != "openmp":
+                try:  # (OpenBLAS over OpenMP: its limit is per thread, threadpoolctl's path)
+                    get = lib._get_symbol("openblas_get_num_threads")
+                    put = lib._get_symbol("openblas_set_num_threads")
+                except Exception:  # noqa: BLE001 - another threadpoolctl: its public methods
+                    get = put = None
+            if get is None or put is None:
+                found.append((lambda lib=lib: lib.num_threads, lib.set_num_threads))
+            else:
+                found.append((get, put))
+        return found
 
     def limit(self, n: int) -> None:
         with self.lock:
             if self.libs is None:
                 self.libs = self._find()
             if self.users == 0:
-                self.saved = [lib.num_threads for lib in self.libs]
-                for lib in self.libs:
-                    lib.set_num_threads(n)
+                self.saved = []
+                for get, put in self.libs:
+                    k = get()
+                    if k != n:
+                        put(n)
+                        self.saved.append((put, k))
             self.users += 1
 
     def restore(self) -> None:
         with self.lock:
             self.users -= 1
             if self.users == 0:
-                for lib, k in zip(self.libs, self.saved):
-                    lib.set_num_threads(k)
+                for put, k in self.saved:
+                    put(k)
 
 
 class RunState:
@@ -149,11 +177,23 @@ class RunState:
     lists viewing them, shaped (``env``) and flat (``flat``); copied at each run. A plan of
     symbolic sizes keeps its views per binding (``views``: sizes -> (env, flat))."""
 
-    __slots__ = ("pool", "env", "flat", "views")
+    __slots__ = ("pool", "env", "flat", "views", "recent")
 
     def __init__(self, pool: list, env: list, flat: list):
         self.pool, self.env, self.flat = pool, env, flat
         self.views: dict = {}
+        # The small outputs this state's last two runs made (see CpuPlan._outputs).
+        self.recent: list = [None, None]
+
+
+def _unheld(a: np.ndarray) -> bool:
+    """Whether nothing but the caller's list refers to output array ``a`` and its allocation:
+    no tensor, no ``.numpy()`` result, no view of it (each view refers to the allocation)."""
+    # getrefcount counts its argument; ``a`` is also in the caller's list, in its frame and here.
+    if sys.getrefcount(a) != 4:
+        return False
+    base = a.base
+    return base is None or (base.base is None and sys.getrefcount(base) == 3)  # a.base, ``base``, the argument
 
 
 _binding_lock = threading.Lock()  # making a binding of a plan of symbolic sizes
@@ -360,6 +400,26 @@ class CpuPlan(Plan):
         fields = [(k, _symbolic_fields(st)) for k, st in enumerate(self.steps)]
         self._symbolic_steps = [(k, names) for k, names in fields if names]
 
+    def _outputs(self, state: RunState, new_outputs: list, env: list, flat: list) -> None:
+        """The arrays this run writes its outputs into: small ones made two runs ago by this run
+        state are used again when nothing refers to them any more (a training step's parameters,
+        gradients and optimizer state of the step before last: no allocation, and memory still in
+        cache); others are new arrays from the runtime's allocator."""
+        old, made = state.recent[0], []
+        for k, (pos, shape, dtype, aligned) in enumerate(new_outputs):
+            if env[pos] is not None:  # an input handed back as an output
+                made.append(None)
+                continue
+            a = old[k] if old is not None else None
+            if a is None or not _unheld(a):
+                a = self.allocate(shape, dtype, aligned)
+            env[pos] = a
+            flat[pos] = kernel_view(a)
+            made.append(a if a.nbytes < RECYCLE_MAX_BYTES else None)
+        if old is not None:
+            old.clear()  # (before ``made`` is kept: no reference of ours outlives this run's)
+        state.recent = [state.recent[1], made]
+
     def _native(self, holder, steps: list, entries: list, flat: list, scalars: list, debug: int):
         """``holder``'s (the plan's, or a binding's) steps with native segments, made and compiled
         once (False when there are none to make)."""
@@ -390,11 +450,14 @@ class CpuPlan(Plan):
             a = inputs[slot]
             env[pos] = a
             flat[pos] = kernel_view(a)
-        for pos, shape, dtype, aligned in new_outputs:
-            if env[pos] is None:  # not an input handed back as an output
-                a = self.allocate(shape, dtype, aligned)
-                env[pos] = a
-                flat[pos] = kernel_view(a)
+        if self.symbols:
+            for pos, shape, dtype, aligned in new_outputs:
+                if env[pos] is None:  # not an input handed back as an output
+                    a = self.allocate(shape, dtype, aligned)
+                    env[pos] = a
+                    flat[pos] = kernel_view(a)
+        else:
+            self._outputs(state, new_outputs, env, flat)
         if observe is not None:
             for step in steps:
                 step(env, flat, scalars)

@@ -6,6 +6,9 @@ from pathlib import Path
 _root = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LAZYVIC_CACHE_DIR", str(_root / ".cache" / "lazyvic"))
 os.environ.setdefault("NUMBA_CACHE_DIR", str(_root / ".cache" / "numba"))
+# Plans do not turn native after a few runs (a worker process compiling each one would take
+# the suite's cores): tests/lowering/test_native.py turns them native itself.
+os.environ.setdefault("LAZYVIC_NATIVE", "0")
 
 
 import pytest  # noqa: E402

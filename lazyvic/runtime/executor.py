@@ -54,7 +54,9 @@ def _make_backend(device: str):
     from lazyvic.runtime.buffers import take
     from lazyvic.runtime.config import config
 
-    return CpuBackend(allocate=take, max_kernels=config.kernel_cache_size, native_after=config.native)
+    return CpuBackend(
+        allocate=take, max_kernels=config.kernel_cache_size, native_after=config.native, native_background=True
+    )
 
 
 def threading_layer() -> str | None:

@@ -144,7 +144,7 @@ def test_kernels_compile_side_by_side_in_worker_processes(tmp_path, monkeypatch,
     monkeypatch.setenv("LAZYVIC_COMPILE_WORKERS", "1")
     monkeypatch.setattr(kernel_cache, "_loaded", kernel_cache.OrderedDict())
     if not worker_ok:
-        monkeypatch.setattr(compile_workers._Worker, "compile", lambda self, job: False)
+        monkeypatch.setattr(compile_workers.Worker, "compile", lambda self, job: False)
     (trace, inputs, scalars), refs = _four_kernels()
     plan = compile_trace(trace, tmp_path)
     assert plan.stats["kernels_compiled"] == 4 and plan.stats.get("kernels_loaded", 0) == 0

@@ -115,6 +115,25 @@ def test_a_segment_that_cannot_compile_runs_its_steps(tmp_path, monkeypatch):
     np.testing.assert_allclose(plain[0], (np.exp(inputs[0] * 2 + 1) @ np.maximum(inputs[0].T, 0)).sum(0) - 1, 1e-5)
 
 
+def test_a_segment_whose_arguments_fail_to_compile_runs_its_steps(tmp_path):
+    """New argument types at a later run (a compile error there) fall back to the steps too."""
+    from numba.core.errors import TypingError
+
+    x = lv.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    out = ((x * 2.0).exp() @ x.T).sum(0) + 1.0
+    plan, inputs, scalars = _compiled([out], tmp_path)
+    plain, hot = _run_both(plan, inputs, scalars)
+
+    def typing_error(*args):
+        raise TypingError("no overload for these types")
+
+    seg = _segments(plan.native)[0]
+    seg.fn = typing_error
+    again = plan.run(inputs, scalars)
+    assert seg.failed and seg.fn is None
+    assert again[0].tobytes() == plain[0].tobytes() == hot[-1][0].tobytes()
+
+
 def test_scalars_change_between_runs(tmp_path):
     """A step's Python numbers (a learning rate, a scale) are read at every run."""
     rng = np.random.default_rng(2)
@@ -141,6 +160,7 @@ def test_a_hot_training_step_through_the_runtime(fresh, monkeypatch):
 
     def train(native_after):
         monkeypatch.setattr(executor.backend("cpu"), "native_after", native_after)
+        monkeypatch.setattr(executor.backend("cpu"), "native_background", False)
         lv.manual_seed(0)
         rng = np.random.default_rng(0)
         model = lv.nn.Sequential(lv.nn.Linear(12, 16), lv.nn.GELU(), lv.nn.Linear(16, 3))
@@ -178,3 +198,31 @@ def test_kernels_only_segment_without_products(tmp_path, monkeypatch):
     assert all(isinstance(st, KernelStep) for s in segs for st in s.steps)
     for p, h in zip(plain, hot[-1]):
         assert p.tobytes() == h.tobytes()
+
+
+def test_a_worker_process_compiles_the_segments_while_the_steps_run(tmp_path):
+    """In the background (the runtime's way): the runs go on through the steps until the worker
+    has put the segment in Numba's disk cache; then a run loads it, and the bits stay the same."""
+    import time
+
+    from lazyvic.lowering.cpu import compile_workers
+
+    if compile_workers.worker_count() == 0:
+        pytest.skip("no compile worker on this machine (LAZYVIC_COMPILE_WORKERS=0 or one CPU)")
+    rng = np.random.default_rng(3)
+    x = lv.tensor(rng.standard_normal((16, 24), dtype=np.float32))
+    w = lv.tensor(rng.standard_normal((24, 8), dtype=np.float32))
+    out = ((x @ w).tanh() * 3.0 + 0.5).softmax(-1)
+    plan, inputs, scalars = _compiled([out], tmp_path)
+    want = plan.run(inputs, scalars)[0]
+    plan.native_after, plan.native_background = 1, True
+    first = plan.run(inputs, scalars)[0]  # the segment goes to the worker; this run ran the steps
+    segs = _segments(plan.native)
+    assert segs and all(s.pending and s.fn is None for s in segs)
+    deadline = time.monotonic() + 300
+    while not all(s.ready or s.failed for s in segs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(s.ready and not s.failed for s in segs)
+    got = plan.run(inputs, scalars)[0]  # loads it from the disk cache
+    assert all(s.fn is not None for s in segs)
+    assert want.tobytes() == first.tobytes() == got.tobytes()

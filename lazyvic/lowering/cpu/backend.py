@@ -92,10 +92,17 @@ class CpuBackend(Backend):
     device = "cpu"
     plan_prefix = "plan_"
 
-    def __init__(self, allocate: Callable = allocate_output, max_kernels: int | None = None, native_after: int = 0):
+    def __init__(
+        self,
+        allocate: Callable = allocate_output,
+        max_kernels: int | None = None,
+        native_after: int = 0,
+        native_background: bool = False,
+    ):
         self.allocate = allocate
         self.max_kernels = max_kernels  # compiled kernels kept loaded (None: no bound)
         self.native_after = native_after  # runs after which a plan runs native segments (0: never)
+        self.native_background = native_background  # their compile in a worker process
 
     def default_cache_dir(self):
         return Path.home() / ".cache" / "lazyvic"
@@ -163,6 +170,7 @@ class CpuBackend(Backend):
             lowered.stats,
             allocate=self.allocate,
             native_after=self.native_after,
+            native_background=self.native_background,
             cache_dir=lowered.cache_dir,
         )
         # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread

@@ -86,7 +86,7 @@ def worker_count() -> int:
     return max(0, min(cpus - 1, MAX_WORKERS))
 
 
-class _Worker:
+class Worker:
     """One worker process and the pipe to it."""
 
     def __init__(self):
@@ -156,7 +156,7 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
         _workers[:] = [w for w in _workers if w.alive()]
         while len(_workers) < n:
             try:
-                _workers.append(_Worker())
+                _workers.append(Worker())
             except OSError:
                 break
         workers = _workers[:n]
@@ -194,7 +194,8 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
 
 
 def _serve(lines, out) -> None:
-    """The worker's loop: per job ``{"path", "module", "name", "sig"}`` import the kernel file,
+    """The worker's loop: per job ``{"path", "module", "name", "sig"}`` (a kernel, or a native
+    segment of ``native.py``) import the kernel file,
     compile the function for the signature (:func:`signature_types`) into Numba's disk
     cache, answer ``{"ok": true}`` or ``{"ok": false, "error": ...}``."""
     from lazyvic.lowering.kernel_files import import_file

@@ -230,6 +230,7 @@ class CpuPlan(Plan):
     # their files go (lowering/cpu/native.py). ``native``: the steps with segments, once made
     # (False: none to make); a plan of symbolic sizes keeps them per binding.
     native_after: int = 0
+    native_background: bool = False  # compile them in a worker process (native.NativeSegment.load)
     cache_dir: object = field(default=None, repr=False)
     native: object = field(default=None, repr=False)
     runs: int = 0
@@ -428,7 +429,7 @@ class CpuPlan(Plan):
                 segs = native.segments(steps, entries, self.cache_dir)
                 for seg in segs or ():
                     if isinstance(seg, native.NativeSegment):
-                        seg.load(flat, scalars, self.stats, debug)
+                        seg.load(flat, scalars, self.stats, debug, self.native_background)
                 holder.native = segs or False
         return holder.native
 

@@ -68,17 +68,18 @@ class KernelStep:
     def writes(self):
         return (self.out,) + self.extra_outs
 
-    def __call__(self, env, flat, scalars):
+    def arguments(self, flat, scalars) -> tuple:
+        """The arguments the kernel is called with: its arrays, scalars, packed scalars and sizes."""
         arrays = self._arrays(flat)[:-1]  # (the -1 makes a tuple of one array a tuple too)
         if self.scalars or self.packed:
             arrays += (
                 *[t(scalars[s]) for s, t in self.scalars],
                 *[np.array([scalars[s] for s in slots], dtype=d) for d, slots in self.packed],
             )
-        if self.zs is None:
-            self.fn(*arrays)
-        else:
-            self.fn(*arrays, self.zs)
+        return arrays if self.zs is None else (*arrays, self.zs)
+
+    def __call__(self, env, flat, scalars):
+        self.fn(*self.arguments(flat, scalars))
 
 
 @dataclass

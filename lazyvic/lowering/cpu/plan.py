@@ -463,14 +463,14 @@ class CpuPlan(Plan):
             for step in steps:
                 step(env, flat, scalars)
                 observe(step, env, entries)
-        elif holder.native or (holder.native is None and 0 < self.native_after <= self.runs and debug < 4):
-            for step in holder.native or self._native(holder, steps, entries, flat, scalars, debug) or steps:
-                step(env, flat, scalars)
-        elif debug >= 4:
+        elif debug >= 4:  # each step's time: the steps one by one, never native segments
             for step in steps:
                 t0 = time.perf_counter()
                 step(env, flat, scalars)
                 print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
+        elif holder.native or (holder.native is None and 0 < self.native_after <= self.runs):
+            for step in holder.native or self._native(holder, steps, entries, flat, scalars, debug) or steps:
+                step(env, flat, scalars)
         else:
             for step in steps:
                 step(env, flat, scalars)

@@ -31,11 +31,12 @@ LAZYVIC_KERNEL_CACHE_SIZE  compiled kernels kept loaded, least recently used fir
 LAZYVIC_NATIVE         runs after which a compiled CPU plan runs its kernels and BLAS products
                        through generated native functions, one call per run of them instead
                        of one Python call per step (lowering/cpu/native.py; default 3; 0:
-                       never). Same bits either way. Their first compile is slow (TinyGPT's
-                       step 12-14 s, the digits MLP's 0.7 s): a worker process does it (when
-                       LAZYVIC_COMPILE_WORKERS allows one) while the plan runs its steps, and
-                       a later run switches over; later processes load them from the disk
-                       cache (0.06 s).
+                       never). Same bits either way. Only plans of at most 64 kernels and
+                       products (small steps, where Python's share is large): their first
+                       compile takes ~60 ms a call (the digits MLP's step: 0.7 s), which a
+                       worker process does (when LAZYVIC_COMPILE_WORKERS allows one) while
+                       the plan runs its steps; a later run switches over, and later
+                       processes load them from the disk cache.
 LAZYVIC_VIZ            a directory: at exit, draw every plan the program ran there, with
                        an index.md (lazyvic.tools.viz; needs Graphviz's dot).
 LAZYVIC_GC_FREEZE      1 (default): after compiling a plan, collect garbage once and move

@@ -226,3 +226,14 @@ def test_a_worker_process_compiles_the_segments_while_the_steps_run(tmp_path):
     got = plan.run(inputs, scalars)[0]  # loads it from the disk cache
     assert all(s.fn is not None for s in segs)
     assert want.tobytes() == first.tobytes() == got.tobytes()
+
+
+def test_plans_with_more_calls_than_the_cap_stay_steps(tmp_path, monkeypatch):
+    x = lv.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6))
+    out = ((x @ x.T).exp() @ x).tanh().sum(0)
+    plan, inputs, scalars = _compiled([out], tmp_path)
+    calls = sum(isinstance(st, (KernelStep, MatmulStep)) for st in plan.steps)
+    monkeypatch.setattr(native, "MAX_CALLS", calls - 1)
+    plain, hot = _run_both(plan, inputs, scalars)
+    assert plan.native is False and plan.stats.get("native_segments", 0) == 0
+    assert plain[0].tobytes() == hot[-1][0].tobytes()

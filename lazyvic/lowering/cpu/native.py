@@ -31,10 +31,12 @@ disk cache like the kernels.
 Cost: Numba types and optimizes every call of a segment, about 60 ms per call the first time
 (TinyGPT's training step, 223 steps in 7 segments: 12-14 s; the digits MLP's, 22 steps: 0.7 s),
 then 0.06 s from the disk cache in later processes; the gain is 1-2 us per step and run (the
-captured digits MLP step: 160 -> 135 us; TinyGPT's: 29 -> 28 ms). So the runtime's plans
-(``native_background``) hand a segment missing from the disk cache to a worker process
-(``compile_workers.Worker``) and go on running its steps; the first run after the worker is done
-loads it. Without workers (``LAZYVIC_COMPILE_WORKERS=0``, one CPU) it compiles in the run.
+captured digits MLP step: 160 -> 135 us; TinyGPT's: 29 -> 28 ms). So only plans of at most
+:data:`MAX_CALLS` such steps go native (small steps, where Python's share is large), and the
+runtime's plans (``native_background``) hand a segment missing from the disk cache to a worker
+process (``compile_workers.Worker``) and go on running their steps; the first run after the
+worker is done loads it. Without workers (``LAZYVIC_COMPILE_WORKERS=0``, one CPU) it compiles in
+the run.
 
 A segment that cannot be compiled (an unexpected Numba error) runs its steps one by one from
 then on (said on stderr under ``LAZYVIC_DEBUG``): never a wrong answer, never a failed run.
@@ -65,6 +67,12 @@ from lazyvic.trace import symbolic
 # code generation below): part of every plan file's identity.
 NATIVE_VERSION = "1"
 _CBLAS_ROW_MAJOR, _CBLAS_COL_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS = 101, 102, 111, 112
+# Plans with more steps than this that could be native stay steps: their compile (~60 ms a call,
+# in a worker process that takes a core meanwhile) would outlast many processes (TinyGPT's step,
+# 223 calls: 13 s; a 12-block residual MLP's took a core for each benchmark process's whole life,
+# which ran at 0.68x of its speed with another process busy, against 0.91x without), and their
+# Python overhead per step is a small part of it (TinyGPT: 1 ms of 28). The digits MLP's: 22.
+MAX_CALLS = 64
 # Per product, the header in a segment's ``mo`` array: transpose flags, M, P, N, leading
 # dimensions, then the range of batch-offset triples (a, b, out) that follows the headers.
 _HEADER = 10
@@ -566,9 +574,12 @@ def _native_step(step, entries, use_blas: bool):
 def segments(steps: list, entries, cache_dir) -> list | None:
     """``steps`` with each run of two or more steps that can be native replaced by a
     :class:`NativeSegment` (not compiled yet: the first run of each compiles it); None when no run
-    is long enough to gain."""
+    is long enough to gain, or when more than :data:`MAX_CALLS` steps would be native."""
     b = blas()
     use_blas = b.ok
+    items = [_native_step(st, entries, use_blas) for st in steps]
+    if sum(n is not None for n in items) > MAX_CALLS:
+        return None
     out, run = [], []
 
     def flush():
@@ -578,8 +589,7 @@ def segments(steps: list, entries, cache_dir) -> list | None:
             out.extend(r[1] for r in run)
         run.clear()
 
-    for st in steps:
-        n = _native_step(st, entries, use_blas)
+    for st, n in zip(steps, items):
         if n is None:
             flush()
             out.append(st)

@@ -232,8 +232,8 @@ def test_plans_with_more_calls_than_the_cap_stay_steps(tmp_path, monkeypatch):
     x = lv.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6))
     out = ((x @ x.T).exp() @ x).tanh().sum(0)
     plan, inputs, scalars = _compiled([out], tmp_path)
-    calls = sum(isinstance(st, (KernelStep, MatmulStep)) for st in plan.steps)
-    monkeypatch.setattr(native, "MAX_CALLS", calls - 1)
+    assert sum(isinstance(st, (KernelStep, MatmulStep)) for st in plan.steps) >= 3
+    monkeypatch.setattr(native, "MAX_CALLS", 1)
     plain, hot = _run_both(plan, inputs, scalars)
     assert plan.native is False and plan.stats.get("native_segments", 0) == 0
     assert plain[0].tobytes() == hot[-1][0].tobytes()

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+QUIET_CORES = 0.3  # a child starts once other processes use less than this (or after --max-wait)
 
 
 def source_fingerprint() -> dict:
@@ -66,3 +69,83 @@ def counter_delta(after: dict, before: dict) -> dict:
             if d:
                 out[k] = round(d, 6) if isinstance(d, float) else d
     return out
+
+
+# ---------------------------------------------------------------------- CPU load
+def loadavg():
+    """The 1-minute load average, or None where the system has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def _descendants_cpu_s(hz: int) -> float:
+    """CPU seconds of the live descendants of this process (torch.compile's compile workers)."""
+    parent, cpu = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone in between
+            continue
+        parent[int(d)] = int(fields[1])
+        cpu[int(d)] = (int(fields[11]) + int(fields[12])) / hz
+    mine, total = {os.getpid()}, 0.0
+    changed = True
+    while changed:
+        changed = False
+        for pid, pp in parent.items():
+            if pp in mine and pid not in mine:
+                mine.add(pid)
+                total += cpu[pid]
+                changed = True
+    return total
+
+
+def cpu_sample(descendants: bool = True):
+    """(wall s, busy CPU s of the whole machine, CPU s of this process and its children);
+    busy is None off Linux. ``descendants``: the live descendants' CPU counts as this process's
+    (else only the children it waited for).
+
+    Busy counts user, nice, system, irq, softirq and steal (the hypervisor running someone
+    else) from /proc/stat, in clock ticks (10 ms).
+    """
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        busy = (sum(v) - v[3] - v[4]) / hz  # all but idle and iowait
+        if descendants:
+            own += _descendants_cpu_s(hz)
+    except (OSError, ValueError, IndexError, AttributeError):
+        busy = None
+    return time.perf_counter(), busy, own
+
+
+def other_cores(a, b):
+    """Cores' worth of CPU used by other processes (not this one, not its counted children)
+    between samples ``a`` and ``b``: 0 on an otherwise idle machine, up to the number of cores
+    (the busy process of the loaded rows included); None where it cannot be read. Approximate:
+    a child that exits in between counts as 'other'."""
+    if a[1] is None or b[1] is None or b[0] <= a[0]:
+        return None
+    return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0])
+
+
+def wait_for_quiet(max_wait_s: float, threshold: float = QUIET_CORES, descendants: bool = True) -> tuple:
+    """Sleep until other processes use less than ``threshold`` cores over one second, or
+    ``max_wait_s`` has passed. Returns (seconds waited, other cores in the last second)."""
+    t0 = time.perf_counter()
+    while True:
+        a = cpu_sample(descendants)
+        time.sleep(1.0)
+        other = other_cores(a, cpu_sample(descendants))
+        waited = time.perf_counter() - t0
+        if other is None or other < threshold or waited >= max_wait_s:
+            return waited, other
+        time.sleep(2.0)

@@ -65,7 +65,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from _common import rate_cell, source_fingerprint
+from _common import loadavg, rate_cell, source_fingerprint
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -366,7 +366,7 @@ def child_bert_reference(spec: dict, rec: dict) -> None:
 
 
 def child_main(spec: dict) -> dict:
-    rec = {"spec": spec, "pid": os.getpid(), "loadavg_start": _loadavg()}
+    rec = {"spec": spec, "pid": os.getpid(), "loadavg_start": loadavg()}
     t0 = time.perf_counter()
     try:
         {"probe": child_probe, "resnet": child_resnet, "bert": child_bert, "bert_ref": child_bert_reference}[
@@ -376,18 +376,11 @@ def child_main(spec: dict) -> dict:
         rec["error"] = f"{type(e).__module__}.{type(e).__qualname__}: {e}".splitlines()[0]
         rec["traceback"] = traceback.format_exc()
     rec["child_s"] = time.perf_counter() - t0
-    rec["loadavg_end"] = _loadavg()
+    rec["loadavg_end"] = loadavg()
     return rec
 
 
 # --------------------------------------------------------------------------------- parent
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 def run_child(spec: dict) -> dict:
     fd, out_path = tempfile.mkstemp(prefix="lazyvic-cuda-bench-", suffix=".json")
     os.close(fd)
@@ -686,7 +679,7 @@ def main(argv=None) -> int:
         "torch": probe.get("torch"),
         "cpu": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
-        "loadavg": _loadavg(),
+        "loadavg": loadavg(),
         "started": f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "sources": source_fingerprint(),
     }

@@ -82,7 +82,17 @@ for _p in (ROOT, HERE):  # benchmark the checkout, installed or not; _bert.py an
         sys.path.insert(0, str(_p))
 
 from _bert import bert_model, init_state, input_ids, state_shapes  # noqa: E402 - NumPy only at import
-from _common import busy_process, rate_cell, source_fingerprint, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    QUIET_CORES,
+    busy_process,
+    cpu_sample,
+    loadavg,
+    other_cores,
+    rate_cell,
+    source_fingerprint,
+    wait_for_quiet,
+    write_json,
+)
 from _common import counter_delta as _delta  # noqa: E402
 
 MODELS = ("bert", "gpt")
@@ -94,7 +104,6 @@ BERT = dict(vocab=30522, hidden=256, layers=4, heads=4, intermediate=1024, max_p
 GPT = dict(vocab_size=50257, d_model=256, n_layer=4, n_head=4, block_size=SEQ)
 OUTPUTS = {"bert": "last_hidden_state", "gpt": "logits"}
 CHILD_TIMEOUT_S = 900
-QUIET_CORES = 0.3
 WARMUP, MAX_WARMUP = 3, 12  # warm-up calls; lazyvic goes on until a call is a compiled replay
 MIN_CALLS = 5
 
@@ -215,52 +224,6 @@ def ref_path(workdir: str, model: str, batch: int) -> Path:
     return Path(workdir) / f"{model}_onnxruntime_b{batch}.npy"
 
 
-# ------------------------------------------------------------------------ CPU load
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def cpu_sample():
-    """(wall s, busy CPU s of the machine from /proc/stat or None, CPU s of this process and its
-    waited-for children)."""
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
-    try:
-        hz = os.sysconf("SC_CLK_TCK")
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        busy = (sum(v) - v[3] - v[4]) / hz  # all but idle and iowait
-    except (OSError, ValueError, IndexError, AttributeError):
-        busy = None
-    return time.perf_counter(), busy, own
-
-
-def other_cores(a, b):
-    """Cores' worth of CPU that other processes used between samples ``a`` and ``b`` (the busy
-    process of the loaded rows included); None where it cannot be read."""
-    if a[1] is None or b[1] is None or b[0] <= a[0]:
-        return None
-    return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0])
-
-
-def wait_for_quiet(max_wait_s: float) -> tuple:
-    """Sleep until other processes use less than QUIET_CORES over one second, or ``max_wait_s``
-    has passed: (seconds waited, other cores in the last second)."""
-    t0 = time.perf_counter()
-    while True:
-        a = cpu_sample()
-        time.sleep(1.0)
-        other = other_cores(a, cpu_sample())
-        waited = time.perf_counter() - t0
-        if other is None or other < QUIET_CORES or waited >= max_wait_s:
-            return waited, other
-        time.sleep(2.0)
-
-
-# ------------------------------------------------------------------------ children
 def child_export(spec: dict, rec: dict) -> None:
     """Export both models to ONNX, and store onnxruntime's outputs (the reference of every check)."""
     import warnings
@@ -404,9 +367,9 @@ def child_run(spec: dict, rec: dict) -> None:
     rec["max_abs_ref"] = float(np.abs(ref).max())
     del y, ref
     c1 = counters() if counters else None
-    a = cpu_sample()
+    a = cpu_sample(False)
     times = _time_calls(run, spec["iters"], spec["min_s"], spec["max_s"])
-    rec["other_cores_timed"] = other_cores(a, cpu_sample())
+    rec["other_cores_timed"] = other_cores(a, cpu_sample(False))
     rec["call_s"] = times
     rec["ms"] = statistics.median(times) * 1e3
     rec["ms_min"] = min(times) * 1e3
@@ -429,18 +392,18 @@ def child_run(spec: dict, rec: dict) -> None:
 
 
 def child_main(spec: dict) -> dict:
-    rec = {"spec": spec, "loadavg_start": _loadavg(), "pid": os.getpid()}
+    rec = {"spec": spec, "loadavg_start": loadavg(), "pid": os.getpid()}
     if spec["case"] == "export":
         child_export(spec, rec)
     else:
         child_run(spec, rec)
-    rec["loadavg_end"] = _loadavg()
+    rec["loadavg_end"] = loadavg()
     return rec
 
 
 # ------------------------------------------------------------------------ parent
 def run_child(spec: dict, env_extra: dict, max_wait_s: float) -> dict:
-    waited, other_before = wait_for_quiet(max_wait_s) if max_wait_s > 0 else (0.0, None)
+    waited, other_before = wait_for_quiet(max_wait_s, descendants=False) if max_wait_s > 0 else (0.0, None)
     before = source_fingerprint()
     env = dict(os.environ, **env_extra)
     fd, out_path = tempfile.mkstemp(prefix="onnx_transformers-", suffix=".json")
@@ -704,7 +667,7 @@ def main(argv=None) -> int:
         "cpu_count": os.cpu_count(),
         "numpy": np.__version__,
         "threads": args.threads,
-        "loadavg_1m_start": _loadavg(),
+        "loadavg_1m_start": loadavg(),
         "sources_start": sources,
     }
     print(
@@ -780,7 +743,7 @@ def main(argv=None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     rows = summarize(recs, models, batches, loads)
     payload["summary"] = rows
-    env["loadavg_1m_end"] = _loadavg()
+    env["loadavg_1m_end"] = loadavg()
     shas = {sources["lazyvic_sources_sha1"]}
     for r in recs:
         src = r.get("sources", {})

@@ -53,18 +53,9 @@ for p in (ROOT, ROOT / "tests"):  # benchmark the checkout; tests/_resnet_weight
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-# The house harness (tiny_gpt.py, beside this file): quiet waits, CPU sampling, tables.
-from _common import rate_cell  # noqa: E402
-from tiny_gpt import (  # noqa: E402
-    _loadavg,
-    _ratio,
-    _stats,
-    cpu_sample,
-    other_cores,
-    print_table,
-    source_fingerprint,
-    wait_for_quiet,
-)
+# The house harness (_common.py and tiny_gpt.py, beside this file): quiet waits, CPU sampling, tables.
+from _common import cpu_sample, loadavg, other_cores, rate_cell, source_fingerprint, wait_for_quiet  # noqa: E402
+from tiny_gpt import _ratio, _stats, print_table  # noqa: E402
 
 # "lazyvic.compile" is the same imported model through lazyvic.compile (the plan replayed without
 # recording the forward again); ResNet cases only.
@@ -353,14 +344,14 @@ def child_conv(spec: dict, rec: dict) -> None:
 
 
 def child_main(spec: dict) -> dict:
-    rec = {"spec": spec, "loadavg_start": _loadavg(), "pid": os.getpid()}
+    rec = {"spec": spec, "loadavg_start": loadavg(), "pid": os.getpid()}
     if spec["case"] == "export":
         rec.update(export_onnx(Path(spec["dir"])))
     elif spec["case"] == "resnet":
         child_resnet(spec, rec)
     else:
         child_conv(spec, rec)
-    rec["loadavg_end"] = _loadavg()
+    rec["loadavg_end"] = loadavg()
     return rec
 
 
@@ -533,7 +524,7 @@ def main(argv=None) -> int:
     }
     print(
         f"resnet18 benchmark: {platform.machine()}, {os.cpu_count()} cores, {THREADS} threads per runtime, "
-        f"{reps} process(es) per runtime and case, load {_loadavg()}, "
+        f"{reps} process(es) per runtime and case, load {loadavg()}, "
         f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         flush=True,
     )

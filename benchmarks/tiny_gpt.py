@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import QUIET_CORES, cpu_sample, loadavg, other_cores, source_fingerprint, wait_for_quiet, write_json
 from _common import counter_delta as _delta
-from _common import source_fingerprint, write_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -49,7 +49,6 @@ SEED = 0
 N_BATCHES = 8  # random batches, cycled
 GEN_TOKENS = 200
 CHILD_TIMEOUT_S = 1200
-QUIET_CORES = 0.3  # a child starts once other processes use less than this (or after --max-wait)
 
 
 # ----------------------------------------------------------------- configuration
@@ -351,67 +350,6 @@ def make_runtime(name: str, cfg: dict, gen_dynamic):
 
 
 # ---------------------------------------------------------------------- child
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def _descendants_cpu_s(hz: int) -> float:
-    """CPU seconds of the live descendants of this process (torch.compile's compile workers)."""
-    parent, cpu = {}, {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # gone in between
-            continue
-        parent[int(d)] = int(fields[1])
-        cpu[int(d)] = (int(fields[11]) + int(fields[12])) / hz
-    mine, total = {os.getpid()}, 0.0
-    changed = True
-    while changed:
-        changed = False
-        for pid, pp in parent.items():
-            if pp in mine and pid not in mine:
-                mine.add(pid)
-                total += cpu[pid]
-                changed = True
-    return total
-
-
-def cpu_sample():
-    """(wall s, busy CPU s of the whole machine, CPU s of this process and its children);
-    busy is None off Linux.
-
-    Busy counts user, nice, system, irq, softirq and steal (the hypervisor running someone
-    else) from /proc/stat, in clock ticks (10 ms).
-    """
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
-    try:
-        hz = os.sysconf("SC_CLK_TCK")
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        busy = (sum(v) - v[3] - v[4]) / hz
-        own += _descendants_cpu_s(hz)
-    except (OSError, ValueError, IndexError, AttributeError):
-        busy = None
-    return time.perf_counter(), busy, own
-
-
-def other_cores(a, b):
-    """Cores' worth of CPU used by other processes (not this one, not its live children) between
-    samples ``a`` and ``b``: 0 on an otherwise idle machine, up to the number of cores; None
-    where it cannot be read. Approximate: a child that exits in between counts as 'other'."""
-    if a[1] is None or b[1] is None or b[0] <= a[0]:
-        return None
-    return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0])
-
-
 def _stats(times: list) -> dict:
     s = sorted(times)
 
@@ -431,7 +369,7 @@ def _stats(times: list) -> dict:
 def child_main(spec: dict) -> dict:
     """One measurement in this (fresh) process; returns the JSON record."""
     t_start = time.perf_counter()
-    rec = {"spec": spec, "loadavg_start": _loadavg(), "pid": os.getpid()}
+    rec = {"spec": spec, "loadavg_start": loadavg(), "pid": os.getpid()}
     cfg = model_config(spec["dropout"])
     t0 = time.perf_counter()
     if spec["runtime"] == "lazyvic":
@@ -448,7 +386,7 @@ def child_main(spec: dict) -> dict:
         _child_train(rt, cfg, spec, rec)
     rec["info"] = rt.info()
     rec["child_total_s"] = time.perf_counter() - t_start
-    rec["loadavg_end"] = _loadavg()
+    rec["loadavg_end"] = loadavg()
     return rec
 
 
@@ -545,20 +483,6 @@ class Plan:
         self.gens = 1 if q else 3  # timed generations per process
         self.tokens = GEN_TOKENS
         self.max_wait = args.max_wait if args.max_wait is not None else (0 if q else 120)
-
-
-def wait_for_quiet(max_wait_s: float, threshold: float = QUIET_CORES) -> tuple:
-    """Sleep until other processes use less than ``threshold`` cores over one second, or
-    ``max_wait_s`` has passed. Returns (seconds waited, other cores in the last second)."""
-    t0 = time.perf_counter()
-    while True:
-        a = cpu_sample()
-        time.sleep(1.0)
-        other = other_cores(a, cpu_sample())
-        waited = time.perf_counter() - t0
-        if other is None or other < threshold or waited >= max_wait_s:
-            return waited, other
-        time.sleep(2.0)
 
 
 def run_child(spec: dict, env_extra: dict, max_wait_s: float) -> dict:
@@ -1043,7 +967,7 @@ def main(argv=None) -> int:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "numpy": np.__version__,
-        "loadavg_1m_start": _loadavg(),
+        "loadavg_1m_start": loadavg(),
         "env": {
             k: os.environ[k]
             for k in ("LAZYVIC_COMPILE", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")
@@ -1096,7 +1020,7 @@ def main(argv=None) -> int:
         for k, v in r.get("info", {}).items():
             if "cache_dir" not in k:
                 env.setdefault(k, v)
-    env["loadavg_1m_end"] = _loadavg()
+    env["loadavg_1m_end"] = loadavg()
     shas = {sources["lazyvic_sources_sha1"]}
     for r in recs:
         src = r.get("sources", {})

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -149,3 +150,32 @@ def wait_for_quiet(max_wait_s: float, threshold: float = QUIET_CORES, descendant
         if other is None or other < threshold or waited >= max_wait_s:
             return waited, other
         time.sleep(2.0)
+
+
+# ---------------------------------------------------------------------- child processes
+def run_child_process(script: Path, spec: dict, env_extra: dict, timeout_s: float) -> tuple:
+    """Run ``script --child <spec as JSON> --child-out <file>`` in a fresh process (the environment
+    plus ``env_extra``) and read the JSON record it writes to the file. Returns ``(record, stderr,
+    seconds)``: on a non-zero exit the record is ``{"spec", "error", "stderr_tail"}`` (the last
+    3,000 characters of stderr, else stdout); after ``timeout_s`` it is ``{"spec", "error"}`` and
+    seconds is None."""
+    env = dict(os.environ, **env_extra)
+    fd, out_path = tempfile.mkstemp(prefix=f"{script.stem}-", suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, str(script), "--child", json.dumps(spec), "--child-out", out_path]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout or "")[-3000:]
+            return (
+                {"spec": spec, "error": f"child exited with {proc.returncode}", "stderr_tail": tail},
+                proc.stderr,
+                wall,
+            )
+        return json.loads(Path(out_path).read_text()), proc.stderr, wall
+    except subprocess.TimeoutExpired:
+        return {"spec": spec, "error": f"timed out after {timeout_s} s"}, "", None
+    finally:
+        Path(out_path).unlink(missing_ok=True)

@@ -67,7 +67,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -89,6 +88,7 @@ from _common import (  # noqa: E402
     loadavg,
     other_cores,
     rate_cell,
+    run_child_process,
     source_fingerprint,
     wait_for_quiet,
     write_json,
@@ -405,25 +405,8 @@ def child_main(spec: dict) -> dict:
 def run_child(spec: dict, env_extra: dict, max_wait_s: float) -> dict:
     waited, other_before = wait_for_quiet(max_wait_s, descendants=False) if max_wait_s > 0 else (0.0, None)
     before = source_fingerprint()
-    env = dict(os.environ, **env_extra)
-    fd, out_path = tempfile.mkstemp(prefix="onnx_transformers-", suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec), "--child-out", out_path]
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-        if proc.returncode != 0:
-            rec = {
-                "spec": spec,
-                "error": f"child exited with {proc.returncode}",
-                "stderr_tail": (proc.stderr or proc.stdout or "")[-3000:],
-            }
-        else:
-            rec = json.loads(Path(out_path).read_text())
-    except subprocess.TimeoutExpired:
-        rec = {"spec": spec, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
-    finally:
-        Path(out_path).unlink(missing_ok=True)
+    rec, _, _ = run_child_process(Path(__file__).resolve(), spec, env_extra, CHILD_TIMEOUT_S)
     rec["process_wall_s"] = time.perf_counter() - t0
     rec["quiet_wait_s"], rec["other_cores_before"] = round(waited, 1), other_before
     after = source_fingerprint()

@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +53,15 @@ for p in (ROOT, ROOT / "tests"):  # benchmark the checkout; tests/_resnet_weight
         sys.path.insert(0, str(p))
 
 # The house harness (_common.py and tiny_gpt.py, beside this file): quiet waits, CPU sampling, tables.
-from _common import cpu_sample, loadavg, other_cores, rate_cell, source_fingerprint, wait_for_quiet  # noqa: E402
+from _common import (  # noqa: E402
+    cpu_sample,
+    loadavg,
+    other_cores,
+    rate_cell,
+    run_child_process,
+    source_fingerprint,
+    wait_for_quiet,
+)
 from tiny_gpt import _ratio, _stats, print_table  # noqa: E402
 
 # "lazyvic.compile" is the same imported model through lazyvic.compile (the plan replayed without
@@ -358,24 +365,10 @@ def child_main(spec: dict) -> dict:
 # ------------------------------------------------------------------------ parent
 def run_child(spec: dict, max_wait_s: float, env_extra: dict) -> dict:
     waited, other_before = wait_for_quiet(max_wait_s) if spec["case"] != "export" else (0.0, None)
-    env = dict(os.environ, **env_extra)
-    fd, out_path = tempfile.mkstemp(prefix="resnet18-", suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec), "--child-out", out_path]
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-        if proc.returncode != 0:
-            return {
-                "spec": spec,
-                "error": f"child exited with {proc.returncode}",
-                "stderr_tail": (proc.stderr or proc.stdout or "")[-3000:],
-            }
-        rec = json.loads(Path(out_path).read_text())
-    except subprocess.TimeoutExpired:
-        return {"spec": spec, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
-    finally:
-        Path(out_path).unlink(missing_ok=True)
+    rec, _, _ = run_child_process(Path(__file__).resolve(), spec, env_extra, CHILD_TIMEOUT_S)
+    if "error" in rec:
+        return rec
     rec["process_wall_s"] = time.perf_counter() - t0
     rec["quiet_wait_s"], rec["other_cores_before"] = round(waited, 1), other_before
     return rec

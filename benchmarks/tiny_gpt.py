@@ -27,14 +27,22 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import QUIET_CORES, cpu_sample, loadavg, other_cores, source_fingerprint, wait_for_quiet, write_json
+from _common import (
+    QUIET_CORES,
+    cpu_sample,
+    loadavg,
+    other_cores,
+    run_child_process,
+    source_fingerprint,
+    wait_for_quiet,
+    write_json,
+)
 from _common import counter_delta as _delta
 
 HERE = Path(__file__).resolve().parent
@@ -496,32 +504,13 @@ def run_child(spec: dict, env_extra: dict, max_wait_s: float) -> dict:
 
 
 def _run_child(spec: dict, env_extra: dict) -> dict:
-    env = dict(os.environ)
-    env.update(env_extra)
-    fd, out_path = tempfile.mkstemp(prefix="tiny_gpt-", suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec), "--child-out", out_path]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout or "")[-3000:]
-            return {
-                "spec": spec,
-                "error": f"child exited with {proc.returncode}",
-                "stderr_tail": tail,
-                "process_wall_s": wall,
-            }
-        rec = json.loads(Path(out_path).read_text())
-        rec["process_wall_s"] = wall
-        if proc.stderr.strip():
-            rec["stderr_tail"] = proc.stderr[-2000:]
+    rec, stderr, wall = run_child_process(Path(__file__).resolve(), spec, env_extra, CHILD_TIMEOUT_S)
+    if wall is None:  # timed out
         return rec
-    except subprocess.TimeoutExpired:
-        return {"spec": spec, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
-    finally:
-        Path(out_path).unlink(missing_ok=True)
+    rec["process_wall_s"] = wall
+    if "error" not in rec and stderr.strip():
+        rec["stderr_tail"] = stderr[-2000:]
+    return rec
 
 
 def cache_env(d: Path) -> dict:

@@ -351,6 +351,22 @@ def _():
     return F.conv2d(lv.tensor(x), lv.tensor(w), stride=2, padding=1, groups=2), out.astype(np.float32)
 
 
+@_case("conv_transpose2d")
+def _():
+    # Loops over the definition (each input element scatters its weighted kernel), stride 2,
+    # padding 1 cropped from each side, output_padding 1, dilation 2, 2 groups.
+    x, w = _f32(2, 4, 3, 2, seed=1), _f32(4, 3, 3, 2, seed=2)
+    full = np.zeros((2, 6, (3 - 1) * 2 + 2 * 2 + 1 + 1, (2 - 1) * 2 + 2 * 1 + 1 + 1))
+    for n, c, p, q in np.ndindex(x.shape):
+        g = c // 2
+        for o, i, j in np.ndindex(3, 3, 2):
+            full[n, g * 3 + o, 2 * p + 2 * i, 2 * q + 2 * j] += float(x[n, c, p, q]) * float(w[c, o, i, j])
+    out = full[:, :, 1:, 1:]  # padding 1 crops a row and a column at both ends; output_padding adds one back
+    out = out[:, :, : full.shape[2] - 2, : full.shape[3] - 2]
+    got = F.conv_transpose2d(lv.tensor(x), lv.tensor(w), stride=2, padding=1, output_padding=1, dilation=2, groups=2)
+    return got, out.astype(np.float32)
+
+
 @_case("max_pool2d")
 def _():
     # Loops over the definition: 3x3 windows, stride 2, padding 1 (padding never wins).

@@ -130,12 +130,22 @@ VJP_CASES = [
     ("matmul_2d_1d", lambda a, b: a @ b, [_r(2, 3), _r(3, seed=1)]),
     ("matmul_1d_1d", lambda a, b: a @ b, [_r(3), _r(3, seed=1)]),
     ("matmul_3d_1d", lambda a, b: a.matmul(b), [_r(2, 2, 3), _r(3, seed=1)]),
-    # conv2d (its VJP is written with conv2d: transposed for the input, by the gradient for the weight)
+    # conv2d and conv_transpose2d (each VJP is written with the other and conv2d's weight gradient)
     ("conv2d_stride_pad", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [_r(2, 3, 6, 5), _r(4, 3, 3, 3, seed=1)]),
     (
         "conv2d_groups_dilation",
         lambda x, w: F.conv2d(x, w, padding=(2, 0), dilation=2, groups=2),
         [_r(1, 4, 5, 6), _r(2, 2, 3, 2, seed=1)],
+    ),
+    (
+        "conv_transpose2d_stride_output_padding",
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
+        [_r(2, 3, 4, 3), _r(3, 2, 3, 3, seed=1)],
+    ),
+    (
+        "conv_transpose2d_groups_dilation",
+        lambda x, w: F.conv_transpose2d(x, w, stride=(1, 3), padding=(0, 2), dilation=2, groups=2),
+        [_r(1, 4, 3, 4), _r(4, 3, 2, 3, seed=1)],
     ),
     (
         "max_pool2d",
@@ -204,6 +214,7 @@ COMPILED = {
     "cumprod_with_a_zero",
     "matmul_batched_broadcast",
     "conv2d_stride_pad",
+    "conv_transpose2d_stride_output_padding",
     "getitem_steps_2d",
     "cat_pad",
     "softmax",

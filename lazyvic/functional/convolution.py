@@ -1,13 +1,11 @@
 """Convolutions: ``conv1d``, ``conv2d``, ``conv_transpose1d``, ``conv_transpose2d``.
 
-One primitive, ``conv2d`` (lazyvic/ops/conv.py: im2col and a BLAS product, its VJP written with
-conv2d itself), carries them all: a 1-D convolution is a 2-D one over a height of 1, and a
-transposed convolution is a convolution of the input spread out by the stride (zeros between its
-elements), padded by ``dilation * (kernel - 1) - padding``, with the kernel flipped and its
-in/out channels swapped — the adjoint of the strided convolution (Dumoulin & Visin 2016, "A guide
-to convolution arithmetic for deep learning", section 4). The spread input costs ``stride**2`` more
-products than a dedicated kernel would; the formulas and output sizes are PyTorch's
-(``torch.nn.ConvTranspose2d`` documentation).
+Two primitives carry them all: ``conv2d`` (lazyvic/ops/conv.py: im2col and a BLAS product) and
+its adjoint ``conv_transpose2d`` (lazyvic/ops/conv_transpose.py: a BLAS product and col2im, with
+no zeros inserted by the stride; Dumoulin & Visin 2016, "A guide to convolution arithmetic for
+deep learning", section 4). Each one's VJP is written with the other and conv2d's weight
+gradient. A 1-D convolution is a 2-D one over a height of 1. The formulas and output sizes are
+PyTorch's (``torch.nn.Conv2d`` and ``torch.nn.ConvTranspose2d`` documentation).
 """
 
 from __future__ import annotations
@@ -188,31 +186,6 @@ def conv1d(
     )
 
 
-def _spread(x: Tensor, stride: tuple) -> Tensor:
-    """x (N, C, H, W) with ``stride - 1`` zeros between neighbours: (N, C, (H-1)*sH+1, (W-1)*sW+1)."""
-    if stride == (1, 1):
-        return x
-    n, c, h, w = x.shape
-    sh, sw = stride
-    y = x.reshape(n, c, h, 1, w, 1)._pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
-    y = y.reshape(n, c, h * sh, w * sw)
-    return y._slice((0, 0, 0, 0), (n, c, (h - 1) * sh + 1, (w - 1) * sw + 1), (1, 1, 1, 1))
-
-
-def _transposed_kernel(weight: Tensor, groups: int) -> Tensor:
-    """(C_in, C_out/g, kH, kW) -> (C_out, C_in/g, kH, kW), flipped in both spatial axes."""
-    cin, cog, kh, kw = weight.shape
-    w = (
-        weight.reshape(groups, cin // groups, cog, kh, kw)
-        .permute(0, 2, 1, 3, 4)
-        .reshape(groups * cog, cin // groups, kh, kw)
-    )
-    for axis, k in ((2, kh), (3, kw)):
-        if k > 1:
-            w = w.index_select(axis, Tensor(np.arange(k - 1, -1, -1)).to(weight.device))
-    return w
-
-
 def _check_transposed(name, input, weight, stride, padding, output_padding, dilation) -> None:
     """Raise unless output_padding < max(stride, dilation) and every output size is positive
     (the arguments are per spatial axis, as the caller gave them)."""
@@ -231,19 +204,34 @@ def _check_transposed(name, input, weight, stride, padding, output_padding, dila
             )
 
 
+def transposed_conv2d(input: Tensor, weight: Tensor, bias, stride: tuple, pads: tuple, out_hw: tuple, dilation, groups):
+    """The conv_transpose2d primitive (lazyvic/ops/conv_transpose.py) on checked 4-D operands:
+    ``pads`` (top, left) where the output window starts in the full result, ``out_hw`` its size
+    (the ONNX importer's ConvTranspose with asymmetric pads or output_shape comes here too)."""
+    x, weight = autocast_operands(input, weight)
+    y = Tensor.apply(
+        "conv_transpose2d",
+        x,
+        weight,
+        stride=tuple(stride),
+        padding=tuple(pads),
+        dilation=tuple(dilation),
+        groups=groups,
+        out_hw=tuple(out_hw),
+    )
+    if bias is not None:
+        b = bias.reshape(1, y.shape[1], 1, 1)
+        y = Tensor.apply("add", y, Tensor.apply("expand", b, shape=y.shape)) if b.dtype is y.dtype else y + b
+    return y
+
+
 def _conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation) -> Tensor:
-    """The checked 4-D transposed convolution (see the module docstring)."""
-    kh, kw = weight.shape[2:]
-    x = _spread(input, stride)
-    # Pad by dilation*(k-1) - padding on each side (+ output_padding after); a negative pad crops.
-    before = [d * (k - 1) - p for k, p, d in zip((kh, kw), padding, dilation)]
-    after = [b + op for b, op in zip(before, output_padding)]
-    x = x._pad(((0, 0), (0, 0), (max(before[0], 0), max(after[0], 0)), (max(before[1], 0), max(after[1], 0))))
-    if min(before + after) < 0:
-        starts = (0, 0, max(-before[0], 0), max(-before[1], 0))
-        stops = (*x.shape[:2], x.shape[2] - max(-after[0], 0), x.shape[3] - max(-after[1], 0))
-        x = x._slice(starts, stops, (1, 1, 1, 1))
-    return _conv2d(x, _transposed_kernel(weight, groups), bias, (1, 1), ((0, 0), (0, 0)), dilation, groups)
+    """The checked 4-D transposed convolution (see conv_transpose2d)."""
+    out_hw = tuple(
+        (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for size, k, s, p, op, d in zip(input.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)
+    )
+    return transposed_conv2d(input, weight, bias, stride, padding, out_hw, dilation, groups)
 
 
 def conv_transpose2d(
@@ -260,8 +248,9 @@ def conv_transpose2d(
 
     input (N, C_in, H, W) or (C_in, H, W), weight (C_in, C_out/groups, kH, kW), bias (C_out,) ->
     (N, C_out, oH, oW) with oH = (H - 1)*sH - 2*pH + dH*(kH - 1) + output_paddingH + 1 (likewise oW).
-    ``output_padding`` must be smaller than the stride or the dilation. Gradients flow through the
-    conv2d primitive's VJP. Raises ShapeError naming conv_transpose2d when the ranks, channels or
+    ``output_padding`` must be smaller than the stride or the dilation. One primitive
+    (conv_transpose2d: a BLAS product and a col2im sum, no zeros inserted by the stride; its VJP
+    is conv2d and conv2d's weight gradient). Raises ShapeError naming conv_transpose2d when the ranks, channels or
     groups do not fit or the output would be empty; ValueError for bad arguments.
     """
     name = "conv_transpose2d"

@@ -15,7 +15,8 @@ Kinds:
     matmul       batched matrix product (a BLAS call)
     gather       gather along one dimension (a load at a computed index)
     scatter      scatter_add along one dimension
-    conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py)
+    conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py) and its
+                 transpose (one BLAS call + col2im; ops/conv_transpose.py)
     pool         2-D max pooling (a window kernel; ops/pool.py)
     sort         a stable argsort along one dimension (no kernel yet: its NumPy reference runs
                  as a reported step of the compiled plan; ops/sort.py)
@@ -36,5 +37,5 @@ imports every family so that the table is complete, and imports nothing above ``
 from __future__ import annotations
 
 # Registration happens on import of each family.
-from lazyvic.ops import conv, elementwise, index, matmul, movement, pool, reduce, sort, source  # noqa: E402,F401
+from lazyvic.ops import conv, conv_transpose, elementwise, index, matmul, movement, pool, reduce, sort, source  # noqa: E402,F401
 from lazyvic.ops.opdef import OPS, OpDef, get, onnx_node, register

@@ -15,18 +15,18 @@ and the same BLAS product ``w (G, O/G, Cg*T) @ cols (G, Cg*T, N*oH*oW)`` with ``
 below, so an interpreted and a compiled run give the same bits; only the im2col copy
 differs (NumPy views here, a Numba kernel there).
 
-The VJP is written with conv2d itself, as XLA does: the input gradient is a transposed
-convolution (the output gradient with zeros inserted between its elements by the stride,
-padded, convolved with the flipped weight whose in/out channels are swapped), and the
-weight gradient is a convolution of the input (channels as the batch) by the output
-gradient (as the kernel), stride and dilation swapped.
+The VJP: the input gradient is the transposed convolution of the output gradient by the same
+weights (the conv_transpose2d primitive, ops/conv_transpose.py: a product and a col2im, no
+zeros inserted by the stride), and the weight gradient is a convolution of the input (channels
+as the batch) by the output gradient (as the kernel), stride and dilation swapped, as XLA
+writes it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.dtypes import get_dtype, int64
+from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops.opdef import OpDef, register
 
@@ -163,16 +163,6 @@ def _conv(x, w, stride, padding, dilation, groups):
     )
 
 
-def _dilate(g, axis: int, s: int):
-    """Zeros between the elements of ``g`` along ``axis``: length n -> (n - 1)*s + 1."""
-    if s == 1:
-        return g
-    n = g.shape[axis]
-    g = g.unsqueeze(axis + 1)._pad(tuple((0, s - 1) if i == axis + 1 else (0, 0) for i in range(g.ndim + 1)))
-    g = g.reshape(g.shape[:axis] + (n * s,) + g.shape[axis + 2 :])
-    return g.narrow(axis, 0, (n - 1) * s + 1)
-
-
 def _crop_or_pad(t, axis: int, before: int, after: int):
     """Negative amounts crop ``t`` along ``axis``; returns (t, max(before, 0), max(after, 0))."""
     if before < 0 or after < 0:
@@ -181,32 +171,20 @@ def _crop_or_pad(t, axis: int, before: int, after: int):
     return t, max(before, 0), max(after, 0)
 
 
-def _flip_hw(w):
-    """w[:, :, ::-1, ::-1] as a gather with a constant index (slices take positive steps only)."""
-    o, c, kh, kw = w.shape
-    rev = w.new_tensor(np.arange(kh * kw - 1, -1, -1, dtype=np.int64).reshape(1, kh * kw), dtype=int64)
-    return w.reshape(o * c, kh * kw)._gather(rev.expand(o * c, kh * kw), 1).reshape(o, c, kh, kw)
-
-
 def _input_grad(g, w, x_shape, at):
+    """The transposed convolution of g by the same weights (ops/conv_transpose.py), onto x's
+    positions: x[r] received g[p] * w[i] where r = p*s + i*d - top."""
     (sh, sw), (pt, _, pl, _), (dh, dw), groups = at["stride"], at["padding"], at["dilation"], at["groups"]
-    o, cg, kh, kw = w.shape
-    pads = []
-    for axis, s, d, k, before, n in ((2, sh, dh, kh, pt, x_shape[2]), (3, sw, dw, kw, pl, x_shape[3])):
-        m = g.shape[axis]
-        g = _dilate(g, axis, s)
-        # Output row r of the input gradient (padded row r + before) reads dilated rows
-        # r + before - d*(k-1) .. r + before: pad d*(k-1) - before in front, and up to n rows.
-        lo, hi = d * (k - 1) - before, n + before - (m - 1) * s - 1
-        g, lo, hi = _crop_or_pad(g, axis, lo, hi)
-        pads += [lo, hi]
-    # The zeros inserted by a stride s cost s_h*s_w times the work of the product. Splitting
-    # the gradient into one stride-1 convolution per phase of the input (a sub-pixel
-    # decomposition) was tried: on a 3x3 stride-2 64->128 convolution of 32 32x32 images its
-    # interleaving (a sum of s_h*s_w strided placements) made the backward slower (80 ms
-    # against 60-68 ms), so the zero-inserted form stays until an interleave kernel exists.
-    wt = w.reshape(groups, o // groups, cg, kh, kw).permute(0, 2, 1, 3, 4).reshape(groups * cg, o // groups, kh, kw)
-    return _conv(g, _flip_hw(wt), (1, 1), pads, (dh, dw), groups)
+    return g.apply(
+        "conv_transpose2d",
+        g,
+        w,
+        stride=(sh, sw),
+        padding=(pt, pl),
+        dilation=(dh, dw),
+        groups=groups,
+        out_hw=tuple(x_shape[2:]),
+    )
 
 
 def _weight_grad(g, x, w_shape, at):

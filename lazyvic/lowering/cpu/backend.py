@@ -19,6 +19,7 @@ from lazyvic.lowering.cpu import codegen, kernel_cache
 from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
 from lazyvic.lowering.cpu.steps import (
     ConvStep,
+    ConvTransposeStep,
     IndexCheckStep,
     KernelStep,
     MatmulStep,
@@ -37,6 +38,32 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
     return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1])
 
 
+def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
+    """A conv_transpose2d: one BLAS product and col2im (a serial Numba kernel) per chunk of images."""
+    from lazyvic.lowering.cpu import im2col
+    from lazyvic.ops import conv, conv_transpose
+
+    entries = lowered.entries
+    e = entries[root]
+    x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
+    cin, cog, kh, kw = w_shape
+    # flops = 2 * N*H*W * C_in * C_out/G * T, given to the plan's BLAS policy as k per output element
+    per_out = (x_shape[2] * x_shape[3] * (cin // e.attrs["groups"]) * cog * kh * kw) // max(
+        1, e.shape[1] * e.shape[2] * e.shape[3]
+    )
+    return ConvTransposeStep(
+        f"conv_transpose2d{e.shape}",
+        root,
+        args[0],
+        args[1],
+        e.attrs,
+        conv_transpose.transposed_columns,
+        im2col.col2im,
+        conv.images_per_chunk,
+        max(1, per_out),
+    )
+
+
 def _conv_step(lowered, root: int, args: list) -> ConvStep:
     """A conv2d: zero padding and im2col (serial Numba kernels) and one BLAS product.
 
@@ -48,6 +75,8 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
 
     entries = lowered.entries
     e = entries[root]
+    if e.op == "conv_transpose2d":
+        return _conv_transpose_step(lowered, root, args)
     x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
     rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
     return ConvStep(

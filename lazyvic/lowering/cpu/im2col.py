@@ -1,4 +1,5 @@
-"""The im2col copy of a conv2d step (lowering/cpu/steps.ConvStep), as Numba kernels.
+"""The im2col copy of a conv2d step (lowering/cpu/steps.ConvStep), and the col2im sum of a
+conv_transpose2d step (``col2im``, lowering/cpu/steps.ConvTransposeStep), as Numba kernels.
 
 ``cols (C*T, N*oH*oW)``: row ``(c, i, j)``, column ``(n, p, q)`` holds the zero-padded
 ``x[n, c, i*dH + p*sH - top, j*dW + q*sW - left]`` (``ops/conv.im2col_reference`` is the
@@ -92,3 +93,38 @@ def im2col(src, cols, tap_offsets, image_stride, row_stride, col_stride, oh, ow)
         d0 = uint64(r * m)
         for u in range(uint64(m)):
             dst[d0 + u] = src[s0 + index[u]]
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def col2im(cols, out, h, w, kh, kw, sh, sw, dh, dw, pt, pl):
+    """out (n, C_out, oH, oW) = the columns (C_out*kH*kW, n*H*W) of a conv_transpose2d added
+    into place (ops/conv_transpose.col2im_reference): column (m, p, q) of row (o, i, j) goes to
+    out[m, o, p*sH + i*dH - top, q*sW + j*dW - left] when inside; each output element gets its
+    taps in row-major order, as the reference adds them (the same bits)."""
+    n_img, cout, oh, ow = out.shape
+    src, dst = cols.reshape(-1), out.reshape(-1)
+    for k in range(uint64(dst.size)):
+        dst[k] = 0
+    m, hw = cols.shape[1], h * w
+    for o in range(cout):
+        for i in range(kh):
+            p0 = max(0, -((i * dh - pt) // sh))
+            p1 = min(h, (oh - 1 + pt - i * dh) // sh + 1)
+            for j in range(kw):
+                q0 = max(0, -((j * dw - pl) // sw))
+                q1 = min(w, (ow - 1 + pl - j * dw) // sw + 1)
+                if p0 >= p1 or q0 >= q1:
+                    continue
+                r = (o * kh + i) * kw + j
+                run = uint64(q1 - q0)
+                for img in range(n_img):
+                    for p in range(p0, p1):
+                        d = uint64(((img * cout + o) * oh + p * sh + i * dh - pt) * ow + q0 * sw + j * dw - pl)
+                        s = uint64(r * m + img * hw + p * w + q0)
+                        if sw == 1:
+                            for q in range(run):
+                                dst[d + q] += src[s + q]
+                        else:
+                            step = uint64(sw)
+                            for q in range(run):
+                                dst[d + q * step] += src[s + q]

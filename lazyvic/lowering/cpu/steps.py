@@ -2,7 +2,7 @@
 
 :class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
 NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
-(a conv2d), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
+(a conv2d), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
 scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
 (``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
 reported fallbacks).
@@ -31,6 +31,7 @@ _scratch_lock = threading.Lock()
 
 __all__ = [
     "ConvStep",
+    "ConvTransposeStep",
     "IndexCheckStep",
     "KernelStep",
     "MatmulStep",
@@ -231,6 +232,62 @@ class ConvStep:
             step,
             r,
         ]
+
+
+@dataclass
+class ConvTransposeStep:
+    """conv_transpose2d (ops/conv_transpose.py): per chunk of images (``ops.conv.images_per_chunk``,
+    as the reference), x as a (C_in, n*H*W) matrix, one BLAS product into the columns
+    (``ops.conv_transpose.transposed_columns``, shared with the reference) and col2im (a Numba
+    kernel, lowering/cpu/im2col.col2im) into the output. Scratch buffers as ConvStep's."""
+
+    name: str
+    out: int
+    x: tuple  # operand chains, as MatmulStep's
+    w: tuple
+    attrs: dict
+    columns: object  # ops.conv_transpose.transposed_columns
+    col2im: object  # lowering.cpu.im2col.col2im
+    images_per_chunk: object  # ops.conv.images_per_chunk
+    k: int = 0  # flops / (2 * output elements) (for the plan's BLAS policy)
+    scratch: list = field(default_factory=list, repr=False)  # free (shapes, (columns, x matrix)) pairs
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in (self.x, self.w) if c.kind == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        x = np.ascontiguousarray(view(env, scalars, self.x))
+        w = np.ascontiguousarray(view(env, scalars, self.w))
+        out = env[self.out]
+        n, cin, h, wd = x.shape
+        kh, kw = w.shape[2:]
+        rows, per_image = out.shape[1] * kh * kw, h * wd
+        step = self.images_per_chunk(n, rows, per_image, x.dtype.itemsize)
+        shapes = (x.shape, w.shape, out.shape)
+        scratch = None
+        with _scratch_lock:
+            for k, (made_for, _) in enumerate(self.scratch):
+                if made_for == shapes:
+                    scratch = self.scratch.pop(k)[1]
+                    break
+        if scratch is None:
+            scratch = (np.empty(rows * step * per_image, x.dtype), np.empty(cin * step * per_image, x.dtype))
+        try:
+            at = self.attrs
+            (sh, sw), (pt, pl), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+            for n0 in range(0, n, step):
+                chunk = x[n0 : n0 + step]
+                cols = scratch[0][: rows * chunk.shape[0] * per_image].reshape(rows, -1)
+                self.columns(chunk, w, at["groups"], cols, scratch[1])
+                self.col2im(cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
+        finally:
+            with _scratch_lock:
+                self.scratch.append((shapes, scratch))
+                if len(self.scratch) > MAX_FREE_SCRATCH:
+                    self.scratch.pop(0)
 
 
 @dataclass

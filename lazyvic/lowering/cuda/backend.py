@@ -29,6 +29,7 @@ from lazyvic.lowering.cuda.index_steps import CudaGatherStep, CudaIndexCheckStep
 from lazyvic.lowering.cuda.plan import CudaPlan
 from lazyvic.lowering.cuda.steps import (
     CudaConvStep,
+    CudaConvTransposeStep,
     CudaKernelStep,
     CudaMatmulStep,
     CudaMaxPoolStep,
@@ -58,8 +59,31 @@ def _matmul_step(entries, root: int, args: list) -> CudaMatmulStep:
     )
 
 
+def _conv_transpose_step(entries, root: int, args: list) -> CudaConvTransposeStep:
+    e = entries[root]
+    groups, at = e.attrs["groups"], e.attrs
+    n, cin, h, w = entries[e.inputs[0]].shape
+    _, cog, kh, kw = entries[e.inputs[1]].shape
+    (sh, sw), (pt, pl), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    dims = (n, cin, h, w, e.shape[1], kh, kw, e.shape[2], e.shape[3], sh, sw, pt, pl, dh, dw)
+    return CudaConvTransposeStep(
+        f"conv_transpose2d{e.shape}",
+        root,
+        args[0],
+        args[1],
+        groups,
+        cog * kh * kw,
+        cin // groups,
+        n * h * w,
+        dims,
+        (operand_map(entries, args[0]), operand_map(entries, args[1])),
+    )
+
+
 def _conv_step(entries, root: int, args: list) -> CudaConvStep:
     e = entries[root]
+    if e.op == "conv_transpose2d":
+        return _conv_transpose_step(entries, root, args)
     groups = e.attrs["groups"]
     o, cg, kh, kw = entries[e.inputs[1]].shape
     return CudaConvStep(

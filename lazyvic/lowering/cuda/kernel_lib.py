@@ -395,6 +395,56 @@ def conv_output_kernel(out, product, n, hw):
         out[p] = product[(oc * n + ni) * hw + s]
 
 
+@cuda.jit(cache=True)
+def channels_first_kernel(out, x, x_map, n, c, hw, zero):
+    """conv_transpose2d's product operand: x (N, C, H*W) (through ``x_map`` when not empty)
+    as the matrix (C, N*H*W)."""
+    for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        s = p % hw
+        ni = (p // hw) % n
+        ci = p // (hw * n)
+        j = (ni * c + ci) * hw + s
+        if x_map.size:
+            j = x_map[j]
+        out[p] = x[j] if j >= 0 else zero
+
+
+@cuda.jit(cache=True)
+def transpose_groups_kernel(out, w, k, m):
+    """``out (G, m, k)``: each group's ``(k, m)`` block of ``w`` transposed."""
+    for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        kk = p % k
+        mm = (p // k) % m
+        g = p // (k * m)
+        out[p] = w[(g * k + kk) * m + mm]
+
+
+@cuda.jit(cache=True)
+def col2im_kernel(out, cols, dims, zero):
+    """conv_transpose2d's output ``(N, C_out, oH, oW)`` from the columns ``(C_out*kH*kW,
+    N*H*W)``: each element sums the taps that reach it in row-major order, as the host's col2im
+    adds them (lowering/cpu/im2col.col2im). ``dims``: (N, C_in, H, W, C_out, kH, kW, oH, oW, sH,
+    sW, top, left, dH, dW)."""
+    n, h, w, cout, kh, kw, oh, ow = dims[0], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8]
+    sh, sw, pt, pl, dh, dw = dims[9], dims[10], dims[11], dims[12], dims[13], dims[14]
+    for p in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        xo = p % ow
+        yo = (p // ow) % oh
+        o = (p // (ow * oh)) % cout
+        ni = p // (ow * oh * cout)
+        acc = zero
+        for i in range(kh):
+            a = yo + pt - i * dh
+            if a < 0 or a % sh != 0 or a // sh >= h:
+                continue
+            for j in range(kw):
+                b = xo + pl - j * dw
+                if b < 0 or b % sw != 0 or b // sw >= w:
+                    continue
+                acc += cols[((o * kh + i) * kw + j) * (n * h * w) + (ni * h + a // sh) * w + b // sw]
+        out[p] = acc
+
+
 _TWO_PI = f64(2.0 * np.pi)
 _INV_2P32_P1 = f64(1.0 / 4294967297.0)
 

@@ -6,6 +6,7 @@
   contiguous by one gather;
 - :class:`CudaConvStep` computes a conv2d as im2col columns (a kernel computing each
   source address), the same grouped product and a kernel into the output layout;
+  :class:`CudaConvTransposeStep` a conv_transpose2d as a grouped product and a col2im kernel;
 - :class:`CudaMaxPoolStep` and :class:`CudaRandnStep` run fixed kernels of the CUDA library
   (``lowering/cuda/kernel_lib.py``); the steps that read indices are in
   ``lowering/cuda/index_steps.py``;
@@ -298,6 +299,35 @@ class CudaConvStep:
         conv_output_kernel[plan.target.launch(out.size)](
             out, product, np.int64(self.dims[0]), np.int64(self.dims[7] * self.dims[8])
         )
+
+
+@dataclass
+class CudaConvTransposeStep(CudaConvStep):
+    """conv_transpose2d on the device: x as a (C_in, N*H*W) matrix (one kernel, through x's
+    map), the weights transposed per group (one kernel), the grouped product through
+    ``CudaTarget.matmul`` into the columns (C_out*kH*kW, N*H*W), and one kernel gathering each
+    output element's taps (the CUDA library's col2im_kernel). Fields as CudaConvStep's with
+    ``o_per_group`` = C_out/G*kH*kW, ``k`` = C_in/G, ``columns`` = N*H*W; ``dims`` (N, C_in, H,
+    W, C_out, kH, kW, oH, oW, sH, sW, top, left, dH, dW)."""
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda.kernel_lib import channels_first_kernel, col2im_kernel, transpose_groups_kernel
+
+        if self.scratch is None:
+            self._prepare(plan)  # (x matrix, columns: the base's columns and product sizes)
+            self.scratch.append(plan.target.cuda.device_array(self.groups * self.o_per_group * self.k, self.x.dtype))
+        dtype, (_, _, dims, xm, cols, _, wt) = self.x.dtype, self.scratch
+        zero = np.dtype(dtype).type(0)
+        x, x_map = self.operand(0, plan, env, scalars)
+        w, _ = self.operand(1, plan, env, scalars)
+        n, c, h, wd = self.dims[:4]
+        channels_first_kernel[plan.target.launch(xm.size)](
+            xm, x, x_map, np.int64(n), np.int64(c), np.int64(h * wd), zero
+        )
+        transpose_groups_kernel[plan.target.launch(wt.size)](wt, w, np.int64(self.k), np.int64(self.o_per_group))
+        plan.target.matmul(cols, wt, xm, self.groups, self.o_per_group, self.k, self.columns, dtype)
+        out = env[self.out]
+        col2im_kernel[plan.target.launch(out.size)](out, cols, dims, zero)
 
 
 @dataclass

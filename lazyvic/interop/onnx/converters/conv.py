@@ -7,10 +7,8 @@ not onnxruntime's kernels, which give both versions the same results.
 
 from __future__ import annotations
 
-import numpy as np
-
 from lazyvic import functional as F
-from lazyvic.interop.onnx.context import const_tensor
+from lazyvic.functional.convolution import transposed_conv2d
 from lazyvic.interop.onnx.converters.movement import pad_axes
 from lazyvic.interop.onnx.converters.windows import lift_1d, spatial_attrs, spatial_pads, spatial_rank_check, to_2d
 from lazyvic.interop.onnx.registry import register
@@ -86,9 +84,9 @@ def _conv_transpose_pads(ctx, sizes, kernel, strides, dilations):
 
 @register("ConvTranspose", since=(1, 11, 22), check=spatial_rank_check)
 def conv_transpose(ctx, a, w, b=None):
-    """The gradient of a convolution: spread the input by the strides (zeros between elements),
-    pad by the dilated kernel extent less ``pads`` (plus output_padding at the end), and convolve
-    with the spatially flipped kernel whose in/out channels are swapped within each group."""
+    """The conv_transpose2d primitive (functional.convolution.transposed_conv2d): the output
+    window starts ``pads``' begin into the full result and has the spec's output size
+    ``stride*(in - 1) + output_padding + dilation*(kernel - 1) + 1 - begin - end``."""
     x, weight, bias, one_d, n_spatial, kernel = _conv_operands(ctx, a, w, b)
     strides, dilations = spatial_attrs(ctx, n_spatial, kernel)
     pairs, out_pad = _conv_transpose_pads(ctx, x.shape[4 - n_spatial :], kernel, strides, dilations)
@@ -96,26 +94,16 @@ def conv_transpose(ctx, a, w, b=None):
         kernel, strides, dilations = lift_1d(kernel, 1), lift_1d(strides, 1), lift_1d(dilations, 1)
         pairs, out_pad = [(0, 0), *pairs], [0, *out_pad]
     groups = int(ctx.attr("group", 1))
-    n, c, h, wd = x.shape
+    c = x.shape[1]
     if weight.shape[0] != c or c % groups:
         raise ctx.error(f"weight shape {weight.shape} does not fit input {x.shape} with group={groups}")
-    sh, sw = strides
-    if sh > 1 or sw > 1:  # zeros between the input elements
-        spread = x.reshape(n, c, h, 1, wd, 1)
-        spread = pad_axes(spread.permute(0, 1, 2, 4, 3, 5), [(0, sh - 1), (0, sw - 1)], 0)
-        spread = spread.permute(0, 1, 2, 4, 3, 5).reshape(n, c, h * sh, wd * sw)
-        x = spread[:, :, : (h - 1) * sh + 1, : (wd - 1) * sw + 1]
-    edges = []
-    for (pb, pe), k, d, op in zip(pairs, kernel, dilations, out_pad):
-        edges.append(((k - 1) * d - pb, (k - 1) * d - pe + op))
-    crop = tuple(slice(max(-lo, 0), size - max(-hi, 0)) for (lo, hi), size in zip(edges, x.shape[2:]))
-    x = pad_axes(x[(slice(None), slice(None)) + crop], [(max(lo, 0), max(hi, 0)) for lo, hi in edges], 0)
-    m_per_group = weight.shape[1]
-    kh, kw = weight.shape[2:]
-    flipped = weight.index_select(2, const_tensor(np.arange(kh - 1, -1, -1), device=weight.device)).index_select(
-        3, const_tensor(np.arange(kw - 1, -1, -1), device=weight.device)
+    out_hw = [
+        s * (size - 1) + op + d * (k - 1) + 1 - pb - pe
+        for size, k, s, d, op, (pb, pe) in zip(x.shape[2:], kernel, strides, dilations, out_pad, pairs)
+    ]
+    if min(out_hw) < 1:
+        raise ctx.error(f"output size {out_hw} is not positive for input {x.shape} and weight {weight.shape}")
+    y = transposed_conv2d(
+        x, weight, bias, tuple(strides), tuple(pb for pb, _ in pairs), tuple(out_hw), tuple(dilations), groups
     )
-    w2 = flipped.reshape(groups, c // groups, m_per_group, kh, kw).transpose(1, 2)
-    w2 = w2.reshape(groups * m_per_group, c // groups, kh, kw)
-    y = F.conv2d(x, w2, bias, stride=1, padding=0, dilation=tuple(dilations), groups=groups)
     return y.squeeze(2) if one_d else y

@@ -1,0 +1,112 @@
+"""The conv_transpose2d primitive (lazyvic/ops/conv_transpose.py): a product and col2im, the
+input gradient of conv2d with no zeros inserted by the stride.
+
+Checked against a float64 loop over the definition, compiled against interpreted bit for bit
+(chunks of images included), its ONNX form against onnxruntime, and the backward graph of a
+strided conv2d for what it computes."""
+
+import numpy as np
+import pytest
+from _oracle import pending_ops
+
+import lazyvic as lv
+import lazyvic.nn.functional as F
+from lazyvic.errors import ShapeError
+from lazyvic.runtime.config import config
+
+
+def _definition(x, w, stride, top_left, dilation, groups, out_hw):
+    """out[n, g*Co/G + o, p*s + i*d - top, q*s + j*d - left] += x[n, g*Ci/G + c, p, q] * w[...]."""
+    n, cin, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    out = np.zeros((n, cog * groups, *out_hw))
+    for ci, o, i, j, p, q in np.ndindex(cin, cog, kh, kw, h, wd):
+        y = p * stride[0] + i * dilation[0] - top_left[0]
+        z = q * stride[1] + j * dilation[1] - top_left[1]
+        if 0 <= y < out_hw[0] and 0 <= z < out_hw[1]:
+            out[:, (ci // (cin // groups)) * cog + o, y, z] += x[:, ci, p, q].astype(np.float64) * w[ci, o, i, j]
+    return out
+
+
+CASES = [
+    # (x shape, w shape, stride, (top, left), dilation, groups, out_hw)
+    ((2, 4, 3, 4), (4, 3, 3, 3), (2, 2), (1, 1), (1, 1), 1, (6, 8)),  # PyTorch's output_padding 1
+    ((1, 6, 4, 3), (6, 1, 2, 3), (1, 3), (0, 2), (2, 1), 3, (5, 7)),  # groups, dilation, crop
+    ((3, 2, 2, 2), (2, 2, 3, 3), (3, 2), (-1, 0), (1, 2), 1, (9, 4)),  # window outside the result
+    ((2, 3, 1, 1), (3, 4, 4, 4), (1, 1), (0, 0), (1, 1), 1, (4, 4)),  # DCGAN's first layer
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"case{k}" for k in range(len(CASES))])
+def test_matches_the_definition_and_compiled_gives_the_interpreters_bits(case):
+    xs, ws, stride, tl, dil, groups, out_hw = case
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    at = dict(stride=stride, padding=tl, dilation=dil, groups=groups, out_hw=out_hw)
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at).numpy()
+        finally:
+            config.compile = prev
+    np.testing.assert_allclose(got["never"], _definition(x, w, stride, tl, dil, groups, out_hw), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got["always"], got["never"])
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_chunks_of_images_give_the_same_bits(mode, monkeypatch):
+    """Above CHUNK_BYTES the columns go a few images at a time (ops/conv.images_per_chunk)."""
+    from lazyvic.ops import conv
+
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((5, 3, 4, 3)).astype(np.float32), rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    at = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1, out_hw=(7, 5))
+    whole = lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at).numpy()
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 0)
+    monkeypatch.setattr(conv, "CHUNK_COLUMNS", 2 * 12)
+    assert conv.images_per_chunk(5, 18, 12, 4) == 2
+    np.testing.assert_array_equal(lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at).numpy(), whole)
+
+
+def test_a_strided_conv2d_backward_inserts_no_zeros():
+    """The input gradient of a stride-2 conv2d is one conv_transpose2d of the output gradient as
+    it is (not a conv2d of it spread out with zeros), and the result matches the definition."""
+    rng = np.random.default_rng(2)
+    x = lv.tensor(rng.standard_normal((2, 3, 8, 8)), requires_grad=True)
+    w = lv.tensor(rng.standard_normal((5, 3, 3, 3)), requires_grad=True)
+    y = F.conv2d(x, w, stride=2, padding=1)
+    g = rng.standard_normal(y.shape)
+    (gx,) = lv.autograd.grad((y * lv.tensor(g)).sum(), [x])
+    ops = pending_ops(gx)
+    assert "conv_transpose2d" in ops and "conv2d" not in ops and "pad" not in ops
+    expected = _definition(g, w.numpy(), (2, 2), (1, 1), (1, 1), 1, (8, 8))
+    np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_exports_as_one_conv_transpose_node_that_onnxruntime_runs():
+    """A window that starts inside the result and ends past it: pads at the start,
+    output_padding at the end."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 4, 3, 3)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    at = dict(stride=(2, 2), padding=(1, 2), dilation=(1, 1), groups=2, out_hw=(7, 5))
+
+    def fn(t):
+        return lv.Tensor.apply("conv_transpose2d", t, lv.tensor(w), **at)
+
+    model = lv.onnx.export(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    assert [n.op_type for n in model.graph.node if n.op_type != "Constant"] == ["ConvTranspose"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"input": x})[0], fn(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_operands_raise_shape_errors_naming_the_op():
+    x, w = lv.zeros(1, 4, 3, 3), lv.zeros(3, 2, 3, 3)
+    at = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, out_hw=(5, 5))
+    with pytest.raises(ShapeError, match=r"conv_transpose2d: input \(1, 4, 3, 3\) and weight \(3, 2, 3, 3\)"):
+        lv.Tensor.apply("conv_transpose2d", x, w, **at)
+    with pytest.raises(ShapeError, match="conv_transpose2d: invalid"):
+        lv.Tensor.apply("conv_transpose2d", x, lv.zeros(4, 2, 3, 3), **{**at, "out_hw": (0, 5)})

@@ -81,12 +81,17 @@ def taps(x_shape: tuple, w_shape: tuple, at: dict, out_hw: tuple) -> tuple:
 
 def tap_weights(w: np.ndarray, rows: list, cols: list) -> np.ndarray:
     """The weights of the live taps, (O, C/groups, len(rows), len(cols)), C-contiguous."""
-    if len(rows) == w.shape[2] and len(cols) == w.shape[3]:
+    o, c, kh, kw = w.shape
+    if len(rows) == kh and len(cols) == kw:
         return np.ascontiguousarray(w)
-    if rows == list(range(rows[0], rows[-1] + 1)) and cols == list(range(cols[0], cols[-1] + 1)):
-        # Slices, not index lists: NumPy's fancy indexing took 80 us for a (128, 128, 3, 3) weight.
-        return np.ascontiguousarray(w[:, :, rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
-    return np.ascontiguousarray(w[:, :, rows][:, :, :, cols])
+    # One strided column copy per tap: NumPy copies a view whose last axes are 2 wide element
+    # by element (221 us for the 2x2 live taps of a (128, 128, 3, 3) weight, 30 us this way).
+    src = w.reshape(o * c, kh * kw)
+    out = np.empty((o * c, len(rows) * len(cols)), dtype=w.dtype)
+    for a, i in enumerate(rows):
+        for b, j in enumerate(cols):
+            out[:, a * len(cols) + b] = src[:, i * kw + j]
+    return out.reshape(o, c, len(rows), len(cols))
 
 
 def im2col_reference(x: np.ndarray, tap_rows: list, tap_cols: list, at: dict, out_hw: tuple) -> np.ndarray:
@@ -139,9 +144,38 @@ def images_per_chunk(n: int, rows: int, columns_per_image: int, itemsize: int) -
     return max(1, min(n, CHUNK_COLUMNS // columns_per_image))
 
 
+def is_depthwise(x_shape: tuple, w_shape: tuple, at: dict) -> bool:
+    """Output channel k reads input channel k alone (groups == C, weight (C, 1, kH, kW)):
+    MobileNet's and EfficientNet's depthwise convolutions. These are computed directly
+    (``depthwise_reference``, lowering/cpu/direct_conv.py), not as im2col and one one-row
+    product per group. (With a channel multiplier, C*m output channels, im2col and products
+    measured faster: a one-channel 28x28 input to 32 channels at batch 64 took 631 us against
+    1,081 us direct.)"""
+    return w_shape[1] == 1 and at["groups"] == x_shape[1] == w_shape[0]
+
+
+def depthwise_reference(x: np.ndarray, w: np.ndarray, out: np.ndarray, at: dict) -> None:
+    """out (N, O, oH, oW) of a depthwise conv2d (see is_depthwise): zero, then for each live tap
+    (``taps``) in row-major order its weight times the zero-padded input's window added in. The
+    compiled kernel adds the same terms in the same order: the same bits."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    o, (oh, ow) = out.shape[1], out.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    rows, cols = taps(x.shape, w.shape, at, (oh, ow))
+    out[...] = 0
+    for i in rows:
+        for j in cols:
+            window = xp[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+            out += w[:, 0, i, j].reshape(1, o, 1, 1) * window
+
+
 def _reference(arrays, at):
     x, w = arrays
     (shape, _) = _infer((x.shape, w.shape), (_dt(x), _dt(w)), at)
+    if is_depthwise(x.shape, w.shape, at):
+        out = np.empty(shape, dtype=x.dtype)
+        depthwise_reference(x, w, out, at)
+        return out
     rows, cols = taps(x.shape, w.shape, at, shape[2:])
     out = np.empty(shape, dtype=x.dtype)
     wt = tap_weights(w, rows, cols)

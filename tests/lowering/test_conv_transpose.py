@@ -110,3 +110,50 @@ def test_bad_operands_raise_shape_errors_naming_the_op():
         lv.Tensor.apply("conv_transpose2d", x, w, **at)
     with pytest.raises(ShapeError, match="conv_transpose2d: invalid"):
         lv.Tensor.apply("conv_transpose2d", x, lv.zeros(4, 2, 3, 3), **{**at, "out_hw": (0, 5)})
+
+
+DEPTHWISE = [
+    # (x shape, kernel, stride, padding, dilation)
+    ((2, 3, 7, 6), 3, 2, 1, 1),
+    ((1, 4, 5, 5), 3, 1, 2, 2),  # taps that read padding only are left out
+    ((2, 3, 9, 8), 3, (2, 1), (1, 2), (1, 2)),
+    ((1, 2, 4, 4), 5, 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[f"case{k}" for k in range(len(DEPTHWISE))])
+def test_depthwise_conv2d_runs_directly_with_the_interpreters_bits(case):
+    """groups == channels (MobileNet's depthwise layers): a direct kernel
+    (lowering/cpu/direct_conv.py), compiled bits equal to the reference's, values to a loop."""
+    xs, k, stride, padding, dilation = case
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((xs[1], 1, k, k)).astype(np.float32)
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, padding, dilation, xs[1]).numpy()
+        finally:
+            config.compile = prev
+    np.testing.assert_array_equal(got["always"], got["never"])
+    (sh, sw), (ph, pw), (dh, dw) = [v if isinstance(v, tuple) else (v, v) for v in (stride, padding, dilation)]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    expected = np.zeros(got["never"].shape)
+    for n, c, y, z in np.ndindex(expected.shape):
+        window = xp[n, c, y * sh : y * sh + dh * (k - 1) + 1 : dh, z * sw : z * sw + dw * (k - 1) + 1 : dw]
+        expected[n, c, y, z] = (window * w[c, 0]).sum()
+    np.testing.assert_allclose(got["never"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_steps_are_chosen_for_depthwise_layers_only(tmp_path):
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.trace import cut
+
+    rng = np.random.default_rng(5)
+    x = lv.tensor(rng.standard_normal((1, 4, 6, 6)).astype(np.float32))
+    depthwise = F.conv2d(x, lv.tensor(rng.standard_normal((4, 1, 3, 3)).astype(np.float32)), padding=1, groups=4)
+    multiplied = F.conv2d(x, lv.tensor(rng.standard_normal((8, 1, 3, 3)).astype(np.float32)), padding=1, groups=4)
+    trace = cut([depthwise._node, multiplied._node])[0]
+    plan = compile_trace(trace, cache_dir=tmp_path)
+    names = [type(s).__name__ for s in plan.steps if "Conv" in type(s).__name__]
+    assert names == ["DepthwiseConvStep", "ConvStep"]

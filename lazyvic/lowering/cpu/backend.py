@@ -20,6 +20,7 @@ from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
 from lazyvic.lowering.cpu.steps import (
     ConvStep,
     ConvTransposeStep,
+    DepthwiseConvStep,
     IndexCheckStep,
     KernelStep,
     MatmulStep,
@@ -78,6 +79,13 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     if e.op == "conv_transpose2d":
         return _conv_transpose_step(lowered, root, args)
     x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
+    if conv.is_depthwise(x_shape, w_shape, e.attrs):
+        from lazyvic.lowering.cpu import direct_conv
+
+        live = tuple(np.array(t, dtype=np.int64) for t in conv.taps(x_shape, w_shape, e.attrs, e.shape[2:]))
+        return DepthwiseConvStep(
+            f"depthwise_conv2d{e.shape}", root, args[0], args[1], e.attrs, direct_conv.depthwise, live
+        )
     rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
     return ConvStep(
         f"conv2d{e.shape}",

@@ -2,7 +2,7 @@
 
 :class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
 NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
-(a conv2d), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
+(a conv2d; :class:`DepthwiseConvStep` a depthwise one, directly), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
 scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
 (``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
 reported fallbacks).
@@ -32,6 +32,7 @@ _scratch_lock = threading.Lock()
 __all__ = [
     "ConvStep",
     "ConvTransposeStep",
+    "DepthwiseConvStep",
     "IndexCheckStep",
     "KernelStep",
     "MatmulStep",
@@ -232,6 +233,32 @@ class ConvStep:
             step,
             r,
         ]
+
+
+@dataclass
+class DepthwiseConvStep:
+    """A depthwise conv2d (ops/conv.is_depthwise): one direct Numba kernel
+    (lowering/cpu/direct_conv.depthwise), no scratch."""
+
+    name: str
+    out: int
+    x: tuple  # operand chains, as MatmulStep's
+    w: tuple
+    attrs: dict
+    kernel: object
+    taps: tuple  # (rows, columns) of the live taps (ops/conv.taps), int64 arrays
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in (self.x, self.w) if c.kind == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        (sh, sw), (pt, _, pl, _), (dh, dw) = self.attrs["stride"], self.attrs["padding"], self.attrs["dilation"]
+        x = np.ascontiguousarray(view(env, scalars, self.x))
+        w = np.ascontiguousarray(view(env, scalars, self.w))
+        self.kernel(x, w, env[self.out], *self.taps, sh, sw, pt, pl, dh, dw)
 
 
 @dataclass

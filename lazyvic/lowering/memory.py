@@ -50,10 +50,14 @@ class MemoryPlan:
     # sizes the plan was lowered with (their hints), and a run sizes each slot for its binding:
     # the largest of its members (see slot_sizes).
     slot_members: tuple = ()
+    # Scratch the plan's library steps use during a run besides the pool: im2col columns, their
+    # product, zero-bordered copies of inputs (lowering/cpu/steps.ConvStep and kin), at the
+    # sizes the plan was lowered with. Each step's scratch lives while the plan is cached.
+    scratch_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
-        return self.input_bytes + self.parameter_bytes + self.output_bytes + self.temporary_bytes
+        return self.input_bytes + self.parameter_bytes + self.output_bytes + self.temporary_bytes + self.scratch_bytes
 
     def as_dict(self) -> dict:
         return {
@@ -62,6 +66,7 @@ class MemoryPlan:
             "outputs": self.output_bytes,
             "temporaries": self.temporary_bytes,
             "temporaries_unshared": self.unshared_bytes,
+            "scratch": self.scratch_bytes,
             "peak": self.peak_bytes,
         }
 

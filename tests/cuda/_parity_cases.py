@@ -508,13 +508,25 @@ def emit(rec: dict) -> None:
     print(json.dumps(rec), flush=True)
 
 
+# Numba's simulator swaps the ``cuda`` global of a device function's module while it iterates
+# that module's globals, in every simulated thread (numba/cuda/simulator/kernelapi.py,
+# swapped_cuda_module): with threads switching every 10 us it once raised "dictionary changed
+# size during iteration" inside a device function (a run of 5,700 tests, the fmod case). A case
+# that fails so is run once more; any other error, or the same one twice, is reported.
+SIMULATOR_RACE = "dictionary changed size during iteration"
+
+
 def guarded(name: str, run, *args) -> None:
     """Emit ``run(*args)``'s record, or the traceback it raised, with the seconds it took."""
     t0 = time.perf_counter()
-    try:
-        rec = run(*args)
-    except Exception:  # noqa: BLE001 - reported to the parent test
-        rec = {"case": name, "error": traceback.format_exc()}
+    for attempt in (0, 1):
+        try:
+            rec = run(*args)
+            break
+        except Exception as e:  # noqa: BLE001 - reported to the parent test
+            rec = {"case": name, "error": traceback.format_exc()}
+            if attempt or SIMULATOR_RACE not in str(e):
+                break
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     emit(rec)
 

@@ -155,5 +155,44 @@ def test_depthwise_steps_are_chosen_for_depthwise_layers_only(tmp_path):
     multiplied = F.conv2d(x, lv.tensor(rng.standard_normal((8, 1, 3, 3)).astype(np.float32)), padding=1, groups=4)
     trace = cut([depthwise._node, multiplied._node])[0]
     plan = compile_trace(trace, cache_dir=tmp_path)
-    names = [type(s).__name__ for s in plan.steps if "Conv" in type(s).__name__]
-    assert names == ["DepthwiseConvStep", "ConvStep"]
+    assert [s.name.split("(")[0] for s in plan.steps if "conv" in s.name] == ["depthwise_conv2d", "conv2d"]
+
+
+@pytest.mark.parametrize("shape, groups", [((3, 6, 2, 3), 1), ((2, 6, 4, 4), 3), ((3, 4, 1, 1), 1)])
+def test_1x1_convolutions_are_products_per_image_with_the_interpreters_bits(shape, groups, tmp_path):
+    """Stride 1, no padding, planes of 4 pixels or more: one product per image and group (no
+    im2col); a 1x1 plane keeps im2col's single product. Compiled bits equal the reference's."""
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.trace import cut
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((6, shape[1] // groups, 1, 1)).astype(np.float32)
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups).numpy()
+        finally:
+            config.compile = prev
+    np.testing.assert_array_equal(got["always"], got["never"])
+    xg = x.astype(np.float64).reshape(shape[0], groups, shape[1] // groups, -1)
+    expected = np.einsum("goc,ngcp->ngop", w.reshape(groups, 6 // groups, -1), xg).reshape(got["never"].shape)
+    np.testing.assert_allclose(got["never"], expected, rtol=1e-5, atol=1e-5)
+    trace = cut([F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups)._node])[0]
+    names = [s.name for s in compile_trace(trace, cache_dir=tmp_path).steps]
+    assert any(n.startswith("conv2d_1x1" if shape[2] * shape[3] >= 4 else "conv2d(") for n in names), names
+
+
+def test_the_plans_memory_report_counts_the_convolution_scratch(tmp_path):
+    """im2col columns (C*kH*kW, N*oH*oW), the product before its transpose (O, N*oH*oW) and the
+    zero-bordered input (N, C, H + 2, 1, W + 2): counted in the plan's scratch and peak."""
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.trace import cut
+
+    x, w = lv.zeros(2, 3, 5, 4), lv.zeros(6, 3, 3, 3)
+    trace = cut([F.conv2d(x, w, padding=1)._node])[0]
+    memory = compile_trace(trace, cache_dir=tmp_path).memory.as_dict()
+    columns, product, padded = 27 * 2 * 20, 6 * 2 * 20, 2 * 3 * 7 * 6
+    assert memory["scratch"] == 4 * (columns + product + padded)
+    assert memory["peak"] == sum(memory[k] for k in ("inputs", "parameters", "outputs", "temporaries", "scratch"))

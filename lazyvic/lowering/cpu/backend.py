@@ -7,6 +7,7 @@ NumPy reference inside the plan and is reported as a fallback.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +21,7 @@ from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
 from lazyvic.lowering.cpu.steps import (
     ConvStep,
     ConvTransposeStep,
-    DepthwiseConvStep,
+    DirectConvStep,
     IndexCheckStep,
     KernelStep,
     MatmulStep,
@@ -30,6 +31,7 @@ from lazyvic.lowering.cpu.steps import (
 )
 from lazyvic.lowering.pipeline import gathers
 from lazyvic.lowering.reference import reference_step
+from lazyvic.trace import symbolic
 
 
 def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
@@ -37,6 +39,20 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
     if not e.dtype.is_floating_point:
         return None  # an integer product: NumPy's exact integer matmul (a reference step; no BLAS)
     return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1])
+
+
+def _scratch_bytes(entries, steps) -> int:
+    """Bytes of the scratch buffers the plan's convolution steps use per run, at the sizes the
+    plan is lowered with (a symbolic size at its hint)."""
+    total = 0
+    for st in steps:
+        if isinstance(st, DirectConvStep):
+            total += st.scratch
+        elif isinstance(st, (ConvStep, ConvTransposeStep)):
+            e = entries[st.out]
+            x_shape, w_shape = (tuple(symbolic.hint(v) for v in entries[i].shape) for i in e.inputs)
+            total += st.scratch_bytes(x_shape, w_shape, tuple(symbolic.hint(v) for v in e.shape), e.dtype.itemsize)
+    return total
 
 
 def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
@@ -82,9 +98,18 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     if conv.is_depthwise(x_shape, w_shape, e.attrs):
         from lazyvic.lowering.cpu import direct_conv
 
+        (sh, sw), (pt, _, pl, _), (dh, dw) = e.attrs["stride"], e.attrs["padding"], e.attrs["dilation"]
         live = tuple(np.array(t, dtype=np.int64) for t in conv.taps(x_shape, w_shape, e.attrs, e.shape[2:]))
-        return DepthwiseConvStep(
-            f"depthwise_conv2d{e.shape}", root, args[0], args[1], e.attrs, direct_conv.depthwise, live
+        kernel_args = (*live, sh, sw, pt, pl, dh, dw)
+        hinted = [tuple(symbolic.hint(v) for v in shape) for shape in (x_shape, w_shape, e.shape)]
+        scratch = direct_conv.depthwise_scratch(*hinted, e.attrs) * e.dtype.itemsize
+        return DirectConvStep(
+            f"depthwise_conv2d{e.shape}", root, args[0], args[1], direct_conv.depthwise, kernel_args, 0, scratch
+        )
+    if conv.is_pointwise(x_shape, w_shape, e.attrs):
+        groups = e.attrs["groups"]
+        return DirectConvStep(
+            f"conv2d_1x1{e.shape}", root, args[0], args[1], conv.pointwise_product, (groups,), w_shape[1]
         )
     rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
     return ConvStep(
@@ -195,6 +220,9 @@ class CpuBackend(Backend):
         return reference_step(lowered.entries, group.root, args)
 
     def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CpuPlan:
+        scratch = _scratch_bytes(lowered.entries, steps)
+        if scratch:
+            memory = dataclasses.replace(memory, scratch_bytes=scratch)
         plan = CpuPlan(
             name,
             lowered.entries,

@@ -21,6 +21,23 @@ import numpy as np
 from numba import njit, uint64
 
 
+@njit(cache=True)
+def _padded_plane(h, wd, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw):
+    """(rows, phase width) of depthwise's zero-bordered plane (see ``depthwise``)."""
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wq = -(-max(wd + pl, (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    return hp, wq
+
+
+def depthwise_scratch(x_shape: tuple, w_shape: tuple, out_shape: tuple, at: dict) -> int:
+    """Elements ``depthwise`` allocates per call (its padded plane and accumulator), for the
+    plan's memory report (a symbolic batch size does not change it)."""
+    (sh, sw), (pt, _, pl, _), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    oh, ow = out_shape[2], out_shape[3]
+    hp, wq = _padded_plane(x_shape[2], x_shape[3], oh, ow, w_shape[2], w_shape[3], sh, sw, pt, pl, dh, dw)
+    return hp * sw * wq + wq + (oh * wq if sh == sw == 1 else oh * ow)
+
+
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
 def depthwise(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
     """out (N, C, oH, oW) = the depthwise conv2d of x (N, C, H, W) by w (C, 1, kH, kW), all
@@ -32,8 +49,7 @@ def depthwise(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
     n_img, c, h, wd = x.shape
     oh, ow = out.shape[2], out.shape[3]
     kh, kw = w.shape[2], w.shape[3]
-    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
-    wq = -(-max(wd + pl, (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    hp, wq = _padded_plane(h, wd, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw)
     flat = sh == 1 and sw == 1  # one loop over the plane per tap, wq wide (see the module docstring)
     # The padded plane, and past its end the columns the last row's dropped outputs read.
     padded = np.zeros(hp * sw * wq + wq, x.dtype)

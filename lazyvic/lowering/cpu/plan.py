@@ -32,7 +32,7 @@ from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu import native
-from lazyvic.lowering.cpu.steps import ConvStep, ConvTransposeStep, KernelStep, MatmulStep
+from lazyvic.lowering.cpu.steps import ConvStep, ConvTransposeStep, DirectConvStep, KernelStep, MatmulStep
 from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.trace import symbolic
 
@@ -252,10 +252,10 @@ class CpuPlan(Plan):
         flops = [
             2 * symbolic.prod(self.entries[s.out].shape) * s.k
             for s in self.steps
-            if isinstance(s, (MatmulStep, ConvStep, ConvTransposeStep))
+            if isinstance(s, (MatmulStep, ConvStep, ConvTransposeStep, DirectConvStep))
         ]
         if (
-            any(isinstance(s, (ConvStep, ConvTransposeStep)) for s in self.steps)
+            any(isinstance(s, (ConvStep, ConvTransposeStep, DirectConvStep)) for s in self.steps)
             and flops
             and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
         ):

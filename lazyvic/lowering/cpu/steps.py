@@ -2,7 +2,7 @@
 
 :class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
 NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
-(a conv2d; :class:`DepthwiseConvStep` a depthwise one, directly), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
+(a conv2d; :class:`DirectConvStep` a depthwise or 1x1 one without im2col), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
 scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
 (``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
 reported fallbacks).
@@ -32,7 +32,7 @@ _scratch_lock = threading.Lock()
 __all__ = [
     "ConvStep",
     "ConvTransposeStep",
-    "DepthwiseConvStep",
+    "DirectConvStep",
     "IndexCheckStep",
     "KernelStep",
     "MatmulStep",
@@ -177,25 +177,10 @@ class ConvStep:
                 if len(self.scratch) > MAX_FREE_SCRATCH:
                     self.scratch.pop(0)
 
-    def _conv(self, x, w, out, scratch) -> None:
-        n, o, oh, ow = out.shape
-        at = self.attrs
-        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
-        if padded is not None:
-            self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
-            x = padded
-        src = x.reshape(-1)
-        image_stride, row_stride, col_stride = strides
-        w = self.tap_weights(w, tap_rows, tap_cols)
-        for n0 in range(0, n, step):
-            m = (min(n, n0 + step) - n0) * oh * ow
-            cols = cols_flat[: r * m].reshape(r, m)
-            self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
-            prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
-            self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
-
-    def _scratch(self, x_shape, w_shape, out) -> list:
-        n, o, oh, ow = out.shape
+    def _layout(self, x_shape, w_shape, out_shape, itemsize) -> tuple:
+        """(padded buffer's shape or None, tap offsets, strides, live tap rows and columns,
+        images per chunk, column rows) of a run at these shapes."""
+        n, o, oh, ow = out_shape
         at = self.attrs
         (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
         c, h, wd = x_shape[1:]
@@ -216,12 +201,43 @@ class ConvStep:
             # Split by column phase (lowering/cpu/im2col.pad_into): each output row of a tap is
             # one contiguous run of the buffer, whatever the stride.
             hp, wq = h + pt + pb, -(-(wd + pl + pr) // sw)
-            padded = np.zeros((n, c, hp, sw, wq), dtype=out.dtype)
+            padded = (n, c, hp, sw, wq)
             offsets = [(i * dh * sw + (j * dw) % sw) * wq + (j * dw) // sw for i in rows for j in cols]
             strides = (c * hp * sw * wq, sh * sw * wq, 1)
         offsets = np.array(offsets, dtype=np.int64)
-        r, per_image = c * offsets.size, oh * ow
-        step = self.images_per_chunk(n, r, per_image, out.dtype.itemsize)
+        r = c * offsets.size
+        return padded, offsets, strides, rows, cols, self.images_per_chunk(n, r, oh * ow, itemsize), r
+
+    def scratch_bytes(self, x_shape, w_shape, out_shape, itemsize) -> int:
+        """Bytes of a run's scratch buffers at these shapes (the plan's memory report counts them)."""
+        padded, _, _, _, _, step, r = self._layout(x_shape, w_shape, out_shape, itemsize)
+        per_image = out_shape[2] * out_shape[3]
+        elements = r * step * per_image + (out_shape[1] * step * per_image if step > 1 else 0)
+        return itemsize * (elements + (int(np.prod(padded)) if padded is not None else 0))
+
+    def _conv(self, x, w, out, scratch) -> None:
+        n, o, oh, ow = out.shape
+        at = self.attrs
+        cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
+        if padded is not None:
+            self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
+            x = padded
+        src = x.reshape(-1)
+        image_stride, row_stride, col_stride = strides
+        w = self.tap_weights(w, tap_rows, tap_cols)
+        for n0 in range(0, n, step):
+            m = (min(n, n0 + step) - n0) * oh * ow
+            cols = cols_flat[: r * m].reshape(r, m)
+            self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
+            prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
+            self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
+
+    def _scratch(self, x_shape, w_shape, out) -> list:
+        layout = self._layout(x_shape, w_shape, out.shape, out.dtype.itemsize)
+        padded_shape, offsets, strides, rows, cols, step, r = layout
+        n, o, oh, ow = out.shape
+        per_image = oh * ow
+        padded = None if padded_shape is None else np.zeros(padded_shape, dtype=out.dtype)
         return [
             np.empty(r * step * per_image, dtype=out.dtype),
             np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
@@ -236,17 +252,19 @@ class ConvStep:
 
 
 @dataclass
-class DepthwiseConvStep:
-    """A depthwise conv2d (ops/conv.is_depthwise): one direct Numba kernel
-    (lowering/cpu/direct_conv.depthwise), no scratch."""
+class DirectConvStep:
+    """A conv2d without im2col: ``kernel(x, w, out, *args)`` on the C-contiguous operands. A
+    depthwise one (ops/conv.is_depthwise) runs lowering/cpu/direct_conv.depthwise, a 1x1 one
+    (ops/conv.is_pointwise) ops.conv.pointwise_product, one product per image."""
 
     name: str
     out: int
     x: tuple  # operand chains, as MatmulStep's
     w: tuple
-    attrs: dict
     kernel: object
-    taps: tuple  # (rows, columns) of the live taps (ops/conv.taps), int64 arrays
+    args: tuple
+    k: int = 0  # inner dimension of its products, 0: none (for the plan's BLAS policy)
+    scratch: int = 0  # bytes the kernel allocates per call (the plan's memory report counts them)
 
     def writes(self):
         return (self.out,)
@@ -255,10 +273,9 @@ class DepthwiseConvStep:
         return tuple(c.base for c in (self.x, self.w) if c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
-        (sh, sw), (pt, _, pl, _), (dh, dw) = self.attrs["stride"], self.attrs["padding"], self.attrs["dilation"]
         x = np.ascontiguousarray(view(env, scalars, self.x))
         w = np.ascontiguousarray(view(env, scalars, self.w))
-        self.kernel(x, w, env[self.out], *self.taps, sh, sw, pt, pl, dh, dw)
+        self.kernel(x, w, env[self.out], *self.args)
 
 
 @dataclass
@@ -284,6 +301,13 @@ class ConvTransposeStep:
 
     def reads(self):
         return tuple(c.base for c in (self.x, self.w) if c.kind == "buffer")
+
+    def scratch_bytes(self, x_shape, w_shape, out_shape, itemsize) -> int:
+        """Bytes of a run's scratch buffers (columns and x as a matrix) at these shapes."""
+        n, cin, h, wd = x_shape
+        rows, per_image = out_shape[1] * w_shape[2] * w_shape[3], h * wd
+        step = self.images_per_chunk(n, rows, per_image, itemsize)
+        return itemsize * (rows + cin) * step * per_image
 
     def __call__(self, env, flat, scalars):
         x = np.ascontiguousarray(view(env, scalars, self.x))

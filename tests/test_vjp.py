@@ -138,6 +138,11 @@ VJP_CASES = [
         [_r(1, 4, 5, 6), _r(2, 2, 3, 2, seed=1)],
     ),
     (
+        "conv2d_depthwise_stride_dilation",
+        lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=3),
+        [_r(2, 3, 5, 6), _r(3, 1, 3, 3, seed=1)],
+    ),
+    (
         "conv_transpose2d_stride_output_padding",
         lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
         [_r(2, 3, 4, 3), _r(3, 2, 3, 3, seed=1)],

@@ -266,6 +266,8 @@ def _weight_grad(g, x, w_shape, at):
         x, lo, hi = _crop_or_pad(x, axis, before, after - unused)
         pads += [lo, hi]
     og = o // groups
+    if cg == 1 and og == 1 and groups > 1:
+        return _depthwise_weight_grad(g, x, w_shape, pads, at)
     parts = []
     for gi in range(groups):
         xg = x if groups == 1 else x.narrow(1, gi * cg, cg)
@@ -276,6 +278,25 @@ def _weight_grad(g, x, w_shape, at):
     if groups == 1:
         return parts[0]
     return _concat0(parts)
+
+
+def _depthwise_weight_grad(g, x, w_shape, pads, at):
+    """A depthwise convolution's weight gradient, tap by tap: w[c, 0, i, j] receives the sum over
+    images and output positions of g times the input window the tap read. (Channels as the
+    batch, the grouped form above, would be one convolution per channel: 960 for one layer of
+    EfficientNet.) x is already trimmed to what the windows read; ``pads`` its zero border."""
+    (sh, sw), (dh, dw) = at["stride"], at["dilation"]
+    c, _, kh, kw = w_shape
+    n, oh, ow = g.shape[0], g.shape[2], g.shape[3]
+    xp = x._pad(((0, 0), (0, 0), (pads[0], pads[1]), (pads[2], pads[3])))
+    parts = []
+    for i in range(kh):
+        for j in range(kw):
+            starts = (0, 0, i * dh, j * dw)
+            stops = (n, c, i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1)
+            window = xp._slice(starts, stops, (1, 1, sh, sw))
+            parts.append((g * window).sum((0, 2, 3)).reshape(1, c))
+    return _concat0(parts).permute(1, 0).reshape(c, 1, kh, kw)
 
 
 def _concat0(parts):

@@ -73,15 +73,18 @@ def max_pool2d(
 ) -> Tensor:
     """Maximum over kH x kW windows, as ``torch.nn.functional.max_pool2d``. input (N, C, H, W) or
     (C, H, W) -> (N, C, oH, oW); ``stride`` defaults to ``kernel_size``; the implicit padding is
-    -inf. Gradients go to the window maximum (split between exact ties). ``dilation``,
-    ``ceil_mode`` and ``return_indices`` other than their defaults raise UnsupportedOpError."""
-    _unsupported(
-        "max_pool2d", dilation=(dilation, 1), ceil_mode=(ceil_mode, False), return_indices=(return_indices, False)
-    )
+    -inf. Gradients go to the window maximum, the first of exact ties in row-major order (as
+    PyTorch's). ``return_indices=True`` also returns each maximum's position h*W + w in its
+    (n, c) plane, int64 (as PyTorch's, for ``max_unpool2d``). ``dilation`` and ``ceil_mode``
+    other than their defaults raise UnsupportedOpError."""
+    _unsupported("max_pool2d", dilation=(dilation, 1), ceil_mode=(ceil_mode, False))
     if _check_rank("max_pool2d", input, 2):
-        return max_pool2d(input.unsqueeze(0), kernel_size, stride, padding).squeeze(0)
+        y = max_pool2d(input.unsqueeze(0), kernel_size, stride, padding, return_indices=return_indices)
+        return (y[0].squeeze(0), y[1].squeeze(0)) if return_indices else y.squeeze(0)
     kernel, stride, padding, out_hw = _pool_args("max_pool2d", input, kernel_size, stride, padding)
     y = Tensor.apply("max_pool2d", input, kernel=kernel, stride=stride, padding=padding)  # lazyvic/ops/pool.py
+    if return_indices:
+        return y, Tensor.apply("max_pool2d_indices", input, kernel=kernel, stride=stride, padding=padding)
     return mark(
         y,
         "MaxPool",

@@ -11,20 +11,22 @@ the materialized input (lowering/cpu/pool_kernels.py). The maximum rounds nothin
 kernel and the NumPy reference scan each window in the same order (the first of equal
 maxima kept, the first NaN winning), so they give the same bits.
 
-The VJP splits the gradient of each window evenly between its tied maxima (the rule of
-amax, which the composite max_pool2d had), written with lazy ops: each window's mask
-``x == out``, divided by the window's count of maxima, placed back by the VJP of a slice.
+    max_pool2d_indices(x; kernel, stride, padding)
+        x (N, C, H, W) -> (N, C, oH, oW) int64: the position h*W + w in its (n, c) plane of the
+        element each window's maximum is (PyTorch's ``return_indices=True``)
+
+The VJP adds each window's gradient at that position (scatter_add), so ties go to the first
+of equal maxima, as PyTorch's: the window scan is row-major, a NaN wins (the first one), and
+padding is never picked.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from lazyvic.dtypes import bool_, get_dtype
+from lazyvic.dtypes import get_dtype, int64
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops.opdef import OPS, OpDef, register
+from lazyvic.ops.opdef import OpDef, register
 
 
 def _infer(shapes, dtypes, at):
@@ -77,25 +79,41 @@ def _dt(a):
 
 def _vjp(g, x, out, at):
     (inp,) = x
-    ph, pw = at["padding"]
-    pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
-    xp = inp._pad(pads)
-    if ph or pw:
-        inside = np.pad(np.ones(inp.shape[2:], dtype=bool), pads[2:])
-        xp = xp.where(xp.new_tensor(inside, dtype=bool_), -math.inf)
-    masks = [(xp._slice(**v) == out).to(g.dtype) for v in _views(xp, at, out.shape[2:])]
-    share = g / sum(masks[1:], masks[0])
-    slice_vjp = OPS["slice"].vjp
-    grad = None
-    for v, mask in zip(_views(xp, at, out.shape[2:]), masks):
-        (part,) = slice_vjp(mask * share, (xp,), None, v)
-        grad = part if grad is None else grad + part
-    crop = dict(
-        starts=(0, 0, ph, pw),
-        stops=(inp.shape[0], inp.shape[1], ph + inp.shape[2], pw + inp.shape[3]),
-        steps=(1, 1, 1, 1),
-    )
-    return (grad._slice(**crop),)
+    n, c, h, w = inp.shape
+    index = inp.apply("max_pool2d_indices", inp, **at).reshape(n, c, -1)
+    grad = inp.zeros_like().reshape(n, c, h * w)._scatter_add(index, g.reshape(n, c, -1), 2)
+    return (grad.reshape(n, c, h, w),)
+
+
+def indices_reference(arrays, at):
+    """max_pool2d_indices: each window scanned in row-major order over its positions inside x
+    (padding is never picked), keeping the first of equal maxima and the first NaN, as the
+    forward picks its value (and as the kernels in lowering/cpu/pool_kernels.py and the CUDA
+    library do)."""
+    (x,) = arrays
+    (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["padding"]
+    shape, _ = _infer((x.shape,), (_dt(x),), at)
+    n, c, h, w = x.shape
+    oh, ow = shape[2:]
+    best = np.full(shape, -np.inf, dtype=x.dtype)
+    found = np.zeros((oh, ow), dtype=bool)
+    index = np.zeros(shape, dtype=np.int64)
+    for i in range(kh):
+        rows = np.arange(oh) * sh - ph + i
+        for j in range(kw):
+            cols = np.arange(ow) * sw - pw + j
+            inside = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
+            v = x[:, :, np.clip(rows, 0, h - 1)][:, :, :, np.clip(cols, 0, w - 1)]
+            take = inside & (~found | (v > best) | (np.isnan(v) & ~np.isnan(best)))
+            best = np.where(take, v, best)
+            index = np.where(take, rows[:, None] * w + cols[None, :], index)
+            found |= inside
+    return index
+
+
+def _indices_infer(shapes, dtypes, at):
+    shape, _ = _infer(shapes, dtypes, at)
+    return shape, int64
 
 
 def _onnx(b, names, at, shape, dtype):
@@ -106,3 +124,4 @@ def _onnx(b, names, at, shape, dtype):
 
 
 register(OpDef("max_pool2d", "pool", 1, _infer, _reference, vjp=_vjp, onnx=_onnx))
+register(OpDef("max_pool2d_indices", "pool", 1, _indices_infer, indices_reference, differentiable=False))

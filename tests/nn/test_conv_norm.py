@@ -306,8 +306,8 @@ def test_pool_options_lazyvic_does_not_have_raise():
     x = lazyvic.zeros(1, 2, 8)
     with pytest.raises(UnsupportedOpError, match="max_pool1d: ceil_mode=True is not supported"):
         F.max_pool1d(x, 2, ceil_mode=True)
-    with pytest.raises(UnsupportedOpError, match="max_pool2d: return_indices=True"):
-        nn.MaxPool2d(2, return_indices=True)(lazyvic.zeros(1, 1, 4, 4))
+    with pytest.raises(UnsupportedOpError, match="max_pool2d: ceil_mode=True"):
+        nn.MaxPool2d(2, ceil_mode=True)(lazyvic.zeros(1, 1, 4, 4))
     with pytest.raises(UnsupportedOpError, match="avg_pool2d: divisor_override=3"):
         F.avg_pool2d(lazyvic.zeros(1, 1, 4, 4), 2, divisor_override=3)
     with pytest.raises(ShapeError, match=r"max_pool1d: expected input \(N, C, L\)"):

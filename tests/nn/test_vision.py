@@ -277,19 +277,35 @@ def test_max_pool2d_without_gradient_gives_the_same_bits(ref, mode):
 
 
 @pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
-def test_max_pool2d_splits_the_gradient_between_tied_maxima(mode):
-    """max_pool2d is one primitive; its VJP splits a window's gradient evenly between tied maxima
-    (amax's rule), and overlapping windows add up."""
+def test_max_pool2d_gives_the_gradient_to_the_first_of_tied_maxima(mode):
+    """max_pool2d is one primitive; its VJP gives a window's gradient to its first maximum in
+    row-major order (PyTorch's rule: the index return_indices=True gives), and overlapping
+    windows add up."""
     from _oracle import pending_ops
 
-    a = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 3.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    a = np.array([[1.0, 2.0, 3.0, 0.0], [2.0, 3.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
     x = lazyvic.tensor(a.reshape(1, 1, 3, 4), requires_grad=True)
     y = F.max_pool2d(x, (2, 2), stride=(1, 2), padding=0)
     assert "max_pool2d" in pending_ops(y)
     y.sum().backward()
     np.testing.assert_array_equal(y.numpy()[0, 0], [[3, 3], [3, 3]])
-    grad = np.array([[0, 0.5, 0.5, 0], [0, 1.5, 0, 1.5], [0, 0, 0, 0]])
-    np.testing.assert_allclose(x.grad.numpy()[0, 0], grad)
+    grad = np.array([[0, 0, 1, 0], [0, 2, 0, 1], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(x.grad.numpy()[0, 0], grad)
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_max_pool2d_return_indices_gives_pytorchs_flat_positions(mode):
+    """nn.MaxPool2d(return_indices=True): (values, int64 positions h*W + w in each plane), the
+    first of tied maxima; batched and unbatched."""
+    a = np.array([[1.0, 2.0, 3.0, 0.0], [2.0, 3.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    x = lazyvic.tensor(np.stack([a, -a]).reshape(2, 1, 3, 4))
+    values, index = lazyvic.nn.MaxPool2d((2, 2), stride=(1, 2), return_indices=True)(x)
+    assert index.dtype == lazyvic.int64
+    np.testing.assert_array_equal(index.numpy()[:, 0], [[[5, 2], [5, 7]], [[0, 3], [8, 10]]])
+    np.testing.assert_array_equal(values.numpy()[:, 0], [[[3, 3], [3, 3]], [[-1, 0], [0, 0]]])
+    v1, i1 = F.max_pool2d(x[0], (2, 2), (1, 2), return_indices=True)
+    np.testing.assert_array_equal(i1.numpy(), index.numpy()[0])
+    np.testing.assert_array_equal(v1.numpy(), values.numpy()[0])
 
 
 @pytest.mark.parametrize("mode", ["always"], indirect=True)

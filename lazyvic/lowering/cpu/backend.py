@@ -132,7 +132,8 @@ def _pool_step(lowered, root: int, args: list) -> PoolStep:
     from lazyvic.lowering.cpu import pool_kernels
 
     e = lowered.entries[root]
-    return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d)
+    kernel = pool_kernels.max_pool2d_indices if e.op == "max_pool2d_indices" else pool_kernels.max_pool2d
+    return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, kernel)
 
 
 def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
+import numba
 import numpy as np
 
 from lazyvic import dtypes as dt
@@ -301,7 +302,19 @@ class CpuPlan(Plan):
             state = self._new_state()
         try:
             if self.blas_threads is None:
-                return self._run(state, inputs, scalars, debug, sizes, observe)
+                if not self.parallel:
+                    return self._run(state, inputs, scalars, debug, sizes, observe)
+                # Products large enough to keep BLAS's threads: the kernels run on one thread
+                # (numba.set_num_threads is per calling thread), never two spinning pools at
+                # once. The pytorch/examples MNIST CNN step (a 32->64 3x3 convolution of 64
+                # 26x26 images, 1.4e9 flops) took 160-300 ms with both pools, a trivial pad
+                # kernel 12 ms of it (waits for the other pool's spinning threads), and ... ms so.
+                kernel_threads = numba.get_num_threads()
+                numba.set_num_threads(1)
+                try:
+                    return self._run(state, inputs, scalars, debug, sizes, observe)
+                finally:
+                    numba.set_num_threads(kernel_threads)
             blas_threads.limit(self.blas_threads)
             try:
                 return self._run(state, inputs, scalars, debug, sizes, observe)

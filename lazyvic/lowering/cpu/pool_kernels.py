@@ -100,3 +100,32 @@ def _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw):
                     if m != m:
                         break
                 of[obase + p * ow + q] = m
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
+def max_pool2d_indices(x, out, kh, kw, sh, sw, ph, pw):
+    """out (N, C, oH, oW) int64 = the position h*W + w in its plane of each window's maximum of
+    x (N, C, H, W): the window scanned in row-major order over its positions inside x, the first
+    of equal maxima kept and the first NaN winning (ops/pool.indices_reference)."""
+    n_img, c, h, w = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    for plane in range(n_img * c):
+        base = plane * h * w
+        for oy in range(oh):
+            for ox in range(ow):
+                best = xf[base]
+                at = -1
+                for dy in range(kh):
+                    y = oy * sh - ph + dy
+                    if y < 0 or y >= h:
+                        continue
+                    for dx in range(kw):
+                        xx = ox * sw - pw + dx
+                        if xx < 0 or xx >= w:
+                            continue
+                        v = xf[base + y * w + xx]
+                        if at < 0 or v > best or (v != v and best == best):
+                            best = v
+                            at = y * w + xx
+                of[(plane * oh + oy) * ow + ox] = at

@@ -107,11 +107,12 @@ def _pool_step(entries, root: int, args: list) -> CudaMaxPoolStep | None:
     (kh, kw), (sh, sw), (ph, pw) = e.attrs["kernel"], e.attrs["stride"], e.attrs["padding"]
     h, w = entries[e.inputs[0]].shape[2:]
     return CudaMaxPoolStep(
-        f"max_pool2d{e.shape}",
+        f"{e.op}{e.shape}",
         root,
         args[0],
         (h, w, e.shape[2], e.shape[3], kh, kw, sh, sw, ph, pw),
         operand_map(entries, args[0]),
+        index=e.op == "max_pool2d_indices",
     )
 
 

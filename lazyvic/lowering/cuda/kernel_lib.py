@@ -152,10 +152,11 @@ def fmin(a, b):
 
 
 @cuda.jit
-def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw):
+def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw, index):
     """One output per thread (grid-stride), NCHW flat arrays. Each window is scanned in row-major
     order keeping the first of equal maxima and the first NaN, as ``ops/pool.py``'s reference;
-    padding is skipped (implicit -inf)."""
+    padding is skipped (implicit -inf). ``index`` nonzero: out (int64) gets the maximum's
+    position y*W + x in its plane (max_pool2d_indices) instead of its value."""
     i = cuda.grid(1)
     while i < out.size:
         ox = i % ow
@@ -164,6 +165,7 @@ def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw):
         base = (t // oh) * h * w
         best = x[base]  # replaced by the first element inside the window
         found = False
+        at = 0
         for dy in range(kh):
             y = oy * sh - ph + dy
             if y < 0 or y >= h or (found and best != best):
@@ -175,10 +177,14 @@ def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw):
                 v = x[base + y * w + xx]
                 if not found or v > best or (v != v and best == best):
                     best = v
+                    at = y * w + xx
                     found = True
                 if best != best:
                     break
-        out[i] = best
+        if index:
+            out[i] = at
+        else:
+            out[i] = best
         i += cuda.gridsize(1)
 
 

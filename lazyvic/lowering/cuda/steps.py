@@ -203,6 +203,7 @@ class CudaMaxPoolStep:
     dims: tuple  # (H, W, oH, oW, kH, kW, sH, sW, pH, pW)
     x_map: np.ndarray | None = field(default=None, repr=False)  # see operand_map
     scratch: tuple = field(default=None, repr=False)  # device: (map, contiguous copy)
+    index: bool = False  # max_pool2d_indices: the maxima's positions, not their values
 
     def writes(self):
         return (self.out,)
@@ -223,7 +224,7 @@ class CudaMaxPoolStep:
             gather(plan, x, self.scratch[0], self.scratch[1], self.x.dtype)
             x = self.scratch[1]
         blocks, threads = plan.target.launch_1d(out.size)
-        max_pool2d_kernel[blocks, threads](out, x, *self.dims)
+        max_pool2d_kernel[blocks, threads](out, x, *self.dims, np.int64(self.index))
 
 
 @dataclass

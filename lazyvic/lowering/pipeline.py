@@ -94,7 +94,10 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
     entries with symbolic sizes (``lazyvic.trace.family.symbolize``) for a plan that serves every
     size its guards admit; by default the trace's own (``trace.named``).
     """
-    entries, outputs = simplify(*transpose_matmuls(list(trace.named if named is None else named), list(trace.outputs)))
+    # Folding first: a product transposed twice (a weight's gradient g^T a, transposed by the VJP
+    # of w.T and back) is the product itself, not a transposed product read transposed.
+    folded = simplify(list(trace.named if named is None else named), list(trace.outputs))
+    entries, outputs = simplify(*transpose_matmuls(*folded))
     forced: set = set()
     for _ in range(MAX_REPLANS):
         try:

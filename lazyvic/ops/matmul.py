@@ -23,9 +23,27 @@ def _infer(shapes, dtypes, at):
     return a[:-1] + (b[-1],), dtypes[0]
 
 
+def _swaps_last_two(t) -> bool:
+    """Whether tensor ``t`` is a view swapping the last two axes of another (``w.T`` of a 2-D
+    weight, ``k.transpose(-1, -2)``)."""
+    node = t._node
+    if node.op != "permute" or t.ndim < 2:
+        return False
+    perm = dict(node.attrs)["perm"]
+    n = len(perm)
+    return tuple(perm) == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
 def _vjp(g, x, out, at):
     a, b = x
-    return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
+    ga = g @ b.transpose(-1, -2)
+    if _swaps_last_two(b):
+        # b = w^T (nn.Linear, an RNN's h @ w_hh^T): w's gradient is g^T a, computed as such, so
+        # that its consumers (the optimizer, the sum over an unrolled loop's steps) read it
+        # contiguously: the transposed product a^T g read back transposed made a 35-step LSTM's
+        # sum of w_hh's gradients 3.6 ms, strided reads.
+        return ga, (g.transpose(-1, -2) @ a).transpose(-1, -2)
+    return ga, a.transpose(-1, -2) @ g
 
 
 register(

@@ -179,3 +179,26 @@ def run_child_process(script: Path, spec: dict, env_extra: dict, timeout_s: floa
         return {"spec": spec, "error": f"timed out after {timeout_s} s"}, "", None
     finally:
         Path(out_path).unlink(missing_ok=True)
+
+
+def add_harness_args(ap, parts: tuple, iters_help: str, busy: bool = True) -> None:
+    """The options every child-process harness takes (resnet18.py, convnets.py, rnn.py):
+    ``--quick``, ``--only`` one of ``parts``, ``--reps``, ``--iters`` (``iters_help`` gives its
+    defaults), ``--max-wait``, ``--busy`` (when the harness has it), ``--json`` and
+    ``--keep-onnx``."""
+    from pathlib import Path as _Path
+
+    ap.add_argument("--quick", action="store_true", help="one process per runtime and case, no quiet wait")
+    ap.add_argument("--only", choices=parts, help="run one part only")
+    ap.add_argument("--reps", type=int, help="processes per runtime and case (default 3; quick 1)")
+    ap.add_argument("--iters", type=int, help=f"timed calls or steps per process, at least ({iters_help})")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        metavar="S",
+        help="before each child, wait up to S seconds for a quiet machine (default 60; quick 0)",
+    )
+    if busy:
+        ap.add_argument("--busy", action="store_true", help="also measure every case with one core busy")
+    ap.add_argument("--json", type=_Path, help="write every record and the summary here")
+    ap.add_argument("--keep-onnx", type=_Path, metavar="DIR", help="write the ONNX files here (default: a temp dir)")

@@ -54,6 +54,7 @@ for p in (ROOT, ROOT / "tests"):  # benchmark the checkout; tests/_resnet_weight
 
 # The house harness (_common.py and tiny_gpt.py, beside this file): quiet waits, CPU sampling, tables.
 from _common import (  # noqa: E402
+    add_harness_args,
     cpu_sample,
     loadavg,
     other_cores,
@@ -483,19 +484,8 @@ def print_summary(rows: list) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one process per runtime and case, no quiet wait")
-    ap.add_argument("--only", choices=("resnet", "conv"), help="run one part only")
-    ap.add_argument("--reps", type=int, help="processes per runtime and case (default 3; quick 1)")
-    ap.add_argument("--iters", type=int, help="timed calls per process, at least (default 50; quick 20)")
-    ap.add_argument(
-        "--max-wait",
-        type=float,
-        metavar="S",
-        help="before each child, wait up to S seconds for a quiet machine (default 60; quick 0)",
-    )
+    add_harness_args(ap, ("resnet", "conv"), "default 50; quick 20", busy=False)
     ap.add_argument("--no-backward", action="store_true", help="conv2d: forward only")
-    ap.add_argument("--json", type=Path, help="write every record and the summary here")
-    ap.add_argument("--keep-onnx", type=Path, metavar="DIR", help="write the ONNX file here (default: a temp dir)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -29,6 +29,23 @@ from lazyvic.trace.symbolic import Sym
 MAX_FREE_SCRATCH = 4
 _scratch_lock = threading.Lock()
 
+
+def _take_scratch(free: list, shapes: tuple):
+    """A scratch set made for ``shapes`` from a step's free list, or None (see ConvStep)."""
+    with _scratch_lock:
+        for k, (made_for, _) in enumerate(free):
+            if made_for == shapes:
+                return free.pop(k)[1]
+    return None
+
+
+def _give_scratch(free: list, shapes: tuple, scratch) -> None:
+    with _scratch_lock:
+        free.append((shapes, scratch))
+        if len(free) > MAX_FREE_SCRATCH:
+            free.pop(0)
+
+
 __all__ = [
     "ConvStep",
     "ConvTransposeStep",
@@ -161,21 +178,13 @@ class ConvStep:
         out = env[self.out]
         # A set made for this run's shapes (a plan of symbolic sizes runs one step at many).
         shapes = (x.shape, w.shape, out.shape)
-        scratch = None
-        with _scratch_lock:
-            for k, (made_for, _) in enumerate(self.scratch):
-                if made_for == shapes:
-                    scratch = self.scratch.pop(k)[1]
-                    break
+        scratch = _take_scratch(self.scratch, shapes)
         if scratch is None:
             scratch = self._scratch(x.shape, w.shape, out)
         try:
             self._conv(x, w, out, scratch)
         finally:
-            with _scratch_lock:
-                self.scratch.append((shapes, scratch))
-                if len(self.scratch) > MAX_FREE_SCRATCH:
-                    self.scratch.pop(0)
+            _give_scratch(self.scratch, shapes, scratch)
 
     def _layout(self, x_shape, w_shape, out_shape, itemsize) -> tuple:
         """(padded buffer's shape or None, tap offsets, strides, live tap rows and columns,
@@ -318,12 +327,7 @@ class ConvTransposeStep:
         rows, per_image = out.shape[1] * kh * kw, h * wd
         step = self.images_per_chunk(n, rows, per_image, x.dtype.itemsize)
         shapes = (x.shape, w.shape, out.shape)
-        scratch = None
-        with _scratch_lock:
-            for k, (made_for, _) in enumerate(self.scratch):
-                if made_for == shapes:
-                    scratch = self.scratch.pop(k)[1]
-                    break
+        scratch = _take_scratch(self.scratch, shapes)
         if scratch is None:
             scratch = (np.empty(rows * step * per_image, x.dtype), np.empty(cin * step * per_image, x.dtype))
         try:
@@ -335,10 +339,7 @@ class ConvTransposeStep:
                 self.columns(chunk, w, at["groups"], cols, scratch[1])
                 self.col2im(cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
         finally:
-            with _scratch_lock:
-                self.scratch.append((shapes, scratch))
-                if len(self.scratch) > MAX_FREE_SCRATCH:
-                    self.scratch.pop(0)
+            _give_scratch(self.scratch, shapes, scratch)
 
 
 @dataclass

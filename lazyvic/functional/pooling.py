@@ -84,7 +84,7 @@ def max_pool2d(
     kernel, stride, padding, out_hw = _pool_args("max_pool2d", input, kernel_size, stride, padding)
     y = Tensor.apply("max_pool2d", input, kernel=kernel, stride=stride, padding=padding)  # lazyvic/ops/pool.py
     if return_indices:
-        return y, Tensor.apply("max_pool2d_indices", input, kernel=kernel, stride=stride, padding=padding)
+        return y, Tensor.apply("max_pool2d_indices", input, y, kernel=kernel, stride=stride, padding=padding)
     return mark(
         y,
         "MaxPool",

@@ -11,9 +11,11 @@ the materialized input (lowering/cpu/pool_kernels.py). The maximum rounds nothin
 kernel and the NumPy reference scan each window in the same order (the first of equal
 maxima kept, the first NaN winning), so they give the same bits.
 
-    max_pool2d_indices(x; kernel, stride, padding)
-        x (N, C, H, W) -> (N, C, oH, oW) int64: the position h*W + w in its (n, c) plane of the
-        element each window's maximum is (PyTorch's ``return_indices=True``)
+    max_pool2d_indices(x, values; kernel, stride, padding)
+        x (N, C, H, W), values = max_pool2d(x) -> (N, C, oH, oW) int64: the position h*W + w in
+        its (n, c) plane of the element each window's maximum is (PyTorch's
+        ``return_indices=True``): the first position inside x that equals the value (or is a
+        NaN where the value is), so the scan stops at the first match
 
 The VJP adds each window's gradient at that position (scatter_add), so ties go to the first
 of equal maxima, as PyTorch's: the window scan is row-major, a NaN wins (the first one), and
@@ -80,7 +82,7 @@ def _dt(a):
 def _vjp(g, x, out, at):
     (inp,) = x
     n, c, h, w = inp.shape
-    index = inp.apply("max_pool2d_indices", inp, **at).reshape(n, c, -1)
+    index = inp.apply("max_pool2d_indices", inp, out, **at).reshape(n, c, -1)
     grad = inp.zeros_like().reshape(n, c, h * w)._scatter_add(index, g.reshape(n, c, -1), 2)
     return (grad.reshape(n, c, h, w),)
 
@@ -90,29 +92,31 @@ def indices_reference(arrays, at):
     (padding is never picked), keeping the first of equal maxima and the first NaN, as the
     forward picks its value (and as the kernels in lowering/cpu/pool_kernels.py and the CUDA
     library do)."""
-    (x,) = arrays
+    x, values = arrays
     (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["padding"]
-    shape, _ = _infer((x.shape,), (_dt(x),), at)
     n, c, h, w = x.shape
-    oh, ow = shape[2:]
-    best = np.full(shape, -np.inf, dtype=x.dtype)
-    found = np.zeros((oh, ow), dtype=bool)
-    index = np.zeros(shape, dtype=np.int64)
+    oh, ow = values.shape[2:]
+    found = np.zeros(values.shape, dtype=bool)
+    index = np.zeros(values.shape, dtype=np.int64)
     for i in range(kh):
         rows = np.arange(oh) * sh - ph + i
         for j in range(kw):
             cols = np.arange(ow) * sw - pw + j
             inside = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
             v = x[:, :, np.clip(rows, 0, h - 1)][:, :, :, np.clip(cols, 0, w - 1)]
-            take = inside & (~found | (v > best) | (np.isnan(v) & ~np.isnan(best)))
-            best = np.where(take, v, best)
+            take = inside & ~found & ((v == values) | (np.isnan(v) & np.isnan(values)))
             index = np.where(take, rows[:, None] * w + cols[None, :], index)
-            found |= inside
+            found |= take
     return index
 
 
 def _indices_infer(shapes, dtypes, at):
-    shape, _ = _infer(shapes, dtypes, at)
+    shape, _ = _infer(shapes[:1], dtypes[:1], at)
+    if tuple(shapes[1]) != tuple(shape) or dtypes[1] is not dtypes[0]:
+        raise ShapeError(
+            f"max_pool2d_indices: expected values {shape} of dtype {dtypes[0].name} (max_pool2d of the input), "
+            f"got {shapes[1]} of {dtypes[1].name}"
+        )
     return shape, int64
 
 
@@ -124,4 +128,4 @@ def _onnx(b, names, at, shape, dtype):
 
 
 register(OpDef("max_pool2d", "pool", 1, _infer, _reference, vjp=_vjp, onnx=_onnx))
-register(OpDef("max_pool2d_indices", "pool", 1, _indices_infer, indices_reference, differentiable=False))
+register(OpDef("max_pool2d_indices", "pool", 2, _indices_infer, indices_reference, differentiable=False))

@@ -132,8 +132,9 @@ def _pool_step(lowered, root: int, args: list) -> PoolStep:
     from lazyvic.lowering.cpu import pool_kernels
 
     e = lowered.entries[root]
-    kernel = pool_kernels.max_pool2d_indices if e.op == "max_pool2d_indices" else pool_kernels.max_pool2d
-    return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, kernel)
+    if e.op == "max_pool2d_indices":
+        return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d_indices, args[1])
+    return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d)
 
 
 def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:

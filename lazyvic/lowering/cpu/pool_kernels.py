@@ -103,18 +103,22 @@ def _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw):
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
-def max_pool2d_indices(x, out, kh, kw, sh, sw, ph, pw):
-    """out (N, C, oH, oW) int64 = the position h*W + w in its plane of each window's maximum of
-    x (N, C, H, W): the window scanned in row-major order over its positions inside x, the first
-    of equal maxima kept and the first NaN winning (ops/pool.indices_reference)."""
+def max_pool2d_indices(x, values, out, kh, kw, sh, sw, ph, pw):
+    """out (N, C, oH, oW) int64 = the position h*W + w in its plane of each window's maximum:
+    the first position inside x, in row-major order, whose element equals the window's value
+    (``values`` = max_pool2d(x)), or is a NaN where the value is (ops/pool.indices_reference).
+    Stops at the first match (a scan keeping a running maximum was a chain of dependent
+    compares: 10.5 ms for MNIST's 2x2 pool of 64 images of 64 24x24 planes)."""
     n_img, c, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
-    xf, of = x.reshape(-1), out.reshape(-1)
+    xf, vf, of = x.reshape(-1), values.reshape(-1), out.reshape(-1)
     for plane in range(n_img * c):
         base = plane * h * w
         for oy in range(oh):
             for ox in range(ow):
-                best = xf[base]
+                k = (plane * oh + oy) * ow + ox
+                m = vf[k]
+                nan = m != m
                 at = -1
                 for dy in range(kh):
                     y = oy * sh - ph + dy
@@ -125,7 +129,9 @@ def max_pool2d_indices(x, out, kh, kw, sh, sw, ph, pw):
                         if xx < 0 or xx >= w:
                             continue
                         v = xf[base + y * w + xx]
-                        if at < 0 or v > best or (v != v and best == best):
-                            best = v
+                        if v == m or (nan and v != v):
                             at = y * w + xx
-                of[(plane * oh + oy) * ow + ox] = at
+                            break
+                    if at >= 0:
+                        break
+                of[k] = at

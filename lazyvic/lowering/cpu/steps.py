@@ -345,23 +345,29 @@ class ConvTransposeStep:
 @dataclass
 class PoolStep:
     """max_pool2d (ops/pool.py): one Numba kernel (lowering/cpu/pool_kernels.py) over the
-    materialized input."""
+    materialized input; max_pool2d_indices also reads the pooled values (``values``)."""
 
     name: str
     out: int
     x: tuple  # operand chain, as MatmulStep's
     attrs: dict
     kernel: object
+    values: tuple = None  # max_pool2d_indices: the values' operand chain
 
     def writes(self):
         return (self.out,)
 
     def reads(self):
-        return (self.x.base,) if self.x.kind == "buffer" else ()
+        return tuple(c.base for c in (self.x, self.values) if c is not None and c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
         (kh, kw), (sh, sw), (ph, pw) = self.attrs["kernel"], self.attrs["stride"], self.attrs["padding"]
-        self.kernel(np.ascontiguousarray(view(env, scalars, self.x)), env[self.out], kh, kw, sh, sw, ph, pw)
+        x = np.ascontiguousarray(view(env, scalars, self.x))
+        if self.values is None:
+            self.kernel(x, env[self.out], kh, kw, sh, sw, ph, pw)
+        else:
+            values = np.ascontiguousarray(view(env, scalars, self.values))
+            self.kernel(x, values, env[self.out], kh, kw, sh, sw, ph, pw)
 
 
 @dataclass

@@ -283,8 +283,8 @@ def _weight_grad(g, x, w_shape, at):
 def _depthwise_weight_grad(g, x, w_shape, pads, at):
     """A depthwise convolution's weight gradient, tap by tap: w[c, 0, i, j] receives the sum over
     images and output positions of g times the input window the tap read. (Channels as the
-    batch, the grouped form above, would be one convolution per channel: 960 for one layer of
-    EfficientNet.) x is already trimmed to what the windows read; ``pads`` its zero border."""
+    batch, the grouped form above, would be one convolution per channel: 960 for MobileNetV2's
+    last depthwise layer.) x is already trimmed to what the windows read; ``pads`` its zero border."""
     (sh, sw), (dh, dw) = at["stride"], at["dilation"]
     c, _, kh, kw = w_shape
     n, oh, ow = g.shape[0], g.shape[2], g.shape[3]

@@ -181,6 +181,19 @@ def run_child_process(script: Path, spec: dict, env_extra: dict, timeout_s: floa
         Path(out_path).unlink(missing_ok=True)
 
 
+def run_quiet_child(script: Path, spec: dict, env_extra: dict, timeout_s: float, max_wait_s) -> dict:
+    """``run_child_process`` once the machine is quiet: first ``wait_for_quiet(max_wait_s)``
+    (None: start at once, without sampling the load), then the child. The record gets
+    ``process_wall_s`` (seconds the child ran; absent after a timeout), ``quiet_wait_s`` and
+    ``other_cores_before`` (the load seen last before starting it, or None)."""
+    waited, other_before = wait_for_quiet(max_wait_s) if max_wait_s is not None else (0.0, None)
+    rec, _, wall = run_child_process(script, spec, env_extra, timeout_s)
+    if wall is not None:
+        rec["process_wall_s"] = wall
+    rec["quiet_wait_s"], rec["other_cores_before"] = round(waited, 1), other_before
+    return rec
+
+
 def add_harness_args(ap, parts: tuple, iters_help: str, busy: bool = True) -> None:
     """The options every child-process harness takes (resnet18.py, convnets.py, rnn.py):
     ``--quick``, ``--only`` one of ``parts``, ``--reps``, ``--iters`` (``iters_help`` gives its

@@ -79,9 +79,8 @@ from _common import (  # noqa: E402
     loadavg,
     other_cores,
     rate_cell,
-    run_child_process,
+    run_quiet_child,
     source_fingerprint,
-    wait_for_quiet,
     write_json,
 )
 from resnet18 import _time  # noqa: E402
@@ -423,14 +422,8 @@ def child_main(spec: dict) -> dict:
 
 # ------------------------------------------------------------------ parent
 def run_child(spec: dict, max_wait_s: float, env_extra: dict) -> dict:
-    waited, other_before = wait_for_quiet(max_wait_s) if max_wait_s > 0 else (0.0, None)
-    t0 = time.perf_counter()
-    rec, _, _ = run_child_process(Path(__file__).resolve(), spec, env_extra, CHILD_TIMEOUT_S)
-    if "error" in rec:
-        return rec
-    rec["process_wall_s"] = time.perf_counter() - t0
-    rec["quiet_wait_s"], rec["other_cores_before"] = round(waited, 1), other_before
-    return rec
+    wait = max_wait_s if max_wait_s > 0 else None
+    return run_quiet_child(Path(__file__).resolve(), spec, env_extra, CHILD_TIMEOUT_S, wait)
 
 
 def _label(spec: dict) -> str:

@@ -17,6 +17,7 @@ say where each plan entry came from.
 from __future__ import annotations
 
 from lazyvic import ops as optable
+from lazyvic.ops.movement import swap_last_two
 from lazyvic.trace.entry import Attrs, Entry
 
 
@@ -45,8 +46,7 @@ def transpose_matmuls(entries: list, outputs: list) -> tuple[list, list]:
         e = e._replace(inputs=tuple(remap[i] for i in e.inputs))
         shape = e.shape
         if e.op == "permute" and len(shape) >= 2:
-            n = len(shape)
-            swap = tuple(range(n - 2)) + (n - 1, n - 2)
+            swap = swap_last_two(len(shape))
             src = out[e.inputs[0]]
             if tuple(e.attrs["perm"]) == swap and src.op == "matmul" and uses[_orig(remap, e.inputs[0])] == 1:
                 a, b = src.inputs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops.movement import swap_last_two
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
 
@@ -27,11 +28,7 @@ def _swaps_last_two(t) -> bool:
     """Whether tensor ``t`` is a view swapping the last two axes of another (``w.T`` of a 2-D
     weight, ``k.transpose(-1, -2)``)."""
     node = t._node
-    if node.op != "permute" or t.ndim < 2:
-        return False
-    perm = dict(node.attrs)["perm"]
-    n = len(perm)
-    return tuple(perm) == tuple(range(n - 2)) + (n - 1, n - 2)
+    return node.op == "permute" and t.ndim >= 2 and tuple(dict(node.attrs)["perm"]) == swap_last_two(t.ndim)
 
 
 def _vjp(g, x, out, at):

@@ -72,6 +72,11 @@ def _slice_ref(x, at):
     return x[0][tuple(slice(a, b, s) for a, b, s in zip(at["starts"], at["stops"], at["steps"]))]
 
 
+def swap_last_two(n: int) -> tuple:
+    """The permutation of ``n`` axes that swaps the last two (a matrix transpose)."""
+    return tuple(range(n - 2)) + (n - 1, n - 2)
+
+
 def _permute_vjp(g, x, out, at):
     perm = at["perm"]
     inverse = [0] * len(perm)

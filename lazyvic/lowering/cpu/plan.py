@@ -308,7 +308,8 @@ class CpuPlan(Plan):
                 # (numba.set_num_threads is per calling thread), never two spinning pools at
                 # once. The pytorch/examples MNIST CNN step (a 32->64 3x3 convolution of 64
                 # 26x26 images, 1.4e9 flops) took 160-300 ms with both pools, a trivial pad
-                # kernel 12 ms of it (waits for the other pool's spinning threads), and ... ms so.
+                # kernel 12 ms of it (waits for the other pool's spinning threads), and 73-83 ms so
+                # (both under load from other benchmarks).
                 kernel_threads = numba.get_num_threads()
                 numba.set_num_threads(1)
                 try:

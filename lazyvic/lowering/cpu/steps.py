@@ -2,8 +2,9 @@
 
 :class:`KernelStep` calls a generated Numba kernel, :class:`MatmulStep` calls BLAS through
 NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and calls BLAS
-(a conv2d; :class:`DirectConvStep` a depthwise or 1x1 one without im2col), :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep` runs a max_pool2d kernel, :class:`ScatterAddStep` a compiled
-scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
+(a conv2d; :class:`DirectConvStep` a depthwise or 1x1 one without im2col),
+:class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep`
+runs a max_pool2d or max_pool2d_indices kernel, :class:`ScatterAddStep` a compiled scatter_add, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
 (``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
 reported fallbacks).
 Operands of library steps are ``lowering.pipeline.Operand``: a buffer or a scalar read

@@ -409,9 +409,15 @@ def _cat_tree(pieces: list, axis: int, logical: bool):
     return left | right if logical else left + right
 
 
+# Joins of this many pieces or more are the cat primitive (ops/join.py: the pieces copied into
+# place); fewer are padded and summed, which fuses with the pieces' producers and consumers.
+CAT_PRIMITIVE_MIN_PIECES = 4
+
+
 def cat(tensors: Sequence, dim: int = 0):
-    """Concatenate along ``dim`` (as zero-padding plus sums in a balanced tree, which fuse into one
-    kernel).
+    """Concatenate along ``dim``: four or more pieces are copied into place (the ``cat``
+    primitive, ops/join.py); fewer are zero-padded and summed in a balanced tree, which fuses
+    into one kernel with their producers and consumers.
 
     Dtypes promote as in PyTorch; shapes must agree outside ``dim``.
 
@@ -430,6 +436,8 @@ def cat(tensors: Sequence, dim: int = 0):
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
             raise ShapeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dim {dim}")
     pieces = [t.to(d) for t in tensors]
+    if len(pieces) >= CAT_PRIMITIVE_MIN_PIECES:
+        return pieces[0].apply("cat", *pieces, axis=axis)
     out = _cat_tree(pieces, axis, d is dt.bool_)
     return mark(out, "Concat", tuple(pieces), axis=axis)
 

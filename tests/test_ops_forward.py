@@ -9,6 +9,8 @@ distinct compiled kernels small.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from _oracle import (
@@ -333,6 +335,13 @@ def _():
     return lv.cat([lv.tensor(a), lv.tensor(b)], 1), np.concatenate([a, b], 1)
 
 
+@_case("cat")
+def _():
+    a, b, c = _f32(2, 3, seed=1), _f32(2, 1, seed=2), _f32(2, 2, seed=3)
+    pieces = [lv.tensor(v) for v in (a, b, c, b)]
+    return lv.cat(pieces, 1), np.concatenate([a, b, c, b], 1)
+
+
 @_case("matmul")
 def _():
     a, b = _f32(2, 3, seed=1), _f32(3, 4, seed=2)
@@ -349,6 +358,21 @@ def _():
         c0 = (o // 3) * 2
         out[n, o, p, q] = (xp[n, c0 : c0 + 2, 2 * p : 2 * p + 3, 2 * q : 2 * q + 3] * w[o]).sum()
     return F.conv2d(lv.tensor(x), lv.tensor(w), stride=2, padding=1, groups=2), out.astype(np.float32)
+
+
+@_case("conv2d_weight")
+def _():
+    # conv2d's weight gradient over the definition: w[o, c, i, j] receives g[n, o, p, q] times
+    # the padded input the tap read; strides (1, 2), padding 1, 2 groups, 2 images; a 1-row
+    # input, so the kernel rows 0 and 2 read padding only (zero, not in the product).
+    x, g = _f32(2, 4, 1, 3, seed=1), _f32(2, 6, 1, 2, seed=2)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((6, 2, 3, 3))
+    for o, c, i, j in np.ndindex(out.shape):
+        c0 = (o // 3) * 2
+        out[o, c, i, j] = (g[:, o].astype(np.float64) * xp[:, c0 + c, i : i + 1, j : j + 3 : 2]).sum()
+    at = dict(kernel=(3, 3), stride=(1, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=2)
+    return lv.Tensor.apply("conv2d_weight", lv.tensor(x), lv.tensor(g), **at), out.astype(np.float32)
 
 
 @_case("conv_transpose2d")
@@ -400,6 +424,88 @@ def _():
     at = dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1))
     values = F.max_pool2d(lv.tensor(x), 3, 2, 1)
     return lv.Tensor.apply("max_pool2d_indices", lv.tensor(x), values, **at), out
+
+
+def _avg_pool_windows(size, k, s, p, ceil_mode, count_include_pad):
+    """PyTorch's avg_pool2d windows along one axis, from its definition: per output, the input
+    indices of the window and its divisor factor (padding counts, the ceil_mode overhang not)."""
+    out = (size + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    windows = []
+    for o in range(out):
+        start, end = o * s - p, min(o * s - p + k, size + p)
+        inside = [i for i in range(start, end) if 0 <= i < size]
+        windows.append((inside, end - start if count_include_pad else len(inside)))
+    return windows
+
+
+# Non-square (3, 2) windows, stride (2, 3), padding 1, ceil_mode with a last window clipped by
+# the padding, the padding left out of the divisor.
+_AVG_AT = dict(
+    kernel=(3, 2), stride=(2, 3), padding=(1, 1), ceil_mode=True, count_include_pad=False, divisor_override=None
+)
+
+
+def _avg_pool_loops(x, at):
+    rows, cols = (
+        _avg_pool_windows(n, k, s, p, at["ceil_mode"], at["count_include_pad"])
+        for n, k, s, p in zip(x.shape[2:], at["kernel"], at["stride"], at["padding"])
+    )
+    out = np.zeros(x.shape[:2] + (len(rows), len(cols)))
+    for n, c, (p, (ri, fh)), (q, (ci, fw)) in itertools.product(
+        range(x.shape[0]), range(x.shape[1]), enumerate(rows), enumerate(cols)
+    ):
+        out[n, c, p, q] = x[n, c][np.ix_(ri, ci)].astype(np.float64).sum() / (at["divisor_override"] or fh * fw)
+    return out
+
+
+def _adaptive_windows(size, out):
+    return [list(range((i * size) // out, -(-((i + 1) * size) // out))) for i in range(out)]
+
+
+@_case("avg_pool2d")
+def _():
+    x = _f32(2, 3, 6, 7, seed=3)
+    out = _avg_pool_loops(x, _AVG_AT)
+    assert out.shape == (2, 3, 4, 3)  # the ceil_mode row starts in the input, its window clipped
+    got = F.avg_pool2d(lv.tensor(x), (3, 2), (2, 3), 1, ceil_mode=True, count_include_pad=False)
+    return got, out.astype(np.float32)
+
+
+@_case("avg_pool2d_backward")
+def _():
+    # The transpose, from the definition: each window's g / divisor added to its input elements;
+    # divisor_override, and stride 3 > kernel 2 (rows and columns no window covers get 0).
+    at = dict(kernel=(2, 2), stride=(3, 3), padding=(1, 0), ceil_mode=False, count_include_pad=True, divisor_override=3)
+    g = _f32(2, 3, 3, 2, seed=4)
+    out = np.zeros((2, 3, 7, 6))
+    rows = _avg_pool_windows(7, 2, 3, 1, False, True)
+    cols = _avg_pool_windows(6, 2, 3, 0, False, True)
+    for n, c, (p, (ri, _)), (q, (ci, _)) in itertools.product(range(2), range(3), enumerate(rows), enumerate(cols)):
+        out[n, c][np.ix_(ri, ci)] += float(g[n, c, p, q]) / 3
+    return lv.Tensor.apply("avg_pool2d_backward", lv.tensor(g), input_size=(7, 6), **at), out.astype(np.float32)
+
+
+@_case("adaptive_avg_pool2d")
+def _():
+    # Windows of uneven sizes (7 -> 3), and overlapping ones (5 -> 4).
+    x = _f32(2, 3, 7, 5, seed=5)
+    out = np.zeros((2, 3, 3, 4))
+    for p, ri in enumerate(_adaptive_windows(7, 3)):
+        for q, ci in enumerate(_adaptive_windows(5, 4)):
+            out[:, :, p, q] = x[:, :, ri][:, :, :, ci].astype(np.float64).mean((2, 3))
+    return F.adaptive_avg_pool2d(lv.tensor(x), (3, 4)), out.astype(np.float32)
+
+
+@_case("adaptive_avg_pool2d_backward")
+def _():
+    g = _f32(2, 3, 3, 4, seed=6)
+    out = np.zeros((2, 3, 7, 5))
+    for p, ri in enumerate(_adaptive_windows(7, 3)):
+        for q, ci in enumerate(_adaptive_windows(5, 4)):
+            out[:, :, ri[0] : ri[-1] + 1, ci[0] : ci[-1] + 1] += g[:, :, p : p + 1, q : q + 1] / (len(ri) * len(ci))
+    return lv.Tensor.apply("adaptive_avg_pool2d_backward", lv.tensor(g), input_size=(7, 5)), out.astype(np.float32)
 
 
 @_case("gather")

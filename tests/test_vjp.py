@@ -123,6 +123,11 @@ VJP_CASES = [
     ("cat_three", lambda x, y: lv.cat([y, x, y], 0), [_r(2, 3), _r(1, 3, seed=1)]),
     ("cat_same_input", lambda x: lv.cat([x, x * 2.0], -1), [_r(2, 2)]),
     ("stack", lambda x, y: lv.stack([x, y], 1), [_r(2, 3), _r(2, 3, seed=1)]),
+    # the cat primitive (four pieces or more), and gradients of slices joined by one cat (the
+    # engine's _Terms: four chunks; slices leaving ranges no slice read)
+    ("cat_primitive", lambda x, y: lv.cat([x, y * 2.0, x, y], 1), [_r(2, 3), _r(2, 1, seed=1)]),
+    ("chunk_gates", lambda x: (x.chunk(4, 1)[0].sigmoid() * x.chunk(4, 1)[2].tanh()).sum(1), [_r(2, 8)]),
+    ("slices_with_gaps", lambda x: x[1:2].exp() + x[3:4] * x[4:5], [_r(6, 2)]),
     # matmul
     ("matmul_2d", lambda a, b: a @ b, [_r(2, 3), _r(3, 4, seed=1)]),
     ("matmul_batched_broadcast", lambda a, b: a @ b, [_r(2, 1, 2, 3), _r(3, 3, 2, seed=1)]),
@@ -152,11 +157,36 @@ VJP_CASES = [
         lambda x, w: F.conv_transpose2d(x, w, stride=(1, 3), padding=(0, 2), dilation=2, groups=2),
         [_r(1, 4, 3, 4), _r(4, 3, 2, 3, seed=1)],
     ),
+    # conv2d's weight gradient as a function of the input and the output gradient (its VJP:
+    # double backward through a convolution)
+    (
+        "conv2d_weight_stride_groups",
+        lambda x, g: lv.Tensor.apply(
+            "conv2d_weight", x, g, kernel=(3, 2), stride=(2, 1), padding=(1, 1, 0, 2), dilation=(1, 2), groups=2
+        ),
+        [_r(2, 4, 5, 4), _r(2, 2, 3, 4, seed=1)],
+    ),
     (
         "max_pool2d",
         lambda x: F.max_pool2d(x, 3, 2, 1),
         [np.random.default_rng(4).permutation(50).reshape(1, 2, 5, 5) / 10.0],
     ),
+    # average pools: ceil_mode's clipped last window with the padding left out of the divisor,
+    # divisor_override, uneven adaptive windows; their transposes through double backward
+    (
+        "avg_pool2d_ceil_exclude_pad",
+        lambda x: F.avg_pool2d(x, (3, 2), (2, 3), 1, ceil_mode=True, count_include_pad=False),
+        [_r(1, 2, 6, 7)],
+    ),
+    ("avg_pool2d_divisor_override", lambda x: F.avg_pool2d(x, 2, 1, 1, divisor_override=3), [_r(1, 2, 4, 3)]),
+    ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), [_r(1, 2, 7, 5)]),
+    ("avg_pool2d_double_backward", lambda x: _grad_of(lambda t: F.avg_pool2d(t, 3, 2, 1), x), [_r(1, 2, 5, 6)]),
+    (
+        "adaptive_avg_pool2d_double_backward",
+        lambda x: _grad_of(lambda t: F.adaptive_avg_pool2d(t, (2, 3)), x),
+        [_r(1, 2, 5, 7)],
+    ),
+    ("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 2)), [_distinct(1, 2, 7, 5)]),
     # index ops
     ("gather_dup", lambda x: x.gather(1, lv.tensor(_IDX_DUP)), [_r(2, 4)]),
     ("gather_dim0", lambda x: x.gather(0, lv.tensor(_IDX_DUP)), [_r(3, 3)]),
@@ -208,6 +238,16 @@ VJP_CASES = [
 ]
 
 
+def _grad_of(pool, x):
+    """The gradient of sum(pool(x) ** 3) with respect to x, as a differentiable function of x
+    (records the pool's transpose, whose own VJP the finite differences then check; their
+    evaluations, under no_grad, pass an x without gradient: its value is taken at a leaf)."""
+    leaf = x if x.requires_grad else x.detach().requires_grad_()
+    with lv.enable_grad():
+        (g,) = lv.autograd.grad((pool(leaf) ** 3).sum(), leaf, create_graph=x.requires_grad)
+    return g
+
+
 def _set(y, index, value):
     y[index] = value
     return y
@@ -220,8 +260,13 @@ COMPILED = {
     "matmul_batched_broadcast",
     "conv2d_stride_pad",
     "conv_transpose2d_stride_output_padding",
+    "conv2d_weight_stride_groups",
+    "avg_pool2d_ceil_exclude_pad",
+    "adaptive_avg_pool2d_double_backward",
     "getitem_steps_2d",
     "cat_pad",
+    "cat_primitive",
+    "chunk_gates",
     "softmax",
     "cross_entropy_ignore_index",
     "layer_norm_affine",

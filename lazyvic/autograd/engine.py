@@ -147,6 +147,77 @@ def _own(g):
     return g.clone() if g.requires_grad else g.detach()
 
 
+# ------------------------------------------------------------- accumulation
+# Disjoint padded gradients (the VJPs of slices: chunk, split, narrow, x[i]) joined by one
+# cat of at least this many pieces instead of a sum of padded terms (see _Terms).
+JOIN_MIN_PIECES = 4
+
+
+class _Terms(list):
+    """The gradients reaching one tensor from its several uses, summed when the walk reaches it.
+
+    Terms that are zero-paddings of disjoint ranges along one axis (a tensor used as slices:
+    the gates of an LSTM cell chunked into four, the time steps of a sequence) are joined by
+    one ``cat`` of their pieces (and zeros for the ranges no slice read) when that makes at
+    least JOIN_MIN_PIECES pieces, else summed as the other terms, in arrival order. As a sum of
+    k padded terms every element of the fused kernel tested all k paddings and the pieces'
+    formulas could not vectorize (an LSTM cell's four gate gradients: one kernel of 100 us for
+    a (20, 512) gradient); joined, each piece is its own kernel and the cat copies them. A
+    padding adds zeros, so the joined and the summed gradients are equal (the cat keeps a
+    -0.0 the sum made 0.0)."""
+
+    __slots__ = ()
+
+    def total(self):
+        join = _padded_ranges(self) if len(self) >= 2 else None
+        if join is None:
+            total = self[0]
+            for g in self[1:]:
+                total = total + g
+            return total
+        axis, ranges, rest = join
+        first = self[ranges[0][2]]
+        size = first.shape[axis]
+        pieces, at = [], 0
+        for start, stop, k in ranges:
+            if start > at:
+                pieces.append(first.new_zeros(*[start - at if i == axis else n for i, n in enumerate(first.shape)]))
+            pieces.append(self[k]._wrap(self[k]._node.inputs[0]))
+            at = stop
+        if at < size:
+            pieces.append(first.new_zeros(*[size - at if i == axis else n for i, n in enumerate(first.shape)]))
+        total = first.apply("cat", *pieces, axis=axis)
+        for k in rest:
+            total = total + self[k]
+        return total
+
+
+def _padded_ranges(terms):
+    """(axis, [(start, stop, term index)] sorted, indices of the other terms) when at least
+    JOIN_MIN_PIECES pieces would join, else None."""
+    by_axis: dict = {}
+    for k, g in enumerate(terms):
+        node = g._node
+        if node.op != "pad" or g.requires_grad:  # with create_graph the terms keep their history
+            continue
+        pads = dict(node.attrs)["pads"]
+        axes = [i for i, p in enumerate(pads) if p != (0, 0)]
+        if len(axes) != 1:
+            continue
+        (axis,) = axes
+        before, after = pads[axis]
+        by_axis.setdefault(axis, []).append((before, node.shape[axis] - after, k))
+    for axis, ranges in by_axis.items():
+        ranges.sort()
+        disjoint = all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:]))
+        gaps = sum(1 for a, b in zip(ranges, ranges[1:]) if a[1] < b[0]) + (ranges[0][0] > 0)
+        gaps += ranges[-1][1] < terms[ranges[0][2]].shape[axis]
+        if disjoint and len(ranges) >= 2 and len(ranges) + gaps >= JOIN_MIN_PIECES:
+            joined = {k for _, _, k in ranges}
+            return axis, ranges, [k for k in range(len(terms)) if k not in joined]
+    return None
+
+
 # ----------------------------------------------------- several-output nodes
 class OutputOf:
     """The op recorded on output ``index`` of a node with several outputs (a custom
@@ -264,6 +335,8 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
             g = grads.pop(id(t), None)
             if g is None:
                 continue
+            if isinstance(g, _Terms):
+                g = g.total()
             ctx = t._ctx
             if _registry and not isinstance(g, list):  # a list: the gradients of a several-output node's outputs
                 g = _hooked(t, g)  # (hooks and retain_grad flags live in _registry)
@@ -304,7 +377,12 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
                             f"internal: VJP of {opdef.name} gave shape {gi.shape} for input of shape {inp.shape}"
                         )
                     prev = grads.get(id(inp))
-                    grads[id(inp)] = gi if prev is None else prev + gi
+                    if prev is None:
+                        grads[id(inp)] = gi
+                    elif isinstance(prev, _Terms):
+                        prev.append(gi)
+                    else:
+                        grads[id(inp)] = _Terms((prev, gi))
             if not retain_graph:
                 # Free the saved values but keep the op: the tensor stays a non-leaf with its
                 # grad_fn (as in PyTorch), and a second backward through it is an error.

@@ -2,7 +2,8 @@
 
 Formulas follow PyTorch's documentation for the function of the same name. The functions live in
 one module per family, as PyTorch's documentation groups them: ``activation``, ``linear``
-(linear, dropout), ``sparse`` (one_hot, embedding), ``attention``, ``convolution``, ``pooling``,
+(linear, dropout), ``sparse`` (one_hot, embedding), ``attention``, ``convolution`` (1-D and 2-D),
+``convolution3d`` (3-D, built on the 2-D primitives), ``pooling``,
 ``normalization``, ``loss``, ``vision`` (pad, interpolate) and ``recurrent`` (the RNN, LSTM and
 GRU cells and the loops that step them; used by ``nn.RNN``/``LSTM``/``GRU``, not exported here,
 as PyTorch has no ``F.lstm``). ``lazyvic.nn.functional`` re-exports every name of ``__all__``.
@@ -43,6 +44,7 @@ from lazyvic.functional.activation import (
 )
 from lazyvic.functional.attention import KVCache, scaled_dot_product_attention
 from lazyvic.functional.convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from lazyvic.functional.convolution3d import conv3d, conv_transpose3d
 from lazyvic.functional.linear import dropout, dropout1d, dropout2d, dropout3d, linear
 from lazyvic.functional.loss import (
     binary_cross_entropy,
@@ -59,6 +61,8 @@ from lazyvic.functional.normalization import batch_norm, group_norm, instance_no
 from lazyvic.functional.pooling import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
     avg_pool1d,
     avg_pool2d,
     max_pool1d,
@@ -123,14 +127,18 @@ __all__ = [
     "KVCache",
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "max_pool1d",
     "max_pool2d",
     "avg_pool1d",
     "avg_pool2d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
     "batch_norm",
     "layer_norm",
     "group_norm",

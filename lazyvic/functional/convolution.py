@@ -45,10 +45,11 @@ def _check_positive(name: str, what: str, values: tuple, minimum: int = 1) -> No
 def _check_conv(name: str, nd: int, input: Tensor, weight: Tensor, bias, groups: int, transposed: bool) -> bool:
     """Check the ranks, channels, groups and bias of a convolution over ``nd`` spatial axes; returns
     True for an unbatched input (C, *spatial)."""
-    layout = ("(N, C, L)", "(N, C, H, W)")[nd - 1]
+    layout = ("(N, C, L)", "(N, C, H, W)", "(N, C, D, H, W)")[nd - 1]
     if input.ndim not in (nd + 1, nd + 2):
         raise ShapeError(f"{name}: expected input {layout} or without the batch axis, got shape {input.shape}")
-    wlayout = ("(C_in, C_out/groups" if transposed else "(C_out, C_in/groups") + (", k)", ", kH, kW)")[nd - 1]
+    kernel = (", k)", ", kH, kW)", ", kD, kH, kW)")[nd - 1]
+    wlayout = ("(C_in, C_out/groups" if transposed else "(C_out, C_in/groups") + kernel
     if weight.ndim != nd + 2:
         raise ShapeError(f"{name}: expected weight {wlayout}, got shape {weight.shape}")
     if not isinstance(groups, (int, np.integer)) or groups < 1:

@@ -1,32 +1,20 @@
-"""Pooling: ``max_pool1d/2d``, ``avg_pool1d/2d``, ``adaptive_avg_pool1d/2d`` (PyTorch's names).
+"""Pooling: ``max_pool1d/2d``, ``avg_pool1d/2d``, ``adaptive_avg_pool1d/2d``,
+``adaptive_max_pool1d/2d`` (PyTorch's names).
 
-The 2-D max pool is a primitive (lazyvic/ops/pool.py); the average pools sum strided views; the
-1-D pools are the 2-D ones over a height of 1.
+The 2-D max pool is a primitive (lazyvic/ops/pool.py), and so are the 2-D average pools, plain
+and adaptive (lazyvic/ops/avg_pool.py); the adaptive max pool is built from max pools; the 1-D
+pools are the 2-D ones over a height of 1.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.errors import ArgumentError, ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.functional.convolution import _out_size, _pair, _tuple
-from lazyvic.indexing import cat, stack
+from lazyvic.indexing import cat
 from lazyvic.tensor import Tensor
 from lazyvic.trace.composite import mark
-
-
-def _windows(x: Tensor, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple) -> list:
-    """The kH*kW strided views of the (padded) x (N, C, H, W), each (N, C, oH, oW), row-major over the
-    kernel: window (i, j) holds x[:, :, i*dH + sH*oh, j*dW + sW*ow]."""
-    n, c = x.shape[:2]
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
-    views = []
-    for i in range(kh):
-        for j in range(kw):
-            h0, w0 = i * dh, j * dw
-            stops = (n, c, h0 + (oh - 1) * sh + 1, w0 + (ow - 1) * sw + 1)
-            views.append(x._slice((0, 0, h0, w0), stops, (1, 1, sh, sw)))
-    return views
 
 
 def _check_rank(name: str, x: Tensor, nd: int) -> bool:
@@ -44,7 +32,8 @@ def _unsupported(name: str, **options) -> None:
             raise UnsupportedOpError(f"{name}: {option}={value!r} is not supported (only {option}={default!r})")
 
 
-def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
+def _window_args(name: str, kernel_size, stride, padding) -> tuple:
+    """(kernel, stride, padding) pairs, checked as PyTorch checks them; ``stride`` defaults to the kernel."""
     kernel = _pair(kernel_size, name, "kernel_size")
     stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, name, "stride")
     padding = _pair(padding, name, "padding")
@@ -54,6 +43,11 @@ def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
         )
     if any(2 * p > k for p, k in zip(padding, kernel)):
         raise ArgumentError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
+    return kernel, stride, padding
+
+
+def _pool_args(name: str, x: Tensor, kernel_size, stride, padding) -> tuple:
+    kernel, stride, padding = _window_args(name, kernel_size, stride, padding)
     hp, wp = x.shape[2] + 2 * padding[0], x.shape[3] + 2 * padding[1]
     out_hw = (
         _out_size(name, hp, kernel[0], stride[0], 1, x.shape),
@@ -95,6 +89,25 @@ def max_pool2d(
     )
 
 
+def _avg_pool_attrs(name: str, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override) -> dict:
+    """The avg_pool2d primitive's attributes (ops/avg_pool.py), checked."""
+    kernel, stride, padding = _window_args(name, kernel_size, stride, padding)
+    if divisor_override is not None and (
+        not isinstance(divisor_override, (int, np.integer))
+        or isinstance(divisor_override, bool)
+        or divisor_override == 0
+    ):
+        raise ArgumentError(f"{name}: divisor_override must be a nonzero int or None, got {divisor_override!r}")
+    return dict(
+        kernel=kernel,
+        stride=stride,
+        padding=padding,
+        ceil_mode=bool(ceil_mode),
+        count_include_pad=bool(count_include_pad),
+        divisor_override=None if divisor_override is None else int(divisor_override),
+    )
+
+
 def avg_pool2d(
     input: Tensor,
     kernel_size,
@@ -104,35 +117,26 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override=None,
 ) -> Tensor:
-    """Mean over kH x kW windows, as ``torch.nn.functional.avg_pool2d``. input (N, C, H, W) or
-    (C, H, W) -> (N, C, oH, oW); the zero padding counts in the divisor when ``count_include_pad``,
-    else each window is divided by its number of input elements. ``ceil_mode`` and
-    ``divisor_override`` other than their defaults raise UnsupportedOpError."""
-    _unsupported("avg_pool2d", ceil_mode=(ceil_mode, False), divisor_override=(divisor_override, None))
+    """Mean over kH x kW windows, as ``torch.nn.functional.avg_pool2d`` (one primitive,
+    lazyvic/ops/avg_pool.py).
+
+    input (N, C, H, W) or (C, H, W), floating point -> (N, C, oH, oW) (or (C, oH, oW)) of its
+    dtype, with oH = (H + 2*padding - kH) // sH + 1 (ceil_mode: rounded up, but the last window
+    must start inside the input or the left padding), likewise oW; ``stride`` defaults to
+    ``kernel_size``. Each window's sum is divided by ``divisor_override`` when given; else, with
+    ``count_include_pad``, by the window's size within the padded input (zero padding counts,
+    the ceil_mode overhang past it does not); else by its number of input elements.
+
+    Raises:
+        ShapeError: input not 3-D or 4-D, or the kernel larger than the padded input.
+        ArgumentError: a kernel_size or stride below 1, a padding below 0 or above half the
+            kernel, a divisor_override of 0.
+        DTypeError: an integer or bool input.
+    """
+    at = _avg_pool_attrs("avg_pool2d", kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     if _check_rank("avg_pool2d", input, 2):
-        return avg_pool2d(
-            input.unsqueeze(0), kernel_size, stride, padding, count_include_pad=count_include_pad
-        ).squeeze(0)
-    kernel, stride, padding, out_hw = _pool_args("avg_pool2d", input, kernel_size, stride, padding)
-    pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
-    total = stack(_windows(input._pad(pads), kernel, stride, (1, 1), out_hw), dim=0).sum(0)
-    onnx_attrs = dict(
-        kernel_shape=list(kernel),
-        strides=list(stride),
-        count_include_pad=int(count_include_pad),
-        pads=[padding[0], padding[1], padding[0], padding[1]],
-    )
-    if count_include_pad or padding == (0, 0):
-        return mark(total * (1.0 / (kernel[0] * kernel[1])), "AveragePool", (input,), **onnx_attrs)
-    inside = np.pad(np.ones(input.shape[2:]), pads[2:])
-    (kh, kw), (sh, sw) = kernel, stride
-    count = sum(
-        inside[i : i + (out_hw[0] - 1) * sh + 1 : sh, j : j + (out_hw[1] - 1) * sw + 1 : sw]
-        for i in range(kh)
-        for j in range(kw)
-    )
-    divisor = Tensor((1.0 / count).astype(input.dtype.np)).to(input.device)
-    return mark(total * divisor, "AveragePool", (input,), **onnx_attrs)
+        return Tensor.apply("avg_pool2d", input.unsqueeze(0), **at).squeeze(0)
+    return Tensor.apply("avg_pool2d", input, **at)
 
 
 def _pool1d_args(name: str, kernel_size, stride, padding) -> tuple:
@@ -167,52 +171,106 @@ def avg_pool1d(
     input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True
 ) -> Tensor:
     """Mean over windows of ``kernel_size``, as ``torch.nn.functional.avg_pool1d``: input (N, C, L) or
-    (C, L) -> (N, C, (L + 2*padding - kernel_size) // stride + 1). Options as :func:`avg_pool2d`."""
-    _unsupported("avg_pool1d", ceil_mode=(ceil_mode, False))
+    (C, L) -> (N, C, (L + 2*padding - kernel_size) // stride + 1) (rounded up with ``ceil_mode``).
+    :func:`avg_pool2d` over a height of 1: options and errors as there."""
     unbatched = _check_rank("avg_pool1d", input, 1)
     x = input.unsqueeze(0) if unbatched else input
     kernel, stride, padding = _pool1d_args("avg_pool1d", kernel_size, stride, padding)
-    y = avg_pool2d(x.unsqueeze(2), kernel, stride, padding, count_include_pad=count_include_pad).squeeze(2)
+    at = _avg_pool_attrs("avg_pool1d", kernel, stride, padding, ceil_mode, count_include_pad, None)
+    y = Tensor.apply("avg_pool2d", x.unsqueeze(2), **at).squeeze(2)
     return y.squeeze(0) if unbatched else y
 
 
-def _adaptive_mean(y: Tensor, axis: int, o: int) -> Tensor:
-    """Mean over PyTorch's adaptive windows along one axis: cell i averages [floor(i*n/o), ceil((i+1)*n/o))."""
-    n = y.shape[axis]
-    if o == n:
-        return y
-    cells = [
-        y.narrow(axis, (i * n) // o, -(-((i + 1) * n) // o) - (i * n) // o).mean(axis, keepdim=True) for i in range(o)
-    ]
-    return cells[0] if o == 1 else cat(cells, axis)
+def _adaptive_sizes(name: str, input: Tensor, output_size, nd: int) -> tuple:
+    """``output_size`` (an int, or ``nd`` ints or Nones: keep that size) as ``nd`` positive ints."""
+    spatial = input.shape[input.ndim - nd :]
+    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,) * nd
+    if len(sizes) != nd or not all(
+        o is None or (isinstance(o, (int, np.integer)) and not isinstance(o, bool)) for o in sizes
+    ):
+        what = "an int" if nd == 1 else "an int or a pair of ints (or None)"
+        raise ArgumentError(f"{name}: output_size must be {what}, got {output_size!r}")
+    sizes = tuple(n if o is None else int(o) for n, o in zip(spatial, sizes))
+    if min(sizes) < 1:
+        raise ShapeError(f"{name}: output size {output_size} must be positive (input {input.shape})")
+    return sizes
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
-    """Mean over PyTorch's adaptive windows: output cell i of an axis of size n averages
-    [floor(i*n/o), ceil((i+1)*n/o)). input (N, C, H, W) or (C, H, W) -> (N, C, oH, oW); an entry of
-    ``output_size`` may be None (keep that size)."""
-    if _check_rank("adaptive_avg_pool2d", input, 2):
-        return adaptive_avg_pool2d(input.unsqueeze(0), output_size).squeeze(0)
-    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
-    if len(sizes) != 2:
-        raise ArgumentError(f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
-    y = input
-    for axis, o in zip((2, 3), sizes):
-        o = input.shape[axis] if o is None else int(o)
-        if o < 1:
-            raise ShapeError(f"adaptive_avg_pool2d: output size {output_size} must be positive")
-        # One axis at a time: the mean over a rectangle is the mean of the row means.
-        y = _adaptive_mean(y, axis, o)
-    if y.shape[2:] == (1, 1):
-        return mark(y, "GlobalAveragePool", (input,))
-    return y
+    """Mean over PyTorch's adaptive windows, as ``torch.nn.functional.adaptive_avg_pool2d`` (one
+    primitive, lazyvic/ops/avg_pool.py): output row i of oH averages the input rows
+    floor(i*H/oH) .. ceil((i+1)*H/oH) - 1, likewise columns.
+
+    input (N, C, H, W) or (C, H, W), floating point -> (N, C, oH, oW) (or (C, oH, oW)) of its
+    dtype; ``output_size`` is an int or a pair, an entry None keeping that size.
+
+    Raises:
+        ShapeError: input not 3-D or 4-D, an empty spatial axis, or an output size below 1.
+        ArgumentError: an output_size that is not an int or a pair.
+        DTypeError: an integer or bool input.
+    """
+    unbatched = _check_rank("adaptive_avg_pool2d", input, 2)
+    sizes = _adaptive_sizes("adaptive_avg_pool2d", input, output_size, 2)
+    x = input.unsqueeze(0) if unbatched else input
+    y = Tensor.apply("adaptive_avg_pool2d", x, output_size=sizes)
+    return y.squeeze(0) if unbatched else y
 
 
 def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
-    """Mean over PyTorch's adaptive windows (see :func:`adaptive_avg_pool2d`): input (N, C, L) or
-    (C, L) -> (N, C, output_size)."""
-    _check_rank("adaptive_avg_pool1d", input, 1)
-    (o,) = _tuple(output_size, 1, "adaptive_avg_pool1d", "output_size")
-    if o < 1:
-        raise ShapeError(f"adaptive_avg_pool1d: output size {output_size} must be positive")
-    return _adaptive_mean(input, input.ndim - 1, o)
+    """Mean over PyTorch's adaptive windows (see :func:`adaptive_avg_pool2d`, over a height of 1):
+    input (N, C, L) or (C, L) -> (N, C, output_size) (or (C, output_size))."""
+    unbatched = _check_rank("adaptive_avg_pool1d", input, 1)
+    (o,) = _adaptive_sizes("adaptive_avg_pool1d", input, output_size, 1)
+    x = input.unsqueeze(0) if unbatched else input
+    y = Tensor.apply("adaptive_avg_pool2d", x.unsqueeze(2), output_size=(1, o)).squeeze(2)
+    return y.squeeze(0) if unbatched else y
+
+
+def _adaptive_max(y: Tensor, axis: int, o: int) -> Tensor:
+    """Maximum over PyTorch's adaptive windows along one axis (2 or 3) of y (N, C, H, W): one
+    max_pool2d when the windows tile the axis, else one per window, side by side."""
+    n = y.shape[axis]
+    if n % o == 0:
+        k = [1, 1]
+        k[axis - 2] = n // o
+        return max_pool2d(y, tuple(k))
+    cells = []
+    for i in range(o):
+        start, stop = (i * n) // o, -(-((i + 1) * n) // o)
+        k = [1, 1]
+        k[axis - 2] = stop - start
+        cells.append(max_pool2d(y.narrow(axis, start, stop - start), tuple(k)))
+    return cat(cells, axis)
+
+
+def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False) -> Tensor:
+    """Maximum over PyTorch's adaptive windows (those of :func:`adaptive_avg_pool2d`), as
+    ``torch.nn.functional.adaptive_max_pool2d``: input (N, C, H, W) or (C, H, W), floating point
+    -> (N, C, oH, oW) (or (C, oH, oW)). Built from max_pool2d, columns then rows, so the
+    gradient goes to each window's first maximum in row-major order, as PyTorch's.
+
+    Raises:
+        ShapeError, ArgumentError, DTypeError: as :func:`adaptive_avg_pool2d`.
+        UnsupportedOpError: ``return_indices=True``.
+    """
+    _unsupported("adaptive_max_pool2d", return_indices=(return_indices, False))
+    unbatched = _check_rank("adaptive_max_pool2d", input, 2)
+    oh, ow = _adaptive_sizes("adaptive_max_pool2d", input, output_size, 2)
+    x = input.unsqueeze(0) if unbatched else input
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"adaptive_max_pool2d: expected a floating-point input, got {x.dtype.name}")
+    y = _adaptive_max(_adaptive_max(x, 3, ow), 2, oh)
+    if (oh, ow) == (1, 1):
+        y = mark(y, "GlobalMaxPool", (x,))
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_max_pool1d(input: Tensor, output_size, return_indices: bool = False) -> Tensor:
+    """Maximum over PyTorch's adaptive windows (see :func:`adaptive_max_pool2d`, over a height of
+    1): input (N, C, L) or (C, L) -> (N, C, output_size) (or (C, output_size))."""
+    _unsupported("adaptive_max_pool1d", return_indices=(return_indices, False))
+    unbatched = _check_rank("adaptive_max_pool1d", input, 1)
+    (o,) = _adaptive_sizes("adaptive_max_pool1d", input, output_size, 1)
+    x = input.unsqueeze(0) if unbatched else input
+    y = adaptive_max_pool2d(x.unsqueeze(2), (1, o)).squeeze(2)
+    return y.squeeze(0) if unbatched else y

@@ -14,7 +14,6 @@ w_hh (G*H, H), b_ih and b_hh (G*H,) or None, with G = 1 (RNN), 4 (LSTM) or 3 (GR
 
 from __future__ import annotations
 
-from lazyvic.autograd.function import Function
 from lazyvic.errors import ShapeError
 from lazyvic.functional.linear import linear
 from lazyvic.indexing import stack
@@ -27,26 +26,12 @@ def _bias_sum(b_ih, b_hh):
     return b_ih if b_hh is None else b_ih + b_hh
 
 
-class _TimeSteps(Function):
-    """xp (T, N, G*H) as its T steps. The backward stacks the steps' gradients (one cat: a
-    balanced tree of pads in one kernel); sliced step by step, the engine summed T gradients
-    each zero-padded to the whole of xp, T times the work (3.8 ms per layer of a 35-step LSTM
-    language model's step)."""
-
-    @staticmethod
-    def forward(ctx, xp):
-        return tuple(xp[t] for t in range(xp.shape[0]))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return stack(list(grads), 0)
-
-
 def _project(x: Tensor, w_ih: Tensor, bias) -> tuple:
-    """The input projection of every step at once: (T, N, I) -> T tensors (N, G*H)."""
+    """The input projection of every step at once: (T, N, I) -> T tensors (N, G*H). (The
+    backward joins the T steps' gradients by one cat: autograd/engine._Terms.)"""
     t, n, i = x.shape
     xp = linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
-    return _TimeSteps.apply(xp) if t > 1 else (xp[0],)
+    return tuple(xp[k] for k in range(t))
 
 
 # ============================================================== one step

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from lazyvic import ops as optable
 
-LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort")
+LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort", "join")
 # The most ops one kernel computes. Numba/LLVM compile time grows faster than the body: a
 # 640-op elementwise chain compiled in 3.4 s, a 3,300-op one in 41 s (12 ms per op). Longer
 # chains are cut into kernels of at most this many ops (the cut values get buffers).
@@ -218,13 +218,15 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
 
     # Values needed by several kernels: materialize unless cheap to recompute. Waves,
     # consumers first; a candidate below one picked in the same wave waits for the next
-    # wave (the pick may leave it with a single kernel).
+    # wave (the pick may leave it with a single kernel). Kernels that merge_outputs will run
+    # as one loop count as one (an LSTM cell's c and h read the gates in one loop).
     while True:
+        loop = _loops(entries, m, r, space)
         multi = sorted(
             (
                 i
                 for i, ks in r.items()
-                if len(ks) > 1 and i not in stage_owner and i not in m and _cost(entries, m, i) > 1
+                if len({loop(k) for k in ks}) > 1 and i not in stage_owner and i not in m and _cost(entries, m, i) > 1
             ),
             reverse=True,
         )
@@ -261,6 +263,46 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
             stages = tuple(sorted(set(stages) | {k}))
         groups.append(FusionGroup(k, shape, axes, stages, tuple(sorted(set(members.get(k, ())) | {k}))))
     return merge_outputs(entries, groups, m), m, chain
+
+
+def _loops(entries, m, r, space):
+    """kernel root -> the root of the loop that will compute it: merge_outputs' rule, foreseen
+    before the groups exist (an elementwise kernel goes into its first reader when that reader
+    is an elementwise kernel of the same shape reading it at its own index). A wrong guess costs
+    a value computed in two kernels, never a wrong result."""
+    readers: dict = {}
+    for j, ks in r.items():
+        for i in entries[j].inputs:
+            if i in space:
+                readers.setdefault(i, set()).update(ks)
+    for k in range(len(entries)):
+        if k in space or (k in m and is_library(entries, k)):
+            for i in entries[k].inputs:
+                i = movement_base(entries, i) if is_library(entries, k) else i
+                if i in space:
+                    readers.setdefault(i, set()).add(k)
+    into: dict = {}
+    for a, ks in readers.items():
+        c = min(ks)
+        (a_shape, a_axes), (c_shape, c_axes) = space[a], space.get(c, ((), (0,)))
+        if (
+            a_axes
+            or c_axes
+            or c <= a
+            or is_library(entries, c)
+            or a_shape != c_shape
+            or entries[a].shape != c_shape
+            or not _elementwise_path_only(entries, m, c, a)
+        ):
+            continue
+        into[a] = c
+
+    def loop(k: int) -> int:
+        while k in into:
+            k = into[k]
+        return k
+
+    return loop
 
 
 def _split_large(entries, m, space, r, stage_owner, recompute) -> dict:

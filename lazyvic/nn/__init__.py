@@ -29,7 +29,7 @@ from lazyvic.nn.activation import (
     Threshold,
 )
 from lazyvic.nn.attention import KVCache, MultiheadAttention
-from lazyvic.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from lazyvic.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from lazyvic.nn.layers import (
     Dropout,
     Dropout1d,
@@ -66,7 +66,16 @@ from lazyvic.nn.normalization import (
     InstanceNorm3d,
     LayerNorm,
 )
-from lazyvic.nn.pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
+from lazyvic.nn.pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
 from lazyvic.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from lazyvic.nn.transformer import (
     Transformer,
@@ -134,14 +143,18 @@ __all__ = [
     # convolution, pooling, normalization, upsampling
     "Conv1d",
     "Conv2d",
+    "Conv3d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "MaxPool1d",
     "MaxPool2d",
     "AvgPool1d",
     "AvgPool2d",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
     "BatchNorm1d",
     "BatchNorm2d",
     "BatchNorm3d",

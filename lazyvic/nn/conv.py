@@ -1,4 +1,5 @@
-"""Convolution modules: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (see ``F.conv*``).
+"""Convolution modules: Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+(see ``F.conv*``).
 
 Parameters and initialization as PyTorch's ``_ConvNd``: ``weight`` (out, in/groups, *kernel) —
 (in, out/groups, *kernel) for the transposed ones — and ``bias`` (out,); kaiming_uniform_ with
@@ -162,6 +163,35 @@ class Conv2d(_ConvNd):
         )  # fmt: skip
 
 
+class Conv3d(_ConvNd):
+    """3-D convolution: input (N, in_channels, D, H, W) or (in_channels, D, H, W) ->
+    (N, out_channels, oD, oH, oW) (see ``F.conv3d``); ``padding`` an int, a triple, ``'valid'`` or
+    ``'same'``; ``padding_mode`` as :class:`Conv1d`. ``weight`` (out_channels,
+    in_channels/groups, kD, kH, kW), ``bias`` (out_channels,)."""
+
+    _nd = 3
+    _function = staticmethod(F.conv3d)
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, 0,
+            device, dtype,
+        )  # fmt: skip
+
+
 class _ConvTransposeNd(_ConvNd):
     _transposed = True
 
@@ -234,3 +264,14 @@ class ConvTranspose2d(_ConvTransposeNd):
 
     _nd = 2
     _function = staticmethod(F.conv_transpose2d)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-D transposed convolution: input (N, in_channels, D, H, W) or (in_channels, D, H, W) ->
+    (N, out_channels, oD, oH, oW) with oD = (D - 1)*sD - 2*pD + dD*(kD - 1) + output_paddingD + 1
+    (likewise oH, oW; ``F.conv_transpose3d``). ``weight`` (in_channels, out_channels/groups, kD,
+    kH, kW), ``bias`` (out_channels,). ``forward(input, output_size=None)``: ``output_size``
+    picks the output_padding."""
+
+    _nd = 3
+    _function = staticmethod(F.conv_transpose3d)

@@ -1,4 +1,5 @@
-"""Pooling modules: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d (see ``F.*_pool*``)."""
+"""Pooling modules: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (see
+``F.*_pool*``)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,26 @@ class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.adaptive_avg_pool2d(input, self.output_size)
+
+
+class AdaptiveMaxPool1d(Module):
+    """Maximum over PyTorch's adaptive windows: (N, C, L) -> (N, C, output_size)
+    (``F.adaptive_max_pool1d``; ``return_indices=True`` raises UnsupportedOpError)."""
+
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
+    """Maximum over PyTorch's adaptive windows: (N, C, H, W) -> (N, C, *output_size)
+    (``F.adaptive_max_pool2d``; ``return_indices=True`` raises UnsupportedOpError)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)

@@ -17,9 +17,9 @@ Kinds:
     scatter      scatter_add along one dimension
     conv         2-D convolution (im2col gathers + one BLAS call; ops/conv.py) and its
                  transpose (one BLAS call + col2im; ops/conv_transpose.py)
-    pool         2-D max pooling (a window kernel; ops/pool.py)
-    sort         a stable argsort along one dimension (no kernel yet: its NumPy reference runs
-                 as a reported step of the compiled plan; ops/sort.py)
+    pool         2-D max pooling (a window kernel; ops/pool.py) and average pooling, plain and
+                 adaptive, with their transposes (window kernels; ops/avg_pool.py)
+    join         cat: pieces copied side by side along one axis (ops/join.py)
     sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
                  it runs as its NumPy reference, a reported step)
 
@@ -37,5 +37,18 @@ imports every family so that the table is complete, and imports nothing above ``
 from __future__ import annotations
 
 # Registration happens on import of each family.
-from lazyvic.ops import conv, conv_transpose, elementwise, index, matmul, movement, pool, reduce, sort, source  # noqa: E402,F401
+from lazyvic.ops import (  # noqa: E402,F401
+    avg_pool,
+    conv,
+    conv_transpose,
+    elementwise,
+    index,
+    join,
+    matmul,
+    movement,
+    pool,
+    reduce,
+    sort,
+    source,
+)
 from lazyvic.ops.opdef import OPS, OpDef, get, onnx_node, register

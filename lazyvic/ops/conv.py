@@ -17,9 +17,20 @@ differs (NumPy views here, a Numba kernel there).
 
 The VJP: the input gradient is the transposed convolution of the output gradient by the same
 weights (the conv_transpose2d primitive, ops/conv_transpose.py: a product and a col2im, no
-zeros inserted by the stride), and the weight gradient is a convolution of the input (channels
-as the batch) by the output gradient (as the kernel), stride and dilation swapped, as XLA
-writes it.
+zeros inserted by the stride), and the weight gradient is the primitive
+
+    conv2d_weight(x, g; kernel, stride, padding, dilation, groups)
+        x (N, C, H, W), g (N, O, oH, oW) -> (O, C/groups, kH, kW)
+
+the forward's im2col columns of x times g, one BLAS product per chunk of images (the chunks
+of the forward) accumulated in chunk order: ``dW^T (G, Cg*T, O/G) += cols (G, Cg*T, n*oH*oW)
+@ g^T`` (``weight_gemm``; the product of Caffe's and PyTorch's CPU convolution backward),
+zero at the taps that read padding only. Before, it was a convolution of the input (channels as the batch) by
+the output gradient (as a kernel of oH x oW taps), stride and dilation swapped, as XLA writes
+it: its im2col copied runs of kW elements and its products were C small ones of kH*kW columns
+(ResNet-18's 7x7 stem at 32x32, batch 32: see lowering/cpu/steps.ConvWeightStep). CUDA keeps
+(lowering/cuda/steps.CudaConvWeightStep: the same product through cuBLAS); depthwise convolutions
+keep their tap by tap sums.
 """
 
 from __future__ import annotations
@@ -256,35 +267,25 @@ def _input_grad(g, w, x_shape, at):
     )
 
 
-def _weight_grad(g, x, w_shape, at):
-    (sh, sw), (pt, pb, pl, pr), (dh, dw), groups = at["stride"], at["padding"], at["dilation"], at["groups"]
-    o, cg, kh, kw = w_shape
+def _depthwise_grad(g, x, w_shape, at):
+    """A depthwise convolution's weight gradient (``_depthwise_weight_grad``) after trimming the
+    input rows and columns no window reads."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    _, _, kh, kw = w_shape
     pads = []
     for axis, s, d, k, before, after in ((2, sh, dh, kh, pt, pb), (3, sw, dw, kw, pl, pr)):
         # Padded rows past d*(k-1) + s*(oH-1) are never read: trim them (and the input's).
         unused = x.shape[axis] + before + after - (d * (k - 1) + s * (g.shape[axis] - 1) + 1)
         x, lo, hi = _crop_or_pad(x, axis, before, after - unused)
         pads += [lo, hi]
-    og = o // groups
-    if cg == 1 and og == 1 and groups > 1:
-        return _depthwise_weight_grad(g, x, w_shape, pads, at)
-    parts = []
-    for gi in range(groups):
-        xg = x if groups == 1 else x.narrow(1, gi * cg, cg)
-        gg = g if groups == 1 else g.narrow(1, gi * og, og)
-        # Channels as the batch: (Cg, N, H, W) by (O/G, N, oH, oW) -> (Cg, O/G, kH, kW).
-        y = _conv(xg.permute(1, 0, 2, 3), gg.permute(1, 0, 2, 3), (dh, dw), pads, (sh, sw), 1)
-        parts.append(y.permute(1, 0, 2, 3))
-    if groups == 1:
-        return parts[0]
-    return _concat0(parts)
+    return _depthwise_weight_grad(g, x, w_shape, pads, at)
 
 
 def _depthwise_weight_grad(g, x, w_shape, pads, at):
     """A depthwise convolution's weight gradient, tap by tap: w[c, 0, i, j] receives the sum over
-    images and output positions of g times the input window the tap read. (Channels as the
-    batch, the grouped form above, would be one convolution per channel: 960 for MobileNetV2's
-    last depthwise layer.) x is already trimmed to what the windows read; ``pads`` its zero border."""
+    images and output positions of g times the input window the tap read. (As conv2d_weight, a
+    product per group of one row: 960 for MobileNetV2's last depthwise layer.) x is already
+    trimmed to what the windows read; ``pads`` its zero border."""
     (sh, sw), (dh, dw) = at["stride"], at["dilation"]
     c, _, kh, kw = w_shape
     n, oh, ow = g.shape[0], g.shape[2], g.shape[3]
@@ -300,8 +301,10 @@ def _depthwise_weight_grad(g, x, w_shape, pads, at):
 
 
 def _concat0(parts):
-    """``cat(parts, 0)`` as the front end records it: each part zero-padded to the whole, then
-    summed (one fused kernel)."""
+    """``cat(parts, 0)`` as the front end records it: the cat primitive (ops/join.py) for four
+    parts or more, else each part zero-padded to the whole and summed (one fused kernel)."""
+    if len(parts) >= 4:
+        return parts[0].apply("cat", *parts, axis=0)
     total = sum(p.shape[0] for p in parts)
     out, start = None, 0
     for p in parts:
@@ -314,7 +317,103 @@ def _concat0(parts):
 
 def _vjp(g, x, out, at):
     inp, w = x
-    return _input_grad(g, w, inp.shape, at), _weight_grad(g, inp, w.shape, at)
+    return _input_grad(g, w, inp.shape, at), weight_grad(g, inp, w.shape, at)
+
+
+def weight_grad(g, x, w_shape, at):
+    """The weight gradient of conv2d(x, w; at) given its output gradient g: conv2d_weight, or
+    for a depthwise convolution the tap by tap sums of ``_depthwise_weight_grad``."""
+    if is_depthwise(x.shape, w_shape, at):
+        return _depthwise_grad(g, x, w_shape, at)
+    at = {k: at[k] for k in ("stride", "padding", "dilation", "groups")}
+    return g.apply("conv2d_weight", x, g, kernel=tuple(w_shape[2:]), **at)
+
+
+# ------------------------------------------------------------------- weight gradient
+def _weight_infer(shapes, dtypes, at):
+    xs, gs = shapes
+    kh, kw = at["kernel"]
+    groups = at["groups"]
+    if len(xs) != 4 or len(gs) != 4 or xs[0] != gs[0] or xs[1] % groups or gs[1] % groups:
+        raise ShapeError(f"conv2d_weight: input {xs} and output gradient {gs} do not fit groups={groups}")
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    if (out_size(xs[2], kh, sh, pt, pb, dh), out_size(xs[3], kw, sw, pl, pr, dw)) != tuple(gs[2:]):
+        raise ShapeError(f"conv2d_weight: output gradient {gs} is not the conv2d output of input {xs}")
+    if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
+        raise DTypeError(
+            f"conv2d_weight: expected equal floating-point dtypes, got {dtypes[0].name} and {dtypes[1].name}"
+        )
+    return (gs[1], xs[1] // groups, kh, kw), dtypes[0]
+
+
+def weight_gemm(cols: np.ndarray, g: np.ndarray, groups: int, acc: np.ndarray, first: bool, scratch) -> None:
+    """acc (G, Cg*T, O/G) = (first chunk) or += (later chunks) the product of a chunk's im2col
+    columns cols (C*T, n*oH*oW) and its output gradient g (n, O, oH, oW) transposed: one BLAS
+    call, batched over groups. (cols @ g^T, not g @ cols^T: OpenBLAS packed the transposed
+    2048-row columns of ResNet's 16-channel 8x8 layers at batch 32 slowly, 195 us a product
+    against 123 us this way.) ``scratch``: (g as (O, n*oH*oW) when n > 1, the product when not
+    ``first``), each None to allocate."""
+    n, o = g.shape[:2]
+    m = cols.shape[1]
+    if n == 1:
+        gm = g.reshape(o, m)
+    else:
+        gm = np.empty((o, m), dtype=g.dtype) if scratch[0] is None else scratch[0][: o * m].reshape(o, m)
+        np.copyto(gm.reshape(o, n, m // n), g.reshape(n, o, m // n).transpose(1, 0, 2))
+    colsg = cols.reshape(groups, cols.shape[0] // groups, m)
+    gmg = gm.reshape(groups, o // groups, m).transpose(0, 2, 1)
+    if first:
+        np.matmul(colsg, gmg, out=acc)
+        return
+    prod = np.empty(acc.shape, dtype=acc.dtype) if scratch[1] is None else scratch[1][: acc.size].reshape(acc.shape)
+    np.matmul(colsg, gmg, out=prod)
+    acc += prod
+
+
+def spread_taps(acc: np.ndarray, out: np.ndarray, rows: list, cols: list) -> None:
+    """out (O, Cg, kH, kW) = the live taps' gradients from acc (G, Cg*T, O/G) (weight_gemm's),
+    zero at the taps that read padding only."""
+    o, cg, kh, kw = out.shape
+    groups = acc.shape[0]
+    if len(rows) == kh and len(cols) == kw:
+        np.copyto(out.reshape(groups, o // groups, cg * kh * kw), acc.transpose(0, 2, 1))
+        return
+    # Tap by tap (fancy indexing took 200 us for the center tap of a (128, 128, 3, 3) weight).
+    out[...] = 0
+    by_tap = acc.reshape(groups, cg, len(rows) * len(cols), o // groups)
+    taps_out = out.reshape(groups, o // groups, cg, kh, kw)
+    for a, i in enumerate(rows):
+        for b, j in enumerate(cols):
+            np.copyto(taps_out[:, :, :, i, j], by_tap[:, :, a * len(cols) + b].transpose(0, 2, 1))
+
+
+def _weight_reference(arrays, at):
+    x, g = arrays
+    (shape, _) = _weight_infer((x.shape, g.shape), (_dt(x), _dt(g)), at)
+    o, cg, kh, kw = shape
+    groups = at["groups"]
+    rows, cols = taps(x.shape, shape, at, g.shape[2:])
+    t = len(rows) * len(cols)
+    acc = np.empty((groups, cg * t, o // groups), dtype=x.dtype)
+    step = images_per_chunk(g.shape[0], x.shape[1] * t, g.shape[2] * g.shape[3], x.dtype.itemsize)
+    for n0 in range(0, g.shape[0], step):
+        chunk = im2col_reference(x[n0 : n0 + step], rows, cols, at, g.shape[2:])
+        weight_gemm(chunk, np.ascontiguousarray(g[n0 : n0 + step]), groups, acc, n0 == 0, (None, None))
+    out = np.empty(shape, dtype=x.dtype)
+    spread_taps(acc, out, rows, cols)
+    return out
+
+
+def _weight_vjp(gw, x, out, at):
+    """conv2d_weight is linear in each input: x's cotangent is the transposed convolution of g
+    by gw, g's the convolution of x by gw (with the forward's attributes)."""
+    inp, g = x
+    groups = at["groups"]
+    conv_at = {k: at[k] for k in ("stride", "padding", "dilation", "groups")}
+    return (
+        _input_grad(g, gw, inp.shape, conv_at),
+        _conv(inp, gw, at["stride"], at["padding"], at["dilation"], groups),
+    )
 
 
 def _onnx(b, names, at, shape, dtype):
@@ -330,3 +429,4 @@ def _onnx(b, names, at, shape, dtype):
 
 
 register(OpDef("conv2d", "conv", 2, _infer, _reference, vjp=_vjp, onnx=_onnx))
+register(OpDef("conv2d_weight", "conv", 2, _weight_infer, _weight_reference, vjp=_weight_vjp))

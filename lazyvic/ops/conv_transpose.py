@@ -28,7 +28,7 @@ import numpy as np
 
 from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops.conv import _crop_or_pad, _weight_grad, images_per_chunk
+from lazyvic.ops.conv import _crop_or_pad, images_per_chunk, weight_grad
 from lazyvic.ops.opdef import OpDef, register
 
 
@@ -129,7 +129,7 @@ def _vjp(g, inputs, out, at):
         pads += [lo, hi]
     conv_at = dict(stride=(sh, sw), padding=tuple(pads), dilation=(dh, dw), groups=groups)
     gx = g.apply("conv2d", g, w, **conv_at)
-    gw = _weight_grad(x, g, w.shape, conv_at)
+    gw = weight_grad(x, g, w.shape, conv_at)
     return gx, gw
 
 

@@ -115,9 +115,11 @@ def resolve(trace, compile_symbolic):
     syms = fam.symbols_of(template, sites.values, prefix=f"f{family.index}_s")
     names = [s.render() for s in syms]
     try:
-        with symbolic.recording():
+        # The shape rules' comparisons (a ceil_mode pool's last window) are guards of the plan too.
+        with symbolic.recording() as shape_guards:
             named = fam.symbolize(trace.named, template, syms)
         plan = compile_symbolic(trace, named, names)
+        plan.bind_symbols(plan.symbols, tuple(shape_guards) + tuple(g for g in plan.guards if g not in shape_guards))
     except Exception as e:  # noqa: BLE001 - the family keeps plans of fixed sizes, and says why
         family.disabled = f"lowering for symbolic sizes failed ({type(e).__name__}: {str(e)[:200]})"
         _debug(f"[lazyvic] dynamic shapes off for a trace of {len(trace.entries)} ops: {family.disabled}")

@@ -35,6 +35,8 @@ SIZE_ATTRS = {
     "pad": ("pads",),
     "rand": ("shape",),
     "randn": ("shape",),
+    "avg_pool2d_backward": ("input_size",),
+    "adaptive_avg_pool2d_backward": ("input_size",),
 }
 # Attributes whose integers are offsets (they may be 0): their free symbols have lower bound 0.
 OFFSET_ATTRS = {"slice": ("starts", "stops"), "pad": ("pads",)}

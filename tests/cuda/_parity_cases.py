@@ -61,6 +61,7 @@ EXACT_OPS = {
     "argmax",
     "gather",
     "max_pool2d",
+    "cat",
     "rand",
     "round_float16",
     "round_bfloat16",

@@ -221,7 +221,7 @@ def case_conv2d(lv):
 
 
 def case_pooling_and_batch_norm(lv):
-    """max_pool2d (a device kernel), avg_pool2d (fused windows) and batch norm: equal to the CPU plan."""
+    """max_pool2d and avg_pool2d (device kernels) and batch norm: equal to the CPU plan."""
     f = lv.functional
     if not all(hasattr(f, n) for n in ("max_pool2d", "avg_pool2d", "batch_norm")):
         return None, "skip: no pooling or batch_norm in lazyvic.functional"
@@ -310,6 +310,16 @@ def case_max_pool_of_a_view(lv):
         lv.functional.max_pool2d(x.permute(0, 1, 3, 2), 2),
         lv.functional.max_pool2d(x[:, :, 1:, ::2], 2, stride=1),
     ], "exact"
+
+
+def case_avg_pool_of_a_view(lv):
+    """avg_pool2d (ceil_mode) and adaptive_avg_pool2d of inputs read through movement ops, and a
+    transpose: one gather, then the device kernels, with the CPU's bits."""
+    x = lv.tensor(_data(2, 3, 5, 6), requires_grad=True)
+    y = lv.functional.avg_pool2d(x.permute(0, 1, 3, 2), 3, 2, 1, ceil_mode=True, count_include_pad=False)
+    z = lv.functional.adaptive_avg_pool2d(x[:, :, 1:, ::2], (2, 3))
+    (y.sum() + z.sum()).backward()
+    return [y, z, x.grad], "exact"
 
 
 def case_matmul_of_a_constant(lv):
@@ -728,13 +738,15 @@ def test_fallbacks_are_counted(results):
         "case_randn",
         "case_randn_float64",
         "case_max_pool_of_a_view",
+        "case_avg_pool_of_a_view",
         "case_matmul_of_a_constant",
         "case_conv_of_a_constant",
     ],
 )
 def test_indices_random_and_pool_views_run_on_the_device(results, case):
     """gathers (index computed in the trace or not), their range checks, scatter_add, randn,
-    max_pool2d of a view and products of constants have device steps: no host step, no fallback."""
+    max_pool2d and the average pools of a view and products of constants have device steps: no
+    host step, no fallback."""
     rec = results[case]
     assert "error" not in rec, rec.get("error")
     assert not rec["host_steps"] and not rec["fallbacks"] and "host_steps_run" not in rec["stats"], rec
@@ -841,10 +853,11 @@ if __name__ == "__main__":
 
 
 def test_max_pool_runs_on_the_device(results):
-    """max_pool2d has a device kernel: the pooling case needs no host step."""
+    """max_pool2d and avg_pool2d have device kernels: the pooling case needs no host step."""
     rec = results["case_pooling_and_batch_norm"]
     assert "error" not in rec, rec.get("error")
-    assert not any("max_pool2d" in s for s in rec["host_steps"]) and "max_pool2d" not in rec["fallbacks"], rec
+    for op in ("max_pool2d", "avg_pool2d"):
+        assert not any(op in s for s in rec["host_steps"]) and op not in rec["fallbacks"], rec
     assert results["case_max_pool_ties_and_nan"]["steps"] == ["max_pool2d(1, 1, 2, 2)", "max_pool2d(1, 1, 4, 4)"]
 
 

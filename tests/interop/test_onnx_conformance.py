@@ -61,7 +61,6 @@ XFAIL = {
             "test_scatternd_min_with_element_indices",
         )
     },
-    "test_convtranspose_3d": "lazyvic imports 1-D and 2-D ConvTranspose only (functional.conv2d underneath)",
     "test_training_dropout": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",
     "test_training_dropout_mask": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",
     "test_training_dropout_default": "random: lazyvic's counter-based generator does not reproduce NumPy's seeded mask",

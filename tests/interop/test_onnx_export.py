@@ -284,11 +284,50 @@ def _layer_cases():
         "avgpool_exclude_pad": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 7, 7)),
         "maxpool_padded": (nn.MaxPool2d(3, stride=2, padding=1), (2, 3, 7, 7)),
         "adaptive_2x3": (nn.AdaptiveAvgPool2d((2, 3)), (2, 3, 7, 8)),
+        "adaptive_max_2x3": (nn.AdaptiveMaxPool2d((2, 3)), (2, 3, 7, 8)),
         "layernorm_gelu_tanh": (nn.Sequential(nn.LayerNorm(8), nn.GELU("tanh")), (3, 5, 8)),
         "batchnorm1d_eval": (nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6), nn.LeakyReLU(0.1), nn.SiLU()), (4, 6)),
         "mha": (nn.MultiheadAttention(8, 2, batch_first=True), (2, 5, 8)),
         "softmax_logsoftmax": (nn.Sequential(nn.Softmax(1), nn.LogSoftmax(-1)), (3, 4, 5)),
     }
+
+
+@pytest.mark.parametrize(
+    "module, shape, hist",
+    [
+        # ceil_mode: PyTorch (and onnxruntime) drop a last window that would start in the right
+        # padding; opset 13's shape rule keeps it, so a Slice crops to PyTorch's size.
+        (nn.AvgPool2d(2, stride=3, padding=1, ceil_mode=True), (2, 3, 7, 8), {"AveragePool": 1, "Slice": 1}),
+        (nn.AvgPool2d((3, 2), (2, 1), 1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 7), {"AveragePool": 1}),
+        (nn.AvgPool1d(3, 2, 1, ceil_mode=True), (2, 3, 9), {"Reshape": 2, "AveragePool": 1}),
+        (nn.AdaptiveAvgPool2d((4, 2)), (2, 3, 8, 6), {"AveragePool": 1}),  # windows that tile the input
+        (nn.AdaptiveAvgPool2d(1), (2, 3, 5, 7), {"GlobalAveragePool": 1}),
+        (nn.AdaptiveAvgPool2d((3, 2)), (2, 3, 7, 5), {"MatMul": 2}),  # uneven windows: averaging matrices
+    ],
+    ids=[
+        "avg_ceil_dropped_window",
+        "avg_ceil_exclude_pad",
+        "avg1d_ceil",
+        "adaptive_tiles",
+        "global",
+        "adaptive_uneven",
+    ],
+)
+def test_average_pools_export_as_one_onnx_pool(module, shape, hist):
+    x = rand(*shape, seed=5)
+    model = lv.onnx.export(module, x)
+    assert ops(model) == Counter(hist)
+    (got,) = run_ort(model, {"input": x})
+    np.testing.assert_allclose(got, module(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    pool = next(n for n in model.graph.node if n.op_type == "AveragePool") if "AveragePool" in hist else None
+    if pool is not None and module.__class__.__name__.startswith("AvgPool"):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in pool.attribute}
+        assert attrs["ceil_mode"] == 1 and attrs["count_include_pad"] == int(module.count_include_pad)
+
+
+def test_avg_pool_divisor_override_has_no_onnx_form():
+    with pytest.raises(UnsupportedOpError, match="avg_pool2d with divisor_override=3"):
+        lv.onnx.export(nn.AvgPool2d(2, divisor_override=3), rand(1, 2, 4, 4))
 
 
 @pytest.mark.parametrize("case", list(_layer_cases()))

@@ -222,6 +222,22 @@ def test_pooling(op, attrs):
 @pytest.mark.parametrize(
     "attrs",
     [
+        {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "count_include_pad": 1},
+    ],
+)
+def test_average_pool_with_ceil_mode_imports_as_the_primitive(attrs):
+    """AveragePool with symmetric pads, ceil_mode and either count_include_pad is the avg_pool2d
+    primitive (lazyvic/ops/avg_pool.py), not a decomposition, and matches onnxruntime."""
+    m = _model([_node("AveragePool", ["x"], ["y"], **attrs)], {"x": IMG}, ["y"], opset=22)
+    _check(m, {"x": IMG})
+    y = lazyvic.onnx.load(m)(lazyvic.tensor(IMG))
+    assert y._node.op == "avg_pool2d"
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
         {"kernel_shape": [2, 2], "strides": [2, 2]},
         {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "storage_order": 1},
     ],

@@ -63,6 +63,16 @@ CASES = {
         ["x", "w"],
     ),
     "max_pool_batch": (lambda r, n: {"x": _f32(r, n, 2, 6, 6)}, lambda x: F.max_pool2d(x, 2), ["x"]),
+    "avg_pool_ceil_spatial": (
+        lambda r, n: {"x": _f32(r, 2, 2, n + 4, n + 5)},
+        lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        ["x"],
+    ),
+    "adaptive_avg_pool_spatial": (
+        lambda r, n: {"x": _f32(r, 2, 2, n + 3, n + 4)},
+        lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
+        ["x"],
+    ),
     "dropout": (lambda r, n: {"x": _f32(r, n, 6)}, lambda x: F.dropout(x * 2.0, 0.3), ["x"]),
     "gather_computed_index": (
         lambda r, n: {"x": _f32(r, n, 6), "i": r.integers(0, 3, (n, 2))},
@@ -115,6 +125,23 @@ def test_a_guard_that_fails_gets_another_plan(fresh):
         np.testing.assert_allclose(out, (x * 2 + 1).sum(0))
     plans = [p for p in metrics.plans() if p["symbols"]]
     assert plans and all(p["keys"] >= 1 for p in plans)
+
+
+def test_a_shape_rules_comparison_is_a_guard(fresh):
+    # avg_pool2d's ceil_mode drops a last window that would start in the right padding: its shape
+    # rule compares sizes, and that comparison is a guard of the symbolic plan (W = 12 needs
+    # another plan than W = 8, whose last window was dropped).
+    from lazyvic.ops import OPS
+
+    at = dict(
+        kernel=(2, 2), stride=(3, 3), padding=(1, 1), ceil_mode=True, count_include_pad=True, divisor_override=None
+    )
+    for w, ow in ((6, 3), (8, 3), (10, 4), (12, 5), (13, 5), (8, 3)):
+        x = np.arange(2 * 7 * w, dtype=np.float32).reshape(1, 2, 7, w)
+        got = F.avg_pool2d(lv.tensor(x), 2, 3, 1, ceil_mode=True).numpy()
+        assert got.shape == (1, 2, 3, ow)
+        np.testing.assert_array_equal(got, OPS["avg_pool2d"].reference([x], at))
+    assert metrics.snapshot()["symbolic_plans_compiled"] >= 2
 
 
 def test_a_broadcast_that_only_held_for_size_one_is_replanned(fresh):

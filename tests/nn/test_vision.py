@@ -19,8 +19,9 @@ from _resnet_weights import resnet_state
 import lazyvic
 from lazyvic import functional as F
 from lazyvic import nn
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.models import resnet18
+from lazyvic.runtime.config import config
 
 FIXTURE = "torch_vision.npz"
 TOL = dict(rtol=2e-5, atol=2e-5)  # float32 sums of up to 36 products, and their VJPs
@@ -355,6 +356,81 @@ def test_pool_errors():
         F.avg_pool2d(lazyvic.zeros(3, 3), 2)
     with pytest.raises(ValueError, match="max_pool2d: padding"):
         F.max_pool2d(x, 2, padding=2)
+
+
+@pytest.mark.parametrize(
+    "call, error, pattern",
+    [
+        (
+            lambda: F.avg_pool2d(lazyvic.zeros(3, 3), 2),
+            ShapeError,
+            r"avg_pool2d: expected input \(N, C, H, W\).*\(3, 3\)",
+        ),
+        (
+            lambda: F.avg_pool2d(lazyvic.zeros(1, 2, 3, 3), 4),
+            ShapeError,
+            r"avg_pool2d: kernel \(4, 4\).*larger than the padded input \(1, 2, 3, 3\)",
+        ),
+        (lambda: F.avg_pool2d(lazyvic.zeros(1, 2, 5, 5), 2, padding=2), ArgumentError, "avg_pool2d: padding"),
+        (
+            lambda: F.avg_pool2d(lazyvic.zeros(1, 2, 5, 5, dtype=lazyvic.int64), 2),
+            DTypeError,
+            "avg_pool2d: expected a floating-point input, got int64",
+        ),
+        (lambda: F.avg_pool2d(lazyvic.zeros(1, 2, 5, 5), 2, divisor_override=0), ArgumentError, "divisor_override"),
+        (lambda: F.avg_pool1d(lazyvic.zeros(1, 2, 3, 3), 2), ShapeError, r"avg_pool1d: expected input \(N, C, L\)"),
+        (lambda: F.adaptive_avg_pool2d(lazyvic.zeros(1, 2, 5, 5), (0, 2)), ShapeError, "adaptive_avg_pool2d: output"),
+        (
+            lambda: F.adaptive_avg_pool2d(lazyvic.zeros(2, 5, dtype=lazyvic.int32), 2),
+            ShapeError,
+            r"adaptive_avg_pool2d: expected input \(N, C, H, W\)",
+        ),
+        (
+            lambda: F.adaptive_avg_pool2d(lazyvic.zeros(1, 2, 5, 5, dtype=lazyvic.int32), 2),
+            DTypeError,
+            "adaptive_avg_pool2d: expected a floating-point input, got int32",
+        ),
+        (lambda: F.adaptive_avg_pool2d(lazyvic.zeros(1, 2, 5, 5), (1, 2, 3)), ArgumentError, "output_size"),
+        (
+            lambda: nn.AdaptiveMaxPool2d(2, return_indices=True)(lazyvic.zeros(1, 2, 5, 5)),
+            UnsupportedOpError,
+            "adaptive_max_pool2d: return_indices=True",
+        ),
+    ],
+)
+def test_average_and_adaptive_pool_errors_name_the_op(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+# ------------------------------------------------- pool options (tests/fixtures/torch_pools.npz)
+POOLS = "torch_pools.npz"  # made by tests/fixtures/make_pool_fixtures.py
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return torch_fixtures.arrays(POOLS)
+
+
+@pytest.mark.parametrize("case", torch_fixtures.spec(POOLS)["pool"], ids=lambda c: c["name"])
+def test_pool_options_match_torch_and_compile_to_the_interpreters_bits(pools, case, monkeypatch):
+    """ceil_mode (a last window the padding clips, or dropped), count_include_pad, non-square
+    windows, a stride over the kernel, divisor_override; adaptive windows of uneven and
+    overlapping sizes; the adaptive max pools' gradient to each window's first maximum: outputs
+    and input gradients as PyTorch's, and the compiled plan gives the interpreter's bits."""
+    name = case["name"]
+    results = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(config, "compile", mode)
+        x = lazyvic.tensor(pools[case["input"]], requires_grad=True)
+        y = getattr(F, case["fn"])(x, **case["kwargs"])
+        assert y.shape == pools[f"{name}.out"].shape
+        (y * lazyvic.tensor(pools[f"{name}.cotangent"])).sum().backward()
+        results[mode] = (y.numpy(), x.grad.numpy())
+        _assert_close(y, pools[f"{name}.out"], f"{name} output ({mode})")
+        _assert_close(x.grad, pools[f"{name}.grad.input"], f"{name} grad of input ({mode})")
+    for got, want in zip(results["always"], results["never"]):
+        assert got.tobytes() == want.tobytes(), f"{name}: the compiled plan's bits differ from the interpreter's"
 
 
 # ================================================================= batch norm

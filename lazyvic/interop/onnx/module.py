@@ -502,8 +502,8 @@ def load(model, *, name: str | None = None, max_bytes: float | None = None) -> O
     a five-output training form. :func:`supported_ops` lists every op and the versions handled; versions after
     18 are included where the schema change concerns only element types (checked by
     comparing the schemas' inputs, outputs and attributes), or is implemented (AveragePool-19
-    dilations, Pad-19 ``wrap``, SpaceToDepth-28 ``mode``). Conv is 1-D or 2-D; MaxPool and
-    AveragePool take any number of spatial axes.
+    dilations, Pad-19 ``wrap``, SpaceToDepth-28 ``mode``). Conv and ConvTranspose are 1-D, 2-D or
+    3-D; MaxPool and AveragePool take any number of spatial axes.
 
     External data is read from the model's folder only (see ``reader.py``): a location that is
     absolute, climbs out with ``..``, leaves through a symbolic link, or whose offset and length do

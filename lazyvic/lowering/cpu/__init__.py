@@ -6,7 +6,7 @@ kernel_cache.py  kernel files under the cache directory, compiled once per sourc
 steps.py         the steps of a plan (kernel, matmul, conv2d, pool, scatter_add, checks, references)
 plan.py          CpuPlan and its run()
 im2col.py        conv2d's im2col copies (Numba kernels)
-pool_kernels.py  max_pool2d (a Numba kernel)
+pool_kernels.py  max_pool2d, the average pools and their transposes (Numba kernels)
 """
 
 from lazyvic.lowering.cpu.backend import CpuBackend, compile_trace

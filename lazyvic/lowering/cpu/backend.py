@@ -1,13 +1,14 @@
 """The CPU backend: Numba kernels (``lowering/cpu/codegen.py``), BLAS through NumPy, a CpuPlan.
 
-Library groups: matmul (BLAS), conv2d (im2col copies and one BLAS product), max_pool2d (a
-window kernel) and scatter_add (a compiled kernel); any other op without a kernel runs its
+Library groups: matmul (BLAS), conv2d (im2col copies and one BLAS product), max_pool2d and the
+average pools (window kernels), scatter_add (a compiled kernel) and cat (NumPy copies of the pieces); any other op without a kernel runs its
 NumPy reference inside the plan and is reported as a fallback.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Callable
 
@@ -19,8 +20,11 @@ from lazyvic.lowering.backend import Backend
 from lazyvic.lowering.cpu import codegen, kernel_cache
 from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
 from lazyvic.lowering.cpu.steps import (
+    AvgPoolStep,
+    CatStep,
     ConvStep,
     ConvTransposeStep,
+    ConvWeightStep,
     DirectConvStep,
     IndexCheckStep,
     KernelStep,
@@ -31,6 +35,7 @@ from lazyvic.lowering.cpu.steps import (
 )
 from lazyvic.lowering.pipeline import gathers
 from lazyvic.lowering.reference import reference_step
+from lazyvic.ops import avg_pool
 from lazyvic.trace import symbolic
 
 
@@ -95,6 +100,24 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     if e.op == "conv_transpose2d":
         return _conv_transpose_step(lowered, root, args)
     x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
+    if e.op == "conv2d_weight":
+        rows, cols = conv.taps(x_shape, e.shape, e.attrs, w_shape[2:])
+        return ConvWeightStep(
+            f"conv2d_weight{e.shape}",
+            root,
+            args[0],
+            args[1],
+            e.attrs,
+            im2col.im2col,
+            im2col.pad_into,
+            conv.weight_gemm,
+            conv.taps,
+            conv.tap_weights,
+            conv.images_per_chunk,
+            # flops = 2 * N*oH*oW * O * Cg*T: the plan's BLAS policy reads k per output element
+            max(1, (w_shape[0] * w_shape[2] * w_shape[3] * len(rows) * len(cols)) // (e.shape[2] * e.shape[3])),
+            spread=conv.spread_taps,
+        )
     if conv.is_depthwise(x_shape, w_shape, e.attrs):
         from lazyvic.lowering.cpu import direct_conv
 
@@ -128,10 +151,16 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     )
 
 
-def _pool_step(lowered, root: int, args: list) -> PoolStep:
+def _pool_step(lowered, root: int, args: list) -> PoolStep | AvgPoolStep:
     from lazyvic.lowering.cpu import pool_kernels
 
     e = lowered.entries[root]
+    average = avg_pool.AVERAGE_POOLS.get(e.op)
+    if average is not None:
+        windows, transposed = average
+        kernel = pool_kernels.avg_pool2d_backward if transposed else pool_kernels.avg_pool2d
+        tables = functools.partial(pool_kernels.avg_pool_arguments, windows, transposed, e.attrs)
+        return AvgPoolStep(f"{e.op}{e.shape}", root, args[0], kernel, tables)
     if e.op == "max_pool2d_indices":
         return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d_indices, args[1])
     return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d)
@@ -142,8 +171,19 @@ def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:
     return ScatterAddStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["dim"], kernel_lib.scatter_add_into)
 
 
+def _cat_step(lowered, root: int, args: list) -> CatStep:
+    e = lowered.entries[root]
+    return CatStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["axis"])
+
+
 # Library step of each op kind the CPU has one for (the others run their NumPy reference).
-LIBRARY_STEPS = {"matmul": _matmul_step, "conv": _conv_step, "pool": _pool_step, "scatter": _scatter_step}
+LIBRARY_STEPS = {
+    "matmul": _matmul_step,
+    "conv": _conv_step,
+    "pool": _pool_step,
+    "scatter": _scatter_step,
+    "join": _cat_step,
+}
 
 
 class CpuBackend(Backend):

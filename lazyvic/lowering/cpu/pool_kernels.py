@@ -1,4 +1,5 @@
-"""The max_pool2d step's kernel (ops/pool.py), in Numba.
+"""The pooling steps' kernels, in Numba: max_pool2d (ops/pool.py) and the average pools and
+their transposes (ops/avg_pool.py; at the end of this file).
 
 One pass over the output; each window is clipped to the input (the -inf padding is never
 read) and scanned in row-major order, the first of equal maxima kept and the first NaN
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, uint64
+
+from lazyvic.ops.avg_pool import covering
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
@@ -135,3 +138,148 @@ def max_pool2d_indices(x, values, out, kh, kw, sh, sw, ph, pw):
                     if at >= 0:
                         break
                 of[k] = at
+
+
+# -- average pooling (ops/avg_pool.py) -------------------------------------------------------
+# avg_pool2d and adaptive_avg_pool2d read their windows from per-axis tables (ops/avg_pool.Windows)
+# and add them in the reference's order: each window from +0.0, its rows in order and each row
+# left to right. One accumulator per output column lets the columns whose windows are evenly
+# spaced and of one width (the "band": all but the clipped edges of a plain pool) be added one
+# window offset at a time, a loop over columns that vectorizes (contiguous at stride 1); the
+# other columns add their own window. The transposes gather the same way over the windows
+# covering each input position (evenly spaced at stride 1, one and the same at a global pool),
+# or, where every input column is covered by as many windows (non-overlapping windows, the
+# adaptive pools that tile), through one indexed loop per covering window.
+# Measured on 2 cores (serial, as max_pool2d): 3x3 stride 1 over (32, 64, 28, 28) 10.4 ms with
+# the strided loop alone, 3.9 ms with the contiguous one; the transpose of adaptive 56 -> 7 at
+# (8, 64) 3.2 ms with the per-column loops, 1.4 ms with the indexed one.
+
+
+def band(start: np.ndarray, end: np.ndarray) -> tuple:
+    """(qa, qb, a, s, k): the longest run of windows qa .. qb-1 whose starts are a + q*s and whose
+    widths are k (the kernels add those with one loop per window offset); (0, 0, 0, 0, 0) if none."""
+    n = len(start)
+    if n == 0:
+        return (0, 0, 0, 0, 0)
+    width = end - start
+    best, i = (0, 1), 0
+    while i < n - 1:
+        j, s = i + 1, start[i + 1] - start[i]
+        while j < n and width[j] == width[i] and start[j] - start[j - 1] == s:
+            j += 1
+        if j - i > best[1] - best[0]:
+            best = (i, j)
+        i = max(j - 1, i + 1)
+    qa, qb = best
+    s = int(start[qa + 1] - start[qa]) if qb - qa > 1 else 0
+    return (qa, qb, int(start[qa]) - qa * s, s, int(width[qa]))
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def avg_pool2d(x, out, r0, r1, c0, c1, divisor, qa, qb, a, s, k):
+    """out (N, C, oH, oW) = the sum of each window of x (N, C, H, W) over rows r0[p] .. r1[p]-1
+    and columns c0[q] .. c1[q]-1, from +0.0 in row-major order, divided by divisor[p, q] (of x's
+    dtype); columns qa .. qb-1 have windows a + q*s .. a + q*s + k - 1 (see ``band``). Both
+    arrays C-contiguous."""
+    n_img, c_in, h, w = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    acc = np.zeros(ow, dtype=out.dtype)
+    nb = qb - qa
+    band_acc = acc[qa:qb]
+    for plane in range(n_img * c_in):
+        base, obase = plane * h * w, plane * oh * ow
+        for p in range(oh):
+            for q in range(ow):
+                acc[q] = 0.0
+            for i in range(r1[p] - r0[p]):
+                row = base + (r0[p] + i) * w
+                for q in range(qa):
+                    for j in range(c1[q] - c0[q]):
+                        acc[q] += xf[row + c0[q] + j]
+                if s == 1:
+                    for j in range(k):
+                        src = xf[row + a + qa + j : row + a + qa + j + nb]
+                        for t in range(nb):
+                            band_acc[t] += src[t]
+                else:
+                    for j in range(k):
+                        at = row + a + qa * s + j
+                        for t in range(nb):
+                            band_acc[t] += xf[at + t * s]
+                for q in range(qb, ow):
+                    for j in range(c1[q] - c0[q]):
+                        acc[q] += xf[row + c0[q] + j]
+            o = obase + p * ow
+            for q in range(ow):
+                of[o + q] = acc[q] / divisor[p, q]
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def avg_pool2d_backward(g, out, p0, p1, q0, q1, divisor, xa, xb, a, s, k, kc):
+    """out (N, C, H, W): at each input position (y, x), g / divisor of the windows covering it
+    (rows p0[y] .. p1[y]-1, columns q0[x] .. q1[x]-1 of g (N, C, oH, oW)) added from +0.0 in
+    row-major window order. ``kc`` > 0: every column is covered by kc windows; else input columns
+    xa .. xb-1 are covered by windows a + x*s .. + k - 1 (see ``band``). Both arrays C-contiguous."""
+    n_img, c_in, oh, ow = g.shape
+    h, w = out.shape[2], out.shape[3]
+    gf, of = g.reshape(-1), out.reshape(-1)
+    df = divisor.reshape(-1)
+    t = np.empty(oh * ow, dtype=out.dtype)
+    acc = np.zeros(w, dtype=out.dtype)
+    nb = xb - xa
+    band_acc = acc[xa:xb]
+    for plane in range(n_img * c_in):
+        gbase, obase = plane * oh * ow, plane * h * w
+        for m in range(oh * ow):
+            t[m] = gf[gbase + m] / df[m]
+        for y in range(h):
+            for x in range(w):
+                acc[x] = 0.0
+            for i in range(p1[y] - p0[y]):
+                row = (p0[y] + i) * ow
+                if kc > 0:
+                    trow = t[row : row + ow]
+                    for j in range(kc):
+                        for x in range(w):
+                            acc[x] += trow[q0[x] + j]
+                    continue
+                for x in range(xa):
+                    for j in range(q1[x] - q0[x]):
+                        acc[x] += t[row + q0[x] + j]
+                if s == 1:
+                    for j in range(k):
+                        src = t[row + a + xa + j : row + a + xa + j + nb]
+                        for u in range(nb):
+                            band_acc[u] += src[u]
+                elif s == 0:
+                    for j in range(k):
+                        v = t[row + a + j]
+                        for u in range(nb):
+                            band_acc[u] += v
+                else:
+                    for j in range(k):
+                        at = row + a + xa * s + j
+                        for u in range(nb):
+                            band_acc[u] += t[at + u * s]
+                for x in range(xb, w):
+                    for j in range(q1[x] - q0[x]):
+                        acc[x] += t[row + q0[x] + j]
+            o = obase + y * w
+            for x in range(w):
+                of[o + x] = acc[x]
+
+
+def avg_pool_arguments(windows, transposed: bool, attrs: dict, x_hw: tuple, out_hw: tuple, dtype) -> tuple:
+    """The table arguments of ``avg_pool2d`` (or, ``transposed``, ``avg_pool2d_backward``) after
+    (x, out), from ``windows(attrs, pooled input (H, W), pooled output (oH, oW))`` (ops/avg_pool.py)."""
+    in_hw, pooled_hw = (out_hw, x_hw) if transposed else (x_hw, out_hw)
+    win = windows(attrs, in_hw, pooled_hw)
+    divisor = win.divisor.astype(dtype)
+    if not transposed:
+        return (win.row_start, win.row_end, win.col_start, win.col_end, divisor, *band(win.col_start, win.col_end))
+    p0, p1 = covering(win.row_start, win.row_end, in_hw[0])
+    q0, q1 = covering(win.col_start, win.col_end, in_hw[1])
+    cover = q1 - q0
+    kc = int(cover[0]) if cover.size and cover.min() == cover.max() else 0
+    return (p0, p1, q0, q1, divisor, *band(q0, q1), kc)

@@ -4,9 +4,9 @@ on device arrays).
 The trace is lowered exactly as for the CPU (``lowering/pipeline.py``): the same passes, the
 same fusion groups, the same memory plan. Only code generation (``lowering/cuda/codegen.py``)
 and the steps differ: generated kernels (loaded by ``lowering/cuda/loader.py``), matmul and
-conv2d through ``CudaTarget.matmul``, max_pool2d, gathers at computed indices, scatter_add and
-randn through fixed kernels of the CUDA library; any other op runs its NumPy reference on
-host copies (a HostStep, reported as a fallback).
+conv2d through ``CudaTarget.matmul``, max_pool2d, the average pools, cat, gathers at computed
+indices, scatter_add and randn through fixed kernels of the CUDA library; any other op runs its
+NumPy reference on host copies (a HostStep, reported as a fallback).
 
 ``numba.cuda`` is imported only when a plan is compiled, so this module loads on machines
 without CUDA. The runtime makes the backend with a :class:`CudaTarget` describing the device
@@ -28,8 +28,11 @@ from lazyvic.lowering.cuda import codegen
 from lazyvic.lowering.cuda.index_steps import CudaGatherStep, CudaIndexCheckStep, index_view, scatter_add_step
 from lazyvic.lowering.cuda.plan import CudaPlan
 from lazyvic.lowering.cuda.steps import (
+    CudaAvgPoolStep,
+    CudaCatStep,
     CudaConvStep,
     CudaConvTransposeStep,
+    CudaConvWeightStep,
     CudaKernelStep,
     CudaMatmulStep,
     CudaMaxPoolStep,
@@ -41,6 +44,7 @@ from lazyvic.lowering.cuda.steps import (
 from lazyvic.lowering.cuda.target import CudaTarget
 from lazyvic.lowering.pipeline import gathers
 from lazyvic.lowering.reference import reference_step
+from lazyvic.ops import avg_pool
 
 
 def _matmul_step(entries, root: int, args: list) -> CudaMatmulStep:
@@ -80,10 +84,37 @@ def _conv_transpose_step(entries, root: int, args: list) -> CudaConvTransposeSte
     )
 
 
+def _conv_weight_step(entries, root: int, args: list) -> CudaConvWeightStep:
+    """conv2d_weight: the gathers' maps made here, once (see CudaConvWeightStep)."""
+    e = entries[root]
+    groups = e.attrs["groups"]
+    o, cg, kh, kw = e.shape
+    n, c, h, w = entries[e.inputs[0]].shape
+    g_shape = entries[e.inputs[1]].shape
+    hw = g_shape[2] * g_shape[3]
+    og, k = o // groups, cg * kh * kw
+    at = e.attrs
+    (sh, sw), (pt, _, pl, _), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    dims = (n, c, h, w, cg, kh, kw, g_shape[2], g_shape[3], sh, sw, pt, pl, dh, dw)
+    # g (N, G, O/G, oH*oW), through its movement ops, read as (G, N*oH*oW, O/G).
+    logical = operand_map(entries, args[1])
+    if logical is None:
+        logical = np.arange(n * o * hw, dtype=np.int64)
+    g_map = logical.reshape(n, groups, og, hw).transpose(1, 0, 3, 2).reshape(-1)
+    # The product (G, Cg*kH*kW, O/G) read as (O, Cg, kH, kW).
+    out_map = np.arange(groups * k * og, dtype=np.int64).reshape(groups, k, og).transpose(0, 2, 1).reshape(-1)
+    x_map = operand_map(entries, args[0]) if args[0].kind == "buffer" else None
+    return CudaConvWeightStep(
+        f"conv2d_weight{e.shape}", root, args[0], args[1], groups, og, k, n * hw, dims, (x_map, g_map, out_map)
+    )
+
+
 def _conv_step(entries, root: int, args: list) -> CudaConvStep:
     e = entries[root]
     if e.op == "conv_transpose2d":
         return _conv_transpose_step(entries, root, args)
+    if e.op == "conv2d_weight":
+        return _conv_weight_step(entries, root, args)
     groups = e.attrs["groups"]
     o, cg, kh, kw = entries[e.inputs[1]].shape
     return CudaConvStep(
@@ -100,10 +131,34 @@ def _conv_step(entries, root: int, args: list) -> CudaConvStep:
     )
 
 
-def _pool_step(entries, root: int, args: list) -> CudaMaxPoolStep | None:
+def _avg_pool_step(entries, root: int, args: list) -> CudaAvgPoolStep:
+    """An average pool or its transpose: the windows' tables of ops/avg_pool.py, as the CPU's."""
+    e = entries[root]
+    windows, transposed = avg_pool.AVERAGE_POOLS[e.op]
+    x_hw, out_hw = tuple(int(v) for v in entries[e.inputs[0]].shape[2:]), tuple(int(v) for v in e.shape[2:])
+    in_hw, pooled_hw = (out_hw, x_hw) if transposed else (x_hw, out_hw)
+    win = windows(e.attrs, in_hw, pooled_hw)
+    tables = (win.row_start, win.row_end, win.col_start, win.col_end)
+    if transposed:
+        tables = (*avg_pool.covering(win.row_start, win.row_end, in_hw[0]), *avg_pool.covering(*tables[2:], in_hw[1]))
+    divisor = win.divisor.astype(e.dtype.np).reshape(-1)
+    return CudaAvgPoolStep(
+        f"{e.op}{e.shape}",
+        root,
+        args[0],
+        transposed,
+        (*in_hw, *pooled_hw),
+        (*tables, divisor),
+        operand_map(entries, args[0]),
+    )
+
+
+def _pool_step(entries, root: int, args: list) -> CudaMaxPoolStep | CudaAvgPoolStep | None:
+    e = entries[root]
+    if e.op in avg_pool.AVERAGE_POOLS:
+        return _avg_pool_step(entries, root, args)
     if args[0].kind != "buffer":
         return None
-    e = entries[root]
     (kh, kw), (sh, sw), (ph, pw) = e.attrs["kernel"], e.attrs["stride"], e.attrs["padding"]
     h, w = entries[e.inputs[0]].shape[2:]
     return CudaMaxPoolStep(
@@ -140,11 +195,25 @@ def _random_step(entries, root: int, args: list) -> CudaRandnStep | None:
     return CudaRandnStep(f"{e.op}{e.shape}", root, args[0], args[1])
 
 
+def _cat_step(entries, root: int, args: list) -> CudaCatStep:
+    e = entries[root]
+    axis = e.attrs["axis"]
+    positions = np.arange(math.prod(e.shape), dtype=np.int64).reshape(e.shape)
+    maps, start = [], 0
+    for arg, j in zip(args, e.inputs):
+        stop = start + entries[j].shape[axis]
+        dest = positions[(slice(None),) * axis + (slice(start, stop),)].reshape(-1)
+        maps.append((operand_map(entries, arg), dest))
+        start = stop
+    return CudaCatStep(f"{e.op}{e.shape}", root, tuple(args), tuple(maps))
+
+
 # Library step of each op kind CUDA has one for (None from a builder: not for these operands).
 LIBRARY_STEPS = {
     "matmul": _matmul_step,
     "conv": _conv_step,
     "pool": _pool_step,
+    "join": _cat_step,
     "gather": _gather_step,
     "scatter": scatter_add_step,
     "random": _random_step,

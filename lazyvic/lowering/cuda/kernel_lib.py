@@ -20,7 +20,8 @@ through movement ops, or im2col, made contiguous through an index map),
 ``matmul_kernel`` (a tiled product, used when CuPy is absent), the range check of
 indices (``index_check``: into the plan's error buffer, read once after the plan's last
 step), ``gather_dim`` (a gather at an index computed in the trace),
-scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``)
+scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``),
+the average pools and their transposes (``avg_pool2d_kernel``, ``avg_pool2d_backward_kernel``)
 and ``randn_kernel``.
 
 The guards on out-of-range arguments (``exp`` of a large value, ``log`` of zero or a
@@ -185,6 +186,47 @@ def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw, index):
             out[i] = at
         else:
             out[i] = best
+        i += cuda.gridsize(1)
+
+
+@cuda.jit(cache=True)
+def avg_pool2d_kernel(out, x, h, w, oh, ow, r0, r1, c0, c1, divisor, zero):
+    """One output per thread (grid-stride), NCHW flat arrays: the sum of window (p, q), rows
+    r0[p] .. r1[p]-1 and columns c0[q] .. c1[q]-1 of its plane of x, from ``zero`` in row-major
+    order, divided by divisor[p*oW + q] (of x's dtype): ``ops/avg_pool.py``'s windows and order,
+    as the CPU kernel (lowering/cpu/pool_kernels.avg_pool2d)."""
+    i = cuda.grid(1)
+    while i < out.size:
+        q = i % ow
+        t = i // ow
+        p = t % oh
+        base = (t // oh) * h * w
+        acc = zero
+        for y in range(r0[p], r1[p]):
+            row = base + y * w
+            for xx in range(c0[q], c1[q]):
+                acc += x[row + xx]
+        out[i] = acc / divisor[p * ow + q]
+        i += cuda.gridsize(1)
+
+
+@cuda.jit(cache=True)
+def avg_pool2d_backward_kernel(out, g, h, w, oh, ow, p0, p1, q0, q1, divisor, zero):
+    """One input position per thread (grid-stride), NCHW flat arrays: g / divisor of the windows
+    covering position (y, x), rows p0[y] .. p1[y]-1 and columns q0[x] .. q1[x]-1 of its plane of
+    g, added from ``zero`` in row-major window order (the transposes of ``ops/avg_pool.py``; a
+    gather, so no two threads write one element)."""
+    i = cuda.grid(1)
+    while i < out.size:
+        xx = i % w
+        t = i // w
+        y = t % h
+        base = (t // h) * oh * ow
+        acc = zero
+        for p in range(p0[y], p1[y]):
+            for q in range(q0[xx], q1[xx]):
+                acc += g[base + p * ow + q] / divisor[p * ow + q]
+        out[i] = acc
         i += cuda.gridsize(1)
 
 
@@ -574,3 +616,12 @@ def round_bf16_f64(x):
         # warning adds __warningregistry__ to this module while other threads read its globals.
         return math.copysign(math.inf, x)
     return f64(round_bf16_f32(f32(x)))
+
+
+@cuda.jit(cache=True)
+def place_copy(out, src, index, dest, mapped, zero):
+    """``out[dest[n]] = src[index[n]]`` (``src[n]`` unless ``mapped``; ``zero`` where the index
+    is -1): one piece of a cat placed in its range of the output."""
+    for n in range(cuda.grid(1), dest.size, cuda.gridsize(1)):
+        j = index[n] if mapped else n
+        out[dest[n]] = src[j] if j >= 0 else zero

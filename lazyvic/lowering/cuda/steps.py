@@ -7,9 +7,9 @@
 - :class:`CudaConvStep` computes a conv2d as im2col columns (a kernel computing each
   source address), the same grouped product and a kernel into the output layout;
   :class:`CudaConvTransposeStep` a conv_transpose2d as a grouped product and a col2im kernel;
-- :class:`CudaMaxPoolStep` and :class:`CudaRandnStep` run fixed kernels of the CUDA library
-  (``lowering/cuda/kernel_lib.py``); the steps that read indices are in
-  ``lowering/cuda/index_steps.py``;
+- :class:`CudaMaxPoolStep`, :class:`CudaAvgPoolStep` and :class:`CudaRandnStep` run fixed
+  kernels of the CUDA library (``lowering/cuda/kernel_lib.py``); the steps that read indices
+  are in ``lowering/cuda/index_steps.py``;
 - :class:`HostStep` runs a ReferenceStep (``lowering/reference.py``: an op without a CUDA
   kernel yet) on host copies of its operands and copies the result back.
 
@@ -228,6 +228,81 @@ class CudaMaxPoolStep:
 
 
 @dataclass
+class CudaCatStep:
+    """cat (ops/join.py) on the device: each piece placed in its range of the output by one
+    kernel (the CUDA library's place_copy), read through its index map where movement ops view
+    it. The maps and the destinations are made at build time and sent at the first run."""
+
+    name: str
+    out: int
+    args: tuple  # the pieces' operand chains (lowering.pipeline.Operand)
+    maps: tuple  # per piece: (operand_map or None, flat output positions)
+    scratch: list = field(default=None, repr=False)  # device copies of the maps
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in self.args if c.kind == "buffer")
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda.kernel_lib import place_copy
+
+        if self.scratch is None:
+            self.scratch = [
+                (device_int64(m if m is not None else [0], plan), device_int64(d, plan)) for m, d in self.maps
+            ]
+        out = env[self.out]
+        for c, (m, _), (index, dest) in zip(self.args, self.maps, self.scratch):
+            if not dest.size:
+                continue
+            blocks, threads = plan.target.launch_1d(dest.size)
+            src = source(c, env, scalars, plan)
+            place_copy[blocks, threads](out, src, index, dest, m is not None, np.dtype(c.dtype).type(0))
+
+
+@dataclass
+class CudaAvgPoolStep:
+    """avg_pool2d, adaptive_avg_pool2d or their transposes (ops/avg_pool.py) on the device, one
+    thread per output (the CUDA library's avg_pool2d_kernel, avg_pool2d_backward_kernel) over the
+    windows' tables, made at build time and sent at the first run; an input read through
+    movement ops (or a broadcast scalar) is first made contiguous by one gather."""
+
+    name: str
+    out: int
+    x: tuple  # the operand chain of a buffer, or of a broadcast scalar (the gradient of a sum)
+    transposed: bool  # the transpose: out is the pooled input, x the pooled output's gradient
+    sizes: tuple  # (H, W, oH, oW) of the pooled input and output
+    tables: tuple  # host int64 window tables (4) and the divisors of x's dtype (oH*oW)
+    x_map: np.ndarray | None = field(default=None, repr=False)  # see operand_map
+    scratch: tuple = field(default=None, repr=False)  # device: (tables, (map, contiguous copy) or None)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return (self.x.base,) if self.x.kind == "buffer" else ()
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda.kernel_lib import avg_pool2d_backward_kernel, avg_pool2d_kernel
+
+        if self.scratch is None:
+            tables = tuple(plan.to_device(np.ascontiguousarray(a)) for a in self.tables)
+            dense = None
+            if self.x_map is not None:
+                dense = (device_int64(self.x_map, plan), plan.target.cuda.device_array(self.x_map.size, self.x.dtype))
+            self.scratch = (tables, dense)
+        tables, dense = self.scratch
+        out, x = env[self.out], source(self.x, env, scalars, plan)
+        if dense is not None:
+            gather(plan, x, dense[0], dense[1], self.x.dtype)
+            x = dense[1]
+        kernel = avg_pool2d_backward_kernel if self.transposed else avg_pool2d_kernel
+        blocks, threads = plan.target.launch_1d(out.size)
+        kernel[blocks, threads](out, x, *self.sizes, *tables, np.dtype(self.x.dtype).type(0))
+
+
+@dataclass
 class CudaConvStep:
     """conv2d on the device: the im2col columns by one kernel that computes each element's
     source from its indices (the CUDA library's im2col_kernel: no index map of the columns'
@@ -300,6 +375,59 @@ class CudaConvStep:
         conv_output_kernel[plan.target.launch(out.size)](
             out, product, np.int64(self.dims[0]), np.int64(self.dims[7] * self.dims[8])
         )
+
+
+@dataclass
+class CudaConvWeightStep:
+    """conv2d_weight (ops/conv.py: a conv2d's weight gradient) on the device: the forward's
+    columns by the CUDA library's im2col_kernel, the output gradient gathered into (G, N*oH*oW,
+    O/G) by copy_view through a map made at build time (movement ops composed in), one product
+    ``cols (G, Cg*kH*kW, N*oH*oW) @ g^T`` per group through ``CudaTarget.matmul``, and a gather of
+    the (G, Cg*kH*kW, O/G) product into (O, Cg, kH, kW)."""
+
+    name: str
+    out: int
+    x: tuple  # lowering.pipeline.Operand
+    g: tuple
+    groups: int
+    o_per_group: int
+    k: int  # Cg * kH * kW
+    columns: int  # N * oH * oW
+    dims: tuple  # as conv_dims
+    maps: tuple = field(repr=False, default=(None, None, None))  # x (operand_map), g and out gathers
+    scratch: list = field(default=None, repr=False)
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in (self.x, self.g) if c.kind == "buffer")
+
+    def __call__(self, plan, env, scalars):
+        from lazyvic.lowering.cuda.kernel_lib import copy_view, fill, im2col_kernel
+
+        cuda, dtype = plan.target.cuda, np.dtype(self.x.dtype)
+        zero = dtype.type(0)
+        if self.scratch is None:
+            n, c, h, w = self.dims[:4]
+            self.scratch = [
+                [device_int64(() if m is None else m, plan) for m in self.maps],
+                device_int64(self.dims, plan),
+                cuda.device_array(self.groups * self.k * self.columns, dtype),
+                cuda.device_array(self.groups * self.columns * self.o_per_group, dtype),
+                cuda.device_array(self.groups * self.k * self.o_per_group, dtype),
+                cuda.device_array(n * c * h * w, dtype) if self.x.kind == "scalar" else None,
+            ]
+        (x_map, g_map, out_map), dims, cols, gt, product, dense = self.scratch
+        x = env[self.x.base] if dense is None else dense
+        if dense is not None:  # a broadcast Python number: a constant image
+            fill[plan.target.launch(dense.size)](dense, dtype.type(scalars[self.x.base]))
+            x_map = device_int64((), plan) if self.maps[0] is None else x_map
+        im2col_kernel[plan.target.launch(cols.size)](cols, x, x_map if dense is None else dense[:0], dims, zero)
+        copy_view[plan.target.launch(gt.size)](gt, source(self.g, env, scalars, plan), g_map, zero)
+        plan.target.matmul(product, cols, gt, self.groups, self.k, self.columns, self.o_per_group, dtype)
+        out = env[self.out]
+        copy_view[plan.target.launch(out.size)](out, product, out_map, zero)
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Pooling: MaxPool (also its Indices output) AveragePool LpPool GlobalAveragePool GlobalMaxPool.
 
 MaxPool and AveragePool take any number of spatial axes, pads, auto_pad, ceil_mode and dilations.
-The common 1-D/2-D case (symmetric padding of at most half the kernel, no dilation, no ceil_mode,
-no Indices) is functional.max_pool2d / avg_pool2d; every other case pads explicitly (-inf for
-max, 0 for average) and reduces the strided window views.
+The common 1-D/2-D case (symmetric padding of at most half the kernel, no dilation, no Indices;
+for MaxPool no ceil_mode) is functional.max_pool2d / avg_pool2d (primitives); every other case
+pads explicitly (-inf for max, 0 for average) and reduces the strided window views.
 
 Older versions lack attributes that later ones add, whose defaults they mean: MaxPool-1 has no
 Indices output, storage_order, ceil_mode or dilations (Indices and storage_order from 8, ceil_mode
@@ -126,10 +126,13 @@ def average_pool(ctx, a):
     x = ctx.tensor(a)
     kernel, strides, dilations, pairs, extra = _geometry(ctx, x)
     include_pad = bool(ctx.attr("count_include_pad", 0))
-    if _fits_pool2d(x, kernel, dilations, pairs, extra):
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    # ceil_mode's extra windows are the primitive's: the same rule (the last one starts inside the
+    # input or the left padding) and the same divisor (the overhang past the padding not counted).
+    if _fits_pool2d(x, kernel, dilations, pairs, [0] * len(extra) if ceil_mode else extra):
 
         def avg_pool2d(x2, k, s, p):
-            return F.avg_pool2d(x2, k, s, p, count_include_pad=include_pad)
+            return F.avg_pool2d(x2, k, s, p, ceil_mode=ceil_mode, count_include_pad=include_pad)
 
         return _pool2d(avg_pool2d, x, kernel, strides, pairs)
     full_pairs = [(p, q + e) for (p, q), e in zip(pairs, extra)]

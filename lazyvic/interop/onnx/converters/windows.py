@@ -53,10 +53,10 @@ def spatial_attrs(ctx, n_spatial: int, kernel):
 
 
 def spatial_rank_check(ctx):
-    """Load-time check: 1 or 2 spatial axes (lazyvic's conv2d underneath)."""
+    """Load-time check: 1, 2 or 3 spatial axes (lazyvic's conv2d and conv_transpose2d underneath)."""
     kernel = ctx.attr("kernel_shape")
-    if kernel is not None and len(kernel) not in (1, 2):
-        return f"{ctx.op} with {len(kernel)} spatial axes (lazyvic has 1-D and 2-D {ctx.op})"
+    if kernel is not None and len(kernel) not in (1, 2, 3):
+        return f"{ctx.op} with {len(kernel)} spatial axes (lazyvic has 1-D, 2-D and 3-D {ctx.op})"
     return None
 
 
@@ -66,7 +66,7 @@ def to_2d(ctx, x: Tensor, what: str):
         return x.unsqueeze(2), True
     if x.ndim == 4:
         return x, False
-    raise UnsupportedOpError(f"{ctx.label()}: {what} shape {x.shape}: lazyvic imports 1-D and 2-D {ctx.op} only")
+    raise UnsupportedOpError(f"{ctx.label()}: {what} shape {x.shape}: lazyvic imports 1-D, 2-D and 3-D {ctx.op} only")
 
 
 def lift_1d(values, fill):

@@ -92,7 +92,6 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     The copies stay serial: a parallel im2col made the plan's BLAS single-threaded or, left
     multithreaded, fought with its spinning threads (ResNet-18 batch 32, 2 cores: the 7x7
     stem convolution took 6.3 ms with a parallel im2col against 1.4 ms serial)."""
-    from lazyvic.lowering.cpu import im2col
     from lazyvic.ops import conv
 
     entries = lowered.entries
@@ -100,24 +99,12 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
     if e.op == "conv_transpose2d":
         return _conv_transpose_step(lowered, root, args)
     x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
-    if e.op == "conv2d_weight":
+    if e.op == "conv2d_weight":  # w_shape is the output gradient's (N, O, oH, oW)
         rows, cols = conv.taps(x_shape, e.shape, e.attrs, w_shape[2:])
-        return ConvWeightStep(
-            f"conv2d_weight{e.shape}",
-            root,
-            args[0],
-            args[1],
-            e.attrs,
-            im2col.im2col,
-            im2col.pad_into,
-            conv.weight_gemm,
-            conv.taps,
-            conv.tap_weights,
-            conv.images_per_chunk,
-            # flops = 2 * N*oH*oW * O * Cg*T: the plan's BLAS policy reads k per output element
-            max(1, (w_shape[0] * w_shape[2] * w_shape[3] * len(rows) * len(cols)) // (e.shape[2] * e.shape[3])),
-            spread=conv.spread_taps,
-        )
+        # flops = 2 * N*oH*oW * O * Cg*T: the plan's BLAS policy reads k per output element
+        k = max(1, (w_shape[0] * w_shape[2] * w_shape[3] * len(rows) * len(cols)) // (e.shape[2] * e.shape[3]))
+        name = f"conv2d_weight{e.shape}"
+        return _im2col_step(ConvWeightStep, name, root, args, e.attrs, conv.weight_gemm, k, spread=conv.spread_taps)
     if conv.is_depthwise(x_shape, w_shape, e.attrs):
         from lazyvic.lowering.cpu import direct_conv
 
@@ -135,19 +122,29 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
             f"conv2d_1x1{e.shape}", root, args[0], args[1], conv.pointwise_product, (groups,), w_shape[1]
         )
     rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
-    return ConvStep(
-        f"conv2d{e.shape}",
+    k = w_shape[1] * len(rows) * len(cols)
+    return _im2col_step(ConvStep, f"conv2d{e.shape}", root, args, e.attrs, conv.conv_gemm, k)
+
+
+def _im2col_step(cls, name: str, root: int, args: list, attrs: dict, gemm, k: int, **extra):
+    """A ConvStep (or ConvWeightStep): the padding and im2col kernels, ``gemm`` and the shared layout functions."""
+    from lazyvic.lowering.cpu import im2col
+    from lazyvic.ops import conv
+
+    return cls(
+        name,
         root,
         args[0],
         args[1],
-        e.attrs,
+        attrs,
         im2col.im2col,
         im2col.pad_into,
-        conv.conv_gemm,
+        gemm,
         conv.taps,
         conv.tap_weights,
         conv.images_per_chunk,
-        w_shape[1] * len(rows) * len(cols),
+        k,
+        **extra,
     )
 
 

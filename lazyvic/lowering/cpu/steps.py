@@ -247,14 +247,19 @@ class ConvStep:
             self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
 
     def _scratch(self, x_shape, w_shape, out) -> list:
-        layout = self._layout(x_shape, w_shape, out.shape, out.dtype.itemsize)
+        return self._column_set(x_shape, w_shape, out.shape, out.dtype)
+
+    def _column_set(self, x_shape, w_shape, out_shape, dtype) -> list:
+        """The scratch set of a run: columns, the (O, n*oH*oW) product of a chunk of n > 1
+        images, the padded input, and the layout (see _layout)."""
+        layout = self._layout(x_shape, w_shape, out_shape, dtype.itemsize)
         padded_shape, offsets, strides, rows, cols, step, r = layout
-        n, o, oh, ow = out.shape
+        n, o, oh, ow = out_shape
         per_image = oh * ow
-        padded = None if padded_shape is None else np.zeros(padded_shape, dtype=out.dtype)
+        padded = None if padded_shape is None else np.zeros(padded_shape, dtype=dtype)
         return [
-            np.empty(r * step * per_image, dtype=out.dtype),
-            np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
+            np.empty(r * step * per_image, dtype=dtype),
+            np.empty(o * step * per_image, dtype=dtype) if step > 1 else None,
             padded,
             offsets,
             strides,
@@ -328,24 +333,13 @@ class ConvWeightStep(ConvStep):
         self.spread(acc, out, tap_rows, tap_cols)
 
     def _scratch(self, x_shape, g_shape, out) -> list:
-        layout = self._layout(x_shape, out.shape, g_shape, out.dtype.itemsize)
-        padded_shape, offsets, strides, rows, cols, step, r = layout
-        per_image = g_shape[2] * g_shape[3]
-        o = g_shape[1]
-        padded = None if padded_shape is None else np.zeros(padded_shape, dtype=out.dtype)
-        return [
-            np.empty(r * step * per_image, dtype=out.dtype),
-            np.empty(o * step * per_image, dtype=out.dtype) if step > 1 else None,
-            padded,
-            offsets,
-            strides,
-            rows,
-            cols,
-            step,
-            r,
-            np.empty(o * r // self.attrs["groups"], dtype=out.dtype),
-            np.empty(out.size, dtype=out.dtype) if step < g_shape[0] else None,
-        ]
+        # The forward's set (its (O, n*oH*oW) product buffer holds g's chunk, transposed), then
+        # the accumulated (G, Cg*T, O/G) sums and a later chunk's product.
+        found = self._column_set(x_shape, out.shape, g_shape, out.dtype)
+        step, r = found[7], found[8]
+        found.append(np.empty(g_shape[1] * r // self.attrs["groups"], dtype=out.dtype))
+        found.append(np.empty(out.size, dtype=out.dtype) if step < g_shape[0] else None)
+        return found
 
     def scratch_bytes(self, x_shape, w_shape, out_shape, itemsize) -> int:
         """Bytes of a run's scratch at these shapes (here ``w_shape`` is the output gradient's

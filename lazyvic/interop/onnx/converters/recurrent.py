@@ -143,13 +143,16 @@ def gru(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
     def step(xt, h, c, cell):  # gates z, r, h
         f, g = cell.acts
         n, rd, rb = cell.hidden, cell.r, cell.rb
-        hr = h @ rd[: 2 * n].T + rb[: 2 * n]
-        z = f(xt[:, :n] + hr[:, :n])
-        reset = f(xt[:, n : 2 * n] + hr[:, n:])
         rh, bh = rd[2 * n :], rb[2 * n :]
-        if linear_before_reset:
-            cand = g(xt[:, 2 * n :] + reset * (h @ rh.T + bh))
+        if linear_before_reset:  # PyTorch's GRU: one product of h by all of R per step
+            hr = h @ rd.T + rb
+            z = f(xt[:, :n] + hr[:, :n])
+            reset = f(xt[:, n : 2 * n] + hr[:, n : 2 * n])
+            cand = g(xt[:, 2 * n :] + reset * hr[:, 2 * n :])
         else:
+            hr = h @ rd[: 2 * n].T + rb[: 2 * n]
+            z = f(xt[:, :n] + hr[:, :n])
+            reset = f(xt[:, n : 2 * n] + hr[:, n:])
             cand = g(xt[:, 2 * n :] + (reset * h) @ rh.T + bh)
         return (1.0 - z) * cand + z * h, c
 

@@ -151,6 +151,9 @@ def _own(g):
 # Disjoint padded gradients (the VJPs of slices: chunk, split, narrow, x[i]) joined by one
 # cat of at least this many pieces instead of a sum of padded terms (see _Terms).
 JOIN_MIN_PIECES = 4
+# Products reaching one tensor (a weight used at every step) with inner sizes up to this are
+# joined into one product over the stacked inner axis (see _small_products).
+JOIN_MAX_INNER = 256
 
 
 class _Terms(list):
@@ -169,6 +172,9 @@ class _Terms(list):
     __slots__ = ()
 
     def total(self):
+        products = _small_products(self) if len(self) >= JOIN_MIN_PIECES else None
+        if products is not None:
+            return self._joined_products(*products)
         join = _padded_ranges(self) if len(self) >= 2 else None
         if join is None:
             total = self[0]
@@ -190,6 +196,51 @@ class _Terms(list):
         for k in rest:
             total = total + self[k]
         return total
+
+    def _joined_products(self, factors: list, rest: list):
+        """sum_k a_k @ b_k as one product cat(a_k, 1) @ cat(b_k, 0), then the other terms."""
+        first = self[0]
+        lefts = [f[0] for f in factors]
+        if all(x._node.op == "permute" and len(x.shape) == 2 for x in lefts):
+            # The a_k are transposed views (g_t^T): stack the rows of their sources and read the
+            # stack transposed (a strided copy of each view took 0.4 ms per (512, 700) join).
+            a = first.apply("cat", *[x._wrap(x._node.inputs[0]) for x in lefts], axis=0).permute(1, 0)
+        else:
+            a = first.apply("cat", *lefts, axis=1)
+        b = first.apply("cat", *[f[1] for f in factors], axis=0)
+        total = a @ b
+        for k in rest:
+            total = total + self[k]
+        return total
+
+
+def _small_products(terms):
+    """([(a_k, b_k)], indices of the other terms) when at least JOIN_MIN_PIECES terms are 2-D
+    products a_k @ b_k of one shape whose inner sizes are all at most JOIN_MAX_INNER (a weight
+    used at every step of a sequence: an LSTM's W_hh receives g_t^T h_t from each of its T
+    steps, products of K = batch), else None. Joined, they are one product over the stacked
+    inner axis: one BLAS call of K = sum K_t instead of T calls of K_t (a 35-step LSTM language
+    model at batch 20: 72 products of (512 x 20) @ (20 x 128), 2.4 ms, against one of K = 700)."""
+    factors, rest = [], []
+    for k, g in enumerate(terms):
+        node = g._node
+        # The VJP of a transposed operand's product hands back (g^T a)^T transposed again.
+        while (
+            node.op == "permute"
+            and node.inputs[0].op == "permute"
+            and dict(node.attrs)["perm"] == (1, 0)
+            and dict(node.inputs[0].attrs)["perm"] == (1, 0)
+        ):
+            node = node.inputs[0].inputs[0]
+        if node.op == "matmul" and not g.requires_grad and len(node.shape) == 2:
+            a, b = node.inputs
+            if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] <= JOIN_MAX_INNER:
+                factors.append((g._wrap(a), g._wrap(b)))
+                continue
+        rest.append(k)
+    if len(factors) < JOIN_MIN_PIECES:
+        return None
+    return factors, rest
 
 
 def _padded_ranges(terms):

@@ -53,3 +53,36 @@ def test_create_graph_grad_keeps_its_history():
     assert w.grad is not b.grad and w.grad.requires_grad
     w.grad.sum().backward()  # d/dw sum(2 (w + b)) = 2, added to w.grad = 2 w
     np.testing.assert_allclose(w.grad.detach().numpy(), 2 * X + 2)
+
+
+def _nodes(t) -> set:
+    """The pending nodes that compute ``t``."""
+    seen, stack = {}, [t._node]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node.inputs)
+    return seen
+
+
+def _count_ops(t, op: str, besides) -> int:
+    """How many nodes of ``op`` compute ``t`` that are not among the nodes computing ``besides``."""
+    skip = _nodes(besides)
+    return sum(node.op == op for key, node in _nodes(t).items() if key not in skip)
+
+
+def test_gradients_of_slices_and_of_a_weight_used_at_every_step_are_joined():
+    """autograd/engine._Terms: a sequence's step inputs x[t] get their gradients joined by one
+    cat (not a sum of T padded terms), and a weight multiplied at every step gets one product
+    over the stacked steps (not T small ones), with the gradients of the definition."""
+    rng = np.random.default_rng(0)
+    xs, ws = rng.standard_normal((6, 2, 3)), rng.standard_normal((3, 4))
+    x, w = lv.tensor(xs, requires_grad=True), lv.tensor(ws, requires_grad=True)
+    y = lv.stack([(x[t] @ w).tanh() for t in range(6)])
+    y.sum().backward()
+    assert _count_ops(w.grad, "matmul", y) == 1 and _count_ops(w.grad, "cat", y) == 2
+    assert _count_ops(x.grad, "cat", y) == 1 and _count_ops(x.grad, "add", y) == 0
+    g = 1.0 - np.tanh(xs @ ws) ** 2  # d tanh, (6, 2, 4)
+    np.testing.assert_allclose(w.grad.numpy(), np.einsum("tni,tnj->ij", xs, g), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), g @ ws.T, rtol=1e-12)

@@ -24,6 +24,7 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.ops.join import MIN_PIECES
 from lazyvic.shapes import broadcast_shapes, norm_axis
 from lazyvic.trace.composite import mark
 
@@ -409,11 +410,6 @@ def _cat_tree(pieces: list, axis: int, logical: bool):
     return left | right if logical else left + right
 
 
-# Joins of this many pieces or more are the cat primitive (ops/join.py: the pieces copied into
-# place); fewer are padded and summed, which fuses with the pieces' producers and consumers.
-CAT_PRIMITIVE_MIN_PIECES = 4
-
-
 def cat(tensors: Sequence, dim: int = 0):
     """Concatenate along ``dim``: four or more pieces are copied into place (the ``cat``
     primitive, ops/join.py); fewer are zero-padded and summed in a balanced tree, which fuses
@@ -436,7 +432,7 @@ def cat(tensors: Sequence, dim: int = 0):
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
             raise ShapeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dim {dim}")
     pieces = [t.to(d) for t in tensors]
-    if len(pieces) >= CAT_PRIMITIVE_MIN_PIECES:
+    if len(pieces) >= MIN_PIECES:
         return pieces[0].apply("cat", *pieces, axis=axis)
     out = _cat_tree(pieces, axis, d is dt.bool_)
     return mark(out, "Concat", tuple(pieces), axis=axis)

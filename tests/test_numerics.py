@@ -119,6 +119,28 @@ def test_lane_sum_follows_its_definition(n):
     assert _same_bits(numerics.lane_sum(y, (0, 1)).reshape(-1), np.array([total], np.float32))
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 17])
+def test_short_rows_interpreted_equal_compiled(n, monkeypatch):
+    """Rows of at most 16 summed without the lane array (lowering/cpu/codegen.SHORT_ROW_MAX), and
+    the first longer one, over two reduced axes as batch norm's statistics: the same bits as the
+    interpreter, with -0.0, infinities and NaN among the values."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((3, 4, n)) * np.logspace(0, 6, n)).astype(np.float32)
+    x[0, 0, 0], x[1, 2, -1], x[2, 1, 0] = -0.0, np.inf, np.nan
+    x[2, 3] = -0.0  # a row of negative zeros: its sum is +0.0 in lane order
+    assert _same_bits(*_both(lambda: lv.tensor(x).sum((0, 2)), monkeypatch))
+    assert _same_bits(*_both(lambda: (lv.tensor(x) * 2.0).sum(2), monkeypatch))
+
+
+def test_products_of_transposed_results_interpreted_equal_compiled(monkeypatch):
+    """A computed value is row-major in the interpreter as in a plan's buffer (runtime/
+    interpreter): an elementwise op on a transposed view, read transposed again by a row-vector
+    product (a BLAS gemv, whose bits depend on the layout), gives the compiled plan's bits."""
+    rng = np.random.default_rng(3)
+    x, v = rng.standard_normal((512, 128)).astype(np.float32), rng.standard_normal((1, 512)).astype(np.float32)
+    assert _same_bits(*_both(lambda: lv.tensor(v) @ (lv.tensor(x).T * 2.0).T, monkeypatch))
+
+
 def test_signed_zero_extremes_follow_llvm():
     x = np.array([[-0.0, 0.0], [-0.0, -0.0], [0.0, 0.0]], np.float32)
     assert list(np.signbit(numerics.extreme(x, (1,), largest=True).ravel())) == [False, True, False]

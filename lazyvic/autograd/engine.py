@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 from lazyvic.errors import AutogradError, UnsupportedOpError
 from lazyvic.modes import backward_walk, enable_grad, no_grad
+from lazyvic.ops.join import MIN_PIECES
 from lazyvic.trace import scope
 
 
@@ -149,8 +150,9 @@ def _own(g):
 
 # ------------------------------------------------------------- accumulation
 # Disjoint padded gradients (the VJPs of slices: chunk, split, narrow, x[i]) joined by one
-# cat of at least this many pieces instead of a sum of padded terms (see _Terms).
-JOIN_MIN_PIECES = 4
+# cat of at least this many pieces instead of a sum of padded terms (see _Terms): the cat
+# primitive's own threshold.
+JOIN_MIN_PIECES = MIN_PIECES
 # Products reaching one tensor (a weight used at every step) with inner sizes up to this are
 # joined into one product over the stacked inner axis (see _small_products).
 JOIN_MAX_INNER = 256
@@ -166,8 +168,10 @@ class _Terms(list):
     k padded terms every element of the fused kernel tested all k paddings and the pieces'
     formulas could not vectorize (an LSTM cell's four gate gradients: one kernel of 100 us for
     a (20, 512) gradient); joined, each piece is its own kernel and the cat copies them. A
-    padding adds zeros, so the joined and the summed gradients are equal (the cat keeps a
-    -0.0 the sum made 0.0)."""
+    padding adds zeros, so the joined gradient equals the sum up to the order in which the
+    other terms are added to it (after the cat, not between the padded terms) and a -0.0 the
+    sum made 0.0. Small products reaching one tensor are joined too (_small_products). Only
+    terms of the first term's dtype join (a custom Function may hand back another dtype)."""
 
     __slots__ = ()
 
@@ -232,7 +236,7 @@ def _small_products(terms):
             and dict(node.inputs[0].attrs)["perm"] == (1, 0)
         ):
             node = node.inputs[0].inputs[0]
-        if node.op == "matmul" and not g.requires_grad and len(node.shape) == 2:
+        if node.op == "matmul" and not g.requires_grad and len(node.shape) == 2 and g.dtype is terms[0].dtype:
             a, b = node.inputs
             if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] <= JOIN_MAX_INNER:
                 factors.append((g._wrap(a), g._wrap(b)))
@@ -249,7 +253,7 @@ def _padded_ranges(terms):
     by_axis: dict = {}
     for k, g in enumerate(terms):
         node = g._node
-        if node.op != "pad" or g.requires_grad:  # with create_graph the terms keep their history
+        if node.op != "pad" or g.requires_grad or g.dtype is not terms[0].dtype:  # create_graph: keep history
             continue
         pads = dict(node.attrs)["pads"]
         axes = [i for i, p in enumerate(pads) if p != (0, 0)]
@@ -387,6 +391,7 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
             if g is None:
                 continue
             if isinstance(g, _Terms):
+                state.current = _backward_name(t._node.scope)  # the join's nodes: t's backward scope
                 g = g.total()
             ctx = t._ctx
             if _registry and not isinstance(g, list):  # a list: the gradients of a several-output node's outputs
@@ -411,13 +416,7 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
                 slots = grads.setdefault(id(inputs[0]), [None] * inputs[0].n_outputs)
                 slots[opdef.index] = g
             else:
-                fwd = out_node.scope if out_node is not None else None
-                name = backward_names.get(fwd)
-                if name is None:
-                    if len(backward_names) > 4096:
-                        backward_names.clear()
-                    name = backward_names[fwd] = f"{fwd} (backward)" if fwd else "(backward)"
-                state.current = name
+                state.current = _backward_name(out_node.scope if out_node is not None else None)
                 saved, out = _saved(t, inputs, nodes, out_node, create_graph)
                 cotangents = opdef.vjp(g, saved, out, attrs)
                 for inp, gi in zip(inputs, cotangents):
@@ -446,6 +445,16 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
 
 # "<scope> (backward)" for each forward scope seen (module paths: a few per model).
 backward_names: dict = {}
+
+
+def _backward_name(fwd) -> str:
+    """The scope of the nodes a VJP records: "<forward scope> (backward)"."""
+    name = backward_names.get(fwd)
+    if name is None:
+        if len(backward_names) > 4096:
+            backward_names.clear()
+        name = backward_names[fwd] = f"{fwd} (backward)" if fwd else "(backward)"
+    return name
 
 
 def _saved(t, inputs, nodes, out_node, create_graph: bool):

@@ -492,6 +492,12 @@ class Emitter:
             if self.lane_sums and sop == "sum" and in_dtype.is_floating_point and self.inner:
                 # One order for every machine (ops/numerics.py): the generator writes the lanes.
                 self.close_loop(lanes=(names[0], v, in_dtype))
+            elif self.lane_sums and sop == "sum" and in_dtype.is_floating_point:
+                # Reduced axes of size 1 only: the element added to +0.0 with strict IEEE rules, as
+                # the lanes add it (acc_add's no-signed-zeros flag kept a -0.0 the interpreter's
+                # +0.0 + -0.0 turns into +0.0).
+                self.loop_lines.append(f"{names[0]} = {names[0]} + {v}")
+                self.close_loop()
             else:
                 r_flat = flat(
                     [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in self.axes],

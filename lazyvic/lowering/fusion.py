@@ -281,6 +281,11 @@ def _loops(entries, m, r, space):
                 i = movement_base(entries, i) if is_library(entries, k) else i
                 if i in space:
                     readers.setdefault(i, set()).add(k)
+    size: dict = {}
+    for j, ks in r.items():
+        if kind(entries[j]) != "movement":
+            for k in ks:
+                size[k] = size.get(k, 0) + 1
     into: dict = {}
     for a, ks in readers.items():
         c = min(ks)
@@ -292,17 +297,13 @@ def _loops(entries, m, r, space):
             or is_library(entries, c)
             or a_shape != c_shape
             or entries[a].shape != c_shape
+            or size.get(a, 0) + size.get(c, 0) + 2 > MAX_KERNEL_OPS  # merge_outputs' cap
             or not _elementwise_path_only(entries, m, c, a)
         ):
             continue
         into[a] = c
-
-    def loop(k: int) -> int:
-        while k in into:
-            k = into[k]
-        return k
-
-    return loop
+    # merge_outputs absorbs a kernel into one that is not itself absorbed: no chains.
+    return lambda k: into[k] if k in into and into[k] not in into else k
 
 
 def _split_large(entries, m, space, r, stage_owner, recompute) -> dict:

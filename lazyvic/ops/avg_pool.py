@@ -220,8 +220,15 @@ def _onnx(b, names, at, shape, dtype):
     # Before opset 22, ONNX's ceil_mode output size keeps a last window that starts in the right
     # padding (onnxruntime drops it, as PyTorch does): a Slice crops to PyTorch's size either way.
     hw = b.shape_of(names[0])[2:]
+    if not at["ceil_mode"] or b.opset >= 22:
+        return y
+    if any(type(v) is not int for v in (*hw, *shape[2:])):
+        raise UnsupportedOpError(
+            f"avg_pool2d: ceil_mode with dynamic spatial sizes {tuple(hw)} has no fixed crop to PyTorch's "
+            f"output size before opset 22 (exporting at opset {b.opset}); export at opset 22 or fixed sizes"
+        )
     kept = [(n + 2 * p - k + s - 1) // s + 1 for n, k, s, p in zip(hw, at["kernel"], at["stride"], at["padding"])]
-    if at["ceil_mode"] and b.opset < 22 and tuple(kept) != tuple(shape[2:]):
+    if tuple(kept) != tuple(shape[2:]):
         zeros, axes = np.zeros(2, dtype=np.int64), np.array([2, 3], dtype=np.int64)
         y = b.node("Slice", [y, b.const(zeros, "starts"), b.ints(shape[2:], "ends"), b.const(axes, "axes")])
     return y

@@ -25,12 +25,11 @@ zeros inserted by the stride), and the weight gradient is the primitive
 the forward's im2col columns of x times g, one BLAS product per chunk of images (the chunks
 of the forward) accumulated in chunk order: ``dW^T (G, Cg*T, O/G) += cols (G, Cg*T, n*oH*oW)
 @ g^T`` (``weight_gemm``; the product of Caffe's and PyTorch's CPU convolution backward),
-zero at the taps that read padding only. Before, it was a convolution of the input (channels as the batch) by
-the output gradient (as a kernel of oH x oW taps), stride and dilation swapped, as XLA writes
-it: its im2col copied runs of kW elements and its products were C small ones of kH*kW columns
-(ResNet-18's 7x7 stem at 32x32, batch 32: see lowering/cpu/steps.ConvWeightStep). CUDA keeps
-(lowering/cuda/steps.CudaConvWeightStep: the same product through cuBLAS); depthwise convolutions
-keep their tap by tap sums.
+zero at the taps that read padding only. CUDA runs the same product through cuBLAS
+(lowering/cuda/steps.CudaConvWeightStep); depthwise convolutions keep their tap by tap sums.
+Measured (benchmarks/resnet18.py --quick, 2 cores): a 3x3 64->64 convolution of 32 32x32
+images, forward and both gradients, 655 -> 904 images/s against the convolution of the input
+(channels as the batch) by the output gradient that computed it before.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import numpy as np
 
 from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops.join import MIN_PIECES
 from lazyvic.ops.opdef import OpDef, register
 
 
@@ -301,9 +301,9 @@ def _depthwise_weight_grad(g, x, w_shape, pads, at):
 
 
 def _concat0(parts):
-    """``cat(parts, 0)`` as the front end records it: the cat primitive (ops/join.py) for four
-    parts or more, else each part zero-padded to the whole and summed (one fused kernel)."""
-    if len(parts) >= 4:
+    """``cat(parts, 0)`` as the front end records it: the cat primitive (ops/join.py) for
+    MIN_PIECES parts or more, else each part zero-padded to the whole and summed (one fused kernel)."""
+    if len(parts) >= MIN_PIECES:
         return parts[0].apply("cat", *parts, axis=0)
     total = sum(p.shape[0] for p in parts)
     out, start = None, 0
@@ -332,11 +332,21 @@ def weight_grad(g, x, w_shape, at):
 # ------------------------------------------------------------------- weight gradient
 def _weight_infer(shapes, dtypes, at):
     xs, gs = shapes
+    if len(xs) != 4 or len(gs) != 4 or len(at["kernel"]) != 2:
+        raise ShapeError(
+            f"conv2d_weight: expected input (N, C, H, W), output gradient (N, O, oH, oW) and a (kH, kW) "
+            f"kernel, got {xs}, {gs} and {at['kernel']}"
+        )
     kh, kw = at["kernel"]
     groups = at["groups"]
-    if len(xs) != 4 or len(gs) != 4 or xs[0] != gs[0] or xs[1] % groups or gs[1] % groups:
-        raise ShapeError(f"conv2d_weight: input {xs} and output gradient {gs} do not fit groups={groups}")
     (sh, sw), (pt, pb, pl, pr), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+    if groups < 1 or min(sh, sw, dh, dw, kh, kw) < 1 or min(pt, pb, pl, pr) < 0:
+        raise ShapeError(
+            f"conv2d_weight: invalid groups {groups}, kernel {at['kernel']}, stride {at['stride']}, "
+            f"padding {at['padding']} or dilation {at['dilation']}"
+        )
+    if xs[0] != gs[0] or xs[1] % groups or gs[1] % groups:
+        raise ShapeError(f"conv2d_weight: input {xs} and output gradient {gs} do not fit groups={groups}")
     if (out_size(xs[2], kh, sh, pt, pb, dh), out_size(xs[3], kw, sw, pl, pr, dw)) != tuple(gs[2:]):
         raise ShapeError(f"conv2d_weight: output gradient {gs} is not the conv2d output of input {xs}")
     if dtypes[0] is not dtypes[1] or not dtypes[0].is_floating_point:
@@ -355,11 +365,12 @@ def weight_gemm(cols: np.ndarray, g: np.ndarray, groups: int, acc: np.ndarray, f
     ``first``), each None to allocate."""
     n, o = g.shape[:2]
     m = cols.shape[1]
-    if n == 1:
+    if n == 1 and g.flags.c_contiguous:
         gm = g.reshape(o, m)
     else:
         gm = np.empty((o, m), dtype=g.dtype) if scratch[0] is None else scratch[0][: o * m].reshape(o, m)
-        np.copyto(gm.reshape(o, n, m // n), g.reshape(n, o, m // n).transpose(1, 0, 2))
+        # Straight from g's own strides (a reshape of a strided view would copy it first).
+        np.copyto(gm.reshape((o, *g.shape[:1], *g.shape[2:])), g.transpose(1, 0, 2, 3))
     colsg = cols.reshape(groups, cols.shape[0] // groups, m)
     gmg = gm.reshape(groups, o // groups, m).transpose(0, 2, 1)
     if first:
@@ -396,9 +407,10 @@ def _weight_reference(arrays, at):
     t = len(rows) * len(cols)
     acc = np.empty((groups, cg * t, o // groups), dtype=x.dtype)
     step = images_per_chunk(g.shape[0], x.shape[1] * t, g.shape[2] * g.shape[3], x.dtype.itemsize)
+    acc[...] = 0  # an empty batch: no chunk, a zero gradient
     for n0 in range(0, g.shape[0], step):
         chunk = im2col_reference(x[n0 : n0 + step], rows, cols, at, g.shape[2:])
-        weight_gemm(chunk, np.ascontiguousarray(g[n0 : n0 + step]), groups, acc, n0 == 0, (None, None))
+        weight_gemm(chunk, g[n0 : n0 + step], groups, acc, n0 == 0, (None, None))
     out = np.empty(shape, dtype=x.dtype)
     spread_taps(acc, out, rows, cols)
     return out

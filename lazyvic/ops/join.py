@@ -4,7 +4,7 @@
         xi (..., ni, ...) of one dtype and equal sizes outside ``axis`` -> (..., n1 + ... + nk, ...),
         piece i at positions [n1 + ... + n(i-1), n1 + ... + ni) of ``axis``
 
-``lazyvic.cat`` records it for four or more pieces (``indexing.CAT_PRIMITIVE_MIN_PIECES``); fewer
+``lazyvic.cat`` records it for MIN_PIECES (four) or more pieces; fewer
 pieces are zero-padded and summed, which fuses with their producers and consumers. A primitive
 because, as a sum of k padded pieces, every output element of the fused kernel evaluated the
 padding tests of all k pieces: stacking an LSTM language model's 35 step outputs, (35, 20, 128),
@@ -21,6 +21,11 @@ import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops.opdef import OpDef, register
+
+# Joins of this many pieces or more are the cat primitive (the front end's cat, conv2d's
+# depthwise weight gradient, and the gradients autograd/engine joins); fewer are zero-padded
+# and summed, which fuses with the pieces' producers and consumers.
+MIN_PIECES = 4
 
 
 def _infer(shapes, dtypes, at):

@@ -34,7 +34,15 @@ def _evaluate(entry, n: int, inputs: list, scalars: list) -> list:
         elif e.op == "scalar":
             values[i] = scalar_value(scalars[e.slot], e.dtype)
         else:
-            values[i] = run_reference(optable.OPS[e.op].reference, [values[j] for j in e.inputs], e.attrs, e.dtype)
+            opdef = optable.OPS[e.op]
+            v = run_reference(opdef.reference, [values[j] for j in e.inputs], e.attrs, e.dtype)
+            # A computed value in row-major order, as a compiled plan's buffer holds it: NumPy
+            # keeps the layout of its operands (an elementwise op on a transposed view is
+            # column-major), and a product of a column-major operand by a vector runs another
+            # BLAS gemv than the buffer's (other bits). Movement ops stay views, as in plans.
+            if opdef.kind != "movement" and v.ndim > 1 and not v.flags.c_contiguous:
+                v = np.ascontiguousarray(v)
+            values[i] = v
     return values
 
 

@@ -340,6 +340,16 @@ def case_conv_of_a_constant(lv):
     return [[f.conv2d(lv.full((1, 2, 4, 4), 0.5), w, padding=1)], [x.grad, w.grad]], "close"
 
 
+def case_weight_gradient_of_a_padded_constant(lv):
+    """conv2d_weight whose input is a broadcast Python number read through a pad (-1 entries:
+    zeros): the weight gradient of conv_transpose2d under a slice of a sum's gradient."""
+    f = lv.functional
+    x = lv.tensor(_data(1, 2, 3, 3))
+    w = lv.tensor(_data(2, 3, 3, 3, seed=1), requires_grad=True)
+    f.conv_transpose2d(x, w, stride=2)[..., 1:, 2:].sum().backward()
+    return [w.grad], "close"
+
+
 def case_max_pool_of_a_constant(lv):
     """max_pool2d of a broadcast Python number has no device step: a host step (a counted fallback)."""
     return [lv.functional.max_pool2d(lv.full((1, 2, 4, 4), 0.5), 2)], "exact"
@@ -741,6 +751,7 @@ def test_fallbacks_are_counted(results):
         "case_avg_pool_of_a_view",
         "case_matmul_of_a_constant",
         "case_conv_of_a_constant",
+        "case_weight_gradient_of_a_padded_constant",
     ],
 )
 def test_indices_random_and_pool_views_run_on_the_device(results, case):

@@ -58,6 +58,7 @@ LIBRARY_KERNELS = {
     "im2col_kernel",
     "conv_output_kernel",
     "max_pool2d_kernel",
+    "place_copy",
     "avg_pool2d_kernel",
     "avg_pool2d_backward_kernel",
     "randn_kernel",

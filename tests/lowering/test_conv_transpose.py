@@ -196,3 +196,18 @@ def test_the_plans_memory_report_counts_the_convolution_scratch(tmp_path):
     columns, product, padded = 27 * 2 * 20, 6 * 2 * 20, 2 * 3 * 7 * 6
     assert memory["scratch"] == 4 * (columns + product + padded)
     assert memory["peak"] == sum(memory[k] for k in ("inputs", "parameters", "outputs", "temporaries", "scratch"))
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_weight_gradient_of_an_empty_batch_is_zero(mode):
+    """conv2d_weight over no image (a batch of 0): no chunk is multiplied, the gradient is zero
+    (not the accumulator's uninitialized memory); also for a strided, non-contiguous gradient."""
+    w = lv.tensor(np.ones((4, 3, 3, 3), np.float32), requires_grad=True)
+    F.conv2d(lv.zeros(0, 3, 5, 5), w, padding=1).sum().backward()
+    assert w.grad.shape == (4, 3, 3, 3) and not w.grad.numpy().any()
+    g = lv.tensor(np.arange(2 * 5 * 4 * 3, dtype=np.float32).reshape(2, 5, 3, 4)).permute(0, 1, 3, 2)[:, 1:]
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 3)).astype(np.float32)
+    at = dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    got = lv.Tensor.apply("conv2d_weight", lv.tensor(x), g, **at).numpy()
+    want = np.einsum("nchw,nohw->oc", x.astype(np.float64), g.numpy().astype(np.float64))
+    np.testing.assert_allclose(got[:, :, 0, 0], want, rtol=1e-5, atol=1e-4)

@@ -3,7 +3,8 @@
 backend.py       CpuBackend: the code generator and the steps of each group
 codegen.py       one fusion group -> the source of a Numba kernel
 kernel_cache.py  kernel files under the cache directory, compiled once per source
-steps.py         the steps of a plan (kernel, matmul, conv2d, pool, scatter_add, checks, references)
+steps.py         the steps of a plan (kernel, matmul, conv2d and its weight gradient, pool, cat,
+                 scatter_add, checks, references)
 plan.py          CpuPlan and its run()
 im2col.py        conv2d's im2col copies (Numba kernels)
 pool_kernels.py  max_pool2d, the average pools and their transposes (Numba kernels)

@@ -1,8 +1,9 @@
 """The CPU backend: Numba kernels (``lowering/cpu/codegen.py``), BLAS through NumPy, a CpuPlan.
 
-Library groups: matmul (BLAS), conv2d (im2col copies and one BLAS product), max_pool2d and the
-average pools (window kernels), scatter_add (a compiled kernel) and cat (NumPy copies of the pieces); any other op without a kernel runs its
-NumPy reference inside the plan and is reported as a fallback.
+Library groups: matmul (BLAS), conv2d and its weight gradient (im2col copies and one BLAS
+product), max_pool2d and the average pools (window kernels), scatter_add (a compiled kernel)
+and cat (NumPy copies of the pieces); any other op without a kernel runs its NumPy reference
+inside the plan and is reported as a fallback.
 """
 
 from __future__ import annotations

@@ -64,8 +64,10 @@ LANE_GROUP = 4
 # Rows of a lane-ordered sum at most this long (and of a size known when the kernel is made)
 # are summed without the lane array: the loop over the lanes, their zeroing and the halving
 # loop cost more than the row's additions. Batch norm's statistics over ResNet's 8x8 planes,
-# rows of 8: a compiled call summing (32, 16, 8, 8) over (0, 2, 3) took 78 us, now 17 us.
+# rows of 8: a compiled call summing (32, 16, 8, 8) over (0, 2, 3) took 78 us with the lanes, 17 us so.
 SHORT_ROW_MAX = 16
+# ... when the row's body, written once per element, stays within this many lines.
+SHORT_ROW_MAX_LINES = 256
 
 
 def _lane_tree(names: list, alias: str) -> str:
@@ -107,9 +109,10 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
         """A float sum in the lane order of ``ops/numerics.py``: along the last reduced loop,
         element k adds into lane k % LANES (in blocks of LANES, the last one shorter), the lanes
         are combined by a halving tree; over the other reduced loops each such partial is added
-        in order to the accumulator. The body is written once (compile time grows with it).
-        LANES comes in as a size argument: with a constant trip count LLVM unrolls the lane
-        loop into scalars instead of vectorizing it."""
+        in order to the accumulator. The body is written once (compile time grows with it),
+        except in a short row (below), written once per element. LANES comes in as a size
+        argument: with a constant trip count LLVM unrolls the lane loop into scalars instead of
+        vectorizing it."""
         _, body, acc, value, dtype = line
         *outer_red, last = em.inner
         out, d = [], depth
@@ -118,9 +121,14 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
             d += 1
         ind = "    " * d
         size = em.loop_sizes[last]
-        if not isinstance(size, symbolic.Sym) and 0 < size <= SHORT_ROW_MAX:
+        short = not isinstance(size, symbolic.Sym) and 0 < size <= SHORT_ROW_MAX
+        if short and size * len(render(body, d)) > SHORT_ROW_MAX_LINES:
+            short = False  # a long body written out per element would compile slowly
+        if short:
             # A short row of known length: its elements in locals, combined by the lanes'
-            # halving tree written out (the same additions in the same order, no lane array).
+            # halving tree written out. The lanes add each element to +0.0 first, this tree
+            # does not: the two differ only in the sign of a zero partial, and the accumulator
+            # starts at +0.0 and is never -0.0 (round to nearest), so its value is the same.
             alias = ALIAS[dtype.name]
             names = []
             for k in range(size):

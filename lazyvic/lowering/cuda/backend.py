@@ -103,7 +103,9 @@ def _conv_weight_step(entries, root: int, args: list) -> CudaConvWeightStep:
     g_map = logical.reshape(n, groups, og, hw).transpose(1, 0, 3, 2).reshape(-1)
     # The product (G, Cg*kH*kW, O/G) read as (O, Cg, kH, kW).
     out_map = np.arange(groups * k * og, dtype=np.int64).reshape(groups, k, og).transpose(0, 2, 1).reshape(-1)
-    x_map = operand_map(entries, args[0]) if args[0].kind == "buffer" else None
+    x_map = operand_map(entries, args[0])
+    if args[0].kind == "scalar" and x_map is None:  # a bare number: every element reads it
+        x_map = np.zeros(n * c * h * w, dtype=np.int64)
     return CudaConvWeightStep(
         f"conv2d_weight{e.shape}", root, args[0], args[1], groups, og, k, n * hw, dims, (x_map, g_map, out_map)
     )
@@ -198,14 +200,15 @@ def _random_step(entries, root: int, args: list) -> CudaRandnStep | None:
 def _cat_step(entries, root: int, args: list) -> CudaCatStep:
     e = entries[root]
     axis = e.attrs["axis"]
-    positions = np.arange(math.prod(e.shape), dtype=np.int64).reshape(e.shape)
-    maps, start = [], 0
+    inner = math.prod(e.shape[axis + 1 :])
+    out_width = e.shape[axis] * inner
+    places, start = [], 0
     for arg, j in zip(args, e.inputs):
-        stop = start + entries[j].shape[axis]
-        dest = positions[(slice(None),) * axis + (slice(start, stop),)].reshape(-1)
-        maps.append((operand_map(entries, arg), dest))
-        start = stop
-    return CudaCatStep(f"{e.op}{e.shape}", root, tuple(args), tuple(maps))
+        n = entries[j].shape[axis]
+        count = math.prod(entries[j].shape)
+        places.append((operand_map(entries, arg), count, n * inner, start * inner))
+        start += n
+    return CudaCatStep(f"{e.op}{e.shape}", root, tuple(args), tuple(places), out_width)
 
 
 # Library step of each op kind CUDA has one for (None from a builder: not for these operands).

@@ -21,6 +21,7 @@ through movement ops, or im2col, made contiguous through an index map),
 indices (``index_check``: into the plan's error buffer, read once after the plan's last
 step), ``gather_dim`` (a gather at an index computed in the trace),
 scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``),
+a cat's pieces placed in the output (``place_copy``),
 the average pools and their transposes (``avg_pool2d_kernel``, ``avg_pool2d_backward_kernel``)
 and ``randn_kernel``.
 
@@ -619,9 +620,10 @@ def round_bf16_f64(x):
 
 
 @cuda.jit(cache=True)
-def place_copy(out, src, index, dest, mapped, zero):
-    """``out[dest[n]] = src[index[n]]`` (``src[n]`` unless ``mapped``; ``zero`` where the index
-    is -1): one piece of a cat placed in its range of the output."""
-    for n in range(cuda.grid(1), dest.size, cuda.gridsize(1)):
+def place_copy(out, src, index, mapped, zero, count, width, out_width, offset):
+    """One piece of a cat placed in its range of the output: the piece's element n (``src[n]``,
+    or ``src[index[n]]`` when ``mapped``, ``zero`` where that index is -1) goes to row
+    n // width, column offset + n % width of the output seen as rows of ``out_width``."""
+    for n in range(cuda.grid(1), count, cuda.gridsize(1)):
         j = index[n] if mapped else n
-        out[dest[n]] = src[j] if j >= 0 else zero
+        out[(n // width) * out_width + offset + n % width] = src[j] if j >= 0 else zero

@@ -7,6 +7,9 @@
 - :class:`CudaConvStep` computes a conv2d as im2col columns (a kernel computing each
   source address), the same grouped product and a kernel into the output layout;
   :class:`CudaConvTransposeStep` a conv_transpose2d as a grouped product and a col2im kernel;
+  :class:`CudaConvWeightStep` conv2d's weight gradient as the forward's columns times the
+  gathered output gradient;
+- :class:`CudaCatStep` places each piece of a cat in its range of the output;
 - :class:`CudaMaxPoolStep`, :class:`CudaAvgPoolStep` and :class:`CudaRandnStep` run fixed
   kernels of the CUDA library (``lowering/cuda/kernel_lib.py``); the steps that read indices
   are in ``lowering/cuda/index_steps.py``;
@@ -230,13 +233,15 @@ class CudaMaxPoolStep:
 @dataclass
 class CudaCatStep:
     """cat (ops/join.py) on the device: each piece placed in its range of the output by one
-    kernel (the CUDA library's place_copy), read through its index map where movement ops view
-    it. The maps and the destinations are made at build time and sent at the first run."""
+    kernel (the CUDA library's place_copy, which computes where each element goes), read
+    through its index map where movement ops view it (maps made at build time, sent at the
+    first run)."""
 
     name: str
     out: int
     args: tuple  # the pieces' operand chains (lowering.pipeline.Operand)
-    maps: tuple  # per piece: (operand_map or None, flat output positions)
+    places: tuple  # per piece: (operand_map or None, elements, row width, offset in the row)
+    out_width: int  # the output's row: its sizes from the cat axis on
     scratch: list = field(default=None, repr=False)  # device copies of the maps
 
     def writes(self):
@@ -249,16 +254,15 @@ class CudaCatStep:
         from lazyvic.lowering.cuda.kernel_lib import place_copy
 
         if self.scratch is None:
-            self.scratch = [
-                (device_int64(m if m is not None else [0], plan), device_int64(d, plan)) for m, d in self.maps
-            ]
+            self.scratch = [device_int64(() if p[0] is None else p[0], plan) for p in self.places]
         out = env[self.out]
-        for c, (m, _), (index, dest) in zip(self.args, self.maps, self.scratch):
-            if not dest.size:
+        for c, (m, count, width, offset), index in zip(self.args, self.places, self.scratch):
+            if not count:
                 continue
-            blocks, threads = plan.target.launch_1d(dest.size)
+            blocks, threads = plan.target.launch_1d(count)
+            zero = np.dtype(c.dtype).type(0)
             src = source(c, env, scalars, plan)
-            place_copy[blocks, threads](out, src, index, dest, m is not None, np.dtype(c.dtype).type(0))
+            place_copy[blocks, threads](out, src, index, m is not None, zero, count, width, self.out_width, offset)
 
 
 @dataclass
@@ -419,14 +423,19 @@ class CudaConvWeightStep:
                 cuda.device_array(n * c * h * w, dtype) if self.x.kind == "scalar" else None,
             ]
         (x_map, g_map, out_map), dims, cols, gt, product, dense = self.scratch
-        x = env[self.x.base] if dense is None else dense
-        if dense is not None:  # a broadcast Python number: a constant image
-            fill[plan.target.launch(dense.size)](dense, dtype.type(scalars[self.x.base]))
-            x_map = device_int64((), plan) if self.maps[0] is None else x_map
-        im2col_kernel[plan.target.launch(cols.size)](cols, x, x_map if dense is None else dense[:0], dims, zero)
+        out = env[self.out]
+        if self.columns == 0:  # an empty batch: a zero gradient
+            fill[plan.target.launch(out.size)](out, zero)
+            return
+        if dense is None:  # a buffer, read through its map by the im2col kernel
+            x, x_cols_map = env[self.x.base], x_map
+        else:  # a broadcast Python number: made dense through its map (a pad's -1 reads zero)
+            src = source(self.x, env, scalars, plan)
+            copy_view[plan.target.launch(dense.size)](dense, src, x_map, zero)
+            x, x_cols_map = dense, dense[:0]
+        im2col_kernel[plan.target.launch(cols.size)](cols, x, x_cols_map, dims, zero)
         copy_view[plan.target.launch(gt.size)](gt, source(self.g, env, scalars, plan), g_map, zero)
         plan.target.matmul(product, cols, gt, self.groups, self.k, self.columns, self.o_per_group, dtype)
-        out = env[self.out]
         copy_view[plan.target.launch(out.size)](out, product, out_map, zero)
 
 

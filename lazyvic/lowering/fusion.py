@@ -302,6 +302,7 @@ def _loops(entries, m, r, space):
         ):
             continue
         into[a] = c
+
     # Chains are followed, although merge_outputs absorbs a kernel only into one that is not
     # absorbed itself: where that leaves two loops, the value is computed in both, which for a
     # few ops costs less than a buffer (an LSTM language model's training step, paired runs of

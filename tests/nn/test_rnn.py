@@ -233,3 +233,25 @@ def test_recurrent_errors_name_the_layer():
     packed = PackedSequence(lazyvic.zeros(5, 3), lazyvic.tensor([2, 2]), None, None)
     with pytest.raises(ShapeError, match=r"LSTM: expected a PackedSequence with data .* got data \(5, 3\)"):
         lstm(packed)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_inference_reads_one_row_major_recurrent_weight(cls, monkeypatch):
+    """Without gradients, every step multiplies by one row-major copy of W_hh^T
+    (functional/recurrent.recurrent_weight), not by a transposed view: the interpreter and the
+    compiled plan give the same bits, and the outputs match the training-mode ones."""
+    from lazyvic.runtime.config import config
+
+    xs = np.random.default_rng(5).standard_normal((5, 4, 8)).astype(np.float32)
+    outs = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(config, "compile", mode)
+        lazyvic.manual_seed(0)
+        layer = getattr(nn, cls)(8, 8, 1)
+        with lazyvic.no_grad():
+            assert recurrent.recurrent_weight(layer.weight_hh_l0, 4, 5) is not None
+            outs[mode] = layer(lazyvic.tensor(xs))[0].numpy()
+    assert outs["never"].tobytes() == outs["always"].tobytes()
+    monkeypatch.setattr(config, "compile", "never")
+    with_grad = layer(lazyvic.tensor(xs))[0].detach().numpy()  # per-step views of W_hh^T
+    np.testing.assert_allclose(outs["always"], with_grad, rtol=1e-5, atol=1e-6)

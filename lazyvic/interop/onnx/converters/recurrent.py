@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from lazyvic.creation import zeros
+from lazyvic.functional.recurrent import recurrent_weight
 from lazyvic.indexing import stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.activation import softplus
@@ -69,6 +70,7 @@ class _Cell(NamedTuple):
     r: Tensor
     rb: Tensor
     acts: list
+    rt: Tensor  # R^T (hidden, gates * hidden): the view, or a row-major copy (recurrent_weight)
 
 
 def _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, defaults: list, step: Callable):
@@ -103,7 +105,8 @@ def _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, de
     for d in range(directions):
         wd = weight[d]
         wb, rb = bias[d, : gates * hidden], bias[d, gates * hidden :]
-        cell = _Cell(d, hidden, recur[d], rb, acts[d])
+        rt = recurrent_weight(recur[d], batch, steps)
+        cell = _Cell(d, hidden, recur[d], rb, acts[d], recur[d].T if rt is None else rt)
         projected = (xs.reshape(steps * batch, -1) @ wd.T + wb).reshape(steps, batch, gates * hidden)
         h, c = h0[d], c0[d]
         ys = [None] * steps
@@ -130,7 +133,7 @@ def _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, de
 def rnn(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
     def step(xt, h, c, cell):
         (f,) = cell.acts
-        return f(xt + h @ cell.r.T + cell.rb), c
+        return f(xt + h @ cell.rt + cell.rb), c
 
     y, y_h, _ = _unroll(ctx, x, w, r, b, sequence_lens, initial_h, None, 1, ["Tanh"], step)
     return y, y_h
@@ -142,18 +145,18 @@ def gru(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
 
     def step(xt, h, c, cell):  # gates z, r, h
         f, g = cell.acts
-        n, rd, rb = cell.hidden, cell.r, cell.rb
-        rh, bh = rd[2 * n :], rb[2 * n :]
+        n, rt, rb = cell.hidden, cell.rt, cell.rb
+        bh = rb[2 * n :]
         if linear_before_reset:  # PyTorch's GRU: one product of h by all of R per step
-            hr = h @ rd.T + rb
+            hr = h @ rt + rb
             z = f(xt[:, :n] + hr[:, :n])
             reset = f(xt[:, n : 2 * n] + hr[:, n : 2 * n])
             cand = g(xt[:, 2 * n :] + reset * hr[:, 2 * n :])
         else:
-            hr = h @ rd[: 2 * n].T + rb[: 2 * n]
+            hr = h @ rt[:, : 2 * n] + rb[: 2 * n]
             z = f(xt[:, :n] + hr[:, :n])
             reset = f(xt[:, n : 2 * n] + hr[:, n:])
-            cand = g(xt[:, 2 * n :] + (reset * h) @ rh.T + bh)
+            cand = g(xt[:, 2 * n :] + (reset * h) @ rt[:, 2 * n :] + bh)
         return (1.0 - z) * cand + z * h, c
 
     y, y_h, _ = _unroll(ctx, x, w, r, b, sequence_lens, initial_h, None, 3, ["Sigmoid", "Tanh"], step)
@@ -165,7 +168,7 @@ def lstm(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=Non
     def step(xt, h, c, cell):  # gates i, o, f, c; peepholes i, o, f
         f, g, hact = cell.acts
         n = cell.hidden
-        pre = xt + h @ cell.r.T + cell.rb
+        pre = xt + h @ cell.rt + cell.rb
         gi, go, gf, gc = (pre[:, k * n : (k + 1) * n] for k in range(4))
         if peepholes is not None:
             pd = ctx.tensor(peepholes)[cell.direction]

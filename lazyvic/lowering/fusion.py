@@ -70,6 +70,16 @@ def is_library(entries, i) -> bool:
     return False
 
 
+def _operand_base(entries, m, i) -> int:
+    """The buffer a library step reads for its input ``i``: down the movement chain to the first
+    node with a buffer (lowering.pipeline.operand stops there), not past it. (merge_outputs went
+    past a materialized expand of a scalar, h0 = zeros(...) kept alive, so a GRU's first product
+    read it before the kernel that merge_outputs had moved its store into ran: NaN.)"""
+    while i not in m and kind(entries[i]) == "movement":
+        i = entries[i].inputs[0]
+    return i
+
+
 def movement_base(entries, i) -> int:
     """The first non-movement node under a chain of movement ops."""
     while kind(entries[i]) == "movement":
@@ -278,7 +288,7 @@ def _loops(entries, m, r, space):
     for k in range(len(entries)):
         if k in space or (k in m and is_library(entries, k)):
             for i in entries[k].inputs:
-                i = movement_base(entries, i) if is_library(entries, k) else i
+                i = _operand_base(entries, m, i) if is_library(entries, k) else i
                 if i in space:
                     readers.setdefault(i, set()).add(k)
     size: dict = {}
@@ -415,7 +425,7 @@ def merge_outputs(entries, groups: list, m: set) -> list:
     readers: dict = {}
     for n, g in enumerate(groups):
         if is_library(entries, g.root):  # operands through movement chains (NumPy views)
-            reads = {movement_base(entries, i) for i in entries[g.root].inputs}
+            reads = {_operand_base(entries, m, i) for i in entries[g.root].inputs}
         else:
             reads = {i for j in g.members for i in entries[j].inputs if i in m and i != j}
         for i in reads:

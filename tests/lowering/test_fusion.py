@@ -309,3 +309,20 @@ def test_lstm_cell_is_one_kernel_per_step():
     with lv.no_grad():
         ref_out, _ = lstm(x)
     np.testing.assert_array_equal(out.numpy(), ref_out.numpy())
+
+
+def test_a_product_reads_a_stored_broadcast_before_a_merged_kernel_rewrites_it():
+    """A GRU's first step multiplies h0 = zeros(...) (a broadcast number, stored because the live
+    tensor keeps it as an output) by W_hh^T; merge_outputs may move the store of h0 into a later
+    kernel only if no step before that kernel reads it, and the product reads the stored h0, not
+    the number below it (fusion._operand_base). Before, the product read h0's buffer before it
+    was written: NaN or garbage, only when the output tensor (and its history) was kept alive."""
+    lv.manual_seed(0)
+    layer = lv.nn.GRU(8, 8, 1)
+    lv.sync(*layer.parameters())
+    x = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    kept = layer(lv.tensor(x))[0]  # gradients on: every intermediate stays alive, as outputs
+    got = kept.detach().numpy()
+    config.compile = "never"
+    want = layer(lv.tensor(x))[0].detach().numpy()
+    np.testing.assert_array_equal(got, want)

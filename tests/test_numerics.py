@@ -141,6 +141,18 @@ def test_products_of_transposed_results_interpreted_equal_compiled(monkeypatch):
     assert _same_bits(*_both(lambda: lv.tensor(v) @ (lv.tensor(x).T * 2.0).T, monkeypatch))
 
 
+def test_scatter_add_with_duplicates_interpreted_equal_compiled(monkeypatch):
+    """scatter_add (embedding and max-pool gradients) adds duplicates one at a time in the order
+    of the index's positions, in the output's dtype, interpreted and compiled: the same bits
+    (values of mixed scales, where float64 sums rounded once would differ)."""
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, 5, (300, 3))
+    src = (rng.standard_normal((300, 3)) * np.logspace(0, 7, 300)[:, None]).astype(np.float32)
+    base = rng.standard_normal((5, 3)).astype(np.float32)
+    got = _both(lambda: lv.tensor(base).scatter_add(0, lv.tensor(idx), lv.tensor(src)), monkeypatch)
+    assert _same_bits(*got)
+
+
 def test_signed_zero_extremes_follow_llvm():
     x = np.array([[-0.0, 0.0], [-0.0, -0.0], [0.0, 0.0]], np.float32)
     assert list(np.signbit(numerics.extreme(x, (1,), largest=True).ravel())) == [False, True, False]

@@ -325,7 +325,6 @@ def weight_grad(g, x, w_shape, at):
     for a depthwise convolution the tap by tap sums of ``_depthwise_weight_grad``."""
     if is_depthwise(x.shape, w_shape, at):
         return _depthwise_grad(g, x, w_shape, at)
-    at = {k: at[k] for k in ("stride", "padding", "dilation", "groups")}
     return g.apply("conv2d_weight", x, g, kernel=tuple(w_shape[2:]), **at)
 
 

@@ -479,6 +479,11 @@ class Tensor:
         does not require grad)."""
         return autograd.engine.register_hook(self, hook)
 
+    def register_post_accumulate_grad_hook(self, hook) -> "autograd.RemovableHandle":
+        """Call ``hook(self)`` after a backward walk accumulated a gradient into this leaf's
+        ``.grad``. See :func:`lazyvic.autograd.engine.register_post_accumulate_grad_hook`."""
+        return autograd.engine.register_post_accumulate_grad_hook(self, hook)
+
     def retain_grad(self) -> None:
         """Keep this non-leaf tensor's gradient in ``.grad`` (a no-op on a leaf). Raises
         AutogradError when it does not require grad."""

@@ -12,14 +12,16 @@ walk records the VJPs with history (grad mode on) and hands each VJP the input a
 tensors themselves wherever they still hold the values the op saw, so a gradient can be
 differentiated again (higher-order gradients, gradient penalties).
 
-Hooks (``Tensor.register_hook``) and ``retain_grad`` flags live in a registry here, keyed by
-the tensor's id and dropped with the tensor (``Tensor`` has ``__slots__``). This module builds
+Hooks (``Tensor.register_hook``, ``register_post_accumulate_grad_hook``) and ``retain_grad`` flags live in a registry here, keyed by
+the tensor's id and dropped with the tensor (``Tensor`` has ``__slots__``). A hook may queue a
+callback that runs when the walk is over (``queue_callback``). This module builds
 tensors only through the tensors it is handed: it sits below ``lazyvic.tensor``.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from typing import Callable, Sequence
 
@@ -33,13 +35,14 @@ from lazyvic.trace import scope
 class _TensorHooks:
     """The hooks and the retain_grad flag of one tensor (dropped when the tensor dies)."""
 
-    __slots__ = ("ref", "hooks", "retain")
+    __slots__ = ("ref", "hooks", "post", "retain")
 
     def __init__(self, t) -> None:
         key = id(t)
         # The callback runs before the id can be reused by another object.
         self.ref = weakref.ref(t, lambda _, key=key: _registry.pop(key, None))
         self.hooks: dict[int, Callable] = {}  # handle id -> hook, in registration order
+        self.post: dict[int, Callable] = {}  # post-accumulate-grad hooks (leaves)
         self.retain = False
 
 
@@ -96,6 +99,55 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
     handle = RemovableHandle(hooks)
     hooks[handle.id] = hook
     return handle
+
+
+def register_post_accumulate_grad_hook(t, hook: Callable) -> RemovableHandle:
+    """Call ``hook(t)`` after each walk has accumulated a gradient into the leaf ``t``'s
+    ``.grad`` (``torch.Tensor.register_post_accumulate_grad_hook``; what
+    ``DistributedDataParallel`` uses to learn which gradients a backward produced).
+
+    Raises:
+        AutogradError: ``t`` does not require grad, or is not a leaf.
+        TypeError: ``hook`` is not callable.
+    """
+    if not t.requires_grad or t._ctx is not None:
+        raise AutogradError(
+            f"register_post_accumulate_grad_hook: only a leaf tensor that requires grad takes one (shape {t.shape})"
+        )
+    if not callable(hook):
+        raise TypeError(f"register_post_accumulate_grad_hook: expected a callable hook, got {type(hook).__name__}")
+    post = _entry(t, create=True).post
+    handle = RemovableHandle(post)
+    post[handle.id] = hook
+    return handle
+
+
+class _Callbacks(threading.local):
+    def __init__(self):
+        self.queue: list | None = None  # the running walk's callbacks (None: no walk runs)
+
+
+_callbacks = _Callbacks()
+
+
+def queue_callback(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` once the running backward walk has finished accumulating every gradient
+    (PyTorch's ``Variable._execution_engine.queue_callback``), in queueing order.
+
+    Raises:
+        AutogradError: no backward walk is running in this thread.
+    """
+    if _callbacks.queue is None:
+        raise AutogradError("queue_callback: only a hook running inside a backward walk can queue a callback")
+    _callbacks.queue.append(fn)
+
+
+def _accumulated(t) -> None:
+    """After ``t.grad`` took this walk's gradient: ``t``'s post-accumulate-grad hooks."""
+    e = _entry(t)
+    if e is not None and e.post:
+        for hook in list(e.post.values()):
+            hook(t)
 
 
 def retain_grad(t) -> None:
@@ -376,8 +428,16 @@ def run_backward(
     order = _topological_order(roots)
     needed = _leading_to(order, targets) if targets is not None else None
     target_ids = {id(t) for t in targets} if targets is not None else set()
-    with backward_walk():
-        return _walk(what, order, seeds, retain_graph, create_graph, accumulate, target_ids, needed)
+    outer, _callbacks.queue = _callbacks.queue, []
+    try:
+        with backward_walk():
+            captured = _walk(what, order, seeds, retain_graph, create_graph, accumulate, target_ids, needed)
+        queue, _callbacks.queue = _callbacks.queue, outer
+        for fn in queue:
+            fn()
+    finally:
+        _callbacks.queue = outer
+    return captured
 
 
 def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids, needed) -> dict:
@@ -401,6 +461,8 @@ def _walk(what, order, grads, retain_graph, create_graph, accumulate, target_ids
             if ctx is None:  # a leaf
                 if accumulate and (needed is None or id(t) in target_ids):
                     t.grad = _own(g) if t.grad is None else t.grad + g
+                    if _registry:
+                        _accumulated(t)
                 continue
             if accumulate and id(t) in target_ids:  # backward(inputs=[a non-leaf])
                 t.grad = _own(g) if t.grad is None else t.grad + g

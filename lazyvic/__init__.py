@@ -107,6 +107,7 @@ from lazyvic import (  # noqa: E402, I001
     backends,
     cuda,
     data,
+    distributed,
     functional,
     linalg,
     metrics,

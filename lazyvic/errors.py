@@ -47,6 +47,12 @@ class OnnxError(LazyvicError, ValueError):
     """An ONNX file or model is invalid, or cannot be converted (names the file, the node and the problem)."""
 
 
+class DistributedError(LazyvicError, RuntimeError):
+    """A collective or process group failed: not initialized, a rank that did not answer within
+    the timeout, ranks that disagree (names the collective, the rank and what was expected).
+    A ``RuntimeError``, as PyTorch's ``DistBackendError``."""
+
+
 # PyTorch users catch IndexError; keep a public name that reads naturally.
 IndexError = IndexError_  # noqa: A001
 
@@ -61,6 +67,7 @@ __all__ = [
     "CheckpointError",
     "OnnxError",
     "DeviceError",
+    "DistributedError",
 ]
 
 

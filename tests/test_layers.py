@@ -60,6 +60,8 @@ LAYERS = [
             "lazyvic.data",
             "lazyvic.capture",
             "lazyvic.models",
+            "lazyvic.distributed.process_group",
+            "lazyvic.distributed.collectives",
         ],
     ),
     (
@@ -73,9 +75,10 @@ LAYERS = [
             "lazyvic.backends",
             "lazyvic.metrics",
             "lazyvic.viz",
+            "lazyvic.distributed",  # the package (re-exports the checkpoints) and its checkpoints (format v1)
         ],
     ),
-    ("command line", ["lazyvic.cli", "lazyvic.tools.onnx_cli"]),
+    ("command line", ["lazyvic.cli", "lazyvic.tools.onnx_cli", "lazyvic.distributed.run"]),
 ]
 ROOT = "lazyvic"  # the public API: it re-exports everything; only the command line (its user) imports it
 

@@ -585,6 +585,19 @@ def _():
     return lv.tensor(a).prod(1), np.array([np.prod(row.astype(np.float64)) for row in a], np.float32)
 
 
+@_case("collective")
+def _():
+    # The op's plumbing (a step of its own in compiled plans, the interpreter's reference) through
+    # a stand-in transport: three ranks holding the same values, summed. The MPI transport itself
+    # is tested under mpirun in tests/distributed.
+    from lazyvic.ops import collective
+
+    collective.transports[-1] = lambda a, at: a * 3 if at["collective"] == "all_reduce" else a
+    a = _f32(2, 3)
+    t = lv.Tensor.apply("collective", lv.tensor(a) + 1, collective="all_reduce", reduce="sum", src=0, group=-1)
+    return t, (a + 1) * 3
+
+
 @_case("argsort")
 def _():
     # Descending and stable: NaN first, ties (and -0.0 == 0.0) in their order. The expected

@@ -20,6 +20,8 @@ Kinds:
     pool         2-D max pooling (a window kernel; ops/pool.py) and average pooling, plain and
                  adaptive, with their transposes (window kernels; ops/avg_pool.py)
     join         cat: pieces copied side by side along one axis (ops/join.py)
+    collective   an all-reduce or a broadcast between processes inside a captured step's plan
+                 (ops/collective.py; its reference sends through lazyvic.distributed)
     sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
                  it runs as its NumPy reference, a reported step)
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 # Registration happens on import of each family.
 from lazyvic.ops import (  # noqa: E402,F401
     avg_pool,
+    collective,
     conv,
     conv_transpose,
     elementwise,

@@ -48,6 +48,9 @@ _COUNTERS = (
     "host_to_device_bytes",
     "device_to_host_copies",
     "device_to_host_bytes",
+    "collectives",
+    "collective_bytes",
+    "collective_seconds",
 )
 
 _lock = threading.Lock()  # guards the list of per-thread counts and fallback_ops

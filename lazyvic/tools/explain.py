@@ -51,6 +51,19 @@ _SYNC_POINTS = {
     "unique": "unique",
     "repeat_interleave": "repeat_interleave",
 }
+# Collectives (lazyvic.distributed.collectives) cut the trace before they send: "collective <name>".
+_COLLECTIVES_FILE = str(Path(__file__).resolve().parent.parent / "distributed" / "collectives.py")
+_COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "broadcast_flat",
+    }
+)
 SIZE_LIMIT = "size limit"
 END_OF_CALL = "end of explain"
 
@@ -84,6 +97,8 @@ def _cut_site() -> tuple[str, str]:
         elif filename in _FRONT_END_FILES:
             if reason != SIZE_LIMIT and name in _SYNC_POINTS:
                 reason = _SYNC_POINTS[name]  # the outermost one wins: item() calls numpy()
+        elif filename == _COLLECTIVES_FILE and name in _COLLECTIVES:
+            reason = f"collective {name}"
         elif via is None and filename not in _OWN_FILES:
             via = f"{Path(filename).parent.name}/{Path(filename).name}:{name}"
         frame = frame.f_back

@@ -181,6 +181,9 @@ LIBRARY_STEPS = {
     "pool": _pool_step,
     "scatter": _scatter_step,
     "join": _cat_step,
+    # A collective is its reference (it sends through lazyvic.distributed's transport): a step of
+    # its own, not a fallback.
+    "collective": lambda lowered, root, args: reference_step(lowered.entries, root, args),
 }
 
 

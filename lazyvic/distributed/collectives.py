@@ -1,0 +1,384 @@
+"""Collectives on tensors (``torch.distributed``'s names and in-place contract).
+
+A collective is a sync point of its own kind: the tensors it reads are computed first (the
+trace is cut before it; ``lazyvic.explain`` shows the cut as ``collective <name>``), the
+messages go through MPI, and the result becomes the tensor's new value, a realized buffer that
+the next trace reads. Every rank must call the same collectives in the same order, as in
+PyTorch.
+
+Reductions have one fixed order, so a seeded run gives the same bits every time and on every
+rank: each rank's tensor is cut into ``world_size`` chunks, chunk ``k`` of every rank is sent to
+rank ``k`` (``MPI_Ialltoall``), which reduces them in rank order (rank 0's, then rank 1's ...),
+and the reduced chunks are gathered back to every rank (``MPI_Iallgather``). That is the
+bandwidth of a ring all-reduce (each rank sends and receives ``2 (n - 1) / n`` of the tensor),
+and the sum of rank order is what a serial loop over the ranks' values computes.
+
+dtypes: float32, float64 and the integer and bool dtypes travel as they are; float16 and
+bfloat16 are widened to float32 for the transport and the reduction, and rounded once at the
+end (PyTorch's NCCL reduces them in their own precision).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+
+from lazyvic import modes
+from lazyvic.distributed.process_group import (
+    BOOL_REDUCTIONS,
+    REDUCTIONS,
+    ArrayAllReduce,
+    Counted,
+    ProcessGroup,
+    ReduceOp,
+    group_of,
+    mpi_types,
+    wire_dtype,
+)
+from lazyvic.errors import ArgumentError, DistributedError, DTypeError, ShapeError
+from lazyvic.tensor import Tensor
+from lazyvic.trace.node import Node
+
+
+def _op_name(op) -> str:
+    name = getattr(op, "name", op)  # an enum-like value from user code
+    name = str(name).lower().rsplit(".", 1)[-1]
+    if name not in REDUCTIONS:
+        raise ArgumentError(
+            f"unknown reduce op {op!r}; expected one of {', '.join(REDUCTIONS)} (lazyvic.distributed.ReduceOp)"
+        )
+    return name
+
+
+def _check_tensor(t, what: str, arg: str = "tensor") -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}: {arg} must be a lazyvic Tensor, got {type(t).__name__}")
+
+
+class _Transport:
+    """How a tensor's values travel: (wire dtype, MPI datatype)."""
+
+    def __init__(self, dtype, what: str):
+        _, types = mpi_types()
+        self.wire = wire_dtype(dtype, what)
+        self.mpi = types[self.wire]
+        self.dtype = dtype
+
+    def host(self, t: Tensor) -> np.ndarray:
+        """``t``'s values (computed now: the sync point) as a C-contiguous wire-dtype array."""
+        return np.ascontiguousarray(np.asarray(t.numpy()), dtype=self.wire)
+
+
+def _rebind(t: Tensor, values: np.ndarray) -> None:
+    """Make ``t`` hold ``values`` in place (its own device and dtype), with no autograd history:
+    a collective's result is data, as in PyTorch."""
+    # (np.ascontiguousarray makes a 0-d array 1-d: reshape after it)
+    values = np.ascontiguousarray(values.astype(t.dtype.np, copy=False)).reshape(t.shape)
+    with modes.no_grad():
+        t._assign(Tensor._wrap(Node.buffer(values, t.dtype)))
+
+
+class Work:
+    """What a collective called with ``async_op=True`` returns (``torch.distributed.Work``):
+    :meth:`wait` finishes it (the tensors hold the result after); :meth:`is_completed`."""
+
+    def __init__(self, finish):
+        self._finish = finish
+        self._done = False
+
+    def wait(self, timeout=None) -> bool:
+        if not self._done:
+            self._finish()
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+
+def _run(finish, async_op: bool):
+    if async_op:
+        return Work(finish)
+    finish()
+    return None
+
+
+def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduce ``tensor`` over all ranks; every rank's ``tensor`` holds the result
+    (``torch.distributed.all_reduce``). Same shape and dtype on every rank.
+
+    Sum, product, min and max are taken in rank order (see the module docstring): the same bits
+    on every rank and every run.
+
+    Returns:
+        None, or a :class:`Work` with ``async_op=True`` (the reduction is already in flight).
+
+    Raises:
+        DistributedError: no process group; the other ranks did not answer within the timeout.
+        DTypeError: ``AVG`` of an integer tensor; a bitwise op on a float tensor.
+    """
+    what = "all_reduce"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    name = _op_name(op)
+    if name == ReduceOp.AVG and not tensor.dtype.is_floating_point:
+        raise DTypeError(f"{what}: ReduceOp.AVG needs a floating tensor, got {tensor.dtype.name}")
+    if name in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and tensor.dtype.is_floating_point:
+        raise DTypeError(f"{what}: ReduceOp.{name.upper()} needs an integer or bool tensor, got {tensor.dtype.name}")
+    wire = _Transport(tensor.dtype, what)
+    job = ArrayAllReduce(g, wire.host(tensor).reshape(-1), name, what).start().reduce()
+    return _run(lambda: _rebind(tensor, job.result()), async_op)
+
+
+def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False, group_src=None):
+    """Every rank's ``tensor`` takes rank ``src``'s values (``torch.distributed.broadcast``).
+
+    Raises:
+        ArgumentError: ``src`` is not a rank.
+        DistributedError: no process group; the timeout passed.
+    """
+    what = "broadcast"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    src = _src(g, src if group_src is None else group_src, what)
+    wire = _Transport(tensor.dtype, what)
+    a = wire.host(tensor).copy()
+    counted = Counted(a.nbytes)
+    req = g.comm.Ibcast([a, wire.mpi], root=src) if g.size > 1 and a.size else None
+
+    def finish():
+        if req is not None:
+            g.wait([req], what)
+        counted.done()
+        if g.rank != src:
+            _rebind(tensor, a)
+
+    return _run(finish, async_op)
+
+
+def broadcast_flat(g: ProcessGroup, tensors: list, src: int, what: str) -> None:
+    """Every rank's ``tensors`` take rank ``src``'s values: one broadcast per wire dtype of all
+    the tensors packed into one flat array (``DistributedDataParallel``'s parameters and
+    buffers). The ranks must hold tensors of the same shapes, in the same order."""
+    if g.size == 1 or not tensors:
+        return
+    _, types = mpi_types()
+    by_wire: dict = {}
+    for t in tensors:
+        by_wire.setdefault(wire_dtype(t.dtype, what), []).append(t)
+    for wire, group in by_wire.items():
+        flat = np.concatenate([np.asarray(t.numpy(), dtype=wire).reshape(-1) for t in group])
+        counted = Counted(flat.nbytes)
+        g.wait([g.comm.Ibcast([flat, types[wire]], root=src)], what)
+        counted.done()
+        if g.rank != src:
+            offset = 0
+            for t in group:
+                n = t.numel()
+                _rebind(t, flat[offset : offset + n])
+                offset += n
+
+
+def traced(tensor: Tensor, collective: str, op: str = ReduceOp.SUM, src: int = 0, after=(), group=None) -> Tensor:
+    """A new tensor: the all-reduce (``collective="all_reduce"``, ``op``) or broadcast (from
+    ``src``) of ``tensor``, recorded as a node of the trace (ops/collective.py) instead of run now.
+    ``after``: earlier traced collectives that must run first (every rank runs them in one order).
+    What a captured training step records (``DistributedDataParallel``)."""
+    g = group_of(group, collective)
+    return Tensor.apply("collective", tensor, *after, collective=collective, reduce=op, src=src, group=g.key)
+
+
+def _src(g: ProcessGroup, src, what: str) -> int:
+    if not isinstance(src, (int, np.integer)) or not 0 <= int(src) < g.size:
+        raise ArgumentError(f"{what}: src={src!r} is not a rank of a group of {g.size}")
+    return int(src)
+
+
+def _gather(g: ProcessGroup, a: np.ndarray, mpi, what: str) -> np.ndarray:
+    """(world size, *a.shape): every rank's ``a``, in rank order."""
+    out = np.empty((g.size, *a.shape), dtype=a.dtype)
+    counted = Counted(out.nbytes)
+    if g.size == 1 or not a.size:
+        out[:] = a
+    else:
+        g.wait([g.comm.Iallgather([a, mpi], [out, mpi])], what)
+    counted.done()
+    return out
+
+
+def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = False):
+    """``tensor_list[r]`` takes rank ``r``'s ``tensor`` (``torch.distributed.all_gather``).
+
+    Raises:
+        ShapeError: ``tensor_list`` does not hold world-size tensors of ``tensor``'s shape.
+    """
+    what = "all_gather"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    if len(tensor_list) != g.size:
+        raise ShapeError(f"{what}: tensor_list has {len(tensor_list)} tensors, expected the world size {g.size}")
+    for k, t in enumerate(tensor_list):
+        _check_tensor(t, what, f"tensor_list[{k}]")
+        if t.shape != tensor.shape:
+            raise ShapeError(f"{what}: tensor_list[{k}] has shape {t.shape}, expected the input's {tensor.shape}")
+    wire = _Transport(tensor.dtype, what)
+    out = _gather(g, wire.host(tensor), wire.mpi, what)
+
+    def finish():
+        for t, values in zip(tensor_list, out):
+            _rebind(t, values)
+
+    return _run(finish, async_op)
+
+
+def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=None, async_op: bool = False):
+    """``output_tensor`` (world size times ``input_tensor``'s elements, e.g. its shape with the
+    first dim multiplied) takes every rank's input in rank order
+    (``torch.distributed.all_gather_into_tensor``).
+
+    Raises:
+        ShapeError: the output does not hold world size times the input's elements.
+    """
+    what = "all_gather_into_tensor"
+    _check_tensor(output_tensor, what, "output_tensor")
+    _check_tensor(input_tensor, what, "input_tensor")
+    g = group_of(group, what)
+    if output_tensor.numel() != g.size * input_tensor.numel():
+        raise ShapeError(
+            f"{what}: output_tensor has shape {output_tensor.shape}, expected {g.size} x the input's "
+            f"{input_tensor.shape} elements"
+        )
+    wire = _Transport(input_tensor.dtype, what)
+    out = _gather(g, wire.host(input_tensor), wire.mpi, what)
+    return _run(lambda: _rebind(output_tensor, out), async_op)
+
+
+def _reduce_scatter(g: ProcessGroup, rows: np.ndarray, op: str, what: str) -> np.ndarray:
+    """rows: (world size, m) of this rank; returns rank ``me``'s (m,) = reduce over ranks of
+    their row ``me``, in rank order."""
+    _, types = mpi_types()
+    recv = np.empty_like(rows)
+    counted = Counted(rows.nbytes)
+    if g.size > 1 and rows.size:
+        g.wait([g.comm.Ialltoall([rows, types[rows.dtype]], [recv, types[rows.dtype]])], what)
+    else:
+        recv[:] = rows
+    reduce = (BOOL_REDUCTIONS if rows.dtype == np.bool_ else REDUCTIONS)[op]
+    mine = recv[0].copy()
+    for r in range(1, g.size):
+        reduce(mine, recv[r], out=mine)
+    if op == ReduceOp.AVG:
+        np.divide(mine, rows.dtype.type(g.size), out=mine)
+    counted.done()
+    return mine
+
+
+def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """``output`` on rank ``r`` takes the reduction over ranks of their ``input_list[r]``
+    (``torch.distributed.reduce_scatter``), in rank order.
+
+    Raises:
+        ShapeError: ``input_list`` does not hold world-size tensors of ``output``'s shape.
+    """
+    what = "reduce_scatter"
+    _check_tensor(output, what, "output")
+    g = group_of(group, what)
+    name = _op_name(op)
+    if len(input_list) != g.size:
+        raise ShapeError(f"{what}: input_list has {len(input_list)} tensors, expected the world size {g.size}")
+    for k, t in enumerate(input_list):
+        _check_tensor(t, what, f"input_list[{k}]")
+        if t.shape != output.shape:
+            raise ShapeError(f"{what}: input_list[{k}] has shape {t.shape}, expected the output's {output.shape}")
+    wire = _Transport(output.dtype, what)
+    rows = np.stack([wire.host(t).reshape(-1) for t in input_list]) if input_list else None
+    mine = _reduce_scatter(g, rows, name, what)
+    return _run(lambda: _rebind(output, mine), async_op)
+
+
+def reduce_scatter_tensor(output: Tensor, input: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """``output`` on rank ``r`` takes the reduction over ranks of the ``r``-th of ``input``'s
+    world-size equal parts (in C order) (``torch.distributed.reduce_scatter_tensor``).
+
+    Raises:
+        ShapeError: ``input`` does not hold world size times ``output``'s elements.
+    """
+    what = "reduce_scatter_tensor"
+    _check_tensor(output, what, "output")
+    _check_tensor(input, what, "input")
+    g = group_of(group, what)
+    name = _op_name(op)
+    if input.numel() != g.size * output.numel():
+        raise ShapeError(
+            f"{what}: input has shape {input.shape}, expected {g.size} x the output's {output.shape} elements"
+        )
+    wire = _Transport(input.dtype, what)
+    mine = _reduce_scatter(g, wire.host(input).reshape(g.size, -1), name, what)
+    return _run(lambda: _rebind(output, mine), async_op)
+
+
+def barrier(group=None, async_op: bool = False, device_ids=None):
+    """Wait until every rank has called ``barrier`` (``torch.distributed.barrier``).
+
+    Raises:
+        DistributedError: no process group; the timeout passed.
+    """
+    what = "barrier"
+    g = group_of(group, what)
+    req = g.comm.Ibarrier() if g.size > 1 else None
+
+    def finish():
+        if req is not None:
+            g.wait([req], what)
+
+    return _run(finish, async_op)
+
+
+def _all_bytes(g: ProcessGroup, payload: bytes, what: str) -> list[bytes]:
+    MPI, _ = mpi_types()
+    sizes = _gather(g, np.array([len(payload)], dtype=np.int64), MPI.INT64_T, what)[:, 0]
+    out = np.empty(int(sizes.sum()), dtype=np.uint8)
+    if g.size == 1:
+        out[:] = np.frombuffer(payload, dtype=np.uint8)
+    else:
+        send = np.frombuffer(payload, dtype=np.uint8)
+        counts = [int(s) for s in sizes]
+        displs = [int(d) for d in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
+        g.wait([g.comm.Iallgatherv([send, MPI.BYTE], [out, (counts, displs), MPI.BYTE])], what)
+    ends = np.cumsum(sizes)
+    return [out[e - s : e].tobytes() for s, e in zip(sizes, ends)]
+
+
+def all_gather_object(object_list: list, obj, group=None) -> None:
+    """``object_list[r]`` takes rank ``r``'s ``obj`` (pickled; ``torch.distributed.all_gather_object``).
+    Only for objects the ranks trust: unpickling runs code.
+
+    Raises:
+        ShapeError: ``object_list`` is not world-size long.
+    """
+    what = "all_gather_object"
+    g = group_of(group, what)
+    if len(object_list) != g.size:
+        raise ShapeError(f"{what}: object_list has {len(object_list)} entries, expected the world size {g.size}")
+    for r, payload in enumerate(_all_bytes(g, pickle.dumps(obj), what)):
+        object_list[r] = pickle.loads(payload)
+
+
+def broadcast_object_list(object_list: list, src: int = 0, group=None, device=None) -> None:
+    """Every rank's ``object_list`` takes rank ``src``'s entries (pickled; the lists must have
+    one length; ``torch.distributed.broadcast_object_list``). Only for objects the ranks trust.
+
+    Raises:
+        ArgumentError: ``src`` is not a rank.
+    """
+    what = "broadcast_object_list"
+    g = group_of(group, what)
+    src = _src(g, src, what)
+    payloads = _all_bytes(g, pickle.dumps(list(object_list)) if g.rank == src else b"", what)
+    values = pickle.loads(payloads[src])
+    if len(values) != len(object_list):
+        raise DistributedError(
+            f"{what}: rank {src} sent {len(values)} objects, rank {g.rank}'s object_list has {len(object_list)}"
+        )
+    object_list[:] = values

@@ -1,0 +1,39 @@
+"""Collectives against NumPy on 1 process (MPI's singleton) and 3 processes (more than the cores)."""
+
+import subprocess
+import sys
+
+import pytest
+from _mpi import WORKERS, check, mpi_env, mpirun, run_workers
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_collectives_match_numpy(n):
+    mpirun()  # skips without MPI
+    if n == 1:
+        run = subprocess.run(
+            [sys.executable, str(WORKERS / "collectives.py")],
+            env=mpi_env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    else:
+        run = run_workers(n, "collectives.py")
+    out = check(run)
+    assert sorted(line for line in out.splitlines() if line.startswith("ok ")) == [f"ok {r}" for r in range(n)]
+
+
+def test_collectives_without_a_process_group_raise():
+    import lazyvic as lv
+    import lazyvic.distributed as dist
+
+    assert dist.is_available() and not dist.is_initialized()
+    with pytest.raises(dist.DistributedError, match="all_reduce: Default process group has not been initialized"):
+        dist.all_reduce(lv.ones(2))
+    with pytest.raises(dist.DistributedError, match="get_rank"):
+        dist.get_rank()
+    with pytest.raises(lv.errors.ArgumentError, match="unknown backend 'tcp'"):
+        dist.init_process_group("tcp")
+    with pytest.raises(lv.errors.UnsupportedOpError, match="nccl"):
+        dist.init_process_group("nccl")

@@ -1,7 +1,7 @@
 """Neural-network modules (PyTorch names): Module, Parameter, layers, activations and losses."""
 
 from lazyvic import functional
-from lazyvic.nn import init, utils
+from lazyvic.nn import init, parallel, utils
 from lazyvic.nn.activation import (
     CELU,
     ELU,

@@ -19,6 +19,7 @@ from lazyvic.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from lazyvic.utils.data.distributed import DistributedSampler
 from lazyvic.utils.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -34,6 +35,7 @@ __all__ = [
     "ConcatDataset",
     "DataLoader",
     "Dataset",
+    "DistributedSampler",
     "IterableDataset",
     "RandomSampler",
     "Sampler",

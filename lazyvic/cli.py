@@ -2,6 +2,8 @@
 
     lazyvic explain SCRIPT.py [args ...]          run a script under lazyvic.explain, print the report
     lazyvic viz SCRIPT.py [args ...] --out DIR    draw the plans a script runs (lazyvic.tools.viz)
+    lazyvic run -n N SCRIPT.py [args ...]         run a script on N processes under MPI (torchrun's equivalent,
+                                                  lazyvic.distributed.run; -m MODULE, --hostfile, --mpirun, --mpi-arg)
     lazyvic onnx check MODEL.onnx                 opset, inputs/outputs, op histogram, what lazyvic supports
     lazyvic onnx run MODEL.onnx --input NAME=FILE.npy ... [--output OUT.npz] [--compare-ort]
     lazyvic onnx convert MODEL.onnx OUT.safetensors            import, save in lazyvic format v1
@@ -66,9 +68,12 @@ def _viz(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from lazyvic.distributed import run as distributed_run
     from lazyvic.tools import onnx_cli
 
-    parser = argparse.ArgumentParser(prog="lazyvic", description="Look inside lazyvic programs.")
+    parser = argparse.ArgumentParser(
+        prog="lazyvic", description="Look inside lazyvic programs, and run them on several processes."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("explain", help="run a script under lazyvic.explain and print the report")
     p.add_argument("script", help="the Python script to run")
@@ -79,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.set_defaults(func=_viz)
+    distributed_run.add_parser(sub)
     onnx_cli.add_parser(sub)
     return parser
 

@@ -107,7 +107,7 @@ class ProcessGroup:
 def _mpi(what: str):
     try:
         from mpi4py import MPI
-    except ImportError as e:
+    except (ImportError, OSError, RuntimeError) as e:  # no mpi4py, or its wheel finds no libmpi
         raise DistributedError(
             f"{what}: the 'mpi' backend needs mpi4py and an MPI library (pip install mpi4py; the system's "
             f"Open MPI or MPICH, e.g. apt-get install openmpi-bin libopenmpi-dev): {e}"
@@ -121,10 +121,11 @@ def is_available() -> bool:
 
 
 def is_mpi_available() -> bool:
-    """True when mpi4py imports (the ``"mpi"`` and ``"gloo"`` backends can start)."""
+    """True when mpi4py and the MPI library it loads import (the ``"mpi"`` and ``"gloo"``
+    backends can start). Importing ``mpi4py.MPI`` initializes MPI in this process."""
     try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+        from mpi4py import MPI  # noqa: F401 (loads the MPI library)
+    except (ImportError, OSError, RuntimeError):
         return False
     return True
 
@@ -392,16 +393,22 @@ BOOL_REDUCTIONS[ReduceOp.BXOR] = np.logical_xor
 
 
 class Counted:
-    """Adds a collective's bytes and wait time (MPI_Wtime) to ``lazyvic.metrics``."""
+    """Adds a collective to ``lazyvic.metrics``: ``collectives`` (one), ``collective_bytes`` (the
+    size of its buffers: an all-reduce counts its array twice, once per phase) and
+    ``collective_seconds`` (MPI_Wtime from the request's start to its end, local reductions
+    included)."""
 
     def __init__(self, nbytes: int):
+        from mpi4py import MPI
+
+        self.wtime = MPI.Wtime
         self.nbytes = nbytes
-        self.start = time.perf_counter()
+        self.start = self.wtime()
 
     def done(self) -> None:
         metrics.add("collectives")
         metrics.add("collective_bytes", self.nbytes)
-        metrics.add("collective_seconds", time.perf_counter() - self.start)
+        metrics.add("collective_seconds", self.wtime() - self.start)
 
 
 class ArrayAllReduce:

@@ -31,7 +31,7 @@ pytest.importorskip("sklearn")
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "pytorch_style"
 FIXTURES = ROOT / "tests" / "fixtures" / "pytorch_style"
-SCRIPTS = ("mnist_cnn", "vae", "word_language_model", "dcgan", "nanogpt", "nanogpt_model", "mingpt_chars")
+SCRIPTS = ("mnist_cnn", "vae", "word_language_model", "dcgan", "nanogpt", "nanogpt_model", "mingpt_chars", "ddp_digits")
 
 
 def _maker():

@@ -142,6 +142,12 @@ def queue_callback(fn: Callable[[], None]) -> None:
     _callbacks.queue.append(fn)
 
 
+def is_queued(fn: Callable[[], None]) -> bool:
+    """True when the running backward walk has ``fn`` queued already (compared with ``==``, so
+    a bound method of the same object counts)."""
+    return _callbacks.queue is not None and fn in _callbacks.queue
+
+
 def _accumulated(t) -> None:
     """After ``t.grad`` took this walk's gradient: ``t``'s post-accumulate-grad hooks."""
     e = _entry(t)

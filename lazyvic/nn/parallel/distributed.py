@@ -100,7 +100,6 @@ class DistributedDataParallel(Module):
             broadcast_flat(self._group, [b for _, b in module.named_buffers()], 0, what)
         self._buckets = _buckets(self._params, self.bucket_cap_mb)
         self._require_sync = True
-        self._queued = False
         self._token = None  # a captured step's last traced collective (their order)
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in self._params]
 
@@ -133,13 +132,12 @@ class DistributedDataParallel(Module):
             self._require_sync = previous
 
     def _grad_ready(self, p) -> None:
-        if self._require_sync and not self._queued:
-            self._queued = True
+        # Once per walk (a walk that raised drops its queue: nothing stays pending).
+        if self._require_sync and not engine.is_queued(self._reduce):
             engine.queue_callback(self._reduce)
 
     def _reduce(self) -> None:
         """All-reduce every bucket of gradients (average over ranks) and rebind ``.grad``."""
-        self._queued = False
         what = "DistributedDataParallel (gradient all-reduce)"
         g = self._group
         grads = [p.grad for p in self._params]

@@ -226,51 +226,74 @@ def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
     return y.squeeze(0) if unbatched else y
 
 
-def _adaptive_max(y: Tensor, axis: int, o: int) -> Tensor:
+def _adaptive_max(y: Tensor, axis: int, o: int, indices: bool = False):
     """Maximum over PyTorch's adaptive windows along one axis (2 or 3) of y (N, C, H, W): one
-    max_pool2d when the windows tile the axis, else one per window, side by side."""
-    n = y.shape[axis]
+    max_pool2d when the windows tile the axis, else one per window, side by side. With
+    ``indices``: (values, int64 position of each maximum along ``axis``, the first of ties)."""
+    n, width = y.shape[axis], y.shape[3]
+
+    def pooled(part, k, start):
+        if not indices:
+            return max_pool2d(part, k)
+        v, flat = max_pool2d(part, k, return_indices=True)  # h * (part's width) + w
+        return v, (flat // width if axis == 2 else flat % part.shape[3]) + start
+
     if n % o == 0:
         k = [1, 1]
         k[axis - 2] = n // o
-        return max_pool2d(y, tuple(k))
+        return pooled(y, tuple(k), 0)
     cells = []
     for i in range(o):
         start, stop = (i * n) // o, -(-((i + 1) * n) // o)
         k = [1, 1]
         k[axis - 2] = stop - start
-        cells.append(max_pool2d(y.narrow(axis, start, stop - start), tuple(k)))
-    return cat(cells, axis)
+        cells.append(pooled(y.narrow(axis, start, stop - start), tuple(k), start))
+    if not indices:
+        return cat(cells, axis)
+    return cat([c[0] for c in cells], axis), cat([c[1] for c in cells], axis)
 
 
-def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False) -> Tensor:
+def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False):
     """Maximum over PyTorch's adaptive windows (those of :func:`adaptive_avg_pool2d`), as
     ``torch.nn.functional.adaptive_max_pool2d``: input (N, C, H, W) or (C, H, W), floating point
     -> (N, C, oH, oW) (or (C, oH, oW)). Built from max_pool2d, columns then rows, so the
     gradient goes to each window's first maximum in row-major order, as PyTorch's.
 
+    ``return_indices=True`` returns ``(values, indices)``: indices int64, of the values' shape,
+    each maximum's position ``h * W + w`` in its (H, W) plane, the first in row-major order of
+    equal maxima, as PyTorch's; NaN counts as the maximum (of several NaNs in a window this gives
+    the first, PyTorch's kernel the last, as with max_pool2d). The column pass gives each row's
+    first maximum, the row pass the first row holding the window's maximum.
+
     Raises:
         ShapeError, ArgumentError, DTypeError: as :func:`adaptive_avg_pool2d`.
-        UnsupportedOpError: ``return_indices=True``.
     """
-    _unsupported("adaptive_max_pool2d", return_indices=(return_indices, False))
     unbatched = _check_rank("adaptive_max_pool2d", input, 2)
     oh, ow = _adaptive_sizes("adaptive_max_pool2d", input, output_size, 2)
     x = input.unsqueeze(0) if unbatched else input
     if not x.dtype.is_floating_point:
         raise DTypeError(f"adaptive_max_pool2d: expected a floating-point input, got {x.dtype.name}")
+    if return_indices:
+        columns, col = _adaptive_max(x, 3, ow, indices=True)  # (N, C, H, oW): each row's window max
+        y, row = _adaptive_max(columns, 2, oh, indices=True)  # (N, C, oH, oW)
+        idx = row * x.shape[3] + col.gather(2, row)
+        return (y.squeeze(0), idx.squeeze(0)) if unbatched else (y, idx)
     y = _adaptive_max(_adaptive_max(x, 3, ow), 2, oh)
     if (oh, ow) == (1, 1):
         y = mark(y, "GlobalMaxPool", (x,))
     return y.squeeze(0) if unbatched else y
 
 
-def adaptive_max_pool1d(input: Tensor, output_size, return_indices: bool = False) -> Tensor:
+def adaptive_max_pool1d(input: Tensor, output_size, return_indices: bool = False):
     """Maximum over PyTorch's adaptive windows (see :func:`adaptive_max_pool2d`, over a height of
-    1): input (N, C, L) or (C, L) -> (N, C, output_size) (or (C, output_size))."""
-    _unsupported("adaptive_max_pool1d", return_indices=(return_indices, False))
+    1): input (N, C, L) or (C, L) -> (N, C, output_size) (or (C, output_size)); with
+    ``return_indices=True`` also the int64 positions along L."""
     unbatched = _check_rank("adaptive_max_pool1d", input, 1)
     (o,) = _adaptive_sizes("adaptive_max_pool1d", input, output_size, 1)
     x = input.unsqueeze(0) if unbatched else input
+    if return_indices:
+        y, idx = adaptive_max_pool2d(x.unsqueeze(2), (1, o), return_indices=True)
+        y, idx = y.squeeze(2), idx.squeeze(2)
+        return (y.squeeze(0), idx.squeeze(0)) if unbatched else (y, idx)
     y = adaptive_max_pool2d(x.unsqueeze(2), (1, o)).squeeze(2)
     return y.squeeze(0) if unbatched else y

@@ -119,7 +119,7 @@ class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
 
 class AdaptiveMaxPool1d(Module):
     """Maximum over PyTorch's adaptive windows: (N, C, L) -> (N, C, output_size)
-    (``F.adaptive_max_pool1d``; ``return_indices=True`` raises UnsupportedOpError)."""
+    (``F.adaptive_max_pool1d``; ``return_indices=True`` also returns the positions)."""
 
     def __init__(self, output_size, return_indices: bool = False):
         super().__init__()
@@ -134,7 +134,7 @@ class AdaptiveMaxPool1d(Module):
 
 class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
     """Maximum over PyTorch's adaptive windows: (N, C, H, W) -> (N, C, *output_size)
-    (``F.adaptive_max_pool2d``; ``return_indices=True`` raises UnsupportedOpError)."""
+    (``F.adaptive_max_pool2d``; ``return_indices=True`` also returns the positions)."""
 
     def forward(self, input: Tensor) -> Tensor:
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)

@@ -19,7 +19,7 @@ from _resnet_weights import resnet_state
 import lazyvic
 from lazyvic import functional as F
 from lazyvic import nn
-from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.models import resnet18
 from lazyvic.runtime.config import config
 
@@ -391,11 +391,6 @@ def test_pool_errors():
             "adaptive_avg_pool2d: expected a floating-point input, got int32",
         ),
         (lambda: F.adaptive_avg_pool2d(lazyvic.zeros(1, 2, 5, 5), (1, 2, 3)), ArgumentError, "output_size"),
-        (
-            lambda: nn.AdaptiveMaxPool2d(2, return_indices=True)(lazyvic.zeros(1, 2, 5, 5)),
-            UnsupportedOpError,
-            "adaptive_max_pool2d: return_indices=True",
-        ),
     ],
 )
 def test_average_and_adaptive_pool_errors_name_the_op(call, error, pattern):
@@ -431,6 +426,36 @@ def test_pool_options_match_torch_and_compile_to_the_interpreters_bits(pools, ca
         _assert_close(x.grad, pools[f"{name}.grad.input"], f"{name} grad of input ({mode})")
     for got, want in zip(results["always"], results["never"]):
         assert got.tobytes() == want.tobytes(), f"{name}: the compiled plan's bits differ from the interpreter's"
+    if f"{name}.indices" in pools:  # the adaptive max pools' return_indices=True
+        y, idx = getattr(F, case["fn"])(lazyvic.tensor(pools[case["input"]]), return_indices=True, **case["kwargs"])
+        assert idx.dtype == lazyvic.int64 and np.array_equal(idx.numpy(), pools[f"{name}.indices"]), name
+        assert np.array_equal(y.numpy(), pools[f"{name}.out"])
+
+
+def test_adaptive_max_pool_indices_are_each_windows_first_maximum(mode):
+    """Against the definition: PyTorch's windows, each maximum's position h * W + w, the first in
+    row-major order of ties (values rounded to make many); unbatched and module forms."""
+    rng = np.random.default_rng(3)
+    for shape, out in [((2, 3, 7, 9), (3, 4)), ((1, 2, 8, 8), (4, 4)), ((2, 1, 6, 5), (5, 3)), ((1, 1, 5, 6), 1)]:
+        x = np.round(rng.standard_normal(shape) * 1.5).astype(np.float32)
+        oh, ow = (out, out) if isinstance(out, int) else out
+        want = np.empty((*shape[:2], oh, ow), np.int64)
+        for i in range(oh):
+            h0, h1 = (i * shape[2]) // oh, -(-((i + 1) * shape[2]) // oh)
+            for j in range(ow):
+                w0, w1 = (j * shape[3]) // ow, -(-((j + 1) * shape[3]) // ow)
+                window = x[:, :, h0:h1, w0:w1].reshape(*shape[:2], -1)
+                first = window.argmax(-1)  # NumPy's argmax: the first maximum in row-major order
+                want[:, :, i, j] = (h0 + first // (w1 - w0)) * shape[3] + w0 + first % (w1 - w0)
+        y, idx = F.adaptive_max_pool2d(lazyvic.tensor(x), out, return_indices=True)
+        assert np.array_equal(idx.numpy(), want), shape
+        assert np.array_equal(y.numpy(), F.adaptive_max_pool2d(lazyvic.tensor(x), out).numpy())
+    x = lazyvic.tensor(np.round(rng.standard_normal((3, 9, 7))).astype(np.float32))
+    y, idx = nn.AdaptiveMaxPool2d((2, 3), return_indices=True)(x)
+    yb, idxb = F.adaptive_max_pool2d(x.unsqueeze(0), (2, 3), return_indices=True)
+    assert idx.shape == (3, 2, 3) and np.array_equal(idx.numpy(), idxb.numpy()[0])
+    v1, i1 = nn.AdaptiveMaxPool1d(4, return_indices=True)(x[0])
+    assert i1.shape == (9, 4) and np.array_equal(np.take_along_axis(x[0].numpy(), i1.numpy(), 1), v1.numpy())
 
 
 # ================================================================= batch norm

@@ -25,12 +25,14 @@ Options:
 
 Everything after the script (or module) goes to it, in ``sys.argv``. The launcher runs::
 
-    mpirun -n N [--oversubscribe] [--hostfile FILE] [ARG ...] PYTHON -m lazyvic.distributed.run --child [-m] script.py args
+    mpirun -n N [--oversubscribe] [--bind-to none] [--hostfile FILE] [ARG ...] PYTHON -m lazyvic.distributed.run --child [-m] script.py args
 
 where ``PYTHON`` is this interpreter (``sys.executable``). Open MPI refuses to start more
 processes than the machine has cores, and to run as root: for Open MPI, ``--oversubscribe`` is
 added when ``N`` is more than the cores this process may use (without ``--hostfile``, whose
-slots say how many processes each host takes), and ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
+slots say how many processes each host takes), ``--bind-to none`` unless an ``--mpi-arg`` binds
+(Open MPI pins each rank to a core by default, which a busy core then slows; torchrun does not
+pin), and ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
 ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` are set when run as root. MPICH's ``mpiexec`` needs
 neither.
 
@@ -203,6 +205,11 @@ def mpirun_command(
     if _is_open_mpi(exe):
         if hostfile is None and nproc > _cores():
             cmd.append("--oversubscribe")
+        if not any(a.startswith("--bind-to") for a in mpi_args):
+            # Open MPI binds each rank to a core; with another process on that core the rank
+            # cannot move (TinyGPT's captured 2-rank step, one core busy: 19.8 steps/s bound,
+            # 26.0 unbound; quiet 55 and 60). torchrun does not bind either.
+            cmd += ["--bind-to", "none"]
         if getattr(os, "geteuid", lambda: -1)() == 0:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if hostfile is not None:

@@ -114,10 +114,21 @@ def test_the_mpirun_command_line(tmp_path, monkeypatch, flavour):
     assert cmd == [str(fake), "-n", "3", *(["--oversubscribe"] if open_mpi else []), "--bind-to", "none", *child]
     assert ("OMPI_ALLOW_RUN_AS_ROOT" in env and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM" in env) == open_mpi
 
-    cmd, _ = run.mpirun_command(2, "train.py", mpirun=str(fake))  # not more than the cores
-    assert cmd == [str(fake), "-n", "2", sys.executable, "-m", "lazyvic.distributed.run", "--child", "train.py"]
+    cmd, _ = run.mpirun_command(2, "train.py", mpirun=str(fake))  # not more than the cores; unbound
+    unbound = ["--bind-to", "none"] if open_mpi else []
+    assert cmd == [
+        str(fake),
+        "-n",
+        "2",
+        *unbound,
+        sys.executable,
+        "-m",
+        "lazyvic.distributed.run",
+        "--child",
+        "train.py",
+    ]
     cmd, _ = run.mpirun_command(8, "train.py", hostfile="hosts", mpirun=str(fake))  # the hostfile's slots decide
-    assert cmd[:5] == [str(fake), "-n", "8", "--hostfile", "hosts"]
+    assert cmd[: 5 + len(unbound)] == [str(fake), "-n", "8", *unbound, "--hostfile", "hosts"]
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000, raising=False)
     _, env = run.mpirun_command(2, "train.py", mpirun=str(fake))

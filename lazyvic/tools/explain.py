@@ -64,6 +64,7 @@ _COLLECTIVES = frozenset(
         "broadcast_flat",
     }
 )
+_DDP_FILE = str(Path(__file__).resolve().parent.parent / "nn" / "parallel" / "distributed.py")
 SIZE_LIMIT = "size limit"
 END_OF_CALL = "end of explain"
 
@@ -99,6 +100,8 @@ def _cut_site() -> tuple[str, str]:
                 reason = _SYNC_POINTS[name]  # the outermost one wins: item() calls numpy()
         elif filename == _COLLECTIVES_FILE and name in _COLLECTIVES:
             reason = f"collective {name}"
+        elif filename == _DDP_FILE and name == "_reduce":
+            reason = "collective all_reduce (DistributedDataParallel)"  # the backward's gradients
         elif via is None and filename not in _OWN_FILES:
             via = f"{Path(filename).parent.name}/{Path(filename).name}:{name}"
         frame = frame.f_back

@@ -138,6 +138,17 @@ def step():
 
 report = lv.explain(step)
 assert any(c["reason"] == "collective all_reduce" for c in report.cuts), [c["reason"] for c in report.cuts]
+ddp = lv.nn.parallel.DistributedDataParallel(lv.nn.Linear(4, 2))
+
+
+def ddp_step():
+    loss = ddp(lv.ones(3, 4)).sum()
+    loss.backward()  # the gradients are computed at the end of the walk, then all-reduced
+    return loss
+
+
+report = lv.explain(ddp_step)
+assert [c["reason"] for c in report.cuts][:1] == ["collective all_reduce (DistributedDataParallel)"], report.cuts
 dist.destroy_process_group()
 assert not dist.is_initialized()
 print(f"ok {r}", flush=True)

@@ -93,9 +93,14 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
         raise AutogradError(
             f"register_hook: cannot register a hook on a tensor that does not require grad (shape {t.shape})"
         )
+    return _add_hook(t, "hooks", hook, "register_hook")
+
+
+def _add_hook(t, kind: str, hook: Callable, what: str) -> RemovableHandle:
+    """Register ``hook`` in ``t``'s hooks of ``kind`` ("hooks" or "post")."""
     if not callable(hook):
-        raise TypeError(f"register_hook: expected a callable hook, got {type(hook).__name__}")
-    hooks = _entry(t, create=True).hooks
+        raise TypeError(f"{what}: expected a callable hook, got {type(hook).__name__}")
+    hooks = getattr(_entry(t, create=True), kind)
     handle = RemovableHandle(hooks)
     hooks[handle.id] = hook
     return handle
@@ -114,12 +119,7 @@ def register_post_accumulate_grad_hook(t, hook: Callable) -> RemovableHandle:
         raise AutogradError(
             f"register_post_accumulate_grad_hook: only a leaf tensor that requires grad takes one (shape {t.shape})"
         )
-    if not callable(hook):
-        raise TypeError(f"register_post_accumulate_grad_hook: expected a callable hook, got {type(hook).__name__}")
-    post = _entry(t, create=True).post
-    handle = RemovableHandle(post)
-    post[handle.id] = hook
-    return handle
+    return _add_hook(t, "post", hook, "register_post_accumulate_grad_hook")
 
 
 class _Callbacks(threading.local):

@@ -79,8 +79,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic import modes
-from lazyvic.distributed.collectives import all_gather_object
+from lazyvic.distributed.collectives import all_gather_object, rebind
 from lazyvic.distributed.process_group import group_of, is_initialized
 from lazyvic.errors import ArgumentError, CheckpointError, UnsupportedOpError
 from lazyvic.interop.format_v1 import (
@@ -535,7 +534,7 @@ class _Matcher:
         def fill(value, shards):
             values = shards.array(name)
             if isinstance(value, Tensor):
-                _rebind(value, values)
+                rebind(value, values)  # loaded values are data, as in PyTorch's DCP
             else:
                 np.copyto(value, values)
             return value
@@ -586,13 +585,6 @@ class _Matcher:
             return value
 
         return fill
-
-
-def _rebind(t: Tensor, values: np.ndarray) -> None:
-    """Make ``t`` hold ``values`` (its dtype and shape, C order) in place, on its own device, with
-    no autograd history: loaded values are data, as in PyTorch's DCP."""
-    with modes.no_grad():
-        t._assign(Tensor._wrap(Node.buffer(values, t.dtype)))
 
 
 def _new_tensor(values: np.ndarray, dtype) -> Tensor:

@@ -26,7 +26,6 @@ import numpy as np
 
 from lazyvic import modes
 from lazyvic.distributed.process_group import (
-    BOOL_REDUCTIONS,
     REDUCTIONS,
     ArrayAllReduce,
     Counted,
@@ -34,6 +33,7 @@ from lazyvic.distributed.process_group import (
     ReduceOp,
     group_of,
     mpi_types,
+    post_broadcast,
     wire_dtype,
 )
 from lazyvic.errors import ArgumentError, DistributedError, DTypeError, ShapeError
@@ -41,14 +41,34 @@ from lazyvic.tensor import Tensor
 from lazyvic.trace.node import Node
 
 
-def _op_name(op) -> str:
+def _op_name(op, dtype, what: str) -> str:
+    """The ReduceOp name of ``op``, checked against the tensor's dtype.
+
+    Raises:
+        ArgumentError: an unknown op.
+        DTypeError: ``AVG`` of an integer tensor; a bitwise op on a float tensor.
+    """
     name = getattr(op, "name", op)  # an enum-like value from user code
     name = str(name).lower().rsplit(".", 1)[-1]
     if name not in REDUCTIONS:
         raise ArgumentError(
             f"unknown reduce op {op!r}; expected one of {', '.join(REDUCTIONS)} (lazyvic.distributed.ReduceOp)"
         )
+    if name == ReduceOp.AVG and not dtype.is_floating_point:
+        raise DTypeError(f"{what}: ReduceOp.AVG needs a floating tensor, got {dtype.name}")
+    if name in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.is_floating_point:
+        raise DTypeError(f"{what}: ReduceOp.{name.upper()} needs an integer or bool tensor, got {dtype.name}")
     return name
+
+
+def _check_list(tensors: list, shape: tuple, g: ProcessGroup, what: str, arg: str, of: str) -> None:
+    """``tensors`` holds world-size tensors of ``shape`` (``of`` names where the shape comes from)."""
+    if len(tensors) != g.size:
+        raise ShapeError(f"{what}: {arg} has {len(tensors)} tensors, expected the world size {g.size}")
+    for k, t in enumerate(tensors):
+        _check_tensor(t, what, f"{arg}[{k}]")
+        if t.shape != shape:
+            raise ShapeError(f"{what}: {arg}[{k}] has shape {t.shape}, expected {of} {shape}")
 
 
 def _check_tensor(t, what: str, arg: str = "tensor") -> None:
@@ -70,7 +90,7 @@ class _Transport:
         return np.ascontiguousarray(np.asarray(t.numpy()), dtype=self.wire)
 
 
-def _rebind(t: Tensor, values: np.ndarray) -> None:
+def rebind(t: Tensor, values: np.ndarray) -> None:
     """Make ``t`` hold ``values`` in place (its own device and dtype), with no autograd history:
     a collective's result is data, as in PyTorch."""
     # (np.ascontiguousarray makes a 0-d array 1-d: reshape after it)
@@ -121,14 +141,10 @@ def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = Fal
     what = "all_reduce"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    name = _op_name(op)
-    if name == ReduceOp.AVG and not tensor.dtype.is_floating_point:
-        raise DTypeError(f"{what}: ReduceOp.AVG needs a floating tensor, got {tensor.dtype.name}")
-    if name in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and tensor.dtype.is_floating_point:
-        raise DTypeError(f"{what}: ReduceOp.{name.upper()} needs an integer or bool tensor, got {tensor.dtype.name}")
+    name = _op_name(op, tensor.dtype, what)
     wire = _Transport(tensor.dtype, what)
     job = ArrayAllReduce(g, wire.host(tensor).reshape(-1), name, what).start().reduce()
-    return _run(lambda: _rebind(tensor, job.result()), async_op)
+    return _run(lambda: rebind(tensor, job.result()), async_op)
 
 
 def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False, group_src=None):
@@ -142,17 +158,13 @@ def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False, grou
     _check_tensor(tensor, what)
     g = group_of(group, what)
     src = _src(g, src if group_src is None else group_src, what)
-    wire = _Transport(tensor.dtype, what)
-    a = wire.host(tensor).copy()
-    counted = Counted(a.nbytes)
-    req = g.comm.Ibcast([a, wire.mpi], root=src) if g.size > 1 and a.size else None
+    a = _Transport(tensor.dtype, what).host(tensor).copy()
+    sent = post_broadcast(g, a, src, what)
 
     def finish():
-        if req is not None:
-            g.wait([req], what)
-        counted.done()
+        sent()
         if g.rank != src:
-            _rebind(tensor, a)
+            rebind(tensor, a)
 
     return _run(finish, async_op)
 
@@ -163,20 +175,17 @@ def broadcast_flat(g: ProcessGroup, tensors: list, src: int, what: str) -> None:
     buffers). The ranks must hold tensors of the same shapes, in the same order."""
     if g.size == 1 or not tensors:
         return
-    _, types = mpi_types()
     by_wire: dict = {}
     for t in tensors:
         by_wire.setdefault(wire_dtype(t.dtype, what), []).append(t)
     for wire, group in by_wire.items():
         flat = np.concatenate([np.asarray(t.numpy(), dtype=wire).reshape(-1) for t in group])
-        counted = Counted(flat.nbytes)
-        g.wait([g.comm.Ibcast([flat, types[wire]], root=src)], what)
-        counted.done()
+        post_broadcast(g, flat, src, what)()
         if g.rank != src:
             offset = 0
             for t in group:
                 n = t.numel()
-                _rebind(t, flat[offset : offset + n])
+                rebind(t, flat[offset : offset + n])
                 offset += n
 
 
@@ -216,18 +225,13 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
     what = "all_gather"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    if len(tensor_list) != g.size:
-        raise ShapeError(f"{what}: tensor_list has {len(tensor_list)} tensors, expected the world size {g.size}")
-    for k, t in enumerate(tensor_list):
-        _check_tensor(t, what, f"tensor_list[{k}]")
-        if t.shape != tensor.shape:
-            raise ShapeError(f"{what}: tensor_list[{k}] has shape {t.shape}, expected the input's {tensor.shape}")
+    _check_list(tensor_list, tensor.shape, g, what, "tensor_list", "the input's")
     wire = _Transport(tensor.dtype, what)
     out = _gather(g, wire.host(tensor), wire.mpi, what)
 
     def finish():
         for t, values in zip(tensor_list, out):
-            _rebind(t, values)
+            rebind(t, values)
 
     return _run(finish, async_op)
 
@@ -251,26 +255,15 @@ def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=No
         )
     wire = _Transport(input_tensor.dtype, what)
     out = _gather(g, wire.host(input_tensor), wire.mpi, what)
-    return _run(lambda: _rebind(output_tensor, out), async_op)
+    return _run(lambda: rebind(output_tensor, out), async_op)
 
 
 def _reduce_scatter(g: ProcessGroup, rows: np.ndarray, op: str, what: str) -> np.ndarray:
     """rows: (world size, m) of this rank; returns rank ``me``'s (m,) = reduce over ranks of
-    their row ``me``, in rank order."""
-    _, types = mpi_types()
-    recv = np.empty_like(rows)
-    counted = Counted(rows.nbytes)
-    if g.size > 1 and rows.size:
-        g.wait([g.comm.Ialltoall([rows, types[rows.dtype]], [recv, types[rows.dtype]])], what)
-    else:
-        recv[:] = rows
-    reduce = (BOOL_REDUCTIONS if rows.dtype == np.bool_ else REDUCTIONS)[op]
-    mine = recv[0].copy()
-    for r in range(1, g.size):
-        reduce(mine, recv[r], out=mine)
-    if op == ReduceOp.AVG:
-        np.divide(mine, rows.dtype.type(g.size), out=mine)
-    counted.done()
+    their row ``me``, in rank order (the first half of the all-reduce)."""
+    job = ArrayAllReduce(g, np.ascontiguousarray(rows).reshape(-1), op, what, phases=1).start()
+    mine = job.scatter()
+    job.counted.done()
     return mine
 
 
@@ -284,17 +277,12 @@ def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None
     what = "reduce_scatter"
     _check_tensor(output, what, "output")
     g = group_of(group, what)
-    name = _op_name(op)
-    if len(input_list) != g.size:
-        raise ShapeError(f"{what}: input_list has {len(input_list)} tensors, expected the world size {g.size}")
-    for k, t in enumerate(input_list):
-        _check_tensor(t, what, f"input_list[{k}]")
-        if t.shape != output.shape:
-            raise ShapeError(f"{what}: input_list[{k}] has shape {t.shape}, expected the output's {output.shape}")
+    name = _op_name(op, output.dtype, what)
+    _check_list(input_list, output.shape, g, what, "input_list", "the output's")
     wire = _Transport(output.dtype, what)
-    rows = np.stack([wire.host(t).reshape(-1) for t in input_list]) if input_list else None
+    rows = np.stack([wire.host(t).reshape(-1) for t in input_list])
     mine = _reduce_scatter(g, rows, name, what)
-    return _run(lambda: _rebind(output, mine), async_op)
+    return _run(lambda: rebind(output, mine), async_op)
 
 
 def reduce_scatter_tensor(output: Tensor, input: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -308,14 +296,14 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op=ReduceOp.SUM, group=
     _check_tensor(output, what, "output")
     _check_tensor(input, what, "input")
     g = group_of(group, what)
-    name = _op_name(op)
+    name = _op_name(op, input.dtype, what)
     if input.numel() != g.size * output.numel():
         raise ShapeError(
             f"{what}: input has shape {input.shape}, expected {g.size} x the output's {output.shape} elements"
         )
     wire = _Transport(input.dtype, what)
     mine = _reduce_scatter(g, wire.host(input).reshape(g.size, -1), name, what)
-    return _run(lambda: _rebind(output, mine), async_op)
+    return _run(lambda: rebind(output, mine), async_op)
 
 
 def barrier(group=None, async_op: bool = False, device_ids=None):

@@ -445,15 +445,16 @@ class ArrayAllReduce:
         g: the process group.
         flat: 1-D C-contiguous array of a wire dtype (not modified).
         op: a ReduceOp name; AVG divides by the world size (float dtypes).
+        phases: 2 for an all-reduce, 1 for a reduce-scatter (the bytes counted).
     """
 
-    def __init__(self, g: ProcessGroup, flat: np.ndarray, op: str, what: str):
+    def __init__(self, g: ProcessGroup, flat: np.ndarray, op: str, what: str, phases: int = 2):
         self.g, self.op, self.what = g, op, what
         self.n = flat.size
         MPI, types = mpi_types()
         self.mpi = types[flat.dtype]
         self.dtype = flat.dtype
-        self.counted = Counted(2 * flat.nbytes)
+        self.counted = Counted(phases * flat.nbytes)  # a reduce-scatter (scatter() alone): one phase
         size = g.size
         self.chunk = -(-self.n // size)
         if self.n == size * self.chunk:
@@ -471,27 +472,33 @@ class ArrayAllReduce:
             self.request = self.g.comm.Ialltoall([self.send, self.mpi], [self.recv, self.mpi])
         return self
 
-    def reduce(self) -> ArrayAllReduce:
-        g, op = self.g, self.op
+    def scatter(self) -> np.ndarray:
+        """Wait for the all-to-all and return this rank's chunk reduced over the ranks in rank
+        order (a reduce-scatter: the same bits on every rank and every run)."""
+        g = self.g
         if g.size == 1 or not self.n:
-            mine = self.send[0].copy() if self.n else self.send.reshape(-1).copy()
+            mine = self.send[0].copy()
         else:
             g.wait([self.request], self.what)
-            reduce = (BOOL_REDUCTIONS if self.dtype == np.bool_ else REDUCTIONS)[op]
+            reduce = (BOOL_REDUCTIONS if self.dtype == np.bool_ else REDUCTIONS)[self.op]
             recv = self.recv
             mine = self.mine = g.scratch.take((self.chunk,), self.dtype)
             reduce(recv[0], recv[1], out=mine)
-            for r in range(2, g.size):  # rank order: the same bits on every rank and every run
+            for r in range(2, g.size):
                 reduce(mine, recv[r], out=mine)
             g.scratch.give(recv)
             self.recv = None
-        if op == ReduceOp.AVG:
+        if self.op == ReduceOp.AVG:
             np.divide(mine, self.dtype.type(g.size), out=mine)
-        if g.size == 1 or not self.n:
+        return mine
+
+    def reduce(self) -> ArrayAllReduce:
+        mine = self.scatter()
+        if self.g.size == 1 or not self.n:
             self.gathered = mine
             return self
         self.gathered = np.empty_like(self.send)
-        self.request = g.comm.Iallgather([mine, self.mpi], [self.gathered, self.mpi])
+        self.request = self.g.comm.Iallgather([mine, self.mpi], [self.gathered, self.mpi])
         return self
 
     def result(self) -> np.ndarray:
@@ -501,6 +508,20 @@ class ArrayAllReduce:
             self.mine = None
         self.counted.done()
         return self.gathered.reshape(-1)[: self.n]
+
+
+def post_broadcast(g: ProcessGroup, a: np.ndarray, src: int, what: str):
+    """Post the broadcast of the C-contiguous wire-dtype array ``a`` from rank ``src`` (``a`` is
+    overwritten on the other ranks); returns ``finish()``, which waits for it and counts it."""
+    counted = Counted(a.nbytes)
+    request = g.comm.Ibcast([a, mpi_types()[1][a.dtype]], root=src) if g.size > 1 and a.size else None
+
+    def finish() -> None:
+        if request is not None:
+            g.wait([request], what)
+        counted.done()
+
+    return finish
 
 
 def plan_transport(g: ProcessGroup):
@@ -514,12 +535,8 @@ def plan_transport(g: ProcessGroup):
         wire = a.dtype if a.dtype in types else np.dtype(np.float32)
         flat = np.ascontiguousarray(a, dtype=wire).reshape(-1)
         if at["collective"] == "broadcast":
-            flat = flat.copy()
-            counted = Counted(flat.nbytes)
-            if g.size > 1 and flat.size:
-                g.wait([g.comm.Ibcast([flat, types[wire]], root=at["src"])], what)
-            counted.done()
-            out = flat
+            out = flat.copy()
+            post_broadcast(g, out, at["src"], what)()
         else:
             out = ArrayAllReduce(g, flat, at["reduce"], what).start().reduce().result()
         return out.reshape(a.shape).astype(a.dtype, copy=False)

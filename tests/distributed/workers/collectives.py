@@ -116,6 +116,10 @@ dist.barrier()
 for call, kind in [
     (lambda: dist.all_gather([lv.zeros(2)] * (n + 1), lv.zeros(2)), ShapeError),
     (lambda: dist.all_reduce(lv.ones(2, dtype=lv.int64), op=dist.ReduceOp.AVG), DTypeError),
+    (
+        lambda: dist.reduce_scatter_tensor(lv.zeros(1, dtype=lv.int64), lv.zeros(n, dtype=lv.int64), op="avg"),
+        DTypeError,
+    ),
     (lambda: dist.broadcast(lv.ones(2), src=n), lv.errors.ArgumentError),
     (lambda: dist.all_reduce(lv.ones(2), op="median"), lv.errors.ArgumentError),
 ]:

@@ -237,15 +237,24 @@ def init_process_group(
         if rank not in (-1, None) and rank != group.rank:
             comm.Free()
             raise ArgumentError(f"{what}: rank={rank}, but MPI gave this process rank {group.rank}")
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=group.rank)
+        local_rank, local_size = node_ranks(comm)
         os.environ.setdefault("RANK", str(group.rank))
         os.environ.setdefault("WORLD_SIZE", str(group.size))
-        os.environ.setdefault("LOCAL_RANK", str(local.Get_rank()))
-        os.environ.setdefault("LOCAL_WORLD_SIZE", str(local.Get_size()))
-        local.Free()
+        os.environ.setdefault("LOCAL_RANK", str(local_rank))
+        os.environ.setdefault("LOCAL_WORLD_SIZE", str(local_size))
         _install_abort_on_error()
         _collective_op.transports[group.key] = plan_transport(group)
         _default = group
+
+
+def node_ranks(comm) -> tuple[int, int]:
+    """(rank among the processes of this machine, their number) in the communicator ``comm``."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    ranks = local.Get_rank(), local.Get_size()
+    local.Free()
+    return ranks
 
 
 def destroy_process_group(group=None) -> None:

@@ -70,6 +70,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from lazyvic.distributed.process_group import node_ranks
 from lazyvic.errors import DistributedError
 
 CHILD = "--child"
@@ -277,10 +278,7 @@ def _launcher_ranks() -> tuple[int, int, int, int]:
     except ImportError:
         return 0, 1, 0, 1  # no launcher, no MPI: a group of one
     world = MPI.COMM_WORLD
-    local = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
-    ranks = world.Get_rank(), world.Get_size(), local.Get_rank(), local.Get_size()
-    local.Free()
-    return ranks
+    return (world.Get_rank(), world.Get_size(), *node_ranks(world))
 
 
 def set_torchrun_env() -> int:

@@ -20,6 +20,7 @@ programs never pay for it. GPU detection lives here (:func:`cuda_available`,
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -37,6 +38,10 @@ def _availability() -> tuple:
         from numba import cuda
     except Exception as e:  # noqa: BLE001 - numba-cuda missing or broken: report it, never crash
         return False, f"numba.cuda cannot be imported ({type(e).__name__}: {e})"
+    if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+        # lazyvic sizes its grids itself: a small tensor's kernel has a small grid, and a warning
+        # per launch of one says nothing a user can act on (set the variable to see them).
+        getattr(cuda, "config", numba_config).CUDA_LOW_OCCUPANCY_WARNINGS = 0
     if numba_config.ENABLE_CUDASIM:
         return True, "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
     try:

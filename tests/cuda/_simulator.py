@@ -19,9 +19,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# ``LAZYVIC_TEST_GPU=1``: the same subprocesses run on the real GPU (numba-cuda, CuPy) instead of
+# the simulator, and the tests expect ``simulated`` to be False. Used where a GPU is lent.
+ON_GPU = os.environ.get("LAZYVIC_TEST_GPU") == "1"
+SIMULATED = not ON_GPU
+
 
 def simulator_env() -> dict:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    """The environment of a case subprocess: the simulator, or the GPU under ``LAZYVIC_TEST_GPU=1``."""
+    env = dict(os.environ)
+    if ON_GPU:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    else:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
     env.pop("LAZYVIC_COMPILE", None)  # the scripts choose their compile mode
     env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
     env.setdefault("LAZYVIC_CACHE_DIR", str(ROOT / ".cache" / "lazyvic"))

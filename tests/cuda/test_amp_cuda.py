@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _simulator import simulator_env  # noqa: E402
+from _simulator import SIMULATED, simulator_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,7 +170,7 @@ def results() -> dict:
 
 def test_simulator_is_used(results):
     assert "_probe" in results, results["_stderr"][-4000:]
-    assert results["_probe"]["simulated"] is True
+    assert results["_probe"]["simulated"] is SIMULATED
 
 
 @pytest.mark.parametrize("check", CHECKS)

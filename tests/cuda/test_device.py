@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _device_cases  # noqa: E402
-from _simulator import run_groups  # noqa: E402
+from _simulator import SIMULATED, run_groups  # noqa: E402
 
 import lazyvic as lv  # noqa: E402
 from lazyvic.errors import DeviceError  # noqa: E402
@@ -35,7 +35,7 @@ def results():
 
 
 def test_simulator_is_used(results):
-    assert results["_probe"] == {"case": "_probe", "simulated": True, "available": True}
+    assert results["_probe"] == {"case": "_probe", "simulated": SIMULATED, "available": True}
     assert "_done" in results, results["_stderr"][-3000:]
 
 

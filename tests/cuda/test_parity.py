@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: the case tables live in test_ops_forward / test_vjp
 
 import _parity_cases as cases  # noqa: E402
-from _simulator import run_groups  # noqa: E402
+from _simulator import SIMULATED, run_groups  # noqa: E402
 
 from lazyvic.ops import OPS  # noqa: E402
 
@@ -75,7 +75,7 @@ def _assert_on_device(rec):
 
 def test_simulator_is_used(results):
     for group, recs in results["_groups"].items():
-        assert recs["_probe"] == {"case": "_probe", "simulated": True, "available": True}, group
+        assert recs["_probe"] == {"case": "_probe", "simulated": SIMULATED, "available": True}, group
         assert "_done" in recs, f"{group} did not finish: {recs['_stderr'][-3000:]}"
 
 

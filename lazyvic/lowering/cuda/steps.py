@@ -432,7 +432,7 @@ class CudaConvWeightStep:
         else:  # a broadcast Python number: made dense through its map (a pad's -1 reads zero)
             src = source(self.x, env, scalars, plan)
             copy_view[plan.target.launch(dense.size)](dense, src, x_map, zero)
-            x, x_cols_map = dense, dense[:0]
+            x, x_cols_map = dense, x_map[:0]  # an empty int64 map: the kernel reads dense directly
         im2col_kernel[plan.target.launch(cols.size)](cols, x, x_cols_map, dims, zero)
         copy_view[plan.target.launch(gt.size)](gt, source(self.g, env, scalars, plan), g_map, zero)
         plan.target.matmul(product, cols, gt, self.groups, self.k, self.columns, self.o_per_group, dtype)

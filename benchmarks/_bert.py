@@ -1,4 +1,4 @@
-"""BERT encoder (Devlin et al. 2019) for benchmarks/cuda.py, written once for lazyvic and PyTorch.
+"""BERT encoder (Devlin et al. 2019) for benchmarks/gpu.py, written once for lazyvic and PyTorch.
 
 ``bert_model(lib, cfg)`` builds the same module tree on ``lib = "lazyvic"`` or ``"torch"``: the
 two libraries share the names used here (``nn.Module``, ``nn.Linear``, ``nn.Embedding``,
@@ -14,7 +14,7 @@ LayerNorm; exact-GELU feed-forward, residual, LayerNorm); eps 1e-12; no pooler, 
 (inference), no attention mask (every sequence is full length). Output: the last hidden
 state, (batch, seq, hidden) float32.
 
-This module imports neither library at import time: benchmarks/cuda.py's parent process
+This module imports neither library at import time: benchmarks/gpu.py's parent process
 must import neither.
 """
 

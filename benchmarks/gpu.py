@@ -2,7 +2,7 @@
 """GPU throughput of issue 7: ResNet-18 mixed-precision training and BERT-small inference,
 lazyvic vs PyTorch eager, each runtime in its own fresh process, images/s and sequences/s.
 
-    python benchmarks/cuda.py [--device cuda|cpu] [--tiny] [--only resnet|bert] [--reps N]
+    python benchmarks/gpu.py [--device cuda|cpu] [--tiny] [--only resnet|bert] [--reps N]
                               [--iters N] [--windows N] [--warmup N] [--resnet-batch N]
                               [--batch N [N ...]] [--seq N] [--no-amp] [--no-compile]
                               [--no-torch] [--json PATH]
@@ -667,7 +667,7 @@ def main(argv=None) -> int:
 
     probe = run_child({"case": "probe", "device": args.device, "torch": not args.no_torch})
     if "error" in probe:
-        print(f"cuda.py: {probe['error']}", file=sys.stderr)
+        print(f"gpu.py: {probe['error']}", file=sys.stderr)
         return 2
     use_torch = not args.no_torch and probe.get("torch_device_ok", False)
     env = {

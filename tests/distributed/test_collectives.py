@@ -1,5 +1,6 @@
 """Collectives against NumPy on 1 process (MPI's singleton) and 3 processes (more than the cores)."""
 
+import re
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ def test_collectives_match_numpy(n):
     else:
         run = run_workers(n, "collectives.py")
     out = check(run)
-    assert sorted(line for line in out.splitlines() if line.startswith("ok ")) == [f"ok {r}" for r in range(n)]
+    assert sorted(re.findall(r"ok \d+", out)) == [f"ok {r}" for r in range(n)]
 
 
 def test_collectives_without_a_process_group_raise():
@@ -35,5 +36,7 @@ def test_collectives_without_a_process_group_raise():
         dist.get_rank()
     with pytest.raises(lv.errors.ArgumentError, match="unknown backend 'tcp'"):
         dist.init_process_group("tcp")
-    with pytest.raises(lv.errors.UnsupportedOpError, match="nccl"):
-        dist.init_process_group("nccl")
+    if not dist.is_nccl_available():  # no GPU (CI): says what the backend needs, before MPI starts
+        with pytest.raises(dist.DistributedError, match="init_process_group: the 'nccl' backend needs"):
+            dist.init_process_group("nccl")
+        assert not dist.is_initialized()

@@ -155,4 +155,4 @@ report = lv.explain(ddp_step)
 assert [c["reason"] for c in report.cuts][:1] == ["collective all_reduce (DistributedDataParallel)"], report.cuts
 dist.destroy_process_group()
 assert not dist.is_initialized()
-print(f"ok {r}", flush=True)
+print(f"ok {r}\n", end="", flush=True)  # one write: the ranks share one stdout

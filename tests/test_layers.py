@@ -62,6 +62,7 @@ LAYERS = [
             "lazyvic.models",
             "lazyvic.distributed.process_group",
             "lazyvic.distributed.collectives",
+            "lazyvic.distributed.nccl",
         ],
     ),
     (

@@ -16,6 +16,10 @@ and the sum of rank order is what a serial loop over the ranks' values computes.
 dtypes: float32, float64 and the integer and bool dtypes travel as they are; float16 and
 bfloat16 are widened to float32 for the transport and the reduction, and rounded once at the
 end (PyTorch's NCCL reduces them in their own precision).
+
+In an ``"nccl"`` group, a collective whose tensors are all on ``"cuda"`` goes through NCCL
+instead, GPU to GPU, in NCCL's order (lazyvic/distributed/nccl.py); any other call goes through
+MPI as above (a CUDA tensor through host memory), and its result stays on the tensor's device.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from lazyvic.distributed.process_group import (
     wire_dtype,
 )
 from lazyvic.errors import ArgumentError, DistributedError, DTypeError, ShapeError
+from lazyvic.runtime import device as _dev
 from lazyvic.tensor import Tensor
 from lazyvic.trace.node import Node
 
@@ -90,13 +95,28 @@ class _Transport:
         return np.ascontiguousarray(np.asarray(t.numpy()), dtype=self.wire)
 
 
-def rebind(t: Tensor, values: np.ndarray) -> None:
+def value_node(values, like: Tensor) -> Node:
+    """A buffer node of ``values`` with ``like``'s shape, dtype and device: a host array (copied
+    to the device for a CUDA tensor), or a flat device array (NCCL's result) for a CUDA tensor."""
+    if like.is_cuda and hasattr(values, "__cuda_array_interface__"):  # already on the device
+        return Node.buffer(_dev.storage(values), like.dtype, "cuda", like.shape)
+    # (np.ascontiguousarray makes a 0-d array 1-d: reshape after it)
+    values = np.ascontiguousarray(np.asarray(values).astype(like.dtype.np, copy=False)).reshape(like.shape)
+    if like.is_cuda:
+        return Node.buffer(_dev.to_device(values), like.dtype, "cuda", like.shape)
+    return Node.buffer(values, like.dtype)
+
+
+def rebind(t: Tensor, values) -> None:
     """Make ``t`` hold ``values`` in place (its own device and dtype), with no autograd history:
     a collective's result is data, as in PyTorch."""
-    # (np.ascontiguousarray makes a 0-d array 1-d: reshape after it)
-    values = np.ascontiguousarray(values.astype(t.dtype.np, copy=False)).reshape(t.shape)
     with modes.no_grad():
-        t._assign(Tensor._wrap(Node.buffer(values, t.dtype)))
+        t._assign(Tensor._wrap(value_node(values, t)))
+
+
+def _on_nccl(g: ProcessGroup, *tensors) -> bool:
+    """The call goes through NCCL: an ``"nccl"`` group and every tensor on ``"cuda"``."""
+    return g.nccl is not None and all(t.is_cuda for t in tensors)
 
 
 class Work:
@@ -142,6 +162,9 @@ def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = Fal
     _check_tensor(tensor, what)
     g = group_of(group, what)
     name = _op_name(op, tensor.dtype, what)
+    if _on_nccl(g, tensor):
+        out = g.nccl.all_reduce(g.nccl.flat(tensor, what), tensor.dtype, name, what)
+        return _run(lambda: rebind(tensor, out), async_op)
     wire = _Transport(tensor.dtype, what)
     job = ArrayAllReduce(g, wire.host(tensor).reshape(-1), name, what).start().reduce()
     return _run(lambda: rebind(tensor, job.result()), async_op)
@@ -158,6 +181,9 @@ def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False, grou
     _check_tensor(tensor, what)
     g = group_of(group, what)
     src = _src(g, src if group_src is None else group_src, what)
+    if _on_nccl(g, tensor):
+        out = g.nccl.broadcast(g.nccl.flat(tensor, what), tensor.dtype, src, what)
+        return _run(lambda: rebind(tensor, out), async_op)
     a = _Transport(tensor.dtype, what).host(tensor).copy()
     sent = post_broadcast(g, a, src, what)
 
@@ -226,8 +252,11 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
     _check_tensor(tensor, what)
     g = group_of(group, what)
     _check_list(tensor_list, tensor.shape, g, what, "tensor_list", "the input's")
-    wire = _Transport(tensor.dtype, what)
-    out = _gather(g, wire.host(tensor), wire.mpi, what)
+    if _on_nccl(g, tensor, *tensor_list):
+        out = g.nccl.all_gather(g.nccl.flat(tensor, what), tensor.dtype, what).reshape(g.size, -1)
+    else:
+        wire = _Transport(tensor.dtype, what)
+        out = _gather(g, wire.host(tensor), wire.mpi, what)
 
     def finish():
         for t, values in zip(tensor_list, out):
@@ -253,8 +282,11 @@ def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=No
             f"{what}: output_tensor has shape {output_tensor.shape}, expected {g.size} x the input's "
             f"{input_tensor.shape} elements"
         )
-    wire = _Transport(input_tensor.dtype, what)
-    out = _gather(g, wire.host(input_tensor), wire.mpi, what)
+    if _on_nccl(g, output_tensor, input_tensor):
+        out = g.nccl.all_gather(g.nccl.flat(input_tensor, what), input_tensor.dtype, what)
+    else:
+        wire = _Transport(input_tensor.dtype, what)
+        out = _gather(g, wire.host(input_tensor), wire.mpi, what)
     return _run(lambda: rebind(output_tensor, out), async_op)
 
 
@@ -279,9 +311,13 @@ def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None
     g = group_of(group, what)
     name = _op_name(op, output.dtype, what)
     _check_list(input_list, output.shape, g, what, "input_list", "the output's")
-    wire = _Transport(output.dtype, what)
-    rows = np.stack([wire.host(t).reshape(-1) for t in input_list])
-    mine = _reduce_scatter(g, rows, name, what)
+    if _on_nccl(g, output, *input_list):
+        rows = g.nccl.cp.concatenate([g.nccl.flat(t, what) for t in input_list])
+        mine = g.nccl.reduce_scatter(rows, output.dtype, name, what)
+    else:
+        wire = _Transport(output.dtype, what)
+        rows = np.stack([wire.host(t).reshape(-1) for t in input_list])
+        mine = _reduce_scatter(g, rows, name, what)
     return _run(lambda: rebind(output, mine), async_op)
 
 
@@ -301,8 +337,11 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op=ReduceOp.SUM, group=
         raise ShapeError(
             f"{what}: input has shape {input.shape}, expected {g.size} x the output's {output.shape} elements"
         )
-    wire = _Transport(input.dtype, what)
-    mine = _reduce_scatter(g, wire.host(input).reshape(g.size, -1), name, what)
+    if _on_nccl(g, output, input):
+        mine = g.nccl.reduce_scatter(g.nccl.flat(input, what), input.dtype, name, what)
+    else:
+        wire = _Transport(input.dtype, what)
+        mine = _reduce_scatter(g, wire.host(input).reshape(g.size, -1), name, what)
     return _run(lambda: rebind(output, mine), async_op)
 
 

@@ -18,8 +18,8 @@ Backends (``init_process_group(backend=...)``):
     Accepted as a name for ``"mpi"``, so that CPU scripts written for PyTorch's gloo run
     unchanged under ``lazyvic run``.
 ``"nccl"``
-    Not built: it raises :class:`~lazyvic.errors.UnsupportedOpError` (NCCL through CuPy needs a
-    GPU to be written and tested on; none was available).
+    NCCL through CuPy for CUDA tensors, GPU to GPU (:mod:`lazyvic.distributed.nccl`); CPU
+    tensors, objects and barriers go through MPI beside it, as PyTorch's ``"cpu:gloo,cuda:nccl"``.
 
 This module also holds the transport of arrays every collective uses: the rank-order all-reduce
 (:class:`ArrayAllReduce`, see :mod:`lazyvic.distributed.collectives`), the wire dtypes, the
@@ -91,6 +91,7 @@ class ProcessGroup:
         self.broken: str | None = None  # why a collective failed; later ones refuse to start
         self.key = next(_keys)  # names the group in a plan's collectives (ops/collective.py)
         self.scratch = Scratch()
+        self.nccl = None  # the NcclTransport of an "nccl" group (lazyvic/distributed/nccl.py)
 
     def wait(self, requests: list, what: str) -> None:
         """Wait for MPI ``requests`` until the group's deadline.
@@ -156,8 +157,10 @@ def is_mpi_available() -> bool:
 
 
 def is_nccl_available() -> bool:
-    """False: the NCCL backend is not built (see the module docstring)."""
-    return False
+    """True when the ``"nccl"`` backend can start: a real GPU, CuPy and its NCCL."""
+    from lazyvic.distributed import nccl
+
+    return nccl.is_available()
 
 
 def is_gloo_available() -> bool:
@@ -205,26 +208,26 @@ def init_process_group(
     ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` are set for code that reads them.
 
     Args:
-        backend: ``"mpi"`` (default), ``"gloo"`` (the same) or ``"nccl"`` (not built).
+        backend: ``"mpi"`` (default), ``"gloo"`` (the same) or ``"nccl"`` (CUDA tensors through
+            NCCL, the rest through MPI; needs CuPy and one GPU per rank).
         timeout: how long a collective waits for the other ranks (a ``timedelta`` or seconds;
             default 30 minutes, or ``LAZYVIC_DIST_TIMEOUT`` seconds).
 
     Raises:
-        DistributedError: already initialized; mpi4py or MPI missing.
+        DistributedError: already initialized; mpi4py or MPI missing; ``"nccl"`` without a GPU,
+            CuPy or NCCL, or NCCL could not make its communicator (two ranks on one GPU).
         ArgumentError: an unknown backend; a ``world_size`` or ``rank`` MPI does not have.
-        UnsupportedOpError: ``backend="nccl"``.
     """
     global _default
     what = "init_process_group"
     name = (backend or "mpi").lower()
     if name not in BACKENDS:
         raise ArgumentError(f"{what}: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if name == "nccl":
-        raise UnsupportedOpError(
-            f"{what}: the 'nccl' backend is not built in lazyvic yet; use backend='mpi' (CUDA tensors "
-            f"are then reduced through host memory)"
-        )
     seconds = _seconds(timeout, what)
+    if name == "nccl":  # before MPI starts: a GPU, CuPy and NCCL are there
+        from lazyvic.distributed.nccl import require
+
+        require(what)
     with _lock:
         if _default is not None:
             raise DistributedError(f"{what}: the default process group is already initialized")
@@ -242,6 +245,14 @@ def init_process_group(
         os.environ.setdefault("WORLD_SIZE", str(group.size))
         os.environ.setdefault("LOCAL_RANK", str(local_rank))
         os.environ.setdefault("LOCAL_WORLD_SIZE", str(local_size))
+        if name == "nccl":
+            from lazyvic.distributed.nccl import NcclTransport
+
+            try:
+                group.nccl = NcclTransport(group, lambda a: post_broadcast(group, a, 0, what)(), what)
+            except DistributedError:
+                comm.Free()
+                raise
         _install_abort_on_error()
         _collective_op.transports[group.key] = plan_transport(group)
         _default = group
@@ -266,6 +277,8 @@ def destroy_process_group(group=None) -> None:
             return
         g, _default = _default, None
         _collective_op.transports.pop(g.key, None)
+        if g.nccl is not None:
+            g.nccl.destroy()
         if g.broken is None:
             g.comm.Free()
 
@@ -311,7 +324,7 @@ def get_world_size(group=None) -> int:
 
 
 def get_backend(group=None) -> str:
-    """The default group's backend name (``"mpi"`` or ``"gloo"``)."""
+    """The default group's backend name (``"mpi"``, ``"gloo"`` or ``"nccl"``)."""
     return group_of(group, "get_backend").backend
 
 

@@ -14,7 +14,10 @@ engine:
   with non-blocking MPI requests, all buckets in flight at once: bucket ``k``'s reduction (a
   rank-order sum, see :mod:`lazyvic.distributed.collectives`) runs while the later buckets'
   messages travel. Each ``.grad`` then holds the average over ranks: the sum divided by the
-  world size.
+  world size. In an ``"nccl"`` group with the model on ``"cuda"``, each bucket is packed on the
+  GPU and averaged by one NCCL all-reduce (``ReduceOp.AVG``), never leaving the device; the
+  ``.grad`` tensors are slices of the result. Gradients of CUDA parameters in an ``"mpi"`` group
+  travel through host memory and come back to the device.
 - ``no_sync()`` skips the reduction (gradients accumulate locally); the first backward outside
   it reduces the accumulated gradients, as in PyTorch.
 - ``broadcast_buffers=True`` (default) gives every rank rank 0's buffers (BatchNorm's running
@@ -33,8 +36,9 @@ import numpy as np
 
 from lazyvic import modes, recording
 from lazyvic.autograd import engine
-from lazyvic.distributed.collectives import all_gather_object, broadcast_flat, traced
+from lazyvic.distributed.collectives import all_gather_object, broadcast_flat, traced, value_node
 from lazyvic.distributed.process_group import ArrayAllReduce, ReduceOp, group_of, wire_dtype
+from lazyvic.dtypes import int32
 from lazyvic.errors import DistributedError
 from lazyvic.indexing import cat
 from lazyvic.nn.module import Module
@@ -156,6 +160,8 @@ class DistributedDataParallel(Module):
         pending = [t for t in grads if t is not None]
         if pending:
             sync(*pending)  # the backward: one plan
+        if g.nccl is not None and all(p.is_cuda for p in self._params):
+            return self._reduce_nccl(grads, what)
         jobs = []
         for bucket in self._buckets:
             flat, had = _flatten([self._params[k] for k in bucket], [grads[k] for k in bucket])
@@ -177,7 +183,31 @@ class DistributedDataParallel(Module):
                     continue
                 mean = total[offset : offset + n].reshape(p.shape)
                 np.divide(mean, mean.dtype.type(g.size), out=mean)
-                p.grad = Tensor._wrap(Node.buffer(mean.astype(p.dtype.np, copy=False), p.dtype))
+                p.grad = Tensor._wrap(value_node(mean, p))  # on the parameter's device
+                offset += n
+
+    def _reduce_nccl(self, grads: list, what: str) -> None:
+        """An "nccl" group's reduction: each bucket packed on the GPU, averaged by one NCCL
+        all-reduce (ReduceOp.AVG), each ``.grad`` a slice of the result; a missing gradient counts
+        as zeros, and with ``find_unused_parameters`` a parameter no rank used keeps no gradient."""
+        nc = self._group.nccl
+        cp = nc.cp
+        for bucket in self._buckets:
+            params = [self._params[k] for k in bucket]
+            parts = [
+                cp.zeros(p.numel(), p.dtype.np) if grads[k] is None else nc.flat(grads[k], what)
+                for p, k in zip(params, bucket)
+            ]
+            total = nc.all_reduce(cp.concatenate(parts), params[0].dtype, "avg", what)
+            used = None
+            if self.find_unused_parameters:
+                had = cp.asarray(np.array([grads[k] is not None for k in bucket], dtype=np.int32))
+                used = cp.asnumpy(nc.all_reduce(had, int32, "sum", what)) > 0
+            offset = 0
+            for j, p in enumerate(params):
+                n = p.numel()
+                if used is None or used[j]:
+                    p.grad = Tensor._wrap(Node.buffer(total[offset : offset + n], p.dtype, "cuda", p.shape))
                 offset += n
 
     def _reduce_traced(self, grads: list) -> None:

@@ -86,7 +86,7 @@ def is_available() -> bool:
 
 class NcclTransport:
     """One NCCL communicator over the ranks of MPI group ``g`` (one GPU per rank); ``share(a)``
-    broadcasts int64 array ``a`` from rank 0 in place (the NCCL id's way to the other ranks).
+    broadcasts uint8 array ``a`` from rank 0 in place (the NCCL id's way to the other ranks).
 
     Raises:
         DistributedError: NCCL is not available, or its communicator could not be made (for
@@ -98,16 +98,22 @@ class NcclTransport:
         self.cp, self.nccl, self.g = cp, nccl, g
         self._select_gpu(cp)
         # Rank 0's unique id (128 bytes) to every rank: ``share(array)`` broadcasts it from rank 0
-        # in place through MPI, with the group's deadline.
-        uid = np.array(nccl.get_unique_id() if g.rank == 0 else [0] * UNIQUE_ID_BYTES, dtype=np.int64)
-        share(uid)
-        uid = tuple(int(v) for v in uid)
+        # in place through MPI, with the group's deadline. CuPy gives the id as bytes (CuPy 14) or
+        # as a tuple of 128 signed chars (earlier versions), and takes it back in the same form.
+        own = nccl.get_unique_id()
+        as_bytes = isinstance(own, (bytes, bytearray))
+        raw = (
+            np.frombuffer(bytes(own), np.uint8) if as_bytes else np.array(own, np.int64).astype(np.int8).view(np.uint8)
+        )
+        raw = raw.copy() if g.rank == 0 else np.zeros(UNIQUE_ID_BYTES, np.uint8)
+        share(raw)
+        uid = raw.tobytes() if as_bytes else tuple(int(v) for v in raw.view(np.int8))
         try:
             self.comm = nccl.NcclCommunicator(g.size, uid, g.rank)
         except nccl.NcclError as e:
             raise DistributedError(
                 f"{what}: rank {g.rank} of {g.size} could not join the NCCL communicator ({e}); NCCL needs one "
-                f"GPU per rank (lazyvic run gives each local rank the GPU of its index)"
+                f"GPU per rank (on a machine with several, each local rank takes the GPU of its index)"
             ) from e
         self.types = {
             np.dtype(np.float32): nccl.NCCL_FLOAT32,

@@ -63,6 +63,7 @@ LAYERS = [
             "lazyvic.distributed.process_group",
             "lazyvic.distributed.collectives",
             "lazyvic.distributed.nccl",
+            "lazyvic.distributed.rooted",
         ],
     ),
     (

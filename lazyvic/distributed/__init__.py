@@ -10,7 +10,9 @@ the data with :class:`lazyvic.utils.data.DistributedSampler`.
 - collectives on tensors (:mod:`lazyvic.distributed.collectives`, each a sync point):
   :func:`all_reduce`, :func:`broadcast`, :func:`all_gather`, :func:`all_gather_into_tensor`,
   :func:`reduce_scatter`, :func:`reduce_scatter_tensor`, :func:`barrier`, and on picklable
-  objects :func:`all_gather_object`, :func:`broadcast_object_list`;
+  objects :func:`all_gather_object`, :func:`broadcast_object_list`; with a root
+  (:mod:`lazyvic.distributed.rooted`) :func:`reduce`, :func:`gather`, :func:`scatter`, and
+  point to point :func:`send`, :func:`recv`, :func:`isend`, :func:`irecv`;
 - :mod:`lazyvic.distributed.checkpoint`: sharded ``save``/``load`` that reload on another world size;
 - :mod:`lazyvic.distributed.run`: the launcher (``lazyvic run -n N script.py``, as ``torchrun``).
 """
@@ -45,6 +47,7 @@ from lazyvic.distributed.process_group import (
     is_mpi_available,
     is_nccl_available,
 )
+from lazyvic.distributed.rooted import gather, irecv, isend, recv, reduce, scatter, send
 from lazyvic.errors import DistributedError
 
 __all__ = [
@@ -63,16 +66,23 @@ __all__ = [
     "broadcast_object_list",
     "checkpoint",
     "destroy_process_group",
+    "gather",
     "get_backend",
     "get_rank",
     "get_world_size",
     "group",
     "init_process_group",
+    "irecv",
     "is_available",
     "is_gloo_available",
     "is_initialized",
     "is_mpi_available",
     "is_nccl_available",
+    "isend",
+    "recv",
+    "reduce",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "scatter",
+    "send",
 ]

@@ -126,6 +126,13 @@ class Work:
     def __init__(self, finish):
         self._finish = finish
         self._done = False
+        self.source = None  # the sender's rank, for a receive
+
+    def source_rank(self) -> int:
+        """The rank a finished receive (``irecv``) got its message from."""
+        if self.source is None:
+            raise RuntimeError("source_rank: this Work is not a finished receive")
+        return self.source
 
     def wait(self, timeout=None) -> bool:
         if not self._done:

@@ -93,8 +93,9 @@ class ProcessGroup:
         self.scratch = Scratch()
         self.nccl = None  # the NcclTransport of an "nccl" group (lazyvic/distributed/nccl.py)
 
-    def wait(self, requests: list, what: str) -> None:
-        """Wait for MPI ``requests`` until the group's deadline.
+    def wait(self, requests: list, what: str, statuses: list | None = None) -> None:
+        """Wait for MPI ``requests`` until the group's deadline (``statuses``: MPI.Status objects
+        that take the finished requests' statuses, as ``MPI_Testall``'s).
 
         Raises:
             DistributedError: the deadline passed (``what`` names the collective). The group is
@@ -102,7 +103,9 @@ class ProcessGroup:
         """
         from mpi4py import MPI
 
-        testall = MPI.Request.Testall
+        def testall(requests):
+            return MPI.Request.Testall(requests, statuses)
+
         if testall(requests):
             return
         # Open MPI progresses a non-blocking collective only inside MPI calls: test without pause

@@ -40,3 +40,9 @@ def test_collectives_without_a_process_group_raise():
         with pytest.raises(dist.DistributedError, match="init_process_group: the 'nccl' backend needs"):
             dist.init_process_group("nccl")
         assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_rooted_collectives_and_point_to_point_match_numpy(n):
+    out = check(run_workers(n, "rooted.py"))
+    assert sorted(re.findall(r"ok \d+", out)) == [f"ok {r}" for r in range(n)]

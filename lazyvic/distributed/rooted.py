@@ -1,0 +1,224 @@
+"""Collectives with a root (``reduce``, ``gather``, ``scatter``) and point-to-point messages
+(``send``, ``recv``, ``isend``, ``irecv``), with ``torch.distributed``'s names and contracts.
+
+They go through MPI in every backend (a CUDA tensor through host memory; its result comes back
+to the device), waited on with the group's deadline as the other collectives are
+(:class:`~lazyvic.errors.DistributedError` past it). Each is a sync point: the tensors it reads
+are computed first, and a tensor it writes is rebound to the received values, with no autograd
+history.
+
+``reduce`` reduces in rank order, as ``all_reduce`` does (the destination gets the same bits
+``all_reduce`` would give every rank); the other ranks' tensors are left as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic.distributed.collectives import (
+    Work,
+    _check_list,
+    _check_tensor,
+    _op_name,
+    _run,
+    _src,
+    _Transport,
+    rebind,
+)
+from lazyvic.distributed.process_group import ArrayAllReduce, Counted, ReduceOp, group_of
+from lazyvic.errors import ArgumentError, ShapeError
+
+
+def reduce(tensor, dst: int, op=ReduceOp.SUM, group=None, async_op: bool = False, group_dst=None):
+    """Reduce ``tensor`` over all ranks into rank ``dst``'s ``tensor`` (``torch.distributed.reduce``);
+    the other ranks' tensors are unchanged. Sum, product, min and max in rank order.
+
+    Raises:
+        ArgumentError: ``dst`` is not a rank.
+        DTypeError: ``AVG`` of an integer tensor; a bitwise op on a float tensor.
+        DistributedError: no process group; the timeout passed.
+    """
+    what = "reduce"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    dst = _src(g, dst if group_dst is None else group_dst, what)
+    name = _op_name(op, tensor.dtype, what)
+    wire = _Transport(tensor.dtype, what)
+    job = ArrayAllReduce(g, wire.host(tensor).reshape(-1), name, what).start().reduce()
+
+    def finish():
+        values = job.result()
+        if g.rank == dst:
+            rebind(tensor, values)
+
+    return _run(finish, async_op)
+
+
+def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = False, group_dst=None):
+    """Rank ``dst``'s ``gather_list[r]`` takes rank ``r``'s ``tensor`` (``torch.distributed.gather``).
+
+    Args:
+        gather_list: on ``dst``, world-size tensors of ``tensor``'s shape; on the other ranks
+            ``None`` (or an empty list).
+
+    Raises:
+        ShapeError: ``gather_list`` on ``dst`` does not hold world-size tensors of the shape.
+        ArgumentError: ``dst`` is not a rank; a ``gather_list`` given on another rank.
+    """
+    what = "gather"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    dst = _src(g, dst if group_dst is None else group_dst, what)
+    if g.rank == dst:
+        _check_list(gather_list if gather_list is not None else [], tensor.shape, g, what, "gather_list", "the input's")
+    elif gather_list:
+        raise ArgumentError(
+            f"{what}: gather_list must be given on the destination rank {dst} only (this is rank {g.rank})"
+        )
+    wire = _Transport(tensor.dtype, what)
+    a = wire.host(tensor)
+    out = np.empty((g.size, *a.shape), dtype=a.dtype) if g.rank == dst else None
+    counted = Counted(a.nbytes * (g.size if g.rank == dst else 1))
+    if g.size == 1:
+        out[0] = a
+    else:
+        recv = [out, wire.mpi] if out is not None else None
+        g.wait([g.comm.Igather([a, wire.mpi], recv, root=dst)], what)
+    counted.done()
+
+    def finish():
+        if out is not None:
+            for t, values in zip(gather_list, out):
+                rebind(t, values)
+
+    return _run(finish, async_op)
+
+
+def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False, group_src=None):
+    """Every rank ``r``'s ``tensor`` takes rank ``src``'s ``scatter_list[r]``
+    (``torch.distributed.scatter``).
+
+    Args:
+        scatter_list: on ``src``, world-size tensors of ``tensor``'s shape; on the other ranks
+            ``None`` (or an empty list).
+
+    Raises:
+        ShapeError: ``scatter_list`` on ``src`` does not hold world-size tensors of the shape.
+        ArgumentError: ``src`` is not a rank; a ``scatter_list`` given on another rank.
+    """
+    what = "scatter"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    src = _src(g, src if group_src is None else group_src, what)
+    wire = _Transport(tensor.dtype, what)
+    if g.rank == src:
+        _check_list(
+            scatter_list if scatter_list is not None else [], tensor.shape, g, what, "scatter_list", "the output's"
+        )
+        rows = np.stack([wire.host(t) for t in scatter_list]) if scatter_list else None
+    elif scatter_list:
+        raise ArgumentError(f"{what}: scatter_list must be given on the source rank {src} only (this is rank {g.rank})")
+    mine = np.empty(tensor.shape, dtype=wire.wire)
+    counted = Counted(mine.nbytes * (g.size if g.rank == src else 1))
+    if g.size == 1:
+        mine[...] = rows[0]
+    else:
+        send = [np.ascontiguousarray(rows), wire.mpi] if g.rank == src else None
+        g.wait([g.comm.Iscatter(send, [mine, wire.mpi], root=src)], what)
+    counted.done()
+    return _run(lambda: rebind(tensor, mine), async_op)
+
+
+def _peer(g, rank, what: str, arg: str) -> int:
+    if not isinstance(rank, (int, np.integer)) or not 0 <= int(rank) < g.size:
+        raise ArgumentError(f"{what}: {arg}={rank!r} is not a rank of a group of {g.size}")
+    if int(rank) == g.rank:
+        raise ArgumentError(f"{what}: {arg}={rank} is this process's own rank (a message to itself)")
+    return int(rank)
+
+
+def isend(tensor, dst: int, group=None, tag: int = 0, group_dst=None) -> Work:
+    """Send ``tensor``'s values to rank ``dst`` without waiting (``torch.distributed.isend``);
+    ``Work.wait()`` waits for the send. The values are taken now (the sync point).
+
+    Raises:
+        ArgumentError: ``dst`` is not another rank.
+    """
+    what = "isend"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    dst = _peer(g, dst if group_dst is None else group_dst, what, "dst")
+    wire = _Transport(tensor.dtype, what)
+    a = wire.host(tensor).copy()  # owned until the send completes
+    counted = Counted(a.nbytes)
+    request = g.comm.Isend([a, wire.mpi], dest=dst, tag=int(tag))
+
+    def finish():
+        g.wait([request], what)
+        counted.done()
+
+    work = Work(finish)
+    work.buffer = a  # the send's memory lives as long as its Work
+    return work
+
+
+def irecv(tensor, src: int | None = None, group=None, tag: int = 0, group_src=None) -> Work:
+    """Receive into ``tensor`` from rank ``src`` (any rank when ``None``) without waiting
+    (``torch.distributed.irecv``); after ``Work.wait()`` the tensor holds the values, and
+    ``Work.source_rank()`` names the sender.
+
+    Raises:
+        ArgumentError: ``src`` is not another rank.
+        DistributedError: the timeout passed; the message was not of ``tensor``'s size.
+    """
+    what = "irecv"
+    _check_tensor(tensor, what)
+    g = group_of(group, what)
+    from mpi4py import MPI
+
+    peer = src if group_src is None else group_src
+    peer = MPI.ANY_SOURCE if peer is None else _peer(g, peer, what, "src")
+    wire = _Transport(tensor.dtype, what)
+    buf = np.empty(tensor.shape, dtype=wire.wire)
+    counted = Counted(buf.nbytes)
+    status = MPI.Status()
+    request = g.comm.Irecv([buf, wire.mpi], source=peer, tag=int(tag))
+    work = Work(None)
+
+    def finish():
+        try:
+            g.wait([request], what, [status])
+        except MPI.Exception as e:
+            code = e.Get_error_class()
+            if code == MPI.ERR_IN_STATUS:  # (MPI_Testall reports the request's error in its status)
+                code = MPI.Get_error_class(status.Get_error())
+            if code != MPI.ERR_TRUNCATE:
+                raise
+            raise ShapeError(
+                f"{what}: a rank sent more elements than tensor has ({buf.size}, shape {tuple(tensor.shape)})"
+            ) from None
+        count = status.Get_count(wire.mpi)
+        if count != buf.size:
+            raise ShapeError(
+                f"{what}: rank {status.Get_source()} sent {count} elements, tensor has {buf.size} {tuple(tensor.shape)}"
+            )
+        counted.done()
+        work.source = status.Get_source()
+        rebind(tensor, buf)
+
+    work._finish = finish
+    return work
+
+
+def send(tensor, dst: int, group=None, tag: int = 0, group_dst=None) -> None:
+    """Send ``tensor``'s values to rank ``dst`` and wait until they are sent
+    (``torch.distributed.send``). See :func:`isend`."""
+    isend(tensor, dst, group, tag, group_dst).wait()
+
+
+def recv(tensor, src: int | None = None, group=None, tag: int = 0, group_src=None) -> int:
+    """Receive into ``tensor`` from rank ``src`` (any rank when ``None``) and return the sender's
+    rank (``torch.distributed.recv``). See :func:`irecv`."""
+    work = irecv(tensor, src, group, tag, group_src)
+    work.wait()
+    return work.source

@@ -7,6 +7,8 @@ the data with :class:`lazyvic.utils.data.DistributedSampler`.
 
 - process group: :func:`init_process_group`, :func:`destroy_process_group`,
   :func:`is_initialized`, :func:`get_rank`, :func:`get_world_size`, :func:`get_backend`;
+  subgroups: :func:`new_group`, :func:`get_process_group_ranks`, :func:`get_global_rank`,
+  :func:`get_group_rank`, :class:`GroupMember`;
 - collectives on tensors (:mod:`lazyvic.distributed.collectives`, each a sync point):
   :func:`all_reduce`, :func:`broadcast`, :func:`all_gather`, :func:`all_gather_into_tensor`,
   :func:`reduce_scatter`, :func:`reduce_scatter_tensor`, :func:`barrier`, and on picklable
@@ -34,9 +36,13 @@ from lazyvic.distributed.collectives import (
 from lazyvic.distributed.process_group import (
     DEFAULT_TIMEOUT,
     WORLD,
+    GroupMember,
     ProcessGroup,
     destroy_process_group,
     get_backend,
+    get_global_rank,
+    get_group_rank,
+    get_process_group_ranks,
     get_rank,
     get_world_size,
     group,
@@ -46,6 +52,7 @@ from lazyvic.distributed.process_group import (
     is_initialized,
     is_mpi_available,
     is_nccl_available,
+    new_group,
 )
 from lazyvic.distributed.rooted import gather, irecv, isend, recv, reduce, scatter, send
 from lazyvic.errors import DistributedError
@@ -53,6 +60,7 @@ from lazyvic.errors import DistributedError
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DistributedError",
+    "GroupMember",
     "ProcessGroup",
     "ReduceOp",
     "WORLD",
@@ -68,6 +76,9 @@ __all__ = [
     "destroy_process_group",
     "gather",
     "get_backend",
+    "get_global_rank",
+    "get_group_rank",
+    "get_process_group_ranks",
     "get_rank",
     "get_world_size",
     "group",
@@ -78,6 +89,7 @@ __all__ = [
     "is_initialized",
     "is_mpi_available",
     "is_nccl_available",
+    "new_group",
     "isend",
     "recv",
     "reduce",

@@ -150,7 +150,7 @@ def save(
             NumPy arrays and JSON scalars (int, float incl. inf/nan, str, bool, None), e.g.
             ``{"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3}``.
         checkpoint_id: the directory (created if missing; an existing checkpoint in it is replaced).
-        process_group: ``None`` or ``group.WORLD`` (the default group).
+        process_group: ``None`` or ``group.WORLD`` (the default group), or a group of ``new_group``.
         no_dist: save from this process alone, as world size 1 (also what happens when no process
             group is initialized).
         storage_writer, planner: PyTorch's; only ``None`` is supported.
@@ -170,6 +170,8 @@ def save(
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"{what}: state_dict must be a dict, got {type(state_dict).__name__}")
     g = None if no_dist or not is_initialized() else group_of(process_group, what)
+    if g is None and not no_dist and is_initialized():
+        raise ArgumentError(f"{what}: this process is not a member of process_group (GroupMember.NON_GROUP_MEMBER)")
     rank, world = (g.rank, g.size) if g is not None else (0, 1)
 
     failure, encoder, structure, entries = None, None, None, None
@@ -230,7 +232,7 @@ def _agree(g, failure: Exception | None, payload, step: str, what: str) -> list:
     statuses = [status]
     if g is not None:
         statuses = [None] * g.size
-        all_gather_object(statuses, status)
+        all_gather_object(statuses, status, group=g)
     if failure is not None:
         raise failure
     for r, (kind, body) in enumerate(statuses):

@@ -168,6 +168,8 @@ def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None, async_op: bool = Fal
     what = "all_reduce"
     _check_tensor(tensor, what)
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     name = _op_name(op, tensor.dtype, what)
     if _on_nccl(g, tensor):
         out = g.nccl.all_reduce(g.nccl.flat(tensor, what), tensor.dtype, name, what)
@@ -187,7 +189,9 @@ def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False, grou
     what = "broadcast"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    src = _src(g, src if group_src is None else group_src, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
+    src = _src(g, src, what, group_src)
     if _on_nccl(g, tensor):
         out = g.nccl.broadcast(g.nccl.flat(tensor, what), tensor.dtype, src, what)
         return _run(lambda: rebind(tensor, out), async_op)
@@ -231,10 +235,18 @@ def traced(tensor: Tensor, collective: str, op: str = ReduceOp.SUM, src: int = 0
     return Tensor.apply("collective", tensor, *after, collective=collective, reduce=op, src=src, group=g.key)
 
 
-def _src(g: ProcessGroup, src, what: str) -> int:
-    if not isinstance(src, (int, np.integer)) or not 0 <= int(src) < g.size:
-        raise ArgumentError(f"{what}: src={src!r} is not a rank of a group of {g.size}")
-    return int(src)
+def _src(g: ProcessGroup, src, what: str, group_src=None, arg: str = "src") -> int:
+    """The rank in ``g`` of a collective's root: ``group_src`` (a rank in ``g``) when given, else
+    ``src`` (a rank in the default group, as PyTorch's).
+
+    Raises:
+        ArgumentError: not a rank of the group.
+    """
+    if group_src is not None:
+        if not isinstance(group_src, (int, np.integer)) or not 0 <= int(group_src) < g.size:
+            raise ArgumentError(f"{what}: group_{arg}={group_src!r} is not a rank of a group of {g.size}")
+        return int(group_src)
+    return g.group_rank(src, what, arg)
 
 
 def _gather(g: ProcessGroup, a: np.ndarray, mpi, what: str) -> np.ndarray:
@@ -258,6 +270,8 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
     what = "all_gather"
     _check_tensor(tensor, what)
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     _check_list(tensor_list, tensor.shape, g, what, "tensor_list", "the input's")
     if _on_nccl(g, tensor, *tensor_list):
         out = g.nccl.all_gather(g.nccl.flat(tensor, what), tensor.dtype, what).reshape(g.size, -1)
@@ -284,6 +298,8 @@ def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=No
     _check_tensor(output_tensor, what, "output_tensor")
     _check_tensor(input_tensor, what, "input_tensor")
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     if output_tensor.numel() != g.size * input_tensor.numel():
         raise ShapeError(
             f"{what}: output_tensor has shape {output_tensor.shape}, expected {g.size} x the input's "
@@ -316,6 +332,8 @@ def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None
     what = "reduce_scatter"
     _check_tensor(output, what, "output")
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     name = _op_name(op, output.dtype, what)
     _check_list(input_list, output.shape, g, what, "input_list", "the output's")
     if _on_nccl(g, output, *input_list):
@@ -339,6 +357,8 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op=ReduceOp.SUM, group=
     _check_tensor(output, what, "output")
     _check_tensor(input, what, "input")
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     name = _op_name(op, input.dtype, what)
     if input.numel() != g.size * output.numel():
         raise ShapeError(
@@ -360,6 +380,8 @@ def barrier(group=None, async_op: bool = False, device_ids=None):
     """
     what = "barrier"
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     req = g.comm.Ibarrier() if g.size > 1 else None
 
     def finish():
@@ -393,6 +415,8 @@ def all_gather_object(object_list: list, obj, group=None) -> None:
     """
     what = "all_gather_object"
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     if len(object_list) != g.size:
         raise ShapeError(f"{what}: object_list has {len(object_list)} entries, expected the world size {g.size}")
     for r, payload in enumerate(_all_bytes(g, pickle.dumps(obj), what)):
@@ -408,6 +432,8 @@ def broadcast_object_list(object_list: list, src: int = 0, group=None, device=No
     """
     what = "broadcast_object_list"
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     src = _src(g, src, what)
     payloads = _all_bytes(g, pickle.dumps(list(object_list)) if g.rank == src else b"", what)
     values = pickle.loads(payloads[src])

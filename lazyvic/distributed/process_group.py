@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from lazyvic.errors import ArgumentError, DistributedError, DTypeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DistributedError, DTypeError
 from lazyvic.ops import collective as _collective_op
 from lazyvic.runtime import metrics
 
@@ -77,15 +77,19 @@ class ProcessGroup:
     Attributes:
         comm: the ``mpi4py.MPI.Intracomm`` (a duplicate of ``COMM_WORLD``: lazyvic's messages
             never match a user's own MPI calls).
-        rank, size: this process's rank and the number of processes.
-        backend: the backend's name as given (``"mpi"`` or ``"gloo"``).
+        rank, size: this process's rank in the group and the number of processes in it.
+        ranks: the members' ranks in the default group, in group order (a subgroup of
+            :func:`new_group`; the default group's are 0 .. size - 1).
+        backend: the backend's name as given (``"mpi"``, ``"gloo"`` or ``"nccl"``).
         timeout: seconds a collective may wait for the other ranks.
     """
 
-    def __init__(self, comm, backend: str, timeout: float):
+    def __init__(self, comm, backend: str, timeout: float, ranks: list | None = None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.ranks = list(range(self.size)) if ranks is None else list(ranks)
+        self.destroyed = False
         self.backend = backend
         self.timeout = timeout
         self.broken: str | None = None  # why a collective failed; later ones refuse to start
@@ -128,7 +132,22 @@ class ProcessGroup:
                 raise DistributedError(self.broken)
             time.sleep(0.001)
 
+    def group_rank(self, global_rank, what: str, arg: str) -> int:
+        """The rank in this group of the process of rank ``global_rank`` in the default group.
+
+        Raises:
+            ArgumentError: not an integer, or not a member of this group.
+        """
+        if isinstance(global_rank, (int, np.integer)) and int(global_rank) in self.ranks:
+            return self.ranks.index(int(global_rank))
+        raise ArgumentError(f"{what}: {arg}={global_rank!r} is not a rank of this group (its ranks: {self.ranks})")
+
+    def __repr__(self) -> str:
+        return f"ProcessGroup(backend={self.backend!r}, ranks={self.ranks}, rank={self.rank})"
+
     def check(self, what: str) -> None:
+        if self.destroyed:
+            raise DistributedError(f"{what}: the process group {self.ranks} was destroyed (destroy_process_group)")
         if self.broken is not None:
             raise DistributedError(f"{what}: the process group is broken by an earlier failure ({self.broken})")
 
@@ -272,18 +291,112 @@ def node_ranks(comm) -> tuple[int, int]:
 
 
 def destroy_process_group(group=None) -> None:
-    """Leave the default process group (``torch.distributed.destroy_process_group``); a later
-    :func:`init_process_group` joins again. Without a call, MPI is finalized at exit."""
+    """Leave a process group (``torch.distributed.destroy_process_group``): ``None`` (or
+    ``group.WORLD``) ends the default group and every subgroup, and a later
+    :func:`init_process_group` joins again; a subgroup of :func:`new_group` ends that group (not a
+    collective). Without a call, MPI is finalized at exit."""
     global _default
     with _lock:
+        if isinstance(group, ProcessGroup) and group is not _default:
+            _free(group)
+            if group in _subgroups:
+                _subgroups.remove(group)
+            return
         if _default is None:
             return
-        g, _default = _default, None
-        _collective_op.transports.pop(g.key, None)
-        if g.nccl is not None:
-            g.nccl.destroy()
-        if g.broken is None:
-            g.comm.Free()
+        for g in [*_subgroups, _default]:
+            _free(g)
+        _subgroups.clear()
+        _default = None
+
+
+def _free(g: ProcessGroup) -> None:
+    if g.destroyed:
+        return
+    g.destroyed = True
+    _collective_op.transports.pop(g.key, None)
+    if g.nccl is not None:
+        g.nccl.destroy()
+    if g.broken is None:
+        g.comm.Free()
+
+
+class _NonMember:
+    """What :func:`new_group` returns on a process that is not a member
+    (``torch.distributed.GroupMember.NON_GROUP_MEMBER``): a collective given it does nothing and
+    returns None, :func:`get_rank` and :func:`get_world_size` give -1."""
+
+    def __repr__(self) -> str:
+        return "GroupMember.NON_GROUP_MEMBER"
+
+
+NON_GROUP_MEMBER = _NonMember()
+_subgroups: list = []
+
+
+def new_group(
+    ranks=None,
+    timeout: datetime.timedelta | float | None = None,
+    backend: str | None = None,
+    pg_options=None,
+    use_local_synchronization: bool = False,
+    group_desc: str | None = None,
+    device_id=None,
+):
+    """A process group of some of the default group's processes (``torch.distributed.new_group``).
+
+    Every process of the default group must call it, with the same ``ranks``, in the same order
+    as its other ``new_group`` calls (it is a collective of the default group; the processes wait
+    for each other with its deadline). Collectives given the group run among its members; their
+    ``src``/``dst`` arguments are ranks in the default group, their ``group_src``/``group_dst``
+    arguments ranks in the group, as in PyTorch.
+
+    Args:
+        ranks: the default group's ranks of the members (default: all); their order does not
+            matter, the group's ranks follow the default group's order.
+        timeout: the group's deadline (default: the default group's).
+        backend: ``"mpi"``, ``"gloo"`` or ``"nccl"`` (default: the default group's).
+        pg_options, use_local_synchronization, group_desc, device_id: accepted for
+            compatibility, not used.
+
+    Returns:
+        The :class:`ProcessGroup` on a member, :data:`NON_GROUP_MEMBER` on the other processes.
+
+    Raises:
+        DistributedError: no default group; a process did not call it within the deadline.
+        ArgumentError: a rank out of range or repeated; an unknown backend.
+    """
+    what = "new_group"
+    parent = default_group(what)
+    if ranks is None:
+        members = list(range(parent.size))
+    else:
+        members = sorted(int(r) for r in ranks)
+        bad = [r for r in members if not 0 <= r < parent.size]
+        if bad or len(set(members)) != len(members):
+            raise ArgumentError(
+                f"{what}: ranks must be distinct ranks of the default group (0 .. {parent.size - 1}), got {list(ranks)}"
+            )
+    name = (backend or parent.backend).lower()
+    if name not in BACKENDS:
+        raise ArgumentError(f"{what}: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    seconds = parent.timeout if timeout is None else _seconds(timeout, what)
+    from mpi4py import MPI
+
+    parent.wait([parent.comm.Ibarrier()], what)  # every process is here: the split below does not hang
+    member = parent.rank in members
+    comm = parent.comm.Split(0 if member else MPI.UNDEFINED, key=parent.rank)
+    if not member:
+        return NON_GROUP_MEMBER
+    g = ProcessGroup(comm, name, seconds, members)
+    if name == "nccl":
+        from lazyvic.distributed.nccl import NcclTransport
+
+        g.nccl = NcclTransport(g, lambda a: post_broadcast(g, a, 0, what)(), what)
+    with _lock:
+        _collective_op.transports[g.key] = plan_transport(g)
+        _subgroups.append(g)
+    return g
 
 
 def default_group(what: str) -> ProcessGroup:
@@ -301,34 +414,85 @@ def default_group(what: str) -> ProcessGroup:
     return g
 
 
-def group_of(group, what: str) -> ProcessGroup:
-    """The group a collective runs in: ``None`` or ``group.WORLD`` mean the default one."""
-    if group is not None and group is not WORLD:
-        raise UnsupportedOpError(f"{what}: only the default group (group=None or group.WORLD) is supported")
-    return default_group(what)
+def group_of(group, what: str) -> ProcessGroup | None:
+    """The group a collective runs in: ``None`` or ``group.WORLD`` mean the default one, a
+    :class:`ProcessGroup` of :func:`new_group` itself; None for :data:`NON_GROUP_MEMBER` (the
+    caller does nothing, as PyTorch).
+
+    Raises:
+        DistributedError: no default group; the group was destroyed or broken.
+        TypeError: ``group`` is not a process group.
+    """
+    if group is None or group is WORLD:
+        return default_group(what)
+    if group is NON_GROUP_MEMBER:
+        return None
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"{what}: group must be a ProcessGroup from new_group, or group.WORLD, got {group!r}")
+    group.check(what)
+    return group
 
 
 def get_rank(group=None) -> int:
-    """This process's rank in the default group (0 .. world size - 1).
+    """This process's rank in ``group`` (default: the default group), 0 .. size - 1; -1 for a
+    group it is not a member of (:data:`NON_GROUP_MEMBER`).
 
     Raises:
         DistributedError: :func:`init_process_group` was not called.
     """
-    return group_of(group, "get_rank").rank
+    g = group_of(group, "get_rank")
+    return -1 if g is None else g.rank
 
 
 def get_world_size(group=None) -> int:
-    """The number of processes in the default group.
+    """The number of processes in ``group`` (default: the default group); -1 for a group this
+    process is not a member of.
 
     Raises:
         DistributedError: :func:`init_process_group` was not called.
     """
-    return group_of(group, "get_world_size").size
+    g = group_of(group, "get_world_size")
+    return -1 if g is None else g.size
 
 
 def get_backend(group=None) -> str:
-    """The default group's backend name (``"mpi"``, ``"gloo"`` or ``"nccl"``)."""
-    return group_of(group, "get_backend").backend
+    """The group's backend name (``"mpi"``, ``"gloo"`` or ``"nccl"``)."""
+    g = group_of(group, "get_backend")
+    if g is None:
+        raise DistributedError("get_backend: this process is not a member of the group")
+    return g.backend
+
+
+def get_process_group_ranks(group) -> list[int]:
+    """The default group's ranks of ``group``'s members, in group order."""
+    g = group_of(group, "get_process_group_ranks")
+    if g is None:
+        raise DistributedError("get_process_group_ranks: this process is not a member of the group")
+    return list(g.ranks)
+
+
+def get_global_rank(group, group_rank: int) -> int:
+    """The default group's rank of the member of rank ``group_rank`` in ``group``.
+
+    Raises:
+        ArgumentError: ``group_rank`` is not a rank of the group.
+    """
+    ranks = get_process_group_ranks(group)
+    if not isinstance(group_rank, (int, np.integer)) or not 0 <= int(group_rank) < len(ranks):
+        raise ArgumentError(f"get_global_rank: {group_rank!r} is not a rank of a group of {len(ranks)}")
+    return ranks[int(group_rank)]
+
+
+def get_group_rank(group, global_rank: int) -> int:
+    """The rank in ``group`` of the default group's rank ``global_rank``.
+
+    Raises:
+        ArgumentError: that process is not a member of the group.
+    """
+    g = group_of(group, "get_group_rank")
+    if g is None:
+        raise DistributedError("get_group_rank: this process is not a member of the group")
+    return g.group_rank(global_rank, "get_group_rank", "global_rank")
 
 
 class _World:
@@ -345,6 +509,13 @@ class group:  # noqa: N801 (PyTorch's name: torch.distributed.group.WORLD)
     """``group.WORLD`` names the default process group."""
 
     WORLD = WORLD
+
+
+class GroupMember:
+    """``torch.distributed.GroupMember``: ``WORLD`` and ``NON_GROUP_MEMBER``."""
+
+    WORLD = WORLD
+    NON_GROUP_MEMBER = NON_GROUP_MEMBER
 
 
 _hook_installed = False

@@ -41,7 +41,9 @@ def reduce(tensor, dst: int, op=ReduceOp.SUM, group=None, async_op: bool = False
     what = "reduce"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    dst = _src(g, dst if group_dst is None else group_dst, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
+    dst = _src(g, dst, what, group_dst, "dst")
     name = _op_name(op, tensor.dtype, what)
     wire = _Transport(tensor.dtype, what)
     job = ArrayAllReduce(g, wire.host(tensor).reshape(-1), name, what).start().reduce()
@@ -68,7 +70,9 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
     what = "gather"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    dst = _src(g, dst if group_dst is None else group_dst, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
+    dst = _src(g, dst, what, group_dst, "dst")
     if g.rank == dst:
         _check_list(gather_list if gather_list is not None else [], tensor.shape, g, what, "gather_list", "the input's")
     elif gather_list:
@@ -109,7 +113,9 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
     what = "scatter"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    src = _src(g, src if group_src is None else group_src, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
+    src = _src(g, src, what, group_src)
     wire = _Transport(tensor.dtype, what)
     if g.rank == src:
         _check_list(
@@ -117,7 +123,9 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
         )
         rows = np.stack([wire.host(t) for t in scatter_list]) if scatter_list else None
     elif scatter_list:
-        raise ArgumentError(f"{what}: scatter_list must be given on the source rank {src} only (this is rank {g.rank})")
+        raise ArgumentError(
+            f"{what}: scatter_list must be given on the source rank {g.ranks[src]} only (this is rank {g.ranks[g.rank]})"
+        )
     mine = np.empty(tensor.shape, dtype=wire.wire)
     counted = Counted(mine.nbytes * (g.size if g.rank == src else 1))
     if g.size == 1:
@@ -129,12 +137,13 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
     return _run(lambda: rebind(tensor, mine), async_op)
 
 
-def _peer(g, rank, what: str, arg: str) -> int:
-    if not isinstance(rank, (int, np.integer)) or not 0 <= int(rank) < g.size:
-        raise ArgumentError(f"{what}: {arg}={rank!r} is not a rank of a group of {g.size}")
-    if int(rank) == g.rank:
-        raise ArgumentError(f"{what}: {arg}={rank} is this process's own rank (a message to itself)")
-    return int(rank)
+def _peer(g, rank, what: str, arg: str, group_rank=None) -> int:
+    """The rank in ``g`` of the other end of a message (``rank`` in the default group, or
+    ``group_rank`` in ``g``)."""
+    peer = _src(g, rank, what, group_rank, arg)
+    if peer == g.rank:
+        raise ArgumentError(f"{what}: {arg}={rank if group_rank is None else group_rank} is this process's own rank")
+    return peer
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0, group_dst=None) -> Work:
@@ -147,7 +156,9 @@ def isend(tensor, dst: int, group=None, tag: int = 0, group_dst=None) -> Work:
     what = "isend"
     _check_tensor(tensor, what)
     g = group_of(group, what)
-    dst = _peer(g, dst if group_dst is None else group_dst, what, "dst")
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
+    dst = _peer(g, dst, what, "dst", group_dst)
     wire = _Transport(tensor.dtype, what)
     a = wire.host(tensor).copy()  # owned until the send completes
     counted = Counted(a.nbytes)
@@ -174,10 +185,14 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0, group_src=No
     what = "irecv"
     _check_tensor(tensor, what)
     g = group_of(group, what)
+    if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
+        return None
     from mpi4py import MPI
 
-    peer = src if group_src is None else group_src
-    peer = MPI.ANY_SOURCE if peer is None else _peer(g, peer, what, "src")
+    if src is None and group_src is None:
+        peer = MPI.ANY_SOURCE
+    else:
+        peer = _peer(g, src, what, "src", group_src)
     wire = _Transport(tensor.dtype, what)
     buf = np.empty(tensor.shape, dtype=wire.wire)
     counted = Counted(buf.nbytes)
@@ -203,7 +218,7 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0, group_src=No
                 f"{what}: rank {status.Get_source()} sent {count} elements, tensor has {buf.size} {tuple(tensor.shape)}"
             )
         counted.done()
-        work.source = status.Get_source()
+        work.source = g.ranks[status.Get_source()]  # the sender's rank in the default group
         rebind(tensor, buf)
 
     work._finish = finish

@@ -46,3 +46,8 @@ def test_collectives_without_a_process_group_raise():
 def test_rooted_collectives_and_point_to_point_match_numpy(n):
     out = check(run_workers(n, "rooted.py"))
     assert sorted(re.findall(r"ok \d+", out)) == [f"ok {r}" for r in range(n)]
+
+
+def test_subgroups_run_among_their_members():
+    out = check(run_workers(3, "subgroups.py"))
+    assert sorted(re.findall(r"ok \d+", out)) == ["ok 0", "ok 1", "ok 2"]

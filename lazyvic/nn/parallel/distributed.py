@@ -39,7 +39,7 @@ from lazyvic.autograd import engine
 from lazyvic.distributed.collectives import all_gather_object, broadcast_flat, traced, value_node
 from lazyvic.distributed.process_group import ArrayAllReduce, ReduceOp, group_of, wire_dtype
 from lazyvic.dtypes import int32
-from lazyvic.errors import DistributedError
+from lazyvic.errors import ArgumentError, DistributedError
 from lazyvic.indexing import cat
 from lazyvic.nn.module import Module
 from lazyvic.sync import sync
@@ -91,6 +91,8 @@ class DistributedDataParallel(Module):
         super().__init__()
         what = "DistributedDataParallel"
         self._group = group_of(process_group, what)
+        if self._group is None:
+            raise ArgumentError(f"{what}: this process is not a member of process_group (GroupMember.NON_GROUP_MEMBER)")
         self.module = module
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
@@ -234,7 +236,7 @@ def _check_same_parameters(g, module: Module, what: str) -> None:
     mine = [(n, tuple(p.shape), p.dtype.name) for n, p in module.named_parameters()]
     mine += [(n, tuple(b.shape), b.dtype.name) for n, b in module.named_buffers()]
     every = [None] * g.size
-    all_gather_object(every, mine)
+    all_gather_object(every, mine, group=g)
     first = every[0]
     for rank, theirs in enumerate(every[1:], start=1):
         if theirs == first:

@@ -106,6 +106,13 @@ if backend == "nccl":
     else:
         raise AssertionError("BAND through NCCL did not raise")
 
+# A subgroup of every rank (in an "nccl" group: its own NCCL communicator).
+sub = dist.new_group(list(ranks))
+s = lv.from_numpy(values(r, (5,))).to("cuda")
+dist.all_reduce(s, group=sub)
+assert s.is_cuda and dist.get_backend(sub) == backend
+same(s.numpy(), np.sum([values(k, (5,)) for k in ranks], axis=0))
+
 # DistributedDataParallel on "cuda": two SGD steps, each rank on its part of the combined batch,
 # against one process on the whole batch (no process group needed for it).
 B = 4 * n

@@ -73,12 +73,7 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
     if g is None:  # not a member of the group: nothing to do (PyTorch's behavior)
         return None
     dst = _src(g, dst, what, group_dst, "dst")
-    if g.rank == dst:
-        _check_list(gather_list if gather_list is not None else [], tensor.shape, g, what, "gather_list", "the input's")
-    elif gather_list:
-        raise ArgumentError(
-            f"{what}: gather_list must be given on the destination rank {dst} only (this is rank {g.rank})"
-        )
+    gather_list = _root_list(g, dst, gather_list, tensor.shape, what, "gather_list", "destination")
     wire = _Transport(tensor.dtype, what)
     a = wire.host(tensor)
     out = np.empty((g.size, *a.shape), dtype=a.dtype) if g.rank == dst else None
@@ -117,15 +112,8 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
         return None
     src = _src(g, src, what, group_src)
     wire = _Transport(tensor.dtype, what)
-    if g.rank == src:
-        _check_list(
-            scatter_list if scatter_list is not None else [], tensor.shape, g, what, "scatter_list", "the output's"
-        )
-        rows = np.stack([wire.host(t) for t in scatter_list]) if scatter_list else None
-    elif scatter_list:
-        raise ArgumentError(
-            f"{what}: scatter_list must be given on the source rank {g.ranks[src]} only (this is rank {g.ranks[g.rank]})"
-        )
+    scatter_list = _root_list(g, src, scatter_list, tensor.shape, what, "scatter_list", "source")
+    rows = np.stack([wire.host(t) for t in scatter_list]) if scatter_list else None
     mine = np.empty(tensor.shape, dtype=wire.wire)
     counted = Counted(mine.nbytes * (g.size if g.rank == src else 1))
     if g.size == 1:
@@ -135,6 +123,25 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
         g.wait([g.comm.Iscatter(send, [mine, wire.mpi], root=src)], what)
     counted.done()
     return _run(lambda: rebind(tensor, mine), async_op)
+
+
+def _root_list(g, root: int, tensors, shape: tuple, what: str, arg: str, role: str) -> list | None:
+    """A rooted collective's list: on the root, ``tensors`` checked (world-size tensors of
+    ``shape``); None on the other ranks, which must not give one.
+
+    Raises:
+        ShapeError: the root's list has another length or shape.
+        ArgumentError: a list given on another rank.
+    """
+    if g.rank == root:
+        tensors = list(tensors) if tensors is not None else []
+        _check_list(tensors, shape, g, what, arg, "the tensor's")
+        return tensors
+    if tensors:
+        raise ArgumentError(
+            f"{what}: {arg} must be given on the {role} rank {g.ranks[root]} only (this is rank {g.ranks[g.rank]})"
+        )
+    return None
 
 
 def _peer(g, rank, what: str, arg: str, group_rank=None) -> int:

@@ -6,6 +6,7 @@ any failed check raises (and aborts the job).
 from __future__ import annotations
 
 import numpy as np
+from _checks import raises
 
 import lazyvic as lv
 import lazyvic.distributed as dist
@@ -19,15 +20,6 @@ last = n - 1
 
 def values(rank: int, shape=(4, 5), dtype=np.float32) -> np.ndarray:
     return np.random.default_rng(200 + rank).standard_normal(shape).astype(dtype)
-
-
-def raises(error, fn, text):
-    try:
-        fn()
-    except error as e:
-        assert text in str(e), str(e)
-    else:
-        raise AssertionError(f"no {error.__name__} ({text})")
 
 
 # reduce: rank order on the destination (the bits all_reduce gives), others unchanged.

@@ -5,6 +5,7 @@ group ranks, non-members, DistributedDataParallel in a subgroup, destroy. Prints
 from __future__ import annotations
 
 import numpy as np
+from _checks import raises
 
 import lazyvic as lv
 import lazyvic.distributed as dist
@@ -14,15 +15,6 @@ from lazyvic.errors import ArgumentError, DistributedError
 dist.init_process_group("mpi")
 r, n = dist.get_rank(), dist.get_world_size()
 assert n == 3
-
-
-def raises(error, fn, text):
-    try:
-        fn()
-    except error as e:
-        assert text in str(e), str(e)
-    else:
-        raise AssertionError(f"no {error.__name__} ({text})")
 
 
 outer = dist.new_group([2, 0])  # the order given does not matter: group ranks follow global ones

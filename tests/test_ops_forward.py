@@ -408,9 +408,10 @@ def _():
 @_case("max_pool2d_indices")
 def _():
     # Loops over the definition: 3x3 windows, stride 2, padding 1; rounded values make ties,
-    # which go to the first maximum in row-major order (PyTorch's rule); a NaN wins.
+    # which go to the first maximum in row-major order; a NaN wins, the last of a window's NaNs
+    # (PyTorch's rules: ``val > max || isnan(val)``).
     x = np.round(_f32(2, 3, 5, 6, seed=3))
-    x[0, 1, 2, 3] = np.nan
+    x[0, 1, 2, 3] = x[0, 1, 2, 4] = np.nan
     out = np.zeros((2, 3, 3, 3), dtype=np.int64)
     for n, c, p, q in np.ndindex(out.shape):
         best = None
@@ -419,7 +420,7 @@ def _():
                 h, w = 2 * p + i - 1, 2 * q + j - 1
                 if 0 <= h < 5 and 0 <= w < 6:
                     v = x[n, c, h, w]
-                    if best is None or v > best or (np.isnan(v) and not np.isnan(best)):
+                    if best is None or v > best or np.isnan(v):
                         best, out[n, c, p, q] = v, h * 6 + w
     at = dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1))
     values = F.max_pool2d(lv.tensor(x), 3, 2, 1)

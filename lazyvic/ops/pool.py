@@ -9,7 +9,8 @@ maximum), the fused kernel re-evaluated its producer (ResNet's stem: bias, relu,
 tests) once per window: 640 us for the stem pool at batch 32 against a window loop over
 the materialized input (lowering/cpu/pool_kernels.py). The maximum rounds nothing, and the
 kernel and the NumPy reference scan each window in the same order (the first of equal
-maxima kept, the first NaN winning), so they give the same bits.
+maxima kept, the last NaN winning, as PyTorch's ``val > max || isnan(val)``), so they give the
+same bits.
 
     max_pool2d_indices(x, values; kernel, stride, padding)
         x (N, C, H, W), values = max_pool2d(x) -> (N, C, oH, oW) int64: the position h*W + w in
@@ -66,12 +67,12 @@ def _reference(arrays, at):
         xp[tuple(slice(a, b, s) for a, b, s in zip(v["starts"], v["stops"], v["steps"]))]
         for v in _views(xp, at, shape[2:])
     ]
-    # Row-major scan, the first of equal maxima kept and the first NaN winning, as the compiled
-    # kernel (lowering/cpu/pool_kernels.py): the same bits, signed zeros and NaN payloads included
+    # Row-major scan, the first of equal maxima kept and the last NaN winning (PyTorch's rule), as
+    # the compiled kernel (lowering/cpu/pool_kernels.py): the same bits, signed zeros and NaN payloads included
     # (np.max's SIMD reduction picks among -0.0 and 0.0 by lane).
     out = windows[0].copy()
     for v in windows[1:]:
-        np.copyto(out, v, where=(v > out) | (np.isnan(v) & ~np.isnan(out)))
+        np.copyto(out, v, where=(v > out) | np.isnan(v))
     return out
 
 
@@ -89,7 +90,8 @@ def _vjp(g, x, out, at):
 
 def indices_reference(arrays, at):
     """max_pool2d_indices: each window scanned in row-major order over its positions inside x
-    (padding is never picked), keeping the first of equal maxima and the first NaN, as the
+    (padding is never picked), keeping the first of equal maxima and the last NaN (PyTorch's
+    indices), as the
     forward picks its value (and as the kernels in lowering/cpu/pool_kernels.py and the CUDA
     library do)."""
     x, values = arrays
@@ -104,7 +106,7 @@ def indices_reference(arrays, at):
             cols = np.arange(ow) * sw - pw + j
             inside = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
             v = x[:, :, np.clip(rows, 0, h - 1)][:, :, :, np.clip(cols, 0, w - 1)]
-            take = inside & ~found & ((v == values) | (np.isnan(v) & np.isnan(values)))
+            take = inside & ((~found & (v == values)) | (np.isnan(v) & np.isnan(values)))
             index = np.where(take, rows[:, None] * w + cols[None, :], index)
             found |= take
     return index

@@ -234,7 +234,7 @@ def case_pooling_and_batch_norm(lv):
 
 
 def case_max_pool_ties_and_nan(lv):
-    """max_pool2d's window rule on the device: first of equal maxima (signed zeros), first NaN."""
+    """max_pool2d's window rule on the device: first of equal maxima (signed zeros), last NaN."""
     x = np.array(
         [0.0, -0.0, 1.0, 1.0, np.nan, 2.0, -np.inf, 3.0, -0.0, 0.0, np.nan, -1.0, 5.0, 5.0, -2.0, np.inf],
         dtype=np.float32,

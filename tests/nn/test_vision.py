@@ -411,8 +411,9 @@ def pools():
 def test_pool_options_match_torch_and_compile_to_the_interpreters_bits(pools, case, monkeypatch):
     """ceil_mode (a last window the padding clips, or dropped), count_include_pad, non-square
     windows, a stride over the kernel, divisor_override; adaptive windows of uneven and
-    overlapping sizes; the adaptive max pools' gradient to each window's first maximum: outputs
-    and input gradients as PyTorch's, and the compiled plan gives the interpreter's bits."""
+    overlapping sizes; the adaptive max pools' gradient to each window's first maximum; max_pool2d
+    of an input with NaNs (value, index and gradient at a window's last NaN): outputs, indices and
+    input gradients as PyTorch's, and the compiled plan gives the interpreter's bits."""
     name = case["name"]
     results = {}
     for mode in ("never", "always"):
@@ -426,10 +427,10 @@ def test_pool_options_match_torch_and_compile_to_the_interpreters_bits(pools, ca
         _assert_close(x.grad, pools[f"{name}.grad.input"], f"{name} grad of input ({mode})")
     for got, want in zip(results["always"], results["never"]):
         assert got.tobytes() == want.tobytes(), f"{name}: the compiled plan's bits differ from the interpreter's"
-    if f"{name}.indices" in pools:  # the adaptive max pools' return_indices=True
+    if f"{name}.indices" in pools:  # the max pools' return_indices=True
         y, idx = getattr(F, case["fn"])(lazyvic.tensor(pools[case["input"]]), return_indices=True, **case["kwargs"])
         assert idx.dtype == lazyvic.int64 and np.array_equal(idx.numpy(), pools[f"{name}.indices"]), name
-        assert np.array_equal(y.numpy(), pools[f"{name}.out"])
+        assert np.array_equal(y.numpy(), pools[f"{name}.out"], equal_nan=True)
 
 
 def test_adaptive_max_pool_indices_are_each_windows_first_maximum(mode):

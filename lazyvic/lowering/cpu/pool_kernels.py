@@ -2,8 +2,8 @@
 their transposes (ops/avg_pool.py; at the end of this file).
 
 One pass over the output; each window is clipped to the input (the -inf padding is never
-read) and scanned in row-major order, the first of equal maxima kept and the first NaN
-winning, as the NumPy reference (ops/pool.py): the same bits, signed zeros and NaN payloads
+read) and scanned in row-major order, the first of equal maxima kept and the last NaN
+winning (PyTorch's rule), as the NumPy reference (ops/pool.py): the same bits, signed zeros and NaN payloads
 included.
 
 NaN handling makes every comparison a branch, so the kernel counts the NaNs of x first (a
@@ -79,7 +79,7 @@ def _max_pool2d_finite(x, out, kh, kw, sh, sw, ph, pw):
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw):
-    """max_pool2d of an x with NaNs: a window's first NaN is its maximum."""
+    """max_pool2d of an x with NaNs: a window's last NaN is its maximum (PyTorch's rule)."""
     n_img, c_in, h_in, w_in = x.shape
     oh, ow = out.shape[2], out.shape[3]
     xf, of = x.reshape(-1), out.reshape(-1)
@@ -98,10 +98,6 @@ def _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw):
                         v = xf[row + j]
                         if v > m or v != v:
                             m = v
-                        if m != m:
-                            break
-                    if m != m:
-                        break
                 of[obase + p * ow + q] = m
 
 
@@ -109,8 +105,8 @@ def _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw):
 def max_pool2d_indices(x, values, out, kh, kw, sh, sw, ph, pw):
     """out (N, C, oH, oW) int64 = the position h*W + w in its plane of each window's maximum:
     the first position inside x, in row-major order, whose element equals the window's value
-    (``values`` = max_pool2d(x)), or is a NaN where the value is (ops/pool.indices_reference).
-    Stops at the first match (a scan keeping a running maximum was a chain of dependent
+    (``values`` = max_pool2d(x)), or the last NaN where the value is one
+    (ops/pool.indices_reference). Stops at the first match of a number (a scan keeping a running maximum was a chain of dependent
     compares: 10.5 ms for MNIST's 2x2 pool of 64 images of 64 24x24 planes)."""
     n_img, c, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -132,10 +128,13 @@ def max_pool2d_indices(x, values, out, kh, kw, sh, sw, ph, pw):
                         if xx < 0 or xx >= w:
                             continue
                         v = xf[base + y * w + xx]
-                        if v == m or (nan and v != v):
+                        if nan:
+                            if v != v:
+                                at = y * w + xx  # the last NaN wins: scan on
+                        elif v == m:
                             at = y * w + xx
                             break
-                    if at >= 0:
+                    if at >= 0 and not nan:
                         break
                 of[k] = at
 

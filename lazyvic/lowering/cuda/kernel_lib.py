@@ -156,7 +156,8 @@ def fmin(a, b):
 @cuda.jit
 def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw, index):
     """One output per thread (grid-stride), NCHW flat arrays. Each window is scanned in row-major
-    order keeping the first of equal maxima and the first NaN, as ``ops/pool.py``'s reference;
+    order keeping the first of equal maxima and the last NaN (PyTorch's rule), as
+    ``ops/pool.py``'s reference;
     padding is skipped (implicit -inf). ``index`` nonzero: out (int64) gets the maximum's
     position y*W + x in its plane (max_pool2d_indices) instead of its value."""
     i = cuda.grid(1)
@@ -170,19 +171,17 @@ def max_pool2d_kernel(out, x, h, w, oh, ow, kh, kw, sh, sw, ph, pw, index):
         at = 0
         for dy in range(kh):
             y = oy * sh - ph + dy
-            if y < 0 or y >= h or (found and best != best):
+            if y < 0 or y >= h:
                 continue
             for dx in range(kw):
                 xx = ox * sw - pw + dx
                 if xx < 0 or xx >= w:
                     continue
                 v = x[base + y * w + xx]
-                if not found or v > best or (v != v and best == best):
+                if not found or v > best or v != v:
                     best = v
                     at = y * w + xx
                     found = True
-                if best != best:
-                    break
         if index:
             out[i] = at
         else:

@@ -124,7 +124,7 @@ class DistributedDataParallel(Module):
 
     def _traced(self, t: Tensor, collective: str) -> Tensor:
         after = () if self._token is None else (self._token,)
-        self._token = traced(t, collective, ReduceOp.SUM, 0, after)
+        self._token = traced(t, collective, ReduceOp.SUM, 0, after, group=self._group)
         return self._token
 
     @contextlib.contextmanager

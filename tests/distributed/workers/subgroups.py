@@ -51,6 +51,17 @@ if r in (0, 2):
     loss = (model(lv.tensor(np.full((2, 3), r, np.float32))) ** 2).mean()
     loss.backward()
     opt.step()
+
+    def train_step(xb):
+        opt.zero_grad()
+        loss = (model(xb) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    captured = lv.compile(train_step)  # its all-reduce is a step of the plan, in the subgroup
+    for k in range(3):
+        captured(lv.tensor(np.full((2, 3), r + k, np.float32))).item()
     mine = [p.numpy().copy() for p in model.parameters()]
     theirs = [None, None]
     dist.all_gather_object(theirs, mine, group=outer)

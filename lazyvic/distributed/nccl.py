@@ -14,10 +14,9 @@ local rank (``LOCAL_RANK`` modulo the number of GPUs) before its first CUDA allo
 refuses two ranks on one GPU.
 
 Order and bits: NCCL chooses its algorithm (ring or tree) and protocol by message size and
-topology, the same for a fixed world size, size and machine, so a rerun gives the same bits and
-every rank receives the same result (NCCL's all-reduce ends with every rank holding the
-reduced chunks of the last phase). Unlike the MPI backend's rank-order reduction, the sum's order
-is NCCL's, not a serial loop over the ranks.
+topology, so the sum's order is NCCL's, not the MPI backend's rank-order loop over the ranks;
+whether a rerun repeats the bits is NCCL's to promise (it does for a fixed algorithm and
+topology), not lazyvic's. Tested with one rank only (the one GPU lent so far).
 
 dtypes: float16, bfloat16, float32, float64, int8, uint8, int32, int64, uint32, uint64 as they
 are (float16 and bfloat16 are reduced in their own precision, as PyTorch's NCCL backend does);

@@ -392,7 +392,11 @@ def new_group(
     if name == "nccl":
         from lazyvic.distributed.nccl import NcclTransport
 
-        g.nccl = NcclTransport(g, lambda a: post_broadcast(g, a, 0, what)(), what)
+        try:
+            g.nccl = NcclTransport(g, lambda a: post_broadcast(g, a, 0, what)(), what)
+        except DistributedError:
+            comm.Free()
+            raise
     with _lock:
         _collective_op.transports[g.key] = plan_transport(g)
         _subgroups.append(g)

@@ -21,6 +21,8 @@ outer = dist.new_group([2, 0])  # the order given does not matter: group ranks f
 solo = dist.new_group([1])
 everyone = dist.new_group()
 raises(ArgumentError, lambda: dist.new_group([0, 3]), "distinct ranks of the default group (0 .. 2)")
+if not dist.is_nccl_available():  # every rank raises, frees its part, and the groups go on working
+    raises(DistributedError, lambda: dist.new_group(backend="nccl"), "new_group: the 'nccl' backend needs")
 
 if r in (0, 2):
     assert dist.get_rank(outer) == (0 if r == 0 else 1) and dist.get_world_size(outer) == 2

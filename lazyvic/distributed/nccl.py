@@ -191,9 +191,6 @@ class NcclTransport:
             return _dev.to_device(np.array(node.value, dtype=t.dtype.np))
         return _dev.storage(node.data)
 
-    def empty(self, n: int, dtype):
-        return self.cp.empty(n, dtype=dtype.np)
-
     def run(self, launch, nbytes: int, what: str) -> None:
         """Launch one NCCL call (``launch(stream)``) and wait for it with the group's deadline.
 

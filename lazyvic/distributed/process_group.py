@@ -268,16 +268,26 @@ def init_process_group(
         os.environ.setdefault("LOCAL_RANK", str(local_rank))
         os.environ.setdefault("LOCAL_WORLD_SIZE", str(local_size))
         if name == "nccl":
-            from lazyvic.distributed.nccl import NcclTransport
-
-            try:
-                group.nccl = NcclTransport(group, lambda a: post_broadcast(group, a, 0, what)(), what)
-            except DistributedError:
-                comm.Free()
-                raise
+            _attach_nccl(group, what)
         _install_abort_on_error()
         _collective_op.transports[group.key] = plan_transport(group)
         _default = group
+
+
+def _attach_nccl(g: ProcessGroup, what: str) -> None:
+    """Give the members of ``g`` their NCCL communicator (rank 0's id broadcast through ``g``'s
+    MPI communicator), or free that communicator and raise.
+
+    Raises:
+        DistributedError: NCCL could not start (see lazyvic/distributed/nccl.py).
+    """
+    from lazyvic.distributed.nccl import NcclTransport
+
+    try:
+        g.nccl = NcclTransport(g, lambda a: post_broadcast(g, a, 0, what)(), what)
+    except DistributedError:
+        g.comm.Free()
+        raise
 
 
 def node_ranks(comm) -> tuple[int, int]:
@@ -390,13 +400,7 @@ def new_group(
         return NON_GROUP_MEMBER
     g = ProcessGroup(comm, name, seconds, members)
     if name == "nccl":
-        from lazyvic.distributed.nccl import NcclTransport
-
-        try:
-            g.nccl = NcclTransport(g, lambda a: post_broadcast(g, a, 0, what)(), what)
-        except DistributedError:
-            comm.Free()
-            raise
+        _attach_nccl(g, what)
     with _lock:
         _collective_op.transports[g.key] = plan_transport(g)
         _subgroups.append(g)

@@ -195,6 +195,39 @@ def test_gather_at_an_index_computed_in_the_trace_compiles():
         _compiled(lambda w, i: w.index_select(0, i + 30) * 2.0, table, ids)
 
 
+def test_an_embedding_checks_and_scatters_its_index_unexpanded():
+    """An embedding's index reaches its gather expanded to (N, D): the range check reads the
+    index buffer itself (no copy of the expanded view), and the gradient's scatter_add runs
+    the 2-D kernel. Both give what they gave before: the weight gradient adds duplicate rows
+    in index order (np.add.at's order, bit for bit), and a bad index written into the index
+    buffer after it was recorded still raises the gather's IndexError, naming the value."""
+    table = rng.standard_normal((50, 16)).astype(np.float32)
+    ids = rng.integers(0, 50, 300)  # many duplicates: the order of their adds shows in the bits
+    g = rng.standard_normal((300, 16)).astype(np.float32)
+    w, idx = lv.tensor(table, requires_grad=True), lv.tensor(ids)
+
+    def step(bad=None):
+        y = lv.nn.functional.embedding(idx, w) * 2.0
+        (y * lv.tensor(g)).sum().backward()
+        if bad is not None:  # recorded with good indices, run with a bad one
+            idx.numpy()[7] = bad
+        lv.sync(y, w.grad)
+        out = y.numpy(), w.grad.numpy()
+        w.grad = None
+        return out
+
+    expected = np.zeros_like(table)
+    np.add.at(expected, ids, g * np.float32(2.0))
+    for _ in range(2):  # the second: the same plan again
+        y, grad = step()
+        np.testing.assert_array_equal(y, table[ids] * 2)
+        np.testing.assert_array_equal(grad, expected)
+        checks = [s for s in _last_plan().steps if isinstance(s, IndexCheckStep)]
+        assert checks and all(s.whole_buffer for s in checks)
+    with pytest.raises(lv.errors.IndexError, match="^gather: index 57 out of range for dimension of size 50"):
+        step(bad=57)
+
+
 def test_rand_in_kernels_is_bit_identical_to_the_interpreter():
     def run(mode):
         config.compile = mode

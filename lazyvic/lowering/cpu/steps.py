@@ -484,7 +484,10 @@ class ScatterAddStep:
         base, index, src = [view(env, scalars, c) for c in self.args]
         out = env[self.out]
         np.copyto(out, base)
-        bad = self.kernel(out, index, src, self.dim)
+        if out.ndim == 2 and index.ndim == 2:
+            bad = scatter_add_2d(out, index, src, self.dim)
+        else:
+            bad = self.kernel(out, index, src, self.dim)
         if bad != -1:
             raise LIndexError(f"scatter_add: index {int(bad)} out of range for dimension of size {out.shape[self.dim]}")
 
@@ -537,11 +540,48 @@ class IndexCheckStep:
     def reads(self):
         return (self.index.base,)
 
+    def __post_init__(self):
+        # An index read through reshapes and expands only (an embedding's (N, 1) -> (N, D)):
+        # its buffer holds the same values in the same order, without the repeats. Checking the
+        # buffer (contiguous, as every plan buffer) spares copying the expanded view: 1,024 x
+        # 128 indices took 80-110 us per check in TinyGPT's step, the buffer's 1,024 about 1.
+        chain = self.index
+        self.whole_buffer = chain.kind == "buffer" and all(op.name in _SAME_VALUES for op, _ in chain.ops)
+        self.empty = bool(chain.ops) and any(d == 0 for d in chain.ops[-1][1]["shape"] if isinstance(d, int))
+
     def __call__(self, env, flat, scalars):
-        idx = view(env, scalars, self.index)
+        if self.whole_buffer:
+            if self.empty:
+                return
+            idx = env[self.index.base]
+        else:
+            idx = view(env, scalars, self.index)
         if idx.size and not _in_range(idx.reshape(-1), self.size):
             bad = idx[(idx < 0) | (idx >= self.size)].ravel()[0]
             raise index_error(self.op, bad, self.size, self.asked_by)
+
+
+_SAME_VALUES = ("reshape", "expand")  # movement ops whose result has every value of their input, in order
+
+
+@njit(cache=True, nogil=True)
+def scatter_add_2d(out, index, src, dim):
+    """``kernel_lib.scatter_add_into`` for a 2-D ``out``: the same adds in the same order
+    (row-major over ``index``'s positions), so the same bits, without the general loop's
+    per-element offset arithmetic (an embedding gradient, 1,024 x 128 rows into 65: 340 us in
+    general, about 70 here)."""
+    n = out.shape[dim]
+    rows, cols = index.shape
+    for p in range(rows):
+        for q in range(cols):
+            j = index[p, q]
+            if j < 0 or j >= n:
+                return j
+            if dim == 0:
+                out[j, q] += src[p, q]
+            else:
+                out[p, j] += src[p, q]
+    return -1
 
 
 @njit(cache=True, nogil=True)

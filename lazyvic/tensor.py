@@ -604,9 +604,20 @@ class Tensor:
             if d.category != 2:
                 d = dt.scalar_dtype_for(d, other)
                 other = int_operand(opname, other, d)
-            if d is node.dtype and not self.requires_grad and opname in _SAME_DTYPE_BINARY:
+            if d is node.dtype and opname in _SAME_DTYPE_BINARY:
                 s = Node.scalar(other, d)
-                return _pending(Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device))
+                n = Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device)
+                out = _pending(n)
+                if self.requires_grad and _grad_enabled():
+                    # _apply's autograd context, made directly (d is a float dtype here).
+                    st = Tensor._wrap(s)
+                    out.requires_grad = True
+                    out._ctx = (_OPS[opname], (st, self) if reverse else (self, st), n.inputs, {}, n)
+                    if self._ctx is not None:
+                        if self._users is None:
+                            self._users = []
+                        self._users.append(_weakref_ref(out))
+                return out
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)
             return _apply(opname, (b, a) if reverse else (a, b))

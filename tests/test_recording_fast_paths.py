@@ -103,3 +103,26 @@ def test_the_gradient_of_a_permute_is_the_inverse_permutation():
     w = rng.standard_normal((4, 2, 3)).astype(np.float32)
     (x.permute(2, 0, 1) * lv.tensor(w)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.transpose(w, (1, 2, 0)))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "maximum", "minimum"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_number_operand_of_a_tensor_that_requires_grad(op, reverse):
+    """``h * 2.0`` or ``2.0 - h`` on a tensor that requires grad takes the fast path of a number
+    operand (its autograd context made without _apply): the same values and gradients as the
+    op with the number as a 0-d tensor (the general path)."""
+    a = np.float32(0.25) if op in ("maximum", "minimum") else np.float32(1.75)
+    x0, x1 = lv.tensor(M, requires_grad=True), lv.tensor(M, requires_grad=True)
+    h0, h1 = x0 * 1.5, x1 * 1.5  # non-leaves
+    c = lv.tensor(a)
+    y0 = c._binary(op, h0) if reverse else h0._binary(op, c)
+    y1 = h1._binary(op, float(a), reverse)
+    assert y1.requires_grad and y1.grad_fn is not None
+    g = rng.standard_normal(M.shape).astype(np.float32)
+    (y0 * lv.tensor(g)).sum().backward()
+    (y1 * lv.tensor(g)).sum().backward()
+    np.testing.assert_array_equal(y1.numpy(), y0.numpy())
+    np.testing.assert_array_equal(x1.grad.numpy(), x0.grad.numpy())
+    with lv.no_grad():
+        z = h1._binary(op, float(a), reverse)
+    assert not z.requires_grad and z.grad_fn is None

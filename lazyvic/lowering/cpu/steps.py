@@ -569,7 +569,7 @@ def scatter_add_2d(out, index, src, dim):
     """``kernel_lib.scatter_add_into`` for a 2-D ``out``: the same adds in the same order
     (row-major over ``index``'s positions), so the same bits, without the general loop's
     per-element offset arithmetic (an embedding gradient, 1,024 x 128 rows into 65: 340 us in
-    general, about 70 here)."""
+    general, about 90 here)."""
     n = out.shape[dim]
     rows, cols = index.shape
     for p in range(rows):

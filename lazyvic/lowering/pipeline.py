@@ -99,6 +99,7 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
     folded = simplify(list(trace.named if named is None else named), list(trace.outputs))
     entries, outputs = simplify(*transpose_matmuls(*folded))
     forced: set = set()
+    made: dict = {}  # _source_key -> the kernel source generated for it in an earlier round
     for _ in range(MAX_REPLANS):
         try:
             groups, m, chain_nodes = plan_groups(entries, outputs, frozenset(forced))
@@ -106,15 +107,21 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
             _force(forced, e)
             continue
         # Generate every kernel, collecting all the nodes that need a buffer, then plan
-        # again once (not once per node: a large training step would plan many times).
+        # again once (not once per node: a large training step would plan many times). A
+        # group that a new round left as it was keeps the source made for it.
         sources, wanted = {}, []
         for g in groups:
             if is_library(entries, g.root):
                 continue
-            try:
-                sources[g.root] = generate(entries, m, g)
-            except NeedsMaterialize as e:
-                wanted.append(e)
+            key = _source_key(entries, m, g)
+            ks = made.get(key)
+            if ks is None:
+                try:
+                    ks = made[key] = generate(entries, m, g)
+                except NeedsMaterialize as e:
+                    wanted.append(e)
+                    continue
+            sources[g.root] = ks
         if not wanted:
             break
         for e in {e.node: e for e in wanted}.values():
@@ -123,6 +130,16 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
         raise RuntimeError("lowering: fusion did not converge")
     scalar_dtypes = {e.slot: e.dtype for e in entries if e.op == "scalar"}
     return Lowered(trace, entries, outputs, groups, m, chain_nodes, sources, scalar_dtypes, cache_dir, debug, {})
+
+
+def _source_key(entries, m, group) -> tuple:
+    """What a group's generated kernel depends on besides the (fixed) entries: the group, and
+    which of the nodes it computes and reads have buffers. Between two rounds of planning a
+    group with the same key gets the same source: the TinyGPT training step planned four times
+    generated 505 kernel sources for about 130 kernels (a third of its lowering time)."""
+    nodes = {group.root, *group.members, *group.stages, *group.extra_roots}
+    near = nodes.union(*(entries[i].inputs for i in nodes))
+    return group, frozenset(near.intersection(m))
 
 
 def gathers(lowered: Lowered, group) -> list:

@@ -183,3 +183,41 @@ def test_a_worker_that_cannot_start_leaves_the_compiles_here(tmp_path, monkeypat
     assert compile_workers.worker_count() == 0  # no more starts in this process
     for y, ref in zip(plan.run(inputs, scalars), refs):
         np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6)
+
+
+def test_a_round_of_planning_again_keeps_the_kernels_it_did_not_change(monkeypatch):
+    """Lowering plans the fusion again when a kernel asks for a buffer (NeedsMaterialize); the
+    groups a round left as they were keep the sources made for them. A small GPT's training
+    step: more than one round, fewer kernels generated than without keeping them, and the same
+    source for every kernel."""
+    from lazyvic.lowering import fusion, pipeline
+    from lazyvic.lowering.cpu import codegen
+
+    lv.manual_seed(0)
+    model = lv.models.TinyGPT(11, d_model=8, n_layer=1, n_head=2, block_size=8)
+    idx = lv.tensor(np.random.default_rng(0).integers(0, 11, (2, 8)))
+    _, loss = model(idx, idx)
+    loss.backward()
+    trace, _, _ = _trace(loss, *[p.grad for p in model.parameters()])
+
+    rounds, calls = [0], [0]
+    plan = fusion.plan_groups
+
+    def counted_plan(*a, **k):
+        rounds[0] += 1
+        return plan(*a, **k)
+
+    def counted_generate(*a):
+        calls[0] += 1
+        return codegen.generate(*a)
+
+    monkeypatch.setattr(pipeline, "plan_groups", counted_plan)
+    kept = pipeline.lower(trace, counted_generate)
+    kept_rounds, kept_calls = rounds[0], calls[0]
+    rounds[0] = calls[0] = 0
+    keys = itertools.count()
+    monkeypatch.setattr(pipeline, "_source_key", lambda entries, m, group: next(keys))
+    fresh = pipeline.lower(trace, counted_generate)
+    assert kept_rounds == rounds[0] > 1
+    assert len(kept.sources) < kept_calls < calls[0]
+    assert {k: s.source for k, s in kept.sources.items()} == {k: s.source for k, s in fresh.sources.items()}

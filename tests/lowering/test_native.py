@@ -237,3 +237,32 @@ def test_plans_with_more_calls_than_the_cap_stay_steps(tmp_path, monkeypatch):
     plain, hot = _run_both(plan, inputs, scalars)
     assert plan.native is False and plan.stats.get("native_segments", 0) == 0
     assert plain[0].tobytes() == hot[-1][0].tobytes()
+
+
+def test_a_plan_of_symbolic_sizes_goes_native_per_binding(fresh, monkeypatch):
+    """Runs are counted per binding of the size symbols: a context that grows by one each call
+    (every call a new binding, run once) makes no native segment; a binding run native_after
+    times does, and its results stay those of the steps."""
+    monkeypatch.setattr(executor.backend("cpu"), "native_after", 2)
+    monkeypatch.setattr(executor.backend("cpu"), "native_background", False)
+    rng = np.random.default_rng(0)
+    w1 = lv.tensor(rng.standard_normal((6, 16), dtype=np.float32))
+    w2 = lv.tensor(rng.standard_normal((16, 6), dtype=np.float32))
+    x = rng.standard_normal((40, 6), dtype=np.float32)
+
+    def call(n):
+        out = (lv.tensor(x[:n]) @ w1).tanh() @ w2
+        return out.numpy()
+
+    def expected(n):
+        return np.tanh(x[:n] @ w1.numpy()) @ w2.numpy()
+
+    for n in range(3, 12):  # the family turns symbolic at the second size; each size once
+        np.testing.assert_allclose(call(n), expected(n), rtol=1e-5, atol=1e-5)
+    assert metrics.snapshot()["native_segments"] == 0
+    assert any(p["symbols"] for p in metrics.plans())
+    got = [call(20) for _ in range(4)]
+    assert metrics.snapshot()["native_segments"] >= 1
+    for g in got:
+        np.testing.assert_array_equal(g, got[0])
+    np.testing.assert_allclose(got[0], expected(20), rtol=1e-5, atol=1e-5)

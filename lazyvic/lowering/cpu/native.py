@@ -256,13 +256,33 @@ call_kernel = _call_kernel()
 
 def _entry_point(fn, args: tuple) -> int:
     """The address of kernel dispatcher ``fn``'s compiled code for ``args``' types (compiled, or
-    loaded from Numba's disk cache, if it is not yet)."""
-    from numba import typeof
+    loaded from Numba's disk cache, if it is not yet). Kept per dispatcher and argument kinds:
+    a plan of symbolic sizes asks again at each new binding (Numba's typeof of every argument
+    took 4 ms per binding of a TinyGPT forward)."""
+    key = (fn, tuple(_arg_kind(a) for a in args))
+    found = _entry_points.get(key)
+    if found is None:
+        from numba import typeof
 
-    sig = tuple(typeof(a) for a in args)
-    fn.compile(sig)
-    cres = fn.overloads[sig]
-    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        sig = tuple(typeof(a) for a in args)
+        fn.compile(sig)
+        cres = fn.overloads[sig]
+        found = _entry_points[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return found
+
+
+_entry_points: dict = {}  # (dispatcher, argument kinds) -> address of its compiled code
+_signatures: dict = {}  # (segment name, argument kinds) -> Numba signature (NativeSegment.load)
+
+
+def _arg_kind(a):
+    """What Numba's type of ``a`` depends on: for an array its dtype, dimensions, layout,
+    alignment and writability; else its Python (or NumPy scalar) type."""
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        layout = "C" if f.c_contiguous else "F" if f.f_contiguous else "A"
+        return (a.dtype.str, a.ndim, layout, f.aligned, f.writeable)
+    return type(a)
 
 
 # ---------------------------------------------------------------- products as NumPy runs them
@@ -434,7 +454,10 @@ class NativeSegment:
             try:
                 self.fp = np.array([_entry_point(st.fn, st.arguments(flat, scalars)) for st in self.kernels], np.int64)
                 args = self._args(flat, scalars)
-                sig = tuple(typeof(a) for a in args)
+                kinds = (self.name, tuple(_arg_kind(a) for a in args))
+                sig = _signatures.get(kinds)
+                if sig is None:
+                    sig = _signatures[kinds] = tuple(typeof(a) for a in args)
                 if background and not self.ready and self._send_to_worker(args, sig):
                     return False
                 fn = load_checked(
@@ -471,6 +494,8 @@ class NativeSegment:
         path = directory / f"{self.name}.py"
         write_checked(path, self.source)
         fn = self._import(path, True, None)
+        if sig in fn.overloads:  # compiled or loaded in this process already (another binding's)
+            return False
         cres = fn._cache.load_overload(sig, fn.targetctx)
         if cres is not None:  # compiled by an earlier process: load it here
             return False

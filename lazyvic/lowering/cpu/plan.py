@@ -76,6 +76,7 @@ class _Binding:
     new_outputs: list
     needed: list
     native: object = None  # its steps with native segments (lowering/cpu/native.py); False: none
+    runs: int = 0  # runs at this binding (its native segments are made after native_after of them)
 
 
 def _symbolic_fields(step) -> tuple:
@@ -450,6 +451,7 @@ class CpuPlan(Plan):
     def _run(self, state: RunState, inputs: list, scalars: list, debug: int, sizes: tuple = (), observe=None) -> list:
         if self.symbols:
             holder = b = self._bound(tuple(sizes))
+            b.runs += 1  # (not atomic: two threads may count one run; only the time of making segments moves)
             env, flat = self._bound_views(state, tuple(sizes), b)
             env, flat, new_outputs, steps, entries = env[:], flat[:], b.new_outputs, b.steps, b.entries
         else:
@@ -482,7 +484,10 @@ class CpuPlan(Plan):
                 t0 = time.perf_counter()
                 step(env, flat, scalars)
                 print(f"[lazyvic]   {step.name}: {1e6 * (time.perf_counter() - t0):.1f} us", file=sys.stderr)
-        elif holder.native or (holder.native is None and 0 < self.native_after <= self.runs):
+        elif holder.native or (holder.native is None and 0 < self.native_after <= holder.runs):
+            # Counted per binding: a plan of symbolic sizes run once at each of many sizes (a
+            # context growing by a token per call) would make and load segments that run once
+            # (TinyGPT's forward: 7.5 ms per token without them, 10.4 with).
             for step in holder.native or self._native(holder, steps, entries, flat, scalars, debug) or steps:
                 step(env, flat, scalars)
         else:

@@ -359,3 +359,53 @@ def test_a_product_reads_a_stored_broadcast_before_a_merged_kernel_rewrites_it()
     config.compile = "never"
     want = layer(lv.tensor(x))[0].detach().numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def _reach_by_search(entries, m, roots, stages_of):
+    """fusion.reach's definition, searched down from every kernel root (its old form)."""
+    r = {}
+    for k in roots:
+        stack = list(entries[k].inputs) + [j for s in stages_of.get(k, ()) for j in entries[s].inputs]
+        for s in stages_of.get(k, ()):
+            r.setdefault(s, set()).add(k)
+        seen = set()
+        while stack:
+            i = stack.pop()
+            if i in seen or i in m:
+                continue
+            seen.add(i)
+            r.setdefault(i, set()).add(k)
+            stack.extend(entries[i].inputs)
+    return r
+
+
+def test_reach_in_one_pass_is_the_search_from_every_root(monkeypatch):
+    """fusion.reach (one pass over the entries, readers first) gives, at every call while an
+    LSTM's and a small GPT's training steps are planned, what a search down from every root gives."""
+    from lazyvic.lowering import fusion, pipeline
+    from lazyvic.lowering.cpu import codegen
+    from lazyvic.trace import cut
+
+    calls = []
+    one_pass = fusion.reach
+
+    def compared(entries, m, roots, stages_of, consumers=None):
+        got = one_pass(entries, m, roots, stages_of, consumers)
+        assert got == _reach_by_search(entries, m, roots, stages_of)
+        calls.append(len(got))
+        return got
+
+    monkeypatch.setattr(fusion, "reach", compared)
+    lv.manual_seed(0)
+    lstm, head = lv.nn.LSTM(4, 6, 2), lv.nn.Linear(6, 3)
+    x = lv.tensor(rng.standard_normal((5, 2, 4)).astype(np.float32))
+    y, _ = lstm(x)
+    loss = head(y).square().mean()
+    gpt = lv.models.TinyGPT(11, d_model=8, n_layer=1, n_head=2, block_size=8)
+    idx = lv.tensor(rng.integers(0, 11, (2, 8)))
+    _, gpt_loss = gpt(idx, idx)
+    for total, params in ((loss, [*lstm.parameters(), *head.parameters()]), (gpt_loss, list(gpt.parameters()))):
+        total.backward()
+        trace = cut([total._node] + [p.grad._node for p in params])[0]
+        pipeline.lower(trace, codegen.generate)
+    assert len(calls) >= 4 and max(calls) > 50

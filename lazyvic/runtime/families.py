@@ -76,6 +76,19 @@ def families() -> list:
     return list(_families.values())
 
 
+def existing(trace):
+    """``(plan, sizes, template)`` of a plan of symbolic sizes that its family already has and
+    that serves ``trace``, or None; nothing is fitted, compiled or remembered. For a key first
+    run before its family had such a plan (the first batch of a loop), seen again later."""
+    if trace.device != "cpu" or not config.dynamic or config.compile == "never":
+        return None
+    sites = fam.sites(trace.key[0])
+    family = _families.get((sites.signature, trace.key[1:]))
+    if family is None or family.disabled is not None:
+        return None
+    return family.find(sites.values)
+
+
 def resolve(trace, compile_symbolic):
     """A symbolic plan for ``trace``, whose exact key missed the plan cache.
 

@@ -324,6 +324,8 @@ def run(trace, inputs: list, scalars: list, at_once: bool = False) -> list:
     event = rec.begin_run(trace) if rec is not None else None
     key = trace.key
     entry = plan_cache.lookup(key)
+    if entry is not None and entry.plan is None and entry.failed is None and entry.template is None:
+        _adopt_family_plan(entry, trace)
     if entry is None:
         entry = _family_entry(trace, event)
     if entry is None:
@@ -400,6 +402,20 @@ def _family_entry(trace, event: dict | None) -> PlanEntry | None:
     # Other keys the plan serves: remembered apart, without their trace (a loop over moving
     # slices or a growing context makes a key per step).
     return plan_cache.bind(trace.key, entry)
+
+
+def _adopt_family_plan(entry: PlanEntry, trace) -> None:
+    """A key run interpreted before its family had a plan of symbolic sizes, seen again (the
+    first batch of a loop's next epoch, whose first key was the family's first trace): it runs
+    the family's plan from now on, instead of compiling a plan of its own fixed sizes when it
+    recurs (an LSTM language model's training step: 3 s)."""
+    if config.compile != "hot" or config.deterministic:
+        return
+    with compile_lock:
+        found = families.existing(trace)
+    if found is not None:
+        entry.plan, entry.sizes, entry.template = found
+        metrics.add("family_hits")
 
 
 def _compile_symbolic(trace, named, symbols):

@@ -329,3 +329,20 @@ def test_traces_with_other_outputs_are_another_family(fresh):
                 idx = lv.cat((idx, nxt), dim=1)
                 got.append(int(nxt.item()))
         assert got == want
+
+
+def test_the_first_size_seen_again_runs_the_familys_plan(fresh):
+    """The first trace of a family runs interpreted (hot mode); once other sizes made a plan of
+    symbolic sizes, that first size seen again (a loop's next epoch) runs that plan instead of
+    compiling one of its own fixed sizes, with the values a fixed plan gives."""
+    rng = np.random.default_rng(0)
+    w = lv.tensor(rng.standard_normal((5, 3)).astype(np.float32))
+    xs = {n: rng.standard_normal((n, 5)).astype(np.float32) for n in (4, 6, 7)}
+    outs = {}
+    for n in (4, 6, 7, 4, 4):
+        outs[n] = ((lv.tensor(xs[n]) @ w).relu() * 2.0).numpy()
+    snap = metrics.snapshot()
+    assert snap["plans_compiled"] == 1 and snap["symbolic_plans_compiled"] == 1
+    assert snap["cache_misses"] == 1 and snap["interpreted_runs"] == 1
+    for n, x in xs.items():
+        np.testing.assert_allclose(outs[n], np.maximum(x @ w.numpy(), 0) * 2, rtol=1e-6)

@@ -31,7 +31,8 @@ LAZYVIC_KERNEL_CACHE_SIZE  compiled kernels kept loaded, least recently used fir
 LAZYVIC_NATIVE         runs after which a compiled CPU plan runs its kernels and BLAS products
                        through generated native functions, one call per run of them instead
                        of one Python call per step (lowering/cpu/native.py; default 3; 0:
-                       never). Same bits either way. Only plans of at most 64 kernels and
+                       never; a plan of symbolic sizes counts the runs of each binding of its
+                       sizes). Same bits either way. Only plans of at most 64 kernels and
                        products (small steps, where Python's share is large): their first
                        compile takes ~60 ms a call (the digits MLP's step: 0.7 s), which a
                        worker process does (when LAZYVIC_COMPILE_WORKERS allows one) while

@@ -3,7 +3,8 @@
 A plan's steps are Python objects, each called from :meth:`CpuPlan._run` (one Python call, the
 argument tuple built and the Numba dispatcher entered per kernel; ``np.matmul`` with its operand
 views per product). Once a plan has run ``native_after`` times (``LAZYVIC_NATIVE``, the
-backend's setting; 0, the default: never) it is *hot*: each maximal run of steps that can be
+backend's setting; 0, the default: never; a plan of symbolic sizes counts the runs of each
+binding of its sizes, whose steps are its own) it is *hot*: each maximal run of steps that can be
 native (kernels; float32/float64 products whose operands are strided views NumPy hands to BLAS
 as they are) becomes one :class:`NativeSegment`, a generated ``@njit`` function that calls the
 kernels' compiled code and OpenBLAS's ``cblas_?gemm`` / ``cblas_?gemv`` in sequence. A plan of

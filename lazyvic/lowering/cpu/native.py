@@ -53,6 +53,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,19 +261,24 @@ def _entry_point(fn, args: tuple) -> int:
     loaded from Numba's disk cache, if it is not yet). Kept per dispatcher and argument kinds:
     a plan of symbolic sizes asks again at each new binding (Numba's typeof of every argument
     took 4 ms per binding of a TinyGPT forward)."""
-    key = (fn, tuple(_arg_kind(a) for a in args))
-    found = _entry_points.get(key)
+    known = _entry_points.get(fn)
+    if known is None:
+        known = _entry_points[fn] = {}
+    kinds = tuple(_arg_kind(a) for a in args)
+    found = known.get(kinds)
     if found is None:
         from numba import typeof
 
         sig = tuple(typeof(a) for a in args)
         fn.compile(sig)
         cres = fn.overloads[sig]
-        found = _entry_points[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        found = known[kinds] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     return found
 
 
-_entry_points: dict = {}  # (dispatcher, argument kinds) -> address of its compiled code
+# dispatcher -> {argument kinds: address of its compiled code}; weak, so an evicted kernel
+# (LAZYVIC_KERNEL_CACHE_SIZE) is not kept alive here (a segment's plan keeps its own kernels).
+_entry_points: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _signatures: dict = {}  # (segment name, argument kinds) -> Numba signature (NativeSegment.load)
 
 
@@ -458,6 +464,8 @@ class NativeSegment:
                 kinds = (self.name, tuple(_arg_kind(a) for a in args))
                 sig = _signatures.get(kinds)
                 if sig is None:
+                    if len(_signatures) > 4096:  # (names of segments of plans long gone)
+                        _signatures.clear()
                     sig = _signatures[kinds] = tuple(typeof(a) for a in args)
                 if background and not self.ready and self._send_to_worker(args, sig):
                     return False

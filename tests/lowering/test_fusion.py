@@ -409,3 +409,17 @@ def test_reach_in_one_pass_is_the_search_from_every_root(monkeypatch):
         trace = cut([total._node] + [p.grad._node for p in params])[0]
         pipeline.lower(trace, codegen.generate)
     assert len(calls) >= 4 and max(calls) > 50
+
+
+def test_a_gather_index_read_through_other_movement_is_checked_as_a_view():
+    """An index read through other movement ops (a transpose, a slice) is range-checked on its
+    view, not its whole buffer: the plan compiles (it failed, and fell back to the interpreter,
+    when the step looked for a shape attribute the last op does not have), and a bad index in
+    a part of the buffer the gather does not read raises nothing."""
+    table = rng.standard_normal((4, 20)).astype(np.float32)
+    ids = rng.integers(0, 20, (7, 4))
+    ids[0, 0] = 99  # outside the slice the gather reads
+    (y,), plan = _compiled(lambda w, i: w.gather(1, i[1:].transpose(0, 1)) * 2.0, table, ids)
+    np.testing.assert_array_equal(y, np.take_along_axis(table, ids[1:].T, 1) * 2)
+    checks = [s for s in plan.steps if isinstance(s, IndexCheckStep)]
+    assert checks and not any(s.whole_buffer for s in checks)

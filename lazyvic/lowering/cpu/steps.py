@@ -547,7 +547,11 @@ class IndexCheckStep:
         # 128 indices took 80-110 us per check in TinyGPT's step, the buffer's 1,024 about 1.
         chain = self.index
         self.whole_buffer = chain.kind == "buffer" and all(op.name in _SAME_VALUES for op, _ in chain.ops)
-        self.empty = bool(chain.ops) and any(d == 0 for d in chain.ops[-1][1]["shape"] if isinstance(d, int))
+        self.empty = (
+            self.whole_buffer
+            and bool(chain.ops)
+            and any(d == 0 for d in chain.ops[-1][1]["shape"] if isinstance(d, int))
+        )
 
     def __call__(self, env, flat, scalars):
         if self.whole_buffer:

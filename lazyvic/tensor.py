@@ -112,15 +112,21 @@ def _apply(opname: str, inputs: tuple, _device: str | None = None, **attrs) -> "
     for t in inputs:
         if t.requires_grad:
             if opdef.differentiable and dtype.category == 2 and _grad_enabled():
-                out.requires_grad = True
-                out._ctx = (opdef, inputs, nodes, attrs, node)
-                for u in inputs:
-                    if u._ctx is not None:  # a non-leaf input: remember who reads it
-                        if u._users is None:
-                            u._users = []
-                        u._users.append(_weakref_ref(out))
+                _record_history(out, opdef, inputs, nodes, attrs, node)
             break
     return out
+
+
+def _record_history(out: "Tensor", opdef, inputs: tuple, nodes: tuple, attrs: dict, node: Node) -> None:
+    """Make ``out`` (op ``opdef`` of ``inputs``, recorded as ``node``) require grad, with the
+    autograd context its VJP reads; each non-leaf input remembers that ``out`` reads it."""
+    out.requires_grad = True
+    out._ctx = (opdef, inputs, nodes, attrs, node)
+    for u in inputs:
+        if u._ctx is not None:  # a non-leaf input: remember who reads it
+            if u._users is None:
+                u._users = []
+            u._users.append(_weakref_ref(out))
 
 
 _OPS = optable.OPS
@@ -608,15 +614,9 @@ class Tensor:
                 s = Node.scalar(other, d)
                 n = Node(opname, (s, node) if reverse else (node, s), (), node.shape, d, node.device)
                 out = _pending(n)
-                if self.requires_grad and _grad_enabled():
-                    # _apply's autograd context, made directly (d is a float dtype here).
+                if self.requires_grad and _grad_enabled():  # (d is a float dtype here)
                     st = Tensor._wrap(s)
-                    out.requires_grad = True
-                    out._ctx = (_OPS[opname], (st, self) if reverse else (self, st), n.inputs, {}, n)
-                    if self._ctx is not None:
-                        if self._users is None:
-                            self._users = []
-                        self._users.append(_weakref_ref(out))
+                    _record_history(out, _OPS[opname], (st, self) if reverse else (self, st), n.inputs, {}, n)
                 return out
             a = self if self.dtype is d else self.to(d)
             b = _scalar_operand(other, d)

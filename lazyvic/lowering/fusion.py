@@ -202,7 +202,6 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     m = initial_materialized(entries, outputs, forced)
     chain = library_operand_chains(entries, m)
     readers = consumers_of(entries)
-    consumers: dict = {j: cs for j, cs in enumerate(readers) if cs}
 
     space = {}
     for k in _roots(entries, m, chain):
@@ -223,7 +222,7 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     r = reach(entries, m, _roots(entries, m, chain), stages_of, readers)
     for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
         users = set()
-        for c in consumers.get(red, ()):
+        for c in readers[red]:
             users |= {c} if c in m else r.get(c, {None})
         if len(users) != 1:
             continue

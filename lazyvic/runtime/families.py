@@ -76,17 +76,27 @@ def families() -> list:
     return list(_families.values())
 
 
+def _structure(trace):
+    """``(sites, signature)`` of ``trace``, the key of its family, or None when its sizes are not
+    made symbolic (another device, ``LAZYVIC_DYNAMIC=0``, ``LAZYVIC_COMPILE=never``). The
+    structure is the entries' signature and the rest of the key (the outputs, the flags, the
+    parameter slots): two traces of the same ops with other outputs (a tensor kept alive in one
+    loop and not in another) need plans that hand back other arrays."""
+    if trace.device != "cpu" or not config.dynamic or config.compile == "never":
+        return None
+    sites = fam.sites(trace.key[0])
+    return sites, (sites.signature, trace.key[1:])
+
+
 def existing(trace):
     """``(plan, sizes, template)`` of a plan of symbolic sizes that its family already has and
     that serves ``trace``, or None; nothing is fitted, compiled or remembered. For a key first
     run before its family had such a plan (the first batch of a loop), seen again later."""
-    if trace.device != "cpu" or not config.dynamic or config.compile == "never":
-        return None
-    sites = fam.sites(trace.key[0])
-    family = _families.get((sites.signature, trace.key[1:]))
+    structure = _structure(trace)
+    family = _families.get(structure[1]) if structure is not None else None
     if family is None or family.disabled is not None:
         return None
-    return family.find(sites.values)
+    return family.find(structure[0].values)
 
 
 def resolve(trace, compile_symbolic):
@@ -98,13 +108,10 @@ def resolve(trace, compile_symbolic):
     disabled; it then gets a plan of fixed sizes. ``compile_symbolic(trace, named, symbols)``
     lowers the trace for symbolic sizes.
     """
-    if trace.device != "cpu" or not config.dynamic or config.compile == "never":
+    structure = _structure(trace)
+    if structure is None:
         return None
-    sites = fam.sites(trace.key[0])
-    # The structure is the entries' signature and the rest of the key (the outputs, the flags,
-    # the parameter slots): two traces of the same ops with other outputs (a tensor kept alive
-    # in one loop and not in another) need plans that hand back other arrays.
-    signature = (sites.signature, trace.key[1:])
+    sites, signature = structure
     family = _families.get(signature)
     if family is None:
         _families[signature] = Family(len(_families), sites.kinds, sites.values, trace.key[0])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 
+import math
+
 import numpy as np
 import pytest
 from _oracle import (
@@ -597,6 +599,64 @@ def _():
     a = _f32(2, 3)
     t = lv.Tensor.apply("collective", lv.tensor(a) + 1, collective="all_reduce", reduce="sum", src=0, group=-1)
     return t, (a + 1) * 3
+
+
+def _lstm_loops(xp, h0, c0, w):
+    """lstm_scan by its definition (ops/recurrent.py), element by element in float64: per
+    step and row [h, c, i, f, g, o]."""
+    steps, rows, hidden = xp.shape[0], xp.shape[1], h0.shape[1]
+    sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
+    y = np.zeros((steps, rows, 6 * hidden))
+    h, c = h0.astype(np.float64), c0.astype(np.float64)
+    for t in range(steps):
+        h_new, c_new = np.zeros_like(h), np.zeros_like(c)
+        for n in range(rows):
+            for j in range(hidden):
+                pre = [float(xp[t, n, k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden)) for k in range(4)]
+                i, f, g, o = sig(pre[0]), sig(pre[1]), math.tanh(pre[2]), sig(pre[3])
+                c_new[n, j] = f * c[n, j] + i * g
+                h_new[n, j] = o * math.tanh(c_new[n, j])
+                y[t, n, j :: hidden] = (h_new[n, j], c_new[n, j], i, f, g, o)
+        h, c = h_new, c_new
+    return y
+
+
+def _lstm_operands(seed):
+    return _f32(3, 2, 12, seed=seed), _f32(2, 3, seed=seed + 1), _f32(2, 3, seed=seed + 2), _f32(12, 3, seed=seed + 3, low=-0.5, high=0.5)
+
+
+@_case("lstm_scan")
+def _():
+    xp, h0, c0, w = _lstm_operands(20)
+    return lv.Tensor.apply("lstm_scan", *map(lv.tensor, (xp, h0, c0, w)), reverse=False), _lstm_loops(xp, h0, c0, w).astype(np.float32)
+
+
+@_case("lstm_scan_backward")
+def _():
+    # Backpropagation through time by the chain rule, element by element in float64: per step
+    # and row [d of the gates' pre-activations, dc_{t-1}, dh_{t-1}].
+    xp, h0, c0, w = _lstm_operands(30)
+    y = _lstm_loops(xp, h0, c0, w)
+    gy = _f32(*y.shape, seed=34)
+    steps, rows, hidden = y.shape[0], y.shape[1], 3
+    d = np.zeros_like(y)
+    dh_next, dc_next = np.zeros((rows, hidden)), np.zeros((rows, hidden))
+    for t in reversed(range(steps)):
+        c_prev = c0 if t == 0 else y[t - 1, :, hidden : 2 * hidden]
+        for n in range(rows):
+            for j in range(hidden):
+                h, c, i, f, g, o = y[t, n, j :: hidden]
+                dh = gy[t, n, j] + dh_next[n, j]
+                tc = math.tanh(c)
+                dc = gy[t, n, hidden + j] + dc_next[n, j] + dh * o * (1 - tc * tc)
+                di, df, dg = dc * g + gy[t, n, 2 * hidden + j], dc * c_prev[n, j] + gy[t, n, 3 * hidden + j], dc * i + gy[t, n, 4 * hidden + j]
+                do = dh * tc + gy[t, n, 5 * hidden + j]
+                d[t, n, j : 4 * hidden : hidden] = (di * i * (1 - i), df * f * (1 - f), dg * (1 - g * g), do * o * (1 - o))
+                d[t, n, 4 * hidden + j] = dc * f
+        d[t, :, 5 * hidden :] = d[t, :, : 4 * hidden] @ w
+        dh_next, dc_next = d[t, :, 5 * hidden :], d[t, :, 4 * hidden : 5 * hidden]
+    args = [lv.tensor(a) for a in (gy, y.astype(np.float32), c0, w)]
+    return lv.Tensor.apply("lstm_scan_backward", *args, reverse=False), d.astype(np.float32)
 
 
 @_case("argsort")

@@ -126,6 +126,22 @@ VJP_CASES = [
     # the cat primitive (four pieces or more), and gradients of slices joined by one cat (the
     # engine's _Terms: four chunks; slices leaving ranges no slice read)
     ("cat_primitive", lambda x, y: lv.cat([x, y * 2.0, x, y], 1), [_r(2, 3), _r(2, 1, seed=1)]),
+    # the LSTM recurrence: every slot of its output (states and gates) weighted by the objective
+    (
+        "lstm_scan",
+        lambda xp, h, c, w: lv.Tensor.apply("lstm_scan", xp, h, c, w, reverse=False),
+        [_r(3, 2, 12, seed=20), _r(2, 3, seed=21), _r(2, 3, seed=22), _r(12, 3, seed=23, low=-0.5, high=0.5)],
+    ),
+    (
+        "lstm_scan_reverse",
+        lambda xp, h, c, w: lv.Tensor.apply("lstm_scan", xp, h, c, w, reverse=True),
+        [_r(3, 2, 8, seed=28), _r(2, 2, seed=29), _r(2, 2, seed=30), _r(8, 2, seed=31)],
+    ),
+    (
+        "lstm_scan_one_step",
+        lambda xp, h, c, w: lv.Tensor.apply("lstm_scan", xp, h, c, w, reverse=True),
+        [_r(1, 2, 8, seed=24), _r(2, 2, seed=25), _r(2, 2, seed=26), _r(8, 2, seed=27)],
+    ),
     ("chunk_gates", lambda x: (x.chunk(4, 1)[0].sigmoid() * x.chunk(4, 1)[2].tanh()).sum(1), [_r(2, 8)]),
     ("slices_with_gaps", lambda x: x[1:2].exp() + x[3:4] * x[4:5], [_r(6, 2)]),
     # matmul
@@ -267,6 +283,7 @@ COMPILED = {
     "cat_pad",
     "cat_primitive",
     "chunk_gates",
+    "lstm_scan",
     "softmax",
     "cross_entropy_ignore_index",
     "layer_norm_affine",

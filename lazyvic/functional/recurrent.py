@@ -19,6 +19,7 @@ from lazyvic.functional.linear import linear
 from lazyvic.indexing import stack
 from lazyvic.modes import is_grad_enabled
 from lazyvic.tensor import Tensor, where
+from lazyvic.trace import composite
 
 
 def _bias_sum(b_ih, b_hh):
@@ -154,10 +155,33 @@ def rnn_layer(
     return stack(outs, 0), h
 
 
+def _scans(x: Tensor, tensors) -> bool:
+    """Whether an LSTM layer runs as one ``lstm_scan`` primitive (ops/recurrent.py): on the CPU,
+    float32 or float64 throughout, outside an ONNX export (which writes the unrolled steps)."""
+    dtype = x.dtype
+    return (
+        x.device == "cpu"
+        and dtype.name in ("float32", "float64")
+        and all(t.dtype is dtype and t.device == "cpu" for t in tensors)
+        and not composite.active()
+    )
+
+
 def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
     """An LSTM layer over x (T, N, I) from (h, c): returns the outputs (T, N, H), h_T and c_T
-    (``active`` as :func:`rnn_layer`)."""
-    xp = _project(x, w_ih, _bias_sum(b_ih, b_hh))
+    (``active`` as :func:`rnn_layer`).
+
+    Without ``active``, on the CPU in float32/float64, the recurrence is one ``lstm_scan``
+    primitive (ops/recurrent.py: one library step per layer, forward and backward); otherwise it
+    is unrolled into about a dozen nodes per step."""
+    bias = _bias_sum(b_ih, b_hh)
+    if active is None and _scans(x, (h, c, w_ih, w_hh) + ((bias,) if bias is not None else ())):
+        t, n, i = x.shape
+        xp = linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
+        y = xp.apply("lstm_scan", xp, h, c, w_hh, reverse=bool(reverse))
+        hidden, last = h.shape[1], 0 if reverse else t - 1
+        return y[:, :, :hidden], y[last, :, :hidden], y[last, :, hidden : 2 * hidden]
+    xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):

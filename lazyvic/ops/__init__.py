@@ -22,6 +22,8 @@ Kinds:
     join         cat: pieces copied side by side along one axis (ops/join.py)
     collective   an all-reduce or a broadcast between processes inside a captured step's plan
                  (ops/collective.py; its reference sends through lazyvic.distributed)
+    recurrent    an LSTM layer's recurrence over a whole sequence and its backward (a loop of one
+                 BLAS product and one cell kernel per step; ops/recurrent.py)
     sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
                  it runs as its NumPy reference, a reported step)
 
@@ -50,6 +52,7 @@ from lazyvic.ops import (  # noqa: E402,F401
     matmul,
     movement,
     pool,
+    recurrent,
     reduce,
     sort,
     source,

@@ -326,21 +326,31 @@ def test_long_chains_are_cut_into_kernels_of_bounded_size(monkeypatch):
 def test_lstm_cell_is_one_kernel_per_step():
     """The gates (the projected input plus h @ W_hh^T) are read by the kernels of c and h,
     which merge_outputs runs as one loop: they are computed inside it, not stored by a kernel
-    of their own first (lowering/fusion._loops). A 6-step LSTM's inference plan: no step but
-    the last (whose c and h are outputs too) stores its gates."""
-    lstm = lv.nn.LSTM(8, 8, 1)
-    lv.sync(*lstm.parameters())  # the initial weights' random draws: a plan of their own
+    of their own first (lowering/fusion._loops). Six steps of an LSTMCell (nn.LSTM runs its
+    recurrence as one primitive instead: ops/recurrent.py): no step but the last (whose c and h
+    are outputs too) stores its gates."""
+    cell = lv.nn.LSTMCell(8, 8)
+    lv.sync(*cell.parameters())  # the initial weights' random draws: a plan of their own
     x = lv.tensor(rng.standard_normal((6, 2, 8)).astype(np.float32))
+
+    def run():
+        h = c = lv.zeros(2, 8)
+        outs = []
+        for t in range(6):
+            h, c = cell(x[t], (h, c))
+            outs.append(h)
+        return lv.stack(outs), h, c
+
     with lv.no_grad():
-        out, (h, c) = lstm(x)
+        out, h, c = run()
         lv.sync(out, h, c)
     plan = _last_plan()
     gates = [s.name for s in _kernels(plan) if plan.entries[s.out].shape == (2, 32)]
     assert len(gates) <= 1, [s.name for s in plan.steps]
-    assert sum(isinstance(s, MatmulStep) for s in plan.steps) == 7  # the projection and 6 steps
+    assert sum(isinstance(s, MatmulStep) for s in plan.steps) == 12  # the projection and h @ W_hh^T per step
     config.compile = "never"
     with lv.no_grad():
-        ref_out, _ = lstm(x)
+        ref_out, _, _ = run()
     np.testing.assert_array_equal(out.numpy(), ref_out.numpy())
 
 

@@ -255,3 +255,82 @@ def test_inference_reads_one_row_major_recurrent_weight(cls, monkeypatch):
     monkeypatch.setattr(config, "compile", "never")
     with_grad = layer(lazyvic.tensor(xs))[0].detach().numpy()  # per-step views of W_hh^T
     np.testing.assert_allclose(outs["always"], with_grad, rtol=1e-5, atol=1e-6)
+
+
+def _lstm_training_step(model, x, states):
+    """Outputs, final states and every gradient of one step of a loss over all of them."""
+    for p in model.parameters():
+        p.grad = None
+    leaves = [lazyvic.tensor(a, requires_grad=True) for a in (x, *states)]
+    out, (h, c) = model(leaves[0], tuple(leaves[1:]))
+    ((out * out).sum() + (h * 2).sum() + (c * c).sum()).backward()
+    values = [out, h, c] + [t.grad for t in leaves] + [p.grad for p in model.parameters()]
+    return [v.numpy() for v in values]
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["forward", "bidirectional"])
+def test_lstm_scan_gives_the_unrolled_steps_results(bidirectional, mode, monkeypatch):
+    """nn.LSTM's recurrence runs as one lstm_scan primitive per layer and direction
+    (ops/recurrent.py; a library step of a BLAS product and a cell kernel per time step) and gives
+    the results of the same steps unrolled into the graph: outputs, final states and every
+    gradient of two layers, interpreted and compiled. Forward in time, the very bits; backwards,
+    the weight gradient sums its steps in another order (the scan's product runs over the steps
+    in time order), so within float32 rounding."""
+    from _oracle import pending_ops
+
+    lazyvic.manual_seed(3)
+    model = nn.LSTM(5, 4, num_layers=2, bidirectional=bidirectional)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 3, 5)).astype(np.float32)
+    states = [rng.standard_normal((4 if bidirectional else 2, 3, 4)).astype(np.float32) for _ in range(2)]
+    with lazyvic.no_grad():
+        assert "lstm_scan" in pending_ops(model(lazyvic.tensor(x))[0])
+    scanned = _lstm_training_step(model, x, states)
+    monkeypatch.setattr(recurrent, "_scans", lambda *a: False)
+    with lazyvic.no_grad():
+        assert "lstm_scan" not in pending_ops(model(lazyvic.tensor(x))[0])
+    unrolled = _lstm_training_step(model, x, states)
+    for k, (a, b) in enumerate(zip(scanned, unrolled)):
+        if bidirectional:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(k))
+        else:
+            assert a.tobytes() == b.tobytes(), k
+
+
+def test_lstm_over_varying_lengths_is_one_plan(fresh):
+    """A language-model step whose sequence length changes (the last, shorter batch of
+    word_language_model; variable-length batches): the scans take the length as a symbolic size,
+    so one plan serves every length after the first two, with one library step per layer
+    forward and backward, and gives the interpreter's bits."""
+    from lazyvic.lowering.cpu.steps import RecurrentStep
+    from lazyvic.runtime import metrics
+    from lazyvic.runtime.config import config
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    def losses(lengths):
+        lazyvic.manual_seed(0)
+        model, head = nn.LSTM(4, 8, num_layers=2), nn.Linear(8, 3)
+        opt = lazyvic.optim.SGD(list(model.parameters()) + list(head.parameters()), lr=0.1)
+        rng, out = np.random.default_rng(1), []
+        for n in lengths:
+            x = lazyvic.tensor(rng.standard_normal((n, 2, 4)).astype(np.float32))
+            y, _ = model(x)
+            loss = (head(y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    lengths = [7, 5, 9, 6, 12, 8, 11]
+    got = losses(lengths)
+    snap = metrics.snapshot()
+    assert snap["cache_misses"] <= 3 and snap["family_hits"] >= len(lengths) - 3, snap
+    assert snap["symbolic_plans_compiled"] == 1, snap
+    plan = plan_cache.last.plan
+    assert plan is not None and plan.symbols, "the last step did not run the plan of symbolic sizes"
+    scans = [s.name for s in plan.steps if isinstance(s, RecurrentStep)]
+    assert len(scans) == 4, scans  # 2 layers, forward and backward
+    config.compile = "never"
+    assert losses(lengths) == got

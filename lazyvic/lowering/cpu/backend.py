@@ -1,8 +1,9 @@
 """The CPU backend: Numba kernels (``lowering/cpu/codegen.py``), BLAS through NumPy, a CpuPlan.
 
 Library groups: matmul (BLAS), conv2d and its weight gradient (im2col copies and one BLAS
-product), max_pool2d and the average pools (window kernels), scatter_add (a compiled kernel)
-and cat (NumPy copies of the pieces); any other op without a kernel runs its NumPy reference
+product), max_pool2d and the average pools (window kernels), scatter_add (a compiled kernel),
+cat (NumPy copies of the pieces) and the LSTM recurrence (a BLAS product and a cell kernel per
+time step); any other op without a kernel runs its NumPy reference
 inside the plan and is reported as a fallback.
 """
 
@@ -31,6 +32,7 @@ from lazyvic.lowering.cpu.steps import (
     KernelStep,
     MatmulStep,
     PoolStep,
+    RecurrentStep,
     ReferenceStep,
     ScatterAddStep,
 )
@@ -164,6 +166,18 @@ def _pool_step(lowered, root: int, args: list) -> PoolStep | AvgPoolStep:
     return PoolStep(f"{e.op}{e.shape}", root, args[0], e.attrs, pool_kernels.max_pool2d)
 
 
+def _recurrent_step(lowered, root: int, args: list) -> RecurrentStep:
+    from lazyvic.lowering.cpu import recurrent_kernels
+    from lazyvic.ops import recurrent
+
+    e = lowered.entries[root]
+    if e.op == "lstm_scan":
+        loop, cell = recurrent.lstm_forward, recurrent_kernels.lstm_forward_cell
+    else:
+        loop, cell = recurrent.lstm_backward, recurrent_kernels.lstm_backward_cell
+    return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"])
+
+
 def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:
     e = lowered.entries[root]
     return ScatterAddStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["dim"], kernel_lib.scatter_add_into)
@@ -181,6 +195,7 @@ LIBRARY_STEPS = {
     "pool": _pool_step,
     "scatter": _scatter_step,
     "join": _cat_step,
+    "recurrent": _recurrent_step,
     # A collective is its reference (it sends through lazyvic.distributed's transport): a step of
     # its own, not a fallback.
     "collective": lambda lowered, root, args: reference_step(lowered.entries, root, args),

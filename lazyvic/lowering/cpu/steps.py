@@ -60,6 +60,7 @@ __all__ = [
     "KernelStep",
     "MatmulStep",
     "PoolStep",
+    "RecurrentStep",
     "ReferenceStep",
     "ScatterAddStep",
     "view",
@@ -433,6 +434,30 @@ class PoolStep:
         else:
             values = np.ascontiguousarray(view(env, scalars, self.values))
             self.kernel(x, values, env[self.out], kh, kw, sh, sw, ph, pw)
+
+
+@dataclass
+class RecurrentStep:
+    """lstm_scan or lstm_scan_backward (ops/recurrent.py): the op's loop over the time steps
+    (``loop``, shared with its NumPy reference) with a compiled cell kernel (``cell``,
+    lowering/cpu/recurrent_kernels.py) over C-contiguous copies of its operands."""
+
+    name: str
+    out: int
+    args: tuple  # operand chains, as MatmulStep's
+    loop: object
+    cell: object
+    reverse: bool = False
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in self.args if c.kind == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        arrays = [np.ascontiguousarray(view(env, scalars, c)) for c in self.args]
+        self.loop(*arrays, env[self.out], self.cell, self.reverse)
 
 
 @dataclass

@@ -1,0 +1,118 @@
+"""The LSTM cell kernels of ``lstm_scan`` and ``lstm_scan_backward`` (ops/recurrent.py), in Numba.
+
+Each kernel computes one time step over all rows; the loop over the steps and the products
+``h @ w_hh^T`` and ``dgates @ w_hh`` are :func:`lazyvic.ops.recurrent.lstm_forward` /
+``lstm_backward``, shared with the NumPy reference. The kernels do the NumPy cells' float
+operations in the same order, each rounded to the dtype (no fused multiply-add: Numba does not
+contract without ``fastmath``), with the kernels' activations (``kernel_lib.sigmoid_f32`` /
+``tanh_f32`` for float32, the C library's for float64), so both tiers give the same bits
+(``tests/ops/test_recurrent.py`` checks). Serial: a step is small (N x H elements), and a
+thread team per step would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit, types
+from numba.extending import overload
+
+from lazyvic.lowering import kernel_lib
+
+
+def _sigmoid(x):  # pragma: no cover - replaced by the overload in compiled code
+    raise NotImplementedError
+
+
+def _tanh(x):  # pragma: no cover - replaced by the overload in compiled code
+    raise NotImplementedError
+
+
+@overload(_sigmoid, inline="always")
+def _sigmoid_typed(x):
+    if x == types.float32:
+        return lambda x: kernel_lib.sigmoid_f32(x)
+    return lambda x: kernel_lib.sigmoid_f64(x)
+
+
+@overload(_tanh, inline="always")
+def _tanh_typed(x):
+    if x == types.float32:
+        return lambda x: kernel_lib.tanh_f32(x)
+    return lambda x: math.tanh(x)
+
+
+# Each loop below stores one stream: a loop storing the six values of an element (and reading
+# seven) did not vectorize (LLVM's runtime alias checks), 21 us for a step of 8 x 64 against
+# 2.6 us in passes.
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def lstm_forward_cell(xp, hw, c0, y, t, prev, one):
+    """y[t] = [h, c, i, f, g, o] of step t from xp[t] + hw (hw = h_prev @ w_hh^T) and the cell
+    state of step ``prev`` (-1: c0)."""
+    rows, hidden = c0.shape
+    for n in range(rows):
+        x, w, yr = xp[t, n], hw[n], y[t, n]
+        cp, at = (c0[n], 0) if prev < 0 else (y[prev, n], hidden)
+        for k in (0, 1, 3):  # i, f, o
+            for j in range(hidden):
+                yr[(k + 2) * hidden + j] = _sigmoid(x[k * hidden + j] + w[k * hidden + j])
+        for j in range(hidden):
+            yr[4 * hidden + j] = _tanh(x[2 * hidden + j] + w[2 * hidden + j])
+        for j in range(hidden):
+            a = yr[3 * hidden + j] * cp[at + j]
+            b = yr[2 * hidden + j] * yr[4 * hidden + j]
+            yr[hidden + j] = a + b
+        for j in range(hidden):
+            yr[j] = yr[5 * hidden + j] * _tanh(yr[hidden + j])
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def lstm_backward_cell(gy, y, c0, d, t, prev, after, one):
+    """d[t, :, :5H] = [dgates, dc_prev] of step t (which read the states of step ``prev``, -1:
+    c0), from gy[t] and d[after, :, 4H:] of the step that read t's states (-1: none). d[t, :, 5H:]
+    holds dh meanwhile; the product that follows overwrites it with dh_prev."""
+    rows, hidden = c0.shape
+    for n in range(rows):
+        g_, yr, dr = gy[t, n], y[t, n], d[t, n]
+        cp, at = (c0[n], 0) if prev < 0 else (y[prev, n], hidden)
+        if after >= 0:
+            nr = d[after, n]
+            for j in range(hidden):
+                dr[5 * hidden + j] = g_[j] + nr[5 * hidden + j]
+            for j in range(hidden):
+                dr[4 * hidden + j] = g_[hidden + j] + nr[4 * hidden + j]
+        else:
+            for j in range(hidden):
+                dr[5 * hidden + j] = g_[j]
+            for j in range(hidden):
+                dr[4 * hidden + j] = g_[hidden + j]
+        for j in range(hidden):  # dc += dh * o * (1 - tanh(c)^2)
+            tc = _tanh(yr[hidden + j])
+            a = dr[5 * hidden + j] * yr[5 * hidden + j]
+            b = tc * tc
+            b = one - b
+            a = a * b
+            dr[4 * hidden + j] = dr[4 * hidden + j] + a
+        for j in range(hidden):  # o
+            tc = _tanh(yr[hidden + j])
+            do = dr[5 * hidden + j] * tc
+            do = do + g_[5 * hidden + j]
+            o = yr[5 * hidden + j]
+            dr[3 * hidden + j] = do * o * (one - o)
+        for j in range(hidden):  # i
+            di = dr[4 * hidden + j] * yr[4 * hidden + j]
+            di = di + g_[2 * hidden + j]
+            i = yr[2 * hidden + j]
+            dr[j] = di * i * (one - i)
+        for j in range(hidden):  # f
+            df = dr[4 * hidden + j] * cp[at + j]
+            df = df + g_[3 * hidden + j]
+            f = yr[3 * hidden + j]
+            dr[hidden + j] = df * f * (one - f)
+        for j in range(hidden):  # g
+            dg = dr[4 * hidden + j] * yr[2 * hidden + j]
+            dg = dg + g_[4 * hidden + j]
+            g = yr[4 * hidden + j]
+            dr[2 * hidden + j] = dg * (one - g * g)
+        for j in range(hidden):  # dc_{t-1}
+            dr[4 * hidden + j] = dr[4 * hidden + j] * yr[3 * hidden + j]

@@ -1,0 +1,185 @@
+"""The LSTM recurrence over a whole sequence as one primitive, and its VJP.
+
+    lstm_scan(xp, h0, c0, w_hh; reverse)
+        xp (T, N, 4H): the input projection of every step, ``x_t W_ih^T + b_ih + b_hh``;
+        h0, c0 (N, H): the initial states; w_hh (4H, H), gates i, f, g, o (PyTorch's order).
+        -> y (T, N, 6H): per step and row ``[h_t, c_t, i, f, g, o]``, the states and the
+        activated gates (the gates are what the backward reads), in time order whatever the
+        direction
+
+    with, at step t (t = 0 .. T-1, or T-1 .. 0 when ``reverse``; h_{t-1} is the state of the
+    step before in that order) (``torch.nn.LSTM``'s equations; Hochreiter & Schmidhuber 1997)::
+
+        gates = xp[t] + h_{t-1} @ w_hh^T
+        i, f, o = sigmoid(gates_i, gates_f, gates_o); g = tanh(gates_g)
+        c_t = f * c_{t-1} + i * g
+        h_t = o * tanh(c_t)
+
+    lstm_scan_backward(gy, y, c0, w_hh; reverse)
+        gy (T, N, 6H): the cotangent of y; y its forward output -> d (T, N, 6H): per step
+        ``[dgates (4H), dc_{t-1} (H), dh_{t-1} (H)]``, the gradient of the gates'
+        pre-activations (that of xp[t]) and of the states the step read
+
+Why a primitive: unrolled into the lazy graph, a 35-step two-layer LSTM's training step
+recorded, planned and ran about 3,000 nodes (48 ms a step against PyTorch's 2.6). As one op,
+each layer is one library step: a loop over the steps in which each step is one BLAS product
+(``h @ w_hh^T`` into a reused buffer) and one compiled cell kernel
+(``lowering/cpu/recurrent_kernels.py``); the backward is the same loop in reverse, and the
+weight gradient one product over all steps (``dgates^T @ h_prev``), written in the VJP with
+lazy ops.
+
+Same bits on every tier: :func:`lstm_forward` and :func:`lstm_backward` are the loops of both
+the NumPy reference (``cell`` the NumPy functions below) and the CPU step (``cell`` the Numba
+kernels): the same products on the same operands, and cells that do the same float operations
+in the same order (each rounded: no fused multiply-add), with the activations of
+``ops/numerics.py`` (float32) or the C library (float64), as the elementwise ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops import elementwise  # noqa: F401 - registers sigmoid and tanh, read below
+from lazyvic.ops.opdef import OPS, OpDef, register
+
+# The elementwise ops' references: float32 through ops/numerics.py, float64 through the C library.
+def _sigmoid(x):
+    return OPS["sigmoid"].reference((x,), {})
+
+
+def _tanh(x):
+    return OPS["tanh"].reference((x,), {})
+
+
+def _infer(shapes, dtypes, at):
+    xs, hs, cs, ws = shapes
+    if len(xs) != 3 or len(ws) != 2 or xs[2] != ws[0] or ws[0] != 4 * ws[1] or tuple(hs) != (xs[1], ws[1]):
+        raise ShapeError(
+            f"lstm_scan: expected xp (T, N, 4H), h0 and c0 (N, H) and w_hh (4H, H), got {xs}, {hs}, {cs} and {ws}"
+        )
+    if tuple(cs) != tuple(hs):
+        raise ShapeError(f"lstm_scan: expected c0 {hs} like h0, got {cs}")
+    dtype = dtypes[0]
+    if dtype.name not in ("float32", "float64") or any(d is not dtype for d in dtypes):
+        raise DTypeError(f"lstm_scan: expected float32 or float64 inputs of one dtype, got {[d.name for d in dtypes]}")
+    return (xs[0], xs[1], 6 * ws[1]), dtype
+
+
+def _backward_infer(shapes, dtypes, at):
+    gs, ys, cs, ws = shapes
+    if tuple(gs) != tuple(ys) or len(ys) != 3 or ys[2] != 6 * ws[1] or tuple(cs) != (ys[1], ws[1]):
+        raise ShapeError(
+            f"lstm_scan_backward: expected gy and y (T, N, 6H), c0 (N, H) and w_hh (4H, H), got {gs}, {ys}, {cs} and {ws}"
+        )
+    return tuple(ys), dtypes[1]
+
+
+# ------------------------------------------------------------------ the loops (every tier)
+def _order(steps: int, reverse: bool):
+    """(t, the step whose states t reads or -1 for the initial ones) in the order of the recurrence."""
+    if reverse:
+        return [(t, t + 1 if t + 1 < steps else -1) for t in range(steps - 1, -1, -1)]
+    return [(t, t - 1) for t in range(steps)]
+
+
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+    """Fill y (T, N, 6H) (C-contiguous) from C-contiguous xp, h0, c0 and w_hh, backwards in time
+    when ``reverse``; ``cell(xp, hw, c0, y, t, prev, one)`` computes step t's row of y from
+    ``hw = h_prev @ w_hh^T`` and the states of step ``prev`` (-1: h0 and c0)."""
+    hidden = h0.shape[1]
+    wt = np.ascontiguousarray(w_hh.T)  # row-major: BLAS reads it faster (functional/recurrent.py)
+    hw = np.empty((h0.shape[0], 4 * hidden), dtype=y.dtype)
+    one = y.dtype.type(1)
+    for t, prev in _order(y.shape[0], reverse):
+        np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
+        cell(xp, hw, c0, y, t, prev, one)
+
+
+def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
+    """Fill d (T, N, 6H) (C-contiguous) from C-contiguous gy, y, c0 and w_hh: the recurrence's
+    steps in the opposite order; ``cell(gy, y, c0, d, t, prev, after, one)`` computes step t's
+    dgates and dc_prev from the row of d of step ``after`` (the step that read t's states; -1:
+    none), then the product gives dh_prev."""
+    hidden = c0.shape[1]
+    one = y.dtype.type(1)
+    after = -1
+    for t, prev in reversed(_order(y.shape[0], reverse)):
+        cell(gy, y, c0, d, t, prev, after, one)
+        np.matmul(d[t, :, : 4 * hidden], w_hh, out=d[t, :, 5 * hidden :])
+        after = t
+
+
+# ------------------------------------------------------------------ the NumPy cells
+def numpy_forward_cell(xp, hw, c0, y, t, prev, one) -> None:
+    """Step t of :func:`lstm_forward` in NumPy (the interpreter's; the kernel does the same
+    operations in the same order)."""
+    hidden = c0.shape[1]
+    gates = xp[t] + hw
+    i = _sigmoid(gates[:, :hidden])
+    f = _sigmoid(gates[:, hidden : 2 * hidden])
+    g = _tanh(gates[:, 2 * hidden : 3 * hidden])
+    o = _sigmoid(gates[:, 3 * hidden :])
+    c_prev = c0 if prev < 0 else y[prev, :, hidden : 2 * hidden]
+    c = f * c_prev + i * g
+    h = o * _tanh(c)
+    for k, v in enumerate((h, c, i, f, g, o)):
+        y[t, :, k * hidden : (k + 1) * hidden] = v
+
+
+def numpy_backward_cell(gy, y, c0, d, t, prev, after, one) -> None:
+    """Step t of :func:`lstm_backward` in NumPy (the kernel does the same operations in the
+    same order)."""
+    hidden = c0.shape[1]
+    cut = lambda a, k: a[t, :, k * hidden : (k + 1) * hidden]  # noqa: E731
+    c, i, f, g, o = (cut(y, k) for k in range(1, 6))
+    dh, dc = cut(gy, 0), cut(gy, 1)
+    if after >= 0:
+        dh = dh + d[after, :, 5 * hidden :]
+        dc = dc + d[after, :, 4 * hidden : 5 * hidden]
+    c_prev = c0 if prev < 0 else y[prev, :, hidden : 2 * hidden]
+    tc = _tanh(c)
+    do = dh * tc + cut(gy, 5)
+    dc = dc + dh * o * (one - tc * tc)
+    di = dc * g + cut(gy, 2)
+    df = dc * c_prev + cut(gy, 3)
+    dg = dc * i + cut(gy, 4)
+    d[t, :, :hidden] = di * i * (one - i)
+    d[t, :, hidden : 2 * hidden] = df * f * (one - f)
+    d[t, :, 2 * hidden : 3 * hidden] = dg * (one - g * g)
+    d[t, :, 3 * hidden : 4 * hidden] = do * o * (one - o)
+    d[t, :, 4 * hidden : 5 * hidden] = dc * f
+
+
+def _reference(arrays, at):
+    xp, h0, c0, w_hh = (np.ascontiguousarray(a) for a in arrays)
+    y = np.empty((xp.shape[0], xp.shape[1], 6 * h0.shape[1]), dtype=xp.dtype)
+    lstm_forward(xp, h0, c0, w_hh, y, numpy_forward_cell, at["reverse"])
+    return y
+
+
+def _backward_reference(arrays, at):
+    gy, y, c0, w_hh = (np.ascontiguousarray(a) for a in arrays)
+    d = np.empty(y.shape, dtype=y.dtype)
+    lstm_backward(gy, y, c0, w_hh, d, numpy_backward_cell, at["reverse"])
+    return d
+
+
+def _vjp(gy, inputs, y, at):
+    xp, h0, c0, w_hh = inputs
+    steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
+    reverse = at["reverse"]
+    d = gy.apply("lstm_scan_backward", gy, y, c0, w_hh, reverse=reverse)
+    dgates = d[:, :, : 4 * hidden]
+    # the states each step read: h0 for the first, then the outputs of the step before
+    h_prev = h0.unsqueeze(0)
+    if steps > 1:
+        pieces = (y[1:, :, :hidden], h_prev) if reverse else (h_prev, y[: steps - 1, :, :hidden])
+        h_prev = gy.apply("cat", *pieces, axis=0)
+    dw = dgates.reshape(steps * batch, 4 * hidden).T @ h_prev.reshape(steps * batch, hidden)
+    first = steps - 1 if reverse else 0
+    return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw
+
+
+register(OpDef("lstm_scan", "recurrent", 4, _infer, _reference, vjp=_vjp))
+register(OpDef("lstm_scan_backward", "recurrent", 4, _backward_infer, _backward_reference, differentiable=False))

@@ -28,7 +28,10 @@ each layer is one library step: a loop over the steps in which each step is one 
 weight gradient one product over all steps (``dgates^T @ h_prev``), written in the VJP with
 lazy ops.
 
-Same bits on every tier: :func:`lstm_forward` and :func:`lstm_backward` are the loops of both
+The per-step products run on one BLAS thread (``ops/blas.py``): woken for a product this
+small, OpenBLAS's second thread cost up to half a millisecond on this machine (70 ms of such
+waits in a step of the 2 x 128 language model), and the loop gives the same bits wherever it
+runs. Same bits on every tier: :func:`lstm_forward` and :func:`lstm_backward` are the loops of both
 the NumPy reference (``cell`` the NumPy functions below) and the CPU step (``cell`` the Numba
 kernels): the same products on the same operands, and cells that do the same float operations
 in the same order (each rounded: no fused multiply-add), with the activations of
@@ -41,6 +44,7 @@ import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops import elementwise  # noqa: F401 - registers sigmoid and tanh, read below
+from lazyvic.ops.blas import one_thread
 from lazyvic.ops.opdef import OPS, OpDef, register
 
 # The elementwise ops' references: float32 through ops/numerics.py, float64 through the C library.
@@ -91,23 +95,26 @@ def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
     wt = np.ascontiguousarray(w_hh.T)  # row-major: BLAS reads it faster (functional/recurrent.py)
     hw = np.empty((h0.shape[0], 4 * hidden), dtype=y.dtype)
     one = y.dtype.type(1)
-    for t, prev in _order(y.shape[0], reverse):
-        np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
-        cell(xp, hw, c0, y, t, prev, one)
+    with one_thread():
+        for t, prev in _order(y.shape[0], reverse):
+            np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
+            cell(xp, hw, c0, y, t, prev, one)
 
 
 def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
     """Fill d (T, N, 6H) (C-contiguous) from C-contiguous gy, y, c0 and w_hh: the recurrence's
-    steps in the opposite order; ``cell(gy, y, c0, d, t, prev, after, one)`` computes step t's
-    dgates and dc_prev from the row of d of step ``after`` (the step that read t's states; -1:
-    none), then the product gives dh_prev."""
+    steps in the opposite order; ``cell(gy, y, c0, d, t, prev, after, one, dh, dc)`` computes
+    step t's dgates and dc_prev from the row of d of step ``after`` (the step that read t's
+    states; -1: none), with dh and dc (N, H) as scratch, then the product gives dh_prev."""
     hidden = c0.shape[1]
     one = y.dtype.type(1)
+    dh, dc = np.empty_like(c0), np.empty_like(c0)
     after = -1
-    for t, prev in reversed(_order(y.shape[0], reverse)):
-        cell(gy, y, c0, d, t, prev, after, one)
-        np.matmul(d[t, :, : 4 * hidden], w_hh, out=d[t, :, 5 * hidden :])
-        after = t
+    with one_thread():
+        for t, prev in reversed(_order(y.shape[0], reverse)):
+            cell(gy, y, c0, d, t, prev, after, one, dh, dc)
+            np.matmul(d[t, :, : 4 * hidden], w_hh, out=d[t, :, 5 * hidden :])
+            after = t
 
 
 # ------------------------------------------------------------------ the NumPy cells
@@ -127,9 +134,9 @@ def numpy_forward_cell(xp, hw, c0, y, t, prev, one) -> None:
         y[t, :, k * hidden : (k + 1) * hidden] = v
 
 
-def numpy_backward_cell(gy, y, c0, d, t, prev, after, one) -> None:
+def numpy_backward_cell(gy, y, c0, d, t, prev, after, one, dh_scratch=None, dc_scratch=None) -> None:
     """Step t of :func:`lstm_backward` in NumPy (the kernel does the same operations in the
-    same order)."""
+    same order; it needs the scratch, this does not)."""
     hidden = c0.shape[1]
     cut = lambda a, k: a[t, :, k * hidden : (k + 1) * hidden]  # noqa: E731
     c, i, f, g, o = (cut(y, k) for k in range(1, 6))

@@ -35,6 +35,7 @@ from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.steps import ConvStep, ConvTransposeStep, DirectConvStep, KernelStep, MatmulStep
 from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
+from lazyvic.ops.blas import blas_threads
 from lazyvic.trace import symbolic
 
 # Products below this many flops run on one BLAS thread in plans with parallel kernels
@@ -114,66 +115,6 @@ def allocate_output(shape, dtype, aligned: bool = True) -> np.ndarray:
     return aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
 
 
-class _BLASThreads:
-    """Sets the number of threads of the BLAS libraries loaded in this process (through
-    threadpoolctl, found once) for the duration of a plan run.
-
-    The setting is process-wide: runs in several threads share it, counted, so the first run to
-    limit saves the setting and the last one to finish restores it (a plain save/restore per run
-    would leave BLAS limited when two runs overlap)."""
-
-    def __init__(self):
-        self.libs = None
-        self.lock = threading.Lock()
-        self.users = 0
-        self.saved: list = []
-
-    def _find(self) -> list:
-        """``(get, set)`` of each BLAS library's thread count: OpenBLAS's own functions, called
-        directly (through threadpoolctl's controller, a limit and restore cost ~4 us per plan
-        run: a tenth of a small training step), else the controller's methods."""
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            controllers = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
-        except Exception:  # noqa: BLE001 - no threadpoolctl, or a library it cannot drive: leave BLAS alone
-            return []
-        found = []
-        for lib in controllers:
-            get = put = None
-            if lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) != "openmp":
-                try:  # (OpenBLAS over OpenMP: its limit is per thread, threadpoolctl's path)
-                    get = lib._get_symbol("openblas_get_num_threads")
-                    put = lib._get_symbol("openblas_set_num_threads")
-                except Exception:  # noqa: BLE001 - another threadpoolctl: its public methods
-                    get = put = None
-            if get is None or put is None:
-                found.append((lambda lib=lib: lib.num_threads, lib.set_num_threads))
-            else:
-                found.append((get, put))
-        return found
-
-    def limit(self, n: int) -> None:
-        with self.lock:
-            if self.libs is None:
-                self.libs = self._find()
-            if self.users == 0:
-                self.saved = []
-                for get, put in self.libs:
-                    k = get()
-                    if k != n:
-                        put(n)
-                        self.saved.append((put, k))
-            self.users += 1
-
-    def restore(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0:
-                for put, k in self.saved:
-                    put(k)
-
-
 class RunState:
     """The storage one run works in: the pooled temporaries (``pool``) and the environment
     lists viewing them, shaped (``env``) and flat (``flat``); copied at each run. A plan of
@@ -201,8 +142,6 @@ def _unheld(a: np.ndarray) -> bool:
 _binding_lock = threading.Lock()  # making a binding of a plan of symbolic sizes
 _native_lock = threading.Lock()  # making a plan's native segments
 
-
-blas_threads = _BLASThreads()
 
 
 @dataclass

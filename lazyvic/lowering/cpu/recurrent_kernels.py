@@ -67,52 +67,53 @@ def lstm_forward_cell(xp, hw, c0, y, t, prev, one):
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_backward_cell(gy, y, c0, d, t, prev, after, one):
+def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc):
     """d[t, :, :5H] = [dgates, dc_prev] of step t (which read the states of step ``prev``, -1:
-    c0), from gy[t] and d[after, :, 4H:] of the step that read t's states (-1: none). d[t, :, 5H:]
-    holds dh meanwhile; the product that follows overwrites it with dh_prev."""
+    c0), from gy[t] and d[after, :, 4H:] of the step that read t's states (-1: none); dh and dc
+    (N, H) are scratch for the states' total gradients. (Kept apart from d: a loop storing
+    d[t, n, 3H + j] while loading d[t, n, 5H + j] did not vectorize, 27 us against 3.)"""
     rows, hidden = c0.shape
     for n in range(rows):
-        g_, yr, dr = gy[t, n], y[t, n], d[t, n]
+        g_, yr, dr, h_, c_ = gy[t, n], y[t, n], d[t, n], dh[n], dc[n]
         cp, at = (c0[n], 0) if prev < 0 else (y[prev, n], hidden)
         if after >= 0:
             nr = d[after, n]
             for j in range(hidden):
-                dr[5 * hidden + j] = g_[j] + nr[5 * hidden + j]
+                h_[j] = g_[j] + nr[5 * hidden + j]
             for j in range(hidden):
-                dr[4 * hidden + j] = g_[hidden + j] + nr[4 * hidden + j]
+                c_[j] = g_[hidden + j] + nr[4 * hidden + j]
         else:
             for j in range(hidden):
-                dr[5 * hidden + j] = g_[j]
+                h_[j] = g_[j]
             for j in range(hidden):
-                dr[4 * hidden + j] = g_[hidden + j]
+                c_[j] = g_[hidden + j]
         for j in range(hidden):  # dc += dh * o * (1 - tanh(c)^2)
             tc = _tanh(yr[hidden + j])
-            a = dr[5 * hidden + j] * yr[5 * hidden + j]
+            a = h_[j] * yr[5 * hidden + j]
             b = tc * tc
             b = one - b
             a = a * b
-            dr[4 * hidden + j] = dr[4 * hidden + j] + a
+            c_[j] = c_[j] + a
         for j in range(hidden):  # o
             tc = _tanh(yr[hidden + j])
-            do = dr[5 * hidden + j] * tc
+            do = h_[j] * tc
             do = do + g_[5 * hidden + j]
             o = yr[5 * hidden + j]
             dr[3 * hidden + j] = do * o * (one - o)
         for j in range(hidden):  # i
-            di = dr[4 * hidden + j] * yr[4 * hidden + j]
+            di = c_[j] * yr[4 * hidden + j]
             di = di + g_[2 * hidden + j]
             i = yr[2 * hidden + j]
             dr[j] = di * i * (one - i)
         for j in range(hidden):  # f
-            df = dr[4 * hidden + j] * cp[at + j]
+            df = c_[j] * cp[at + j]
             df = df + g_[3 * hidden + j]
             f = yr[3 * hidden + j]
             dr[hidden + j] = df * f * (one - f)
         for j in range(hidden):  # g
-            dg = dr[4 * hidden + j] * yr[2 * hidden + j]
+            dg = c_[j] * yr[2 * hidden + j]
             dg = dg + g_[4 * hidden + j]
             g = yr[4 * hidden + j]
             dr[2 * hidden + j] = dg * (one - g * g)
-        for j in range(hidden):  # dc_{t-1}
-            dr[4 * hidden + j] = dr[4 * hidden + j] * yr[3 * hidden + j]
+        for j in range(hidden):  # dc_prev
+            dr[4 * hidden + j] = c_[j] * yr[3 * hidden + j]

@@ -659,6 +659,65 @@ def _():
     return lv.Tensor.apply("lstm_scan_backward", *args, reverse=False), d.astype(np.float32)
 
 
+def _gru_loops(xp, h0, w, b):
+    """gru_scan by its definition (ops/recurrent.py), element by element in float64: per step
+    and row [h, r, z, n, hn]."""
+    steps, rows, hidden = xp.shape[0], xp.shape[1], h0.shape[1]
+    sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
+    y = np.zeros((steps, rows, 5 * hidden))
+    h = h0.astype(np.float64)
+    for t in range(steps):
+        h_new = np.zeros_like(h)
+        for n in range(rows):
+            for j in range(hidden):
+                hp = [float(b[k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden)) for k in range(3)]
+                r, z = sig(xp[t, n, j] + hp[0]), sig(xp[t, n, hidden + j] + hp[1])
+                nn_ = math.tanh(xp[t, n, 2 * hidden + j] + r * hp[2])
+                h_new[n, j] = (1 - z) * nn_ + z * h[n, j]
+                y[t, n, j :: hidden] = (h_new[n, j], r, z, nn_, hp[2])
+        h = h_new
+    return y
+
+
+def _gru_operands(seed):
+    return _f32(3, 2, 9, seed=seed), _f32(2, 3, seed=seed + 1), _f32(9, 3, seed=seed + 2, low=-0.5, high=0.5), _f32(9, seed=seed + 3)
+
+
+@_case("gru_scan")
+def _():
+    xp, h0, w, b = _gru_operands(40)
+    t = lv.Tensor.apply("gru_scan", *map(lv.tensor, (xp, h0, w, b)), reverse=False)
+    return t, _gru_loops(xp, h0, w, b).astype(np.float32)
+
+
+@_case("gru_scan_backward")
+def _():
+    # Backpropagation through time by the chain rule, element by element in float64: per step
+    # and row [d of the r, z and n pre-activations, d of hn, dh_{t-1}].
+    xp, h0, w, b = _gru_operands(50)
+    y = _gru_loops(xp, h0, w, b)
+    gy = _f32(*y.shape, seed=54)
+    steps, rows, hidden = y.shape[0], y.shape[1], 3
+    d = np.zeros_like(y)
+    dh_next = np.zeros((rows, hidden))
+    for t in reversed(range(steps)):
+        h_prev = h0 if t == 0 else y[t - 1, :, :hidden]
+        for n in range(rows):
+            for j in range(hidden):
+                h, r, z, nn_, hn = y[t, n, j :: hidden]
+                dh = gy[t, n, j] + dh_next[n, j]
+                dz = dh * (h_prev[n, j] - nn_) + gy[t, n, 2 * hidden + j]
+                dn = (dh * (1 - z) + gy[t, n, 3 * hidden + j]) * (1 - nn_ * nn_)
+                dhn = dn * r + gy[t, n, 4 * hidden + j]
+                dr = (dn * hn + gy[t, n, hidden + j]) * r * (1 - r)
+                d[t, n, j :: hidden] = (dr, dz * z * (1 - z), dn, dhn, dh * z)
+        dhp = np.concatenate([d[t, :, : 2 * hidden], d[t, :, 3 * hidden : 4 * hidden]], 1)
+        d[t, :, 4 * hidden :] += dhp @ w
+        dh_next = d[t, :, 4 * hidden :]
+    args = [lv.tensor(a) for a in (gy, y.astype(np.float32), h0, w)]
+    return lv.Tensor.apply("gru_scan_backward", *args, reverse=False), d.astype(np.float32)
+
+
 @_case("argsort")
 def _():
     # Descending and stable: NaN first, ties (and -0.0 == 0.0) in their order. The expected

@@ -142,6 +142,16 @@ VJP_CASES = [
         lambda xp, h, c, w: lv.Tensor.apply("lstm_scan", xp, h, c, w, reverse=True),
         [_r(1, 2, 8, seed=24), _r(2, 2, seed=25), _r(2, 2, seed=26), _r(8, 2, seed=27)],
     ),
+    (
+        "gru_scan",
+        lambda xp, h, w, b: lv.Tensor.apply("gru_scan", xp, h, w, b, reverse=False),
+        [_r(3, 2, 9, seed=32), _r(2, 3, seed=33), _r(9, 3, seed=34, low=-0.5, high=0.5), _r(9, seed=35)],
+    ),
+    (
+        "gru_scan_reverse",
+        lambda xp, h, w, b: lv.Tensor.apply("gru_scan", xp, h, w, b, reverse=True),
+        [_r(3, 2, 6, seed=36), _r(2, 2, seed=37), _r(6, 2, seed=38), _r(6, seed=39)],
+    ),
     ("chunk_gates", lambda x: (x.chunk(4, 1)[0].sigmoid() * x.chunk(4, 1)[2].tanh()).sum(1), [_r(2, 8)]),
     ("slices_with_gaps", lambda x: x[1:2].exp() + x[3:4] * x[4:5], [_r(6, 2)]),
     # matmul
@@ -284,6 +294,7 @@ COMPILED = {
     "cat_primitive",
     "chunk_gates",
     "lstm_scan",
+    "gru_scan",
     "softmax",
     "cross_entropy_ignore_index",
     "layer_norm_affine",

@@ -156,7 +156,8 @@ def rnn_layer(
 
 
 def _scans(x: Tensor, tensors) -> bool:
-    """Whether an LSTM layer runs as one ``lstm_scan`` primitive (ops/recurrent.py): on the CPU,
+    """Whether an LSTM or GRU layer runs as one ``lstm_scan`` / ``gru_scan`` primitive
+    (ops/recurrent.py): on the CPU,
     float32 or float64 throughout, outside an ONNX export (which writes the unrolled steps)."""
     dtype = x.dtype
     return (
@@ -194,7 +195,14 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
 
 def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
     """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``active`` as
-    :func:`rnn_layer`)."""
+    :func:`rnn_layer`; one ``gru_scan`` primitive where :func:`lstm_layer` has one ``lstm_scan``)."""
+    if active is None and _scans(x, (h, w_ih, w_hh) + tuple(b for b in (b_ih, b_hh) if b is not None)):
+        t, n, i = x.shape
+        xp = linear(x.reshape(t * n, i), w_ih, b_ih).reshape(t, n, w_ih.shape[0])
+        bias = b_hh if b_hh is not None else w_hh.new_zeros(w_hh.shape[0])
+        y = xp.apply("gru_scan", xp, h, w_hh, bias, reverse=bool(reverse))
+        hidden = h.shape[1]
+        return y[:, :, :hidden], y[0 if reverse else t - 1, :, :hidden]
     xp = _project(x, w_ih, b_ih)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])

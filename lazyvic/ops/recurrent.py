@@ -64,10 +64,14 @@ def _infer(shapes, dtypes, at):
         )
     if tuple(cs) != tuple(hs):
         raise ShapeError(f"lstm_scan: expected c0 {hs} like h0, got {cs}")
+    _one_float_dtype("lstm_scan", dtypes)
+    return (xs[0], xs[1], 6 * ws[1]), dtypes[0]
+
+
+def _one_float_dtype(name: str, dtypes) -> None:
     dtype = dtypes[0]
     if dtype.name not in ("float32", "float64") or any(d is not dtype for d in dtypes):
-        raise DTypeError(f"lstm_scan: expected float32 or float64 inputs of one dtype, got {[d.name for d in dtypes]}")
-    return (xs[0], xs[1], 6 * ws[1]), dtype
+        raise DTypeError(f"{name}: expected float32 or float64 inputs of one dtype, got {[d.name for d in dtypes]}")
 
 
 def _backward_infer(shapes, dtypes, at):
@@ -87,18 +91,24 @@ def _order(steps: int, reverse: bool):
     return [(t, t - 1) for t in range(steps)]
 
 
-def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
-    """Fill y (T, N, 6H) (C-contiguous) from C-contiguous xp, h0, c0 and w_hh, backwards in time
-    when ``reverse``; ``cell(xp, hw, c0, y, t, prev, one)`` computes step t's row of y from
-    ``hw = h_prev @ w_hh^T`` and the states of step ``prev`` (-1: h0 and c0)."""
+def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands) -> None:
+    """Fill y (T, N, K*H) (C-contiguous; h_t in its first H columns) from C-contiguous xp, h0,
+    w_hh (G*H, H) and ``operands``, backwards in time when ``reverse``: per step
+    ``hw = h_prev @ w_hh^T`` (h_prev: h0, or h of step ``prev``), then ``cell(xp, hw,
+    *operands, y, t, prev, one)`` computes step t's row of y (LSTM: operands c0; GRU: h0, b_hh)."""
     hidden = h0.shape[1]
     wt = np.ascontiguousarray(w_hh.T)  # row-major: BLAS reads it faster (functional/recurrent.py)
-    hw = np.empty((h0.shape[0], 4 * hidden), dtype=y.dtype)
+    hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     one = y.dtype.type(1)
     with one_thread():
         for t, prev in _order(y.shape[0], reverse):
             np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
-            cell(xp, hw, c0, y, t, prev, one)
+            cell(xp, hw, *operands, y, t, prev, one)
+
+
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+    """lstm_scan: :func:`scan_forward` with ``cell(xp, hw, c0, y, t, prev, one)``."""
+    scan_forward(xp, h0, w_hh, y, cell, reverse, c0)
 
 
 def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
@@ -172,21 +182,148 @@ def _backward_reference(arrays, at):
     return d
 
 
+def _h_prev(gy, y, h0, steps: int, hidden: int, reverse: bool):
+    """(T, N, H): the state each step read, h0 for the first step of the recurrence, then h of the step before."""
+    h_prev = h0.unsqueeze(0)
+    if steps > 1:
+        pieces = (y[1:, :, :hidden], h_prev) if reverse else (h_prev, y[: steps - 1, :, :hidden])
+        h_prev = gy.apply("cat", *pieces, axis=0)
+    return h_prev
+
+
 def _vjp(gy, inputs, y, at):
     xp, h0, c0, w_hh = inputs
     steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
     reverse = at["reverse"]
     d = gy.apply("lstm_scan_backward", gy, y, c0, w_hh, reverse=reverse)
     dgates = d[:, :, : 4 * hidden]
-    # the states each step read: h0 for the first, then the outputs of the step before
-    h_prev = h0.unsqueeze(0)
-    if steps > 1:
-        pieces = (y[1:, :, :hidden], h_prev) if reverse else (h_prev, y[: steps - 1, :, :hidden])
-        h_prev = gy.apply("cat", *pieces, axis=0)
-    dw = dgates.reshape(steps * batch, 4 * hidden).T @ h_prev.reshape(steps * batch, hidden)
+    dw = dgates.reshape(steps * batch, 4 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(steps * batch, hidden)
     first = steps - 1 if reverse else 0
     return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw
 
 
 register(OpDef("lstm_scan", "recurrent", 4, _infer, _reference, vjp=_vjp))
 register(OpDef("lstm_scan_backward", "recurrent", 4, _backward_infer, _backward_reference, differentiable=False))
+
+
+# ================================================================== GRU
+# gru_scan(xp, h0, w_hh, b_hh; reverse)
+#     xp (T, N, 3H): ``x_t W_ih^T + b_ih``; h0 (N, H); w_hh (3H, H) and b_hh (3H,), gates r, z, n
+#     (PyTorch's order) -> y (T, N, 5H): per step and row ``[h_t, r, z, n, hn]``, with
+#     (``torch.nn.GRU``'s equations; Cho et al. 2014)::
+#
+#         hp = h_{t-1} @ w_hh^T + b_hh;  hn = hp_n
+#         r = sigmoid(xp_r + hp_r); z = sigmoid(xp_z + hp_z); n = tanh(xp_n + r * hn)
+#         h_t = n + z * (h_{t-1} - n)                      (= (1 - z) * n + z * h_{t-1})
+#
+# gru_scan_backward(gy, y, h0, w_hh; reverse) -> d (T, N, 5H): per step
+#     ``[dr, dz, dn (the pre-activations': that of xp[t]), dhn, dh_{t-1}]``; the gradient of hp
+#     (of w_hh's product and of b_hh) is [dr, dz, dhn].
+
+
+def _gru_infer(shapes, dtypes, at):
+    xs, hs, ws, bs = shapes
+    if len(xs) != 3 or len(ws) != 2 or xs[2] != ws[0] or ws[0] != 3 * ws[1] or tuple(hs) != (xs[1], ws[1]):
+        raise ShapeError(f"gru_scan: expected xp (T, N, 3H), h0 (N, H) and w_hh (3H, H), got {xs}, {hs} and {ws}")
+    if tuple(bs) != (ws[0],):
+        raise ShapeError(f"gru_scan: expected b_hh ({ws[0]},), got {bs}")
+    _one_float_dtype("gru_scan", dtypes)
+    return (xs[0], xs[1], 5 * ws[1]), dtypes[0]
+
+
+def _gru_backward_infer(shapes, dtypes, at):
+    gs, ys, hs, ws = shapes
+    if tuple(gs) != tuple(ys) or len(ys) != 3 or ys[2] != 5 * ws[1] or tuple(hs) != (ys[1], ws[1]):
+        raise ShapeError(
+            f"gru_scan_backward: expected gy and y (T, N, 5H), h0 (N, H) and w_hh (3H, H), got {gs}, {ys}, {hs} and {ws}"
+        )
+    return tuple(ys), dtypes[1]
+
+
+def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
+    """gru_scan: :func:`scan_forward` with ``cell(xp, hw, h0, b_hh, y, t, prev, one)``."""
+    scan_forward(xp, h0, w_hh, y, cell, reverse, h0, b_hh)
+
+
+def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
+    """Fill d (T, N, 5H) from C-contiguous gy, y, h0 and w_hh, the recurrence's steps in the
+    opposite order: ``cell(gy, y, h0, d, dhp, t, prev, after, one)`` computes step t's row of d
+    (dh_{t-1} without the product) and the gradient of hp into dhp (N, 3H); then
+    ``dh_{t-1} += dhp @ w_hh``."""
+    hidden = h0.shape[1]
+    one = y.dtype.type(1)
+    dhp = np.empty((h0.shape[0], 3 * hidden), dtype=y.dtype)
+    mm = np.empty_like(h0)
+    after = -1
+    with one_thread():
+        for t, prev in reversed(_order(y.shape[0], reverse)):
+            cell(gy, y, h0, d, dhp, t, prev, after, one)
+            np.matmul(dhp, w_hh, out=mm)
+            np.add(d[t, :, 4 * hidden :], mm, out=d[t, :, 4 * hidden :])
+            after = t
+
+
+def numpy_gru_forward_cell(xp, hw, h0, b_hh, y, t, prev, one) -> None:
+    """Step t of :func:`gru_forward` in NumPy (the kernel does the same operations in the same order)."""
+    hidden = h0.shape[1]
+    hp = hw + b_hh
+    x = xp[t]
+    r = _sigmoid(x[:, :hidden] + hp[:, :hidden])
+    z = _sigmoid(x[:, hidden : 2 * hidden] + hp[:, hidden : 2 * hidden])
+    hn = hp[:, 2 * hidden :]
+    n = _tanh(x[:, 2 * hidden :] + r * hn)
+    h_prev = h0 if prev < 0 else y[prev, :, :hidden]
+    h = n + z * (h_prev - n)
+    for k, v in enumerate((h, r, z, n, hn)):
+        y[t, :, k * hidden : (k + 1) * hidden] = v
+
+
+def numpy_gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one) -> None:
+    """Step t of :func:`gru_backward` in NumPy (the kernel does the same operations in the same order)."""
+    hidden = h0.shape[1]
+    cut = lambda a, k: a[t, :, k * hidden : (k + 1) * hidden]  # noqa: E731
+    r, z, n, hn = (cut(y, k) for k in range(1, 5))
+    dh = cut(gy, 0)
+    if after >= 0:
+        dh = dh + d[after, :, 4 * hidden :]
+    h_prev = h0 if prev < 0 else y[prev, :, :hidden]
+    dz = dh * (h_prev - n) + cut(gy, 2)
+    dn = dh * (one - z) + cut(gy, 3)
+    dn = dn * (one - n * n)
+    dhn = dn * r + cut(gy, 4)
+    dr = dn * hn + cut(gy, 1)
+    dr = dr * r * (one - r)
+    dz = dz * z * (one - z)
+    for k, v in enumerate((dr, dz, dn, dhn, dh * z)):
+        d[t, :, k * hidden : (k + 1) * hidden] = v
+    dhp[:, : 2 * hidden] = d[t, :, : 2 * hidden]
+    dhp[:, 2 * hidden :] = dhn
+
+
+def _gru_reference(arrays, at):
+    xp, h0, w_hh, b_hh = (np.ascontiguousarray(a) for a in arrays)
+    y = np.empty((xp.shape[0], xp.shape[1], 5 * h0.shape[1]), dtype=xp.dtype)
+    gru_forward(xp, h0, w_hh, b_hh, y, numpy_gru_forward_cell, at["reverse"])
+    return y
+
+
+def _gru_backward_reference(arrays, at):
+    gy, y, h0, w_hh = (np.ascontiguousarray(a) for a in arrays)
+    d = np.empty(y.shape, dtype=y.dtype)
+    gru_backward(gy, y, h0, w_hh, d, numpy_gru_backward_cell, at["reverse"])
+    return d
+
+
+def _gru_vjp(gy, inputs, y, at):
+    xp, h0, w_hh, b_hh = inputs
+    steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
+    reverse = at["reverse"]
+    d = gy.apply("gru_scan_backward", gy, y, h0, w_hh, reverse=reverse)
+    dhp = gy.apply("cat", d[:, :, : 2 * hidden], d[:, :, 3 * hidden : 4 * hidden], axis=2)
+    dw = dhp.reshape(steps * batch, 3 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(steps * batch, hidden)
+    first = steps - 1 if reverse else 0
+    return d[:, :, : 3 * hidden], d[first, :, 4 * hidden :], dw, dhp.sum((0, 1))
+
+
+register(OpDef("gru_scan", "recurrent", 4, _gru_infer, _gru_reference, vjp=_gru_vjp))
+register(OpDef("gru_scan_backward", "recurrent", 4, _gru_backward_infer, _gru_backward_reference, differentiable=False))

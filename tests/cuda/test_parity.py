@@ -42,9 +42,10 @@ NOT_COVERED: dict = {}
 # Ops a CUDA plan may hand to the host (a counted fallback) in these cases. argsort (ops/sort.py) has
 # no kernel yet: it runs as its NumPy reference, a reported step of the plan, on the CPU and on CUDA.
 # A collective (ops/collective.py) sends from host memory through MPI: a host step on CUDA.
-# The LSTM recurrence (ops/recurrent.py) has a CPU step only; on CUDA, nn.LSTM unrolls its steps
-# instead (functional/recurrent._scans), so only a direct use of the primitive runs it on the host.
-ALLOWED_FALLBACKS: set = {"argsort", "collective", "lstm_scan", "lstm_scan_backward"}
+# The LSTM and GRU recurrences (ops/recurrent.py) have CPU steps only; on CUDA, nn.LSTM and nn.GRU
+# unroll their steps instead (functional/recurrent._scans), so only a direct use of the primitives
+# runs them on the host.
+ALLOWED_FALLBACKS: set = {"argsort", "collective", "lstm_scan", "lstm_scan_backward", "gru_scan", "gru_scan_backward"}
 
 
 @pytest.fixture(scope="module")

@@ -257,45 +257,65 @@ def test_inference_reads_one_row_major_recurrent_weight(cls, monkeypatch):
     np.testing.assert_allclose(outs["always"], with_grad, rtol=1e-5, atol=1e-6)
 
 
-def _lstm_training_step(model, x, states):
+def _training_step(model, x, states):
     """Outputs, final states and every gradient of one step of a loss over all of them."""
     for p in model.parameters():
         p.grad = None
     leaves = [lazyvic.tensor(a, requires_grad=True) for a in (x, *states)]
-    out, (h, c) = model(leaves[0], tuple(leaves[1:]))
-    ((out * out).sum() + (h * 2).sum() + (c * c).sum()).backward()
-    values = [out, h, c] + [t.grad for t in leaves] + [p.grad for p in model.parameters()]
-    return [v.numpy() for v in values]
+    out, last = model(leaves[0], tuple(leaves[1:]) if len(leaves) == 3 else leaves[1])
+    loss = (out * out).sum() + sum((s * (k + 2)).sum() for k, s in enumerate(last if len(leaves) == 3 else [last]))
+    loss.backward()
+    values = [out] + list(last if len(leaves) == 3 else [last]) + [t.grad for t in leaves]
+    return [v.numpy() for v in values + [p.grad for p in model.parameters()]]
 
 
 @pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["forward", "bidirectional"])
-def test_lstm_scan_gives_the_unrolled_steps_results(bidirectional, mode, monkeypatch):
-    """nn.LSTM's recurrence runs as one lstm_scan primitive per layer and direction
-    (ops/recurrent.py; a library step of a BLAS product and a cell kernel per time step) and gives
-    the results of the same steps unrolled into the graph: outputs, final states and every
-    gradient of two layers, interpreted and compiled. Forward in time, the very bits; backwards,
-    the weight gradient sums its steps in another order (the scan's product runs over the steps
-    in time order), so within float32 rounding."""
+@pytest.mark.parametrize("cls, bidirectional", [("LSTM", False), ("LSTM", True), ("GRU", True)])
+def test_scans_give_the_unrolled_steps_results(cls, bidirectional, mode, monkeypatch):
+    """nn.LSTM's and nn.GRU's recurrences run as one lstm_scan / gru_scan primitive per layer and
+    direction (ops/recurrent.py; a library step of a BLAS product and a cell kernel per time step)
+    and give the results of the same steps unrolled into the graph: outputs, final states and
+    every gradient of two layers, interpreted and compiled. An LSTM forward in time gives the
+    very bits; backwards, its weight gradient sums the steps in another order, and the GRU's
+    backward is written in another order: within float32 rounding."""
     from _oracle import pending_ops
 
     lazyvic.manual_seed(3)
-    model = nn.LSTM(5, 4, num_layers=2, bidirectional=bidirectional)
+    model = getattr(nn, cls)(5, 4, num_layers=2, bidirectional=bidirectional)
+    op = cls.lower() + "_scan"
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 3, 5)).astype(np.float32)
-    states = [rng.standard_normal((4 if bidirectional else 2, 3, 4)).astype(np.float32) for _ in range(2)]
+    states = [rng.standard_normal((4 if bidirectional else 2, 3, 4)).astype(np.float32) for _ in range(2 if cls == "LSTM" else 1)]
     with lazyvic.no_grad():
-        assert "lstm_scan" in pending_ops(model(lazyvic.tensor(x))[0])
-    scanned = _lstm_training_step(model, x, states)
+        assert op in pending_ops(model(lazyvic.tensor(x))[0])
+    scanned = _training_step(model, x, states)
     monkeypatch.setattr(recurrent, "_scans", lambda *a: False)
     with lazyvic.no_grad():
-        assert "lstm_scan" not in pending_ops(model(lazyvic.tensor(x))[0])
-    unrolled = _lstm_training_step(model, x, states)
+        assert op not in pending_ops(model(lazyvic.tensor(x))[0])
+    unrolled = _training_step(model, x, states)
     for k, (a, b) in enumerate(zip(scanned, unrolled)):
-        if bidirectional:
+        if bidirectional or cls == "GRU":
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(k))
         else:
             assert a.tobytes() == b.tobytes(), k
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_scans_give_the_same_bits_on_every_tier(cls, monkeypatch):
+    """The interpreter (the NumPy cells) and the compiled plan (the Numba cells) give the same
+    bits: outputs, states and gradients of a bidirectional two-layer step."""
+    from lazyvic.runtime.config import config
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 4, 6)).astype(np.float32)
+    states = [rng.standard_normal((4, 4, 8)).astype(np.float32) for _ in range(2 if cls == "LSTM" else 1)]
+    got = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(config, "compile", mode)
+        lazyvic.manual_seed(7)
+        got[mode] = _training_step(getattr(nn, cls)(6, 8, num_layers=2, bidirectional=True), x, states)
+    for k, (a, b) in enumerate(zip(got["never"], got["always"])):
+        assert a.tobytes() == b.tobytes(), k
 
 
 def test_lstm_over_varying_lengths_is_one_plan(fresh):

@@ -10,7 +10,6 @@ distinct compiled kernels small.
 from __future__ import annotations
 
 import itertools
-
 import math
 
 import numpy as np
@@ -612,23 +611,33 @@ def _lstm_loops(xp, h0, c0, w):
         h_new, c_new = np.zeros_like(h), np.zeros_like(c)
         for n in range(rows):
             for j in range(hidden):
-                pre = [float(xp[t, n, k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden)) for k in range(4)]
+                pre = [
+                    float(xp[t, n, k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden))
+                    for k in range(4)
+                ]
                 i, f, g, o = sig(pre[0]), sig(pre[1]), math.tanh(pre[2]), sig(pre[3])
                 c_new[n, j] = f * c[n, j] + i * g
                 h_new[n, j] = o * math.tanh(c_new[n, j])
-                y[t, n, j :: hidden] = (h_new[n, j], c_new[n, j], i, f, g, o)
+                y[t, n, j::hidden] = (h_new[n, j], c_new[n, j], i, f, g, o)
         h, c = h_new, c_new
     return y
 
 
 def _lstm_operands(seed):
-    return _f32(3, 2, 12, seed=seed), _f32(2, 3, seed=seed + 1), _f32(2, 3, seed=seed + 2), _f32(12, 3, seed=seed + 3, low=-0.5, high=0.5)
+    return (
+        _f32(3, 2, 12, seed=seed),
+        _f32(2, 3, seed=seed + 1),
+        _f32(2, 3, seed=seed + 2),
+        _f32(12, 3, seed=seed + 3, low=-0.5, high=0.5),
+    )
 
 
 @_case("lstm_scan")
 def _():
     xp, h0, c0, w = _lstm_operands(20)
-    return lv.Tensor.apply("lstm_scan", *map(lv.tensor, (xp, h0, c0, w)), reverse=False), _lstm_loops(xp, h0, c0, w).astype(np.float32)
+    return lv.Tensor.apply("lstm_scan", *map(lv.tensor, (xp, h0, c0, w)), reverse=False), _lstm_loops(
+        xp, h0, c0, w
+    ).astype(np.float32)
 
 
 @_case("lstm_scan_backward")
@@ -645,13 +654,22 @@ def _():
         c_prev = c0 if t == 0 else y[t - 1, :, hidden : 2 * hidden]
         for n in range(rows):
             for j in range(hidden):
-                h, c, i, f, g, o = y[t, n, j :: hidden]
+                h, c, i, f, g, o = y[t, n, j::hidden]
                 dh = gy[t, n, j] + dh_next[n, j]
                 tc = math.tanh(c)
                 dc = gy[t, n, hidden + j] + dc_next[n, j] + dh * o * (1 - tc * tc)
-                di, df, dg = dc * g + gy[t, n, 2 * hidden + j], dc * c_prev[n, j] + gy[t, n, 3 * hidden + j], dc * i + gy[t, n, 4 * hidden + j]
+                di, df, dg = (
+                    dc * g + gy[t, n, 2 * hidden + j],
+                    dc * c_prev[n, j] + gy[t, n, 3 * hidden + j],
+                    dc * i + gy[t, n, 4 * hidden + j],
+                )
                 do = dh * tc + gy[t, n, 5 * hidden + j]
-                d[t, n, j : 4 * hidden : hidden] = (di * i * (1 - i), df * f * (1 - f), dg * (1 - g * g), do * o * (1 - o))
+                d[t, n, j : 4 * hidden : hidden] = (
+                    di * i * (1 - i),
+                    df * f * (1 - f),
+                    dg * (1 - g * g),
+                    do * o * (1 - o),
+                )
                 d[t, n, 4 * hidden + j] = dc * f
         d[t, :, 5 * hidden :] = d[t, :, : 4 * hidden] @ w
         dh_next, dc_next = d[t, :, 5 * hidden :], d[t, :, 4 * hidden : 5 * hidden]
@@ -670,17 +688,25 @@ def _gru_loops(xp, h0, w, b):
         h_new = np.zeros_like(h)
         for n in range(rows):
             for j in range(hidden):
-                hp = [float(b[k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden)) for k in range(3)]
+                hp = [
+                    float(b[k * hidden + j]) + sum(h[n, m] * w[k * hidden + j, m] for m in range(hidden))
+                    for k in range(3)
+                ]
                 r, z = sig(xp[t, n, j] + hp[0]), sig(xp[t, n, hidden + j] + hp[1])
                 nn_ = math.tanh(xp[t, n, 2 * hidden + j] + r * hp[2])
                 h_new[n, j] = (1 - z) * nn_ + z * h[n, j]
-                y[t, n, j :: hidden] = (h_new[n, j], r, z, nn_, hp[2])
+                y[t, n, j::hidden] = (h_new[n, j], r, z, nn_, hp[2])
         h = h_new
     return y
 
 
 def _gru_operands(seed):
-    return _f32(3, 2, 9, seed=seed), _f32(2, 3, seed=seed + 1), _f32(9, 3, seed=seed + 2, low=-0.5, high=0.5), _f32(9, seed=seed + 3)
+    return (
+        _f32(3, 2, 9, seed=seed),
+        _f32(2, 3, seed=seed + 1),
+        _f32(9, 3, seed=seed + 2, low=-0.5, high=0.5),
+        _f32(9, seed=seed + 3),
+    )
 
 
 @_case("gru_scan")
@@ -704,13 +730,13 @@ def _():
         h_prev = h0 if t == 0 else y[t - 1, :, :hidden]
         for n in range(rows):
             for j in range(hidden):
-                h, r, z, nn_, hn = y[t, n, j :: hidden]
+                h, r, z, nn_, hn = y[t, n, j::hidden]
                 dh = gy[t, n, j] + dh_next[n, j]
                 dz = dh * (h_prev[n, j] - nn_) + gy[t, n, 2 * hidden + j]
                 dn = (dh * (1 - z) + gy[t, n, 3 * hidden + j]) * (1 - nn_ * nn_)
                 dhn = dn * r + gy[t, n, 4 * hidden + j]
                 dr = (dn * hn + gy[t, n, hidden + j]) * r * (1 - r)
-                d[t, n, j :: hidden] = (dr, dz * z * (1 - z), dn, dhn, dh * z)
+                d[t, n, j::hidden] = (dr, dz * z * (1 - z), dn, dhn, dh * z)
         dhp = np.concatenate([d[t, :, : 2 * hidden], d[t, :, 3 * hidden : 4 * hidden]], 1)
         d[t, :, 4 * hidden :] += dhp @ w
         dh_next = d[t, :, 4 * hidden :]

@@ -4,7 +4,10 @@ All recurrent math lives here, so a dedicated kernel can replace it in one place
 function per cell type, the cell functions (PyTorch's ``torch.rnn_tanh_cell``, ``rnn_relu_cell``,
 ``lstm_cell``, ``gru_cell``) and one ``*_layer`` function per cell type that runs one layer in one
 direction over a whole sequence — the input projection of every time step as one matrix product,
-then one small product per step. ``nn.RNN``/``LSTM``/``GRU`` stack these layers.
+then the recurrence: for LSTM and GRU on the CPU one ``lstm_scan`` / ``gru_scan`` primitive
+(``ops/recurrent.py``: a plan step of one product and one cell kernel per time step, its
+backward the same loop in reverse), otherwise unrolled into one small product and a few
+elementwise nodes per step. ``nn.RNN``/``LSTM``/``GRU`` stack these layers.
 
 Equations and gate orders are those of PyTorch's documentation (``torch.nn.LSTM``: i, f, g, o;
 ``torch.nn.GRU``: r, z, n, with ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``; Hochreiter &

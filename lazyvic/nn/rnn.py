@@ -2,8 +2,10 @@
 
 The math is in :mod:`lazyvic.functional.recurrent` (one function per cell type that steps a
 whole sequence, so a dedicated kernel can replace it in one place); these modules hold the
-parameters and stack the layers and directions. A sequence is unrolled into the lazy graph: one
-input projection per layer and direction, then about a dozen small nodes per time step.
+parameters and stack the layers and directions. Per layer and direction, one input projection
+for all time steps, then (LSTM and GRU, on the CPU) the recurrence as one primitive whose plan
+step loops over the time steps (``ops/recurrent.py``); an Elman RNN, a packed sequence, a CUDA
+tensor or an ONNX export unrolls about a dozen small nodes per time step instead.
 
 Parameters as PyTorch (so state_dicts load both ways): for layer k and direction suffix ``''`` or
 ``'_reverse'``, ``weight_ih_l{k}{suffix}`` (G*H, I_k), ``weight_hh_l{k}{suffix}`` (G*H, H),

@@ -1,4 +1,4 @@
-"""The LSTM recurrence over a whole sequence as one primitive, and its VJP.
+"""The LSTM and GRU recurrences over a whole sequence as primitives, and their VJPs.
 
     lstm_scan(xp, h0, c0, w_hh; reverse)
         xp (T, N, 4H): the input projection of every step, ``x_t W_ih^T + b_ih + b_hh``;
@@ -20,6 +20,12 @@
         ``[dgates (4H), dc_{t-1} (H), dh_{t-1} (H)]``, the gradient of the gates'
         pre-activations (that of xp[t]) and of the states the step read
 
+    gru_scan(xp, h0, w_hh, b_hh; reverse) and gru_scan_backward(gy, y, h0, w_hh; reverse): the
+    same for a GRU (shapes and equations with their code below).
+
+Inputs of one dtype, float32 or float64 (else DTypeError); shapes as above (else ShapeError,
+naming the op and the shapes).
+
 Why a primitive: unrolled into the lazy graph, a 35-step two-layer LSTM's training step
 recorded, planned and ran about 3,000 nodes (48 ms a step against PyTorch's 2.6). As one op,
 each layer is one library step: a loop over the steps in which each step is one BLAS product
@@ -31,7 +37,8 @@ lazy ops.
 The per-step products run on one BLAS thread (``ops/blas.py``): woken for a product this
 small, OpenBLAS's second thread cost up to half a millisecond on this machine (70 ms of such
 waits in a step of the 2 x 128 language model), and the loop gives the same bits wherever it
-runs. Same bits on every tier: :func:`lstm_forward` and :func:`lstm_backward` are the loops of both
+runs. Same bits on every tier: :func:`scan_forward`, :func:`lstm_backward` and
+:func:`gru_backward` are the loops of both
 the NumPy reference (``cell`` the NumPy functions below) and the CPU step (``cell`` the Numba
 kernels): the same products on the same operands, and cells that do the same float operations
 in the same order (each rounded: no fused multiply-add), with the activations of
@@ -46,6 +53,7 @@ from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.ops import elementwise  # noqa: F401 - registers sigmoid and tanh, read below
 from lazyvic.ops.blas import one_thread
 from lazyvic.ops.opdef import OPS, OpDef, register
+
 
 # The elementwise ops' references: float32 through ops/numerics.py, float64 through the C library.
 def _sigmoid(x):
@@ -197,7 +205,9 @@ def _vjp(gy, inputs, y, at):
     reverse = at["reverse"]
     d = gy.apply("lstm_scan_backward", gy, y, c0, w_hh, reverse=reverse)
     dgates = d[:, :, : 4 * hidden]
-    dw = dgates.reshape(steps * batch, 4 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(steps * batch, hidden)
+    dw = dgates.reshape(steps * batch, 4 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
+        steps * batch, hidden
+    )
     first = steps - 1 if reverse else 0
     return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw
 
@@ -320,7 +330,9 @@ def _gru_vjp(gy, inputs, y, at):
     reverse = at["reverse"]
     d = gy.apply("gru_scan_backward", gy, y, h0, w_hh, reverse=reverse)
     dhp = gy.apply("cat", d[:, :, : 2 * hidden], d[:, :, 3 * hidden : 4 * hidden], axis=2)
-    dw = dhp.reshape(steps * batch, 3 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(steps * batch, hidden)
+    dw = dhp.reshape(steps * batch, 3 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
+        steps * batch, hidden
+    )
     first = steps - 1 if reverse else 0
     return d[:, :, : 3 * hidden], d[first, :, 4 * hidden :], dw, dhp.sum((0, 1))
 

@@ -285,7 +285,10 @@ def test_scans_give_the_unrolled_steps_results(cls, bidirectional, mode, monkeyp
     op = cls.lower() + "_scan"
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 3, 5)).astype(np.float32)
-    states = [rng.standard_normal((4 if bidirectional else 2, 3, 4)).astype(np.float32) for _ in range(2 if cls == "LSTM" else 1)]
+    states = [
+        rng.standard_normal((4 if bidirectional else 2, 3, 4)).astype(np.float32)
+        for _ in range(2 if cls == "LSTM" else 1)
+    ]
     with lazyvic.no_grad():
         assert op in pending_ops(model(lazyvic.tensor(x))[0])
     scanned = _training_step(model, x, states)

@@ -143,7 +143,6 @@ _binding_lock = threading.Lock()  # making a binding of a plan of symbolic sizes
 _native_lock = threading.Lock()  # making a plan's native segments
 
 
-
 @dataclass
 class CpuPlan(Plan):
     """A compiled CPU plan: steps, their memory plan, and where inputs and outputs go."""

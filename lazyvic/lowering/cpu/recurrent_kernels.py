@@ -1,12 +1,12 @@
-"""The LSTM cell kernels of ``lstm_scan`` and ``lstm_scan_backward`` (ops/recurrent.py), in Numba.
+"""The cell kernels of ``lstm_scan``, ``gru_scan`` and their backwards (ops/recurrent.py), in Numba.
 
 Each kernel computes one time step over all rows; the loop over the steps and the products
-``h @ w_hh^T`` and ``dgates @ w_hh`` are :func:`lazyvic.ops.recurrent.lstm_forward` /
-``lstm_backward``, shared with the NumPy reference. The kernels do the NumPy cells' float
+``h @ w_hh^T`` and ``dgates @ w_hh`` are :func:`lazyvic.ops.recurrent.scan_forward`,
+``lstm_backward`` and ``gru_backward``, shared with the NumPy reference. The kernels do the NumPy cells' float
 operations in the same order, each rounded to the dtype (no fused multiply-add: Numba does not
 contract without ``fastmath``), with the kernels' activations (``kernel_lib.sigmoid_f32`` /
 ``tanh_f32`` for float32, the C library's for float64), so both tiers give the same bits
-(``tests/ops/test_recurrent.py`` checks). Serial: a step is small (N x H elements), and a
+(``tests/nn/test_rnn.py`` checks). Serial: a step is small (N x H elements), and a
 thread team per step would cost more than it saves.
 """
 

@@ -6,7 +6,9 @@ NumPy's matmul into a pooled buffer, :class:`ConvStep` copies im2col columns and
 conv2d's weight gradient from the same columns),
 :class:`ConvTransposeStep` calls BLAS and adds its columns back (col2im), :class:`PoolStep`
 runs a max_pool2d or max_pool2d_indices kernel, :class:`AvgPoolStep` an average pool's or its
-transpose's, :class:`ScatterAddStep` a compiled scatter_add, :class:`CatStep` copies a cat's pieces, :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
+transpose's, :class:`ScatterAddStep` a compiled scatter_add, :class:`CatStep` copies a cat's pieces,
+:class:`RecurrentStep` runs an LSTM or GRU recurrence (a product and a cell kernel per time
+step), :class:`IndexCheckStep` checks a gather's indices, and ``ReferenceStep``
 (``lowering/reference.py``) runs an op's NumPy reference (ops with no kernel yet: the plan's
 reported fallbacks).
 Operands of library steps are ``lowering.pipeline.Operand``: a buffer or a scalar read

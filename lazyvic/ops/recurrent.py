@@ -82,13 +82,21 @@ def _one_float_dtype(name: str, dtypes) -> None:
         raise DTypeError(f"{name}: expected float32 or float64 inputs of one dtype, got {[d.name for d in dtypes]}")
 
 
-def _backward_infer(shapes, dtypes, at):
-    gs, ys, cs, ws = shapes
-    if tuple(gs) != tuple(ys) or len(ys) != 3 or ys[2] != 6 * ws[1] or tuple(cs) != (ys[1], ws[1]):
-        raise ShapeError(
-            f"lstm_scan_backward: expected gy and y (T, N, 6H), c0 (N, H) and w_hh (4H, H), got {gs}, {ys}, {cs} and {ws}"
-        )
-    return tuple(ys), dtypes[1]
+def _backward_infer_of(name: str, width: int, gates: int, state: str):
+    """The shape rule of a scan's backward (gy, y, state (N, H), w_hh (gates*H, H)): d like y."""
+
+    def infer(shapes, dtypes, at):
+        gs, ys, ss, ws = shapes
+        bad = tuple(gs) != tuple(ys) or len(ys) != 3 or len(ws) != 2
+        if bad or ys[2] != width * ws[1] or ws[0] != gates * ws[1] or tuple(ss) != (ys[1], ws[1]):
+            raise ShapeError(
+                f"{name}: expected gy and y (T, N, {width}H), {state} (N, H) and w_hh ({gates}H, H), "
+                f"got {gs}, {ys}, {ss} and {ws}"
+            )
+        _one_float_dtype(name, dtypes)
+        return tuple(ys), dtypes[1]
+
+    return infer
 
 
 # ------------------------------------------------------------------ the loops (every tier)
@@ -176,18 +184,20 @@ def numpy_backward_cell(gy, y, c0, d, t, prev, after, one, dh_scratch=None, dc_s
     d[t, :, 4 * hidden : 5 * hidden] = dc * f
 
 
-def _reference(arrays, at):
-    xp, h0, c0, w_hh = (np.ascontiguousarray(a) for a in arrays)
-    y = np.empty((xp.shape[0], xp.shape[1], 6 * h0.shape[1]), dtype=xp.dtype)
-    lstm_forward(xp, h0, c0, w_hh, y, numpy_forward_cell, at["reverse"])
-    return y
+def _reference_of(loop, cell, width: int = 0):
+    """The NumPy reference of a scan op: ``loop`` with the NumPy ``cell`` over C-contiguous copies
+    of the inputs, into a new output of shape (T, N, width * H) (a forward: xp, then h0 (N, H))
+    or, with ``width`` 0, of the shape of y, the second input (a backward)."""
 
+    def reference(arrays, at):
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        first, second = arrays[0], arrays[1]
+        shape = (first.shape[0], first.shape[1], width * second.shape[1]) if width else second.shape
+        out = np.empty(shape, dtype=first.dtype)
+        loop(*arrays, out, cell, at["reverse"])
+        return out
 
-def _backward_reference(arrays, at):
-    gy, y, c0, w_hh = (np.ascontiguousarray(a) for a in arrays)
-    d = np.empty(y.shape, dtype=y.dtype)
-    lstm_backward(gy, y, c0, w_hh, d, numpy_backward_cell, at["reverse"])
-    return d
+    return reference
 
 
 def _h_prev(gy, y, h0, steps: int, hidden: int, reverse: bool):
@@ -212,8 +222,18 @@ def _vjp(gy, inputs, y, at):
     return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw
 
 
-register(OpDef("lstm_scan", "recurrent", 4, _infer, _reference, vjp=_vjp))
-register(OpDef("lstm_scan_backward", "recurrent", 4, _backward_infer, _backward_reference, differentiable=False))
+def _register(
+    name: str, infer, vjp, forward, forward_cell, backward, backward_cell, width: int, gates: int, state: str
+):
+    """Register scan op ``name`` (y of ``width`` * H columns, w_hh of ``gates`` * H rows) and its backward."""
+    register(OpDef(name, "recurrent", 4, infer, _reference_of(forward, forward_cell, width), vjp=vjp))
+    backward_name = name + "_backward"
+    backward_infer = _backward_infer_of(backward_name, width, gates, state)
+    reference = _reference_of(backward, backward_cell)
+    register(OpDef(backward_name, "recurrent", 4, backward_infer, reference, differentiable=False))
+
+
+_register("lstm_scan", _infer, _vjp, lstm_forward, numpy_forward_cell, lstm_backward, numpy_backward_cell, 6, 4, "c0")
 
 
 # ================================================================== GRU
@@ -239,15 +259,6 @@ def _gru_infer(shapes, dtypes, at):
         raise ShapeError(f"gru_scan: expected b_hh ({ws[0]},), got {bs}")
     _one_float_dtype("gru_scan", dtypes)
     return (xs[0], xs[1], 5 * ws[1]), dtypes[0]
-
-
-def _gru_backward_infer(shapes, dtypes, at):
-    gs, ys, hs, ws = shapes
-    if tuple(gs) != tuple(ys) or len(ys) != 3 or ys[2] != 5 * ws[1] or tuple(hs) != (ys[1], ws[1]):
-        raise ShapeError(
-            f"gru_scan_backward: expected gy and y (T, N, 5H), h0 (N, H) and w_hh (3H, H), got {gs}, {ys}, {hs} and {ws}"
-        )
-    return tuple(ys), dtypes[1]
 
 
 def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
@@ -310,20 +321,6 @@ def numpy_gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one) -> None:
     dhp[:, 2 * hidden :] = dhn
 
 
-def _gru_reference(arrays, at):
-    xp, h0, w_hh, b_hh = (np.ascontiguousarray(a) for a in arrays)
-    y = np.empty((xp.shape[0], xp.shape[1], 5 * h0.shape[1]), dtype=xp.dtype)
-    gru_forward(xp, h0, w_hh, b_hh, y, numpy_gru_forward_cell, at["reverse"])
-    return y
-
-
-def _gru_backward_reference(arrays, at):
-    gy, y, h0, w_hh = (np.ascontiguousarray(a) for a in arrays)
-    d = np.empty(y.shape, dtype=y.dtype)
-    gru_backward(gy, y, h0, w_hh, d, numpy_gru_backward_cell, at["reverse"])
-    return d
-
-
 def _gru_vjp(gy, inputs, y, at):
     xp, h0, w_hh, b_hh = inputs
     steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
@@ -337,5 +334,15 @@ def _gru_vjp(gy, inputs, y, at):
     return d[:, :, : 3 * hidden], d[first, :, 4 * hidden :], dw, dhp.sum((0, 1))
 
 
-register(OpDef("gru_scan", "recurrent", 4, _gru_infer, _gru_reference, vjp=_gru_vjp))
-register(OpDef("gru_scan_backward", "recurrent", 4, _gru_backward_infer, _gru_backward_reference, differentiable=False))
+_register(
+    "gru_scan",
+    _gru_infer,
+    _gru_vjp,
+    gru_forward,
+    numpy_gru_forward_cell,
+    gru_backward,
+    numpy_gru_backward_cell,
+    5,
+    3,
+    "h0",
+)

@@ -160,8 +160,8 @@ def rnn_layer(
 
 def _scans(x: Tensor, tensors) -> bool:
     """Whether an LSTM or GRU layer runs as one ``lstm_scan`` / ``gru_scan`` primitive
-    (ops/recurrent.py): on the CPU,
-    float32 or float64 throughout, outside an ONNX export (which writes the unrolled steps)."""
+    (ops/recurrent.py): on the CPU, float32 or float64 throughout, outside an ONNX export (which
+    writes the unrolled steps: ONNX's LSTM and GRU nodes return no gates)."""
     dtype = x.dtype
     return (
         x.device == "cpu"

@@ -2,9 +2,9 @@
 
 Library groups: matmul (BLAS), conv2d and its weight gradient (im2col copies and one BLAS
 product), max_pool2d and the average pools (window kernels), scatter_add (a compiled kernel),
-cat (NumPy copies of the pieces) and the LSTM recurrence (a BLAS product and a cell kernel per
-time step); any other op without a kernel runs its NumPy reference
-inside the plan and is reported as a fallback.
+cat (NumPy copies of the pieces) and the LSTM and GRU recurrences (a BLAS product and a cell
+kernel per time step); any other op without a kernel runs its NumPy reference inside the plan
+and is reported as a fallback.
 """
 
 from __future__ import annotations

@@ -440,7 +440,7 @@ class PoolStep:
 
 @dataclass
 class RecurrentStep:
-    """lstm_scan or lstm_scan_backward (ops/recurrent.py): the op's loop over the time steps
+    """lstm_scan, gru_scan or their backwards (ops/recurrent.py): the op's loop over the time steps
     (``loop``, shared with its NumPy reference) with a compiled cell kernel (``cell``,
     lowering/cpu/recurrent_kernels.py) over C-contiguous copies of its operands."""
 

@@ -605,6 +605,36 @@ def test_recurrent(op):
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy().transpose(1, 0, 2), rtol=1e-6)
 
 
+@pytest.mark.parametrize("op, direction", [("LSTM", "bidirectional"), ("LSTM", "reverse"), ("GRU", "bidirectional")])
+def test_recurrent_nodes_as_pytorchs_layers(op, direction):
+    """LSTM and GRU nodes with the default activations over whole sequences (an LSTM without
+    peepholes, a GRU with linear_before_reset=1: what PyTorch's exporter writes) run as PyTorch's
+    layers with the gates reordered (ONNX: i, o, f, c and z, r, h), one scan primitive per
+    direction (ops/recurrent.py); against onnxruntime, initial states, biases and all
+    sequence_lens equal to the length included."""
+    from _oracle import pending_ops
+
+    r = _rng(29)
+    gates, hidden, dirs = {"LSTM": 4, "GRU": 3}[op], 5, 2 if direction == "bidirectional" else 1
+    x = r.standard_normal((4, 3, 6)).astype(np.float32)
+    inits = {
+        "w": r.standard_normal((dirs, gates * hidden, 6)).astype(np.float32) * 0.5,
+        "r": r.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "b": r.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.5,
+        "n": np.array([4, 4, 4], np.int32),
+        "h0": r.standard_normal((dirs, 3, hidden)).astype(np.float32),
+    }
+    inputs, outs, attrs = ["x", "w", "r", "b", "n", "h0"], ["y", "y_h"], {}
+    if op == "LSTM":
+        inits["c0"] = r.standard_normal((dirs, 3, hidden)).astype(np.float32)
+        inputs, outs = inputs + ["c0"], outs + ["y_c"]
+    else:
+        attrs["linear_before_reset"] = 1
+    model = _model([_node(op, inputs, outs, hidden_size=hidden, direction=direction, **attrs)], {"x": x}, outs, inits)
+    _check(model, {"x": x}, rtol=1e-5, atol=1e-6)
+    assert op.lower() + "_scan" in pending_ops(lazyvic.onnx.load(model)(x)[0])
+
+
 @pytest.mark.parametrize(
     "equation,shapes",
     [

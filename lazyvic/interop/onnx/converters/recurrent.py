@@ -1,6 +1,10 @@
-"""Recurrent layers: RNN GRU LSTM, unrolled over the (static) sequence length with the spec's
-equations; the input projection of every step is one matmul up front. Steps past a batch entry's
-sequence_lens leave its state unchanged and output zeros.
+"""Recurrent layers: RNN GRU LSTM, with the spec's equations; the input projection of every step
+is one matmul up front. An LSTM with the default activations and no peepholes, and a GRU with
+the default activations and ``linear_before_reset=1`` (PyTorch's GRU, as its exporter writes
+it), whose sequences all run the whole length, are PyTorch's layers with their gates reordered
+(``functional.recurrent.lstm_layer`` / ``gru_layer``: one scan primitive per direction on the
+CPU, ``ops/recurrent.py``). Others are unrolled over the (static) sequence length; steps past a
+batch entry's sequence_lens leave its state unchanged and output zeros.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from lazyvic.creation import zeros
-from lazyvic.functional.recurrent import recurrent_weight
-from lazyvic.indexing import stack
+from lazyvic.functional.recurrent import gru_layer, lstm_layer, recurrent_weight
+from lazyvic.indexing import cat, stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.activation import softplus
 from lazyvic.interop.onnx.registry import register
@@ -73,9 +77,18 @@ class _Cell(NamedTuple):
     rt: Tensor  # R^T (hidden, gates * hidden): the view, or a row-major copy (recurrent_weight)
 
 
-def _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, defaults: list, step: Callable):
+def _reordered(t: Tensor, order: tuple, hidden: int) -> Tensor:
+    """The gate blocks (``hidden`` rows each) of ``t`` along axis 0 in ``order``."""
+    return cat([t[k * hidden : (k + 1) * hidden] for k in order], 0)
+
+
+def _unroll(
+    ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, defaults: list, step: Callable, layer=None
+):
     """The layer over every step and direction: ``step(xt, h, c, cell) -> (h, c)`` is one cell
-    update, with ``xt`` the step's input projection (batch, gates * hidden). Returns Y, Y_h, Y_c."""
+    update, with ``xt`` the step's input projection (batch, gates * hidden). With ``layer`` and the
+    default activations and whole sequences, ``layer(xs, W, R, B, h0, c0, reverse) -> (ys, h, c)``
+    runs a direction instead. Returns Y, Y_h, Y_c."""
     xs, weight, recur = ctx.tensor(x), ctx.tensor(w), ctx.tensor(r)
     layout = int(ctx.attr("layout", 0)) if ctx.version >= 14 else 0
     if layout:
@@ -101,8 +114,16 @@ def _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, gates: int, de
         if not (lens == steps).all():
             valid = np.arange(steps)[:, None, None] < lens[None, :, None]  # (seq, batch, 1)
     acts = _activations(ctx, defaults, directions)
+    names = [a.lower() for a in ctx.attr("activations") or defaults * directions]
+    whole = layer is not None and valid is None and names == [a.lower() for a in defaults] * directions
     outputs, finals, cells = [], [], []
     for d in range(directions):
+        if whole:
+            ys, h, c = layer(xs, weight[d], recur[d], bias[d], h0[d], c0[d], direction == "reverse" or d == 1)
+            outputs.append(ys)
+            finals.append(h)
+            cells.append(c)
+            continue
         wd = weight[d]
         wb, rb = bias[d, : gates * hidden], bias[d, gates * hidden :]
         rt = recurrent_weight(recur[d], batch, steps)
@@ -159,7 +180,17 @@ def gru(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
             cand = g(xt[:, 2 * n :] + (reset * h) @ rt[:, 2 * n :] + bh)
         return (1.0 - z) * cand + z * h, c
 
-    y, y_h, _ = _unroll(ctx, x, w, r, b, sequence_lens, initial_h, None, 3, ["Sigmoid", "Tanh"], step)
+    def layer(xs, wd, rd, bd, h, c, reverse):  # ONNX gates z, r, h; PyTorch's r, z, n
+        n = rd.shape[1]
+        o = (1, 0, 2)
+        ys, h = gru_layer(xs, h, _reordered(wd, o, n), _reordered(rd, o, n), _reordered(bd[: 3 * n], o, n),
+                          _reordered(bd[3 * n :], o, n), reverse)  # fmt: skip
+        return ys, h, c
+
+    y, y_h, _ = _unroll(
+        ctx, x, w, r, b, sequence_lens, initial_h, None, 3, ["Sigmoid", "Tanh"], step,
+        layer if linear_before_reset else None,
+    )  # fmt: skip
     return y, y_h
 
 
@@ -178,4 +209,13 @@ def lstm(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=Non
             go = go + ctx.tensor(peepholes)[cell.direction][n : 2 * n] * cn
         return f(go) * hact(cn), cn
 
-    return _unroll(ctx, x, w, r, b, sequence_lens, initial_h, initial_c, 4, ["Sigmoid", "Tanh", "Tanh"], step)
+    def layer(xs, wd, rd, bd, h, c, reverse):  # ONNX gates i, o, f, c; PyTorch's i, f, g, o
+        n = rd.shape[1]
+        o = (0, 2, 3, 1)
+        return lstm_layer(xs, h, c, _reordered(wd, o, n), _reordered(rd, o, n), _reordered(bd[: 4 * n], o, n),
+                          _reordered(bd[4 * n :], o, n), reverse)  # fmt: skip
+
+    defaults = ["Sigmoid", "Tanh", "Tanh"]
+    return _unroll(
+        ctx, x, w, r, b, sequence_lens, initial_h, initial_c, 4, defaults, step, layer if peepholes is None else None
+    )

@@ -100,7 +100,7 @@ def _backward_infer_of(name: str, width: int, gates: int, state: str):
 
 
 # ------------------------------------------------------------------ the loops (every tier)
-def _order(steps: int, reverse: bool):
+def step_order(steps: int, reverse: bool) -> list:
     """(t, the step whose states t reads or -1 for the initial ones) in the order of the recurrence."""
     if reverse:
         return [(t, t + 1 if t + 1 < steps else -1) for t in range(steps - 1, -1, -1)]
@@ -117,7 +117,7 @@ def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands) -> None:
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     one = y.dtype.type(1)
     with one_thread():
-        for t, prev in _order(y.shape[0], reverse):
+        for t, prev in step_order(y.shape[0], reverse):
             np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
             cell(xp, hw, *operands, y, t, prev, one)
 
@@ -137,7 +137,7 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
     dh, dc = np.empty_like(c0), np.empty_like(c0)
     after = -1
     with one_thread():
-        for t, prev in reversed(_order(y.shape[0], reverse)):
+        for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, c0, d, t, prev, after, one, dh, dc)
             np.matmul(d[t, :, : 4 * hidden], w_hh, out=d[t, :, 5 * hidden :])
             after = t
@@ -277,7 +277,7 @@ def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
     mm = np.empty_like(h0)
     after = -1
     with one_thread():
-        for t, prev in reversed(_order(y.shape[0], reverse)):
+        for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, h0, d, dhp, t, prev, after, one)
             np.matmul(dhp, w_hh, out=mm)
             np.add(d[t, :, 4 * hidden :], mm, out=d[t, :, 4 * hidden :])

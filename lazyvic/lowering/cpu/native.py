@@ -364,6 +364,26 @@ def _product(step: MatmulStep, entries) -> _Product | None:
             row.append(off)
         row.append((int(np.ravel_multi_index(idx, batch)) if batch else 0) * m * p)
         offsets.append(row)
+    call = _call(m, n, p, (is1_m, is1_n), (is2_n, is2_p), (p * sz, sz), sz)
+    if call is None:
+        return None
+    routine, order, header = call
+    if routine == "gemm":
+        ta, tb = header[:2]
+        syrk = m == p and is1_m == is2_p and is1_n == is2_n and ta != tb
+        if syrk and step.a.base == step.b.base and any(r[0] == r[1] for r in offsets):
+            return None
+    return _Product(routine, order, header, offsets)
+
+
+def _call(m: int, n: int, p: int, sa: tuple, sb: tuple, so: tuple, sz: int) -> tuple | None:
+    """``(routine, order, header)`` of NumPy's ``matmul`` inner loop for one (m, n) @ (n, p)
+    product with byte strides ``sa``, ``sb`` and ``so`` (the output's): one gemm, or one gemv
+    (``order``: which operand is the matrix, see _Product); None when NumPy does anything else
+    (a dot, its own loop, a copy of an operand that is not blasable; syrk is the caller's)."""
+    (is1_m, is1_n), (is2_n, is2_p), (os_m, os_p) = sa, sb, so
+    if min(m, n, p) == 0 or n == 1 or not _blasable(os_m, os_p, p, sz):
+        return None
     i1 = (_blasable(is1_m, is1_n, n, sz), _blasable(is1_n, is1_m, m, sz))  # C-, F-blasable
     i2 = (_blasable(is2_n, is2_p, p, sz), _blasable(is2_p, is2_n, n, sz))
     if m > 1 and p > 1:
@@ -371,21 +391,35 @@ def _product(step: MatmulStep, entries) -> _Product | None:
             return None  # NumPy copies the operand first
         ta, lda = (_CBLAS_NO_TRANS, is1_m // sz) if i1[0] else (_CBLAS_TRANS, is1_n // sz)
         tb, ldb = (_CBLAS_NO_TRANS, is2_n // sz) if i2[0] else (_CBLAS_TRANS, is2_p // sz)
-        syrk = m == p and is1_m == is2_p and is1_n == is2_n and ta != tb
-        if syrk and step.a.base == step.b.base and any(r[0] == r[1] for r in offsets):
-            return None
-        return _Product("gemm", "ab", (ta, tb, m, p, n, lda, ldb, p), offsets)
+        return "gemm", "ab", (ta, tb, m, p, n, lda, ldb, os_m // sz)
     if m == 1 and p > 1:  # vector @ matrix: gemv over b, transposed
         if not any(i2) or not (is1_n // sz >= 1):
             return None
         order, lda = (_CBLAS_COL_MAJOR, is2_p // sz) if i2[1] else (_CBLAS_ROW_MAJOR, is2_n // sz)
-        return _Product("gemv", "ba", (order, n, p, lda, is1_n // sz, 1), offsets)
+        return "gemv", "ba", (order, n, p, lda, is1_n // sz, os_p // sz)
     if p == 1 and m > 1:  # matrix @ vector: gemv over a
         if not any(i1) or not (is2_n // sz >= 1):
             return None
         order, lda = (_CBLAS_COL_MAJOR, is1_m // sz) if i1[0] else (_CBLAS_ROW_MAJOR, is1_n // sz)
-        return _Product("gemv", "ab", (order, n, m, lda, is2_n // sz, 1), offsets)
+        return "gemv", "ab", (order, n, m, lda, is2_n // sz, os_m // sz)
     return None
+
+
+def matmul_call(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
+    """How ``np.matmul(a, b, out=out)`` of 2-D float32/float64 arrays calls OpenBLAS, for code
+    that makes the same call itself (the recurrent loops, ``recurrent_kernels.py``):
+    ``(routine, order, header)`` as :func:`_call`, the header as an int64 array; None when NumPy's
+    OpenBLAS is not bound (:func:`blas`) or NumPy does something else."""
+    sz = a.dtype.itemsize
+    if not blas().ok or a.dtype != b.dtype or a.dtype != out.dtype or a.dtype not in (np.float32, np.float64):
+        return None
+    (m, n), p = a.shape, b.shape[1]
+    if b.shape[0] != n or out.shape != (m, p) or any(s % sz for s in a.strides + b.strides + out.strides):
+        return None
+    call = _call(m, n, p, a.strides, b.strides, out.strides, sz)
+    if call is None:
+        return None
+    return call[0], call[1], np.array(call[2], dtype=np.int64)
 
 
 # ---------------------------------------------------------------- segments

@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
 from lazyvic.lowering import kernel_lib
+from lazyvic.lowering.cpu import native
+from lazyvic.ops import recurrent
+from lazyvic.ops.blas import one_thread
+
+native.blas()  # NumPy's OpenBLAS bound as the symbols the loops' products call (any process)
 
 
 def _sigmoid(x):  # pragma: no cover - replaced by the overload in compiled code
@@ -33,6 +39,27 @@ def _sigmoid_typed(x):
     if x == types.float32:
         return lambda x: kernel_lib.sigmoid_f32(x)
     return lambda x: kernel_lib.sigmoid_f64(x)
+
+
+def _product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_product, inline="always")
+def _product_typed(a, ao, b, bo, c, co, kind, h):
+    """c[co:] = a[ao:] @ b[bo:] as NumPy's matmul calls OpenBLAS (``native.matmul_call``): kind
+    0 a gemm (header h of 8), 1 a gemv over b ("ba", header of 6)."""
+    wide, bits = a.dtype == types.float64, native.blas().int_bits
+    gemm = getattr(native, f"gemm_f{64 if wide else 32}_i{bits}")
+    gemv = getattr(native, f"gemv_f{64 if wide else 32}_i{bits}")
+
+    def impl(a, ao, b, bo, c, co, kind, h):
+        if kind == 0:
+            gemm(a, ao, b, bo, c, co, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
+        else:
+            gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
+
+    return impl
 
 
 @overload(_tanh, inline="always")
@@ -193,3 +220,73 @@ def gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one):
             dr[hidden + j] = pr[hidden + j]
         for j in range(hidden):
             dr[3 * hidden + j] = pr[2 * hidden + j]
+
+
+# ------------------------------------------------------------------ whole loops (ops/recurrent.py)
+# The loop of ``scan_forward`` in one native call: the same products (the OpenBLAS calls NumPy's
+# matmul makes for them, ``native.matmul_call``: ``first`` for h0, ``later`` for the rows of y)
+# and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
+# batch 1).
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def lstm_forward_loop(xp, h0, c0, wt, y, hw, ts, prevs, one, kind, first, later):
+    row = y.shape[1] * y.shape[2]
+    for k in range(ts.size):
+        t, prev = ts[k], prevs[k]
+        if prev < 0:
+            _product(h0, 0, wt, 0, hw, 0, kind, first)
+        else:
+            _product(y, prev * row, wt, 0, hw, 0, kind, later)
+        lstm_forward_cell(xp, hw, c0, y, t, prev, one)
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def gru_forward_loop(xp, h0, b, wt, y, hw, ts, prevs, one, kind, first, later):
+    row = y.shape[1] * y.shape[2]
+    for k in range(ts.size):
+        t, prev = ts[k], prevs[k]
+        if prev < 0:
+            _product(h0, 0, wt, 0, hw, 0, kind, first)
+        else:
+            _product(y, prev * row, wt, 0, hw, 0, kind, later)
+        gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
+
+
+def _forward_plan(h0, w_hh, y, reverse: bool):
+    """What the native forward loops take besides the op's arrays: (wt, hw, ts, prevs, kind,
+    first, later) made as ``recurrent.scan_forward`` makes them, or None when NumPy's products
+    are not one gemm or one gemv over wt each (the Python loop runs then)."""
+    hidden = h0.shape[1]
+    wt = np.ascontiguousarray(w_hh.T)
+    hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
+    first = native.matmul_call(h0, wt, hw)
+    later = native.matmul_call(y[0, :, :hidden], wt, hw)
+    if first is None or later is None or (first[0], first[1]) != (later[0], later[1]):
+        return None
+    if (first[0], first[1]) not in (("gemm", "ab"), ("gemv", "ba")):
+        return None
+    order = recurrent.step_order(y.shape[0], reverse)
+    ts = np.array([t for t, _ in order], dtype=np.int64)
+    prevs = np.array([p for _, p in order], dtype=np.int64)
+    return wt, hw, ts, prevs, 0 if first[0] == "gemm" else 1, first[2], later[2]
+
+
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+    """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
+    made = _forward_plan(h0, w_hh, y, reverse)
+    if made is None:
+        recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse)
+        return
+    wt, hw, ts, prevs, kind, first, later = made
+    with one_thread():
+        lstm_forward_loop(xp, h0, c0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later)
+
+
+def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
+    """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
+    made = _forward_plan(h0, w_hh, y, reverse)
+    if made is None:
+        recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse)
+        return
+    wt, hw, ts, prevs, kind, first, later = made
+    with one_thread():
+        gru_forward_loop(xp, h0, b_hh, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later)

@@ -58,7 +58,8 @@ class RNNBase(Module):
     input gives a PackedSequence output, each sequence stepped over its own length (its final
     states are those of its last step), as in PyTorch.
 
-    Raises ShapeError for an input that is not 2-D or 3-D or has the wrong feature size (or a
+    Raises ShapeError for an input that is not 2-D or 3-D, has no time steps or has the wrong
+    feature size (or a
     PackedSequence whose data and batch_sizes disagree), or a hidden state of the wrong shape;
     DTypeError for a non-floating input; UnsupportedOpError for ``proj_size`` > 0.
     """
@@ -164,6 +165,8 @@ class RNNBase(Module):
         self._check_features(name, input)
         unbatched = input.ndim == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+        if x.shape[0] == 0:  # (PyTorch: "Expected sequence length to be larger than 0 in RNN")
+            raise ShapeError(f"{name}: expected a sequence length above 0, got input of shape {input.shape}")
         states = self._states(name, hx, x.shape[1], unbatched, x)
         x, last = self._layers(x, states, None)
         output = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)

@@ -73,7 +73,13 @@ def _infer(shapes, dtypes, at):
     if tuple(cs) != tuple(hs):
         raise ShapeError(f"lstm_scan: expected c0 {hs} like h0, got {cs}")
     _one_float_dtype("lstm_scan", dtypes)
+    _some_steps("lstm_scan", xs)
     return (xs[0], xs[1], 6 * ws[1]), dtypes[0]
+
+
+def _some_steps(name: str, xs) -> None:
+    if xs[0] < 1:
+        raise ShapeError(f"{name}: expected at least one time step, got xp of shape {xs}")
 
 
 def _one_float_dtype(name: str, dtypes) -> None:
@@ -258,6 +264,7 @@ def _gru_infer(shapes, dtypes, at):
     if tuple(bs) != (ws[0],):
         raise ShapeError(f"gru_scan: expected b_hh ({ws[0]},), got {bs}")
     _one_float_dtype("gru_scan", dtypes)
+    _some_steps("gru_scan", xs)
     return (xs[0], xs[1], 5 * ws[1]), dtypes[0]
 
 

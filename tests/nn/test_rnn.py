@@ -207,6 +207,27 @@ def test_recurrent_errors_name_the_layer():
         ShapeError, match=r"LSTM: expected input to be 2-D \(T, I\) or 3-D \(T, N, I\), got shape \(1, 5, 2, 3\)"
     ):
         lstm(lazyvic.zeros(1, 5, 2, 3))
+    with pytest.raises(ShapeError, match=r"LSTM: expected a sequence length above 0, got input of shape \(0, 2, 3\)"):
+        lstm(lazyvic.zeros(0, 2, 3))
+    with pytest.raises(ShapeError, match=r"GRU: expected a sequence length above 0"):
+        nn.GRU(3, 4, batch_first=True)(lazyvic.zeros(2, 0, 3))
+    w = lazyvic.zeros(16, 4)
+    with pytest.raises(ShapeError, match=r"lstm_scan: expected at least one time step, got xp of shape \(0, 2, 16\)"):
+        lazyvic.Tensor.apply(
+            "lstm_scan", lazyvic.zeros(0, 2, 16), lazyvic.zeros(2, 4), lazyvic.zeros(2, 4), w, reverse=False
+        )
+    with pytest.raises(ShapeError, match=r"lstm_scan: expected xp \(T, N, 4H\), h0 and c0 \(N, H\) and w_hh"):
+        lazyvic.Tensor.apply(
+            "lstm_scan", lazyvic.zeros(3, 2, 12), lazyvic.zeros(2, 4), lazyvic.zeros(2, 4), w, reverse=False
+        )
+    with pytest.raises(DTypeError, match=r"gru_scan: expected float32 or float64 inputs of one dtype"):
+        args = (
+            lazyvic.zeros(3, 2, 12),
+            lazyvic.zeros(2, 4),
+            lazyvic.zeros(12, 4, dtype=lazyvic.float64),
+            lazyvic.zeros(12),
+        )
+        lazyvic.Tensor.apply("gru_scan", *args, reverse=False)
     with pytest.raises(ShapeError, match=r"LSTM: input.size\(-1\) must be equal to input_size: expected 3"):
         lstm(lazyvic.zeros(5, 2, 4))
     with pytest.raises(ShapeError, match=r"LSTM: expected h_0 of shape \(2, 2, 4\), got \(1, 2, 4\)"):

@@ -106,6 +106,20 @@ def _backward_infer_of(name: str, width: int, gates: int, state: str):
 
 
 # ------------------------------------------------------------------ the loops (every tier)
+# From this many rows (the batch) on, the per-step products read a row-major copy of w_hh^T made
+# once per call: OpenBLAS (one thread) multiplied h (N, 128) by the transposed view of a
+# (512, 128) w_hh in 28 us at N = 4 against 5 us from the copy, the same at N = 1 and 2
+# (functional/recurrent.py has the table); the copy costs about 30 us a call, a fifth of a
+# 35-step layer at batch 1.
+COPY_MIN_ROWS = 3
+
+
+def recurrent_weight(w_hh: np.ndarray, rows: int) -> np.ndarray:
+    """w_hh^T as the per-step products read it: a row-major copy from COPY_MIN_ROWS rows on,
+    else the transposed view."""
+    return np.ascontiguousarray(w_hh.T) if rows >= COPY_MIN_ROWS else w_hh.T
+
+
 def step_order(steps: int, reverse: bool) -> list:
     """(t, the step whose states t reads or -1 for the initial ones) in the order of the recurrence."""
     if reverse:
@@ -119,7 +133,7 @@ def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands) -> None:
     ``hw = h_prev @ w_hh^T`` (h_prev: h0, or h of step ``prev``), then ``cell(xp, hw,
     *operands, y, t, prev, one)`` computes step t's row of y (LSTM: operands c0; GRU: h0, b_hh)."""
     hidden = h0.shape[1]
-    wt = np.ascontiguousarray(w_hh.T)  # row-major: BLAS reads it faster (functional/recurrent.py)
+    wt = recurrent_weight(w_hh, h0.shape[0])
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     one = y.dtype.type(1)
     with one_thread():

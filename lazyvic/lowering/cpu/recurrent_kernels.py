@@ -256,7 +256,7 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     first, later) made as ``recurrent.scan_forward`` makes them, or None when NumPy's products
     are not one gemm or one gemv over wt each (the Python loop runs then)."""
     hidden = h0.shape[1]
-    wt = np.ascontiguousarray(w_hh.T)
+    wt = recurrent.recurrent_weight(w_hh, h0.shape[0])
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     first = native.matmul_call(h0, wt, hw)
     later = native.matmul_call(y[0, :, :hidden], wt, hw)

@@ -154,12 +154,15 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
     states; -1: none), with dh and dc (N, H) as scratch, then the product gives dh_prev."""
     hidden = c0.shape[1]
     one = y.dtype.type(1)
-    dh, dc = np.empty_like(c0), np.empty_like(c0)
+    dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
     after = -1
     with one_thread():
         for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, c0, d, t, prev, after, one, dh, dc)
-            np.matmul(d[t, :, : 4 * hidden], w_hh, out=d[t, :, 5 * hidden :])
+            # into a buffer of its own (NumPy hands BLAS the operands as they are: no overlap
+            # copy), then copied: the native loop makes the same call (recurrent_kernels.py)
+            np.matmul(d[t, :, : 4 * hidden], w_hh, out=mm)
+            d[t, :, 5 * hidden :] = mm
             after = t
 
 

@@ -168,14 +168,13 @@ def _pool_step(lowered, root: int, args: list) -> PoolStep | AvgPoolStep:
 
 def _recurrent_step(lowered, root: int, args: list) -> RecurrentStep:
     from lazyvic.lowering.cpu import recurrent_kernels
-    from lazyvic.ops import recurrent
 
     e = lowered.entries[root]
     loop, cell = {
         "lstm_scan": (recurrent_kernels.lstm_forward, recurrent_kernels.lstm_forward_cell),
-        "lstm_scan_backward": (recurrent.lstm_backward, recurrent_kernels.lstm_backward_cell),
+        "lstm_scan_backward": (recurrent_kernels.lstm_backward, recurrent_kernels.lstm_backward_cell),
         "gru_scan": (recurrent_kernels.gru_forward, recurrent_kernels.gru_forward_cell),
-        "gru_scan_backward": (recurrent.gru_backward, recurrent_kernels.gru_backward_cell),
+        "gru_scan_backward": (recurrent_kernels.gru_backward, recurrent_kernels.gru_backward_cell),
     }[e.op]
     return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"])
 

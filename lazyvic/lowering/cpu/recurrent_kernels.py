@@ -251,6 +251,79 @@ def gru_forward_loop(xp, h0, b, wt, y, hw, ts, prevs, one, kind, first, later):
         gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
 
 
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call):
+    """``recurrent.lstm_backward`` in one native call: per step the cell, the product of the
+    step's dgates by w_hh into mm (``call``: NumPy's), copied into d[t, :, 5H:]."""
+    rows, hidden = c0.shape
+    row = y.shape[1] * y.shape[2]
+    after = -1
+    for k in range(ts.size - 1, -1, -1):
+        t, prev = ts[k], prevs[k]
+        lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc)
+        _product(d, t * row, w_hh, 0, mm, 0, kind, call)
+        for n in range(rows):
+            for j in range(hidden):
+                d[t, n, 5 * hidden + j] = mm[n, j]
+        after = t
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call):
+    """``recurrent.gru_backward`` in one native call: per step the cell, dhp @ w_hh into mm
+    (``call``: NumPy's), added to d[t, :, 4H:]."""
+    rows, hidden = h0.shape
+    after = -1
+    for k in range(ts.size - 1, -1, -1):
+        t, prev = ts[k], prevs[k]
+        gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one)
+        _product(dhp, 0, w_hh, 0, mm, 0, kind, call)
+        for n in range(rows):
+            for j in range(hidden):
+                d[t, n, 4 * hidden + j] = d[t, n, 4 * hidden + j] + mm[n, j]
+        after = t
+
+
+def _native_call(a, b, out):
+    """(kind, header) of NumPy's ``a @ b`` into ``out`` when the loops can make it (a gemm, or a
+    gemv over b), else None."""
+    call = native.matmul_call(a, b, out)
+    if call is None or (call[0], call[1]) not in (("gemm", "ab"), ("gemv", "ba")):
+        return None
+    return 0 if call[0] == "gemm" else 1, call[2]
+
+
+def _orders(steps: int, reverse: bool) -> tuple:
+    order = recurrent.step_order(steps, reverse)
+    return np.array([t for t, _ in order], dtype=np.int64), np.array([p for _, p in order], dtype=np.int64)
+
+
+def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
+    """``recurrent.lstm_backward`` in one native call when NumPy's product is one it can make."""
+    hidden = c0.shape[1]
+    dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
+    call = _native_call(d[0, :, : 4 * hidden], w_hh, mm)
+    if call is None:
+        recurrent.lstm_backward(gy, y, c0, w_hh, d, cell, reverse)
+        return
+    ts, prevs = _orders(y.shape[0], reverse)
+    with one_thread():
+        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call)
+
+
+def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
+    """``recurrent.gru_backward`` in one native call when NumPy's product is one it can make."""
+    dhp = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
+    mm = np.empty_like(h0)
+    call = _native_call(dhp, w_hh, mm)
+    if call is None:
+        recurrent.gru_backward(gy, y, h0, w_hh, d, cell, reverse)
+        return
+    ts, prevs = _orders(y.shape[0], reverse)
+    with one_thread():
+        gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call)
+
+
 def _forward_plan(h0, w_hh, y, reverse: bool):
     """What the native forward loops take besides the op's arrays: (wt, hw, ts, prevs, kind,
     first, later) made as ``recurrent.scan_forward`` makes them, or None when NumPy's products
@@ -264,9 +337,7 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
         return None
     if (first[0], first[1]) not in (("gemm", "ab"), ("gemv", "ba")):
         return None
-    order = recurrent.step_order(y.shape[0], reverse)
-    ts = np.array([t for t, _ in order], dtype=np.int64)
-    prevs = np.array([p for _, p in order], dtype=np.int64)
+    ts, prevs = _orders(y.shape[0], reverse)
     return wt, hw, ts, prevs, 0 if first[0] == "gemm" else 1, first[2], later[2]
 
 

@@ -380,3 +380,21 @@ def test_lstm_over_varying_lengths_is_one_plan(fresh):
     assert len(scans) == 4, scans  # 2 layers, forward and backward
     config.compile = "never"
     assert losses(lengths) == got
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_recurrent_loops_run_natively(batch):
+    """With NumPy's OpenBLAS bound (lowering/cpu/native.py), the compiled recurrences' loops
+    make NumPy's products themselves (one native call per loop, a gemv at batch 1): no
+    fallback to the Python loop for the usual shapes."""
+    from lazyvic.lowering.cpu import native, recurrent_kernels
+
+    if not native.blas().ok:
+        pytest.skip(native.blas().reason)
+    h0 = np.zeros((batch, 8), np.float32)
+    y = np.zeros((5, batch, 48), np.float32)
+    for w_hh in (np.zeros((32, 8), np.float32), np.zeros((24, 8), np.float32)):
+        made = recurrent_kernels._forward_plan(h0, w_hh, y, False)
+        assert made is not None and made[4] == (1 if batch == 1 else 0)
+        d = np.zeros((5, batch, 48), np.float32)
+        assert recurrent_kernels._native_call(d[0, :, : w_hh.shape[0]], w_hh, np.empty_like(h0)) is not None

@@ -331,14 +331,12 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     hidden = h0.shape[1]
     wt = recurrent.recurrent_weight(w_hh, h0.shape[0])
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
-    first = native.matmul_call(h0, wt, hw)
-    later = native.matmul_call(y[0, :, :hidden], wt, hw)
-    if first is None or later is None or (first[0], first[1]) != (later[0], later[1]):
-        return None
-    if (first[0], first[1]) not in (("gemm", "ab"), ("gemv", "ba")):
+    first = _native_call(h0, wt, hw)
+    later = _native_call(y[0, :, :hidden], wt, hw)
+    if first is None or later is None or first[0] != later[0]:
         return None
     ts, prevs = _orders(y.shape[0], reverse)
-    return wt, hw, ts, prevs, 0 if first[0] == "gemm" else 1, first[2], later[2]
+    return wt, hw, ts, prevs, first[0], first[1], later[1]
 
 
 def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:

@@ -228,7 +228,8 @@ def gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one):
 # and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
 # batch 1).
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_forward_loop(xp, h0, c0, wt, y, hw, ts, prevs, one, kind, first, later):
+def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, gru):
+    """An LSTM (``c0``; ``b`` unused) or, with ``gru``, a GRU (``b`` = b_hh; ``c0`` unused) forward."""
     row = y.shape[1] * y.shape[2]
     for k in range(ts.size):
         t, prev = ts[k], prevs[k]
@@ -236,19 +237,10 @@ def lstm_forward_loop(xp, h0, c0, wt, y, hw, ts, prevs, one, kind, first, later)
             _product(h0, 0, wt, 0, hw, 0, kind, first)
         else:
             _product(y, prev * row, wt, 0, hw, 0, kind, later)
-        lstm_forward_cell(xp, hw, c0, y, t, prev, one)
-
-
-@njit(cache=True, error_model="numpy", boundscheck=False)
-def gru_forward_loop(xp, h0, b, wt, y, hw, ts, prevs, one, kind, first, later):
-    row = y.shape[1] * y.shape[2]
-    for k in range(ts.size):
-        t, prev = ts[k], prevs[k]
-        if prev < 0:
-            _product(h0, 0, wt, 0, hw, 0, kind, first)
+        if gru:
+            gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
         else:
-            _product(y, prev * row, wt, 0, hw, 0, kind, later)
-        gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
+            lstm_forward_cell(xp, hw, c0, y, t, prev, one)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
@@ -347,7 +339,7 @@ def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
         return
     wt, hw, ts, prevs, kind, first, later = made
     with one_thread():
-        lstm_forward_loop(xp, h0, c0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later)
+        forward_loop(xp, h0, c0, c0[0], wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, False)
 
 
 def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
@@ -358,4 +350,4 @@ def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
         return
     wt, hw, ts, prevs, kind, first, later = made
     with one_thread():
-        gru_forward_loop(xp, h0, b_hh, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later)
+        forward_loop(xp, h0, h0, b_hh, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, True)

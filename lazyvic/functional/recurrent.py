@@ -21,6 +21,7 @@ from lazyvic.errors import ShapeError
 from lazyvic.functional.linear import linear
 from lazyvic.indexing import stack
 from lazyvic.modes import is_grad_enabled
+from lazyvic.ops.recurrent import COPY_MIN_ROWS
 from lazyvic.tensor import Tensor, where
 from lazyvic.trace import composite
 
@@ -31,12 +32,17 @@ def _bias_sum(b_ih, b_hh):
     return b_ih if b_hh is None else b_ih + b_hh
 
 
-def _project(x: Tensor, w_ih: Tensor, bias) -> tuple:
-    """The input projection of every step at once: (T, N, I) -> T tensors (N, G*H). (The
-    backward joins the T steps' gradients by one cat: autograd/engine._Terms.)"""
+def _projected(x: Tensor, w_ih: Tensor, bias) -> Tensor:
+    """The input projection of every step at once: (T, N, I) -> (T, N, G*H), one product."""
     t, n, i = x.shape
-    xp = linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
-    return tuple(xp[k] for k in range(t))
+    return linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
+
+
+def _project(x: Tensor, w_ih: Tensor, bias) -> tuple:
+    """:func:`_projected` as T tensors (N, G*H), one per step of an unrolled layer. (The
+    backward joins the T steps' gradients by one cat: autograd/engine._Terms.)"""
+    xp = _projected(x, w_ih, bias)
+    return tuple(xp[k] for k in range(x.shape[0]))
 
 
 # ============================================================== one step
@@ -50,7 +56,7 @@ def _project(x: Tensor, w_ih: Tensor, bias) -> tuple:
 # N = 1: 3.6 / 3.4 us, 2: 3.5 / 4.6, 4: 28.3 / 5.0, 8: 32.2 / 9.1, 20: 41.5 / 25.5; the copy
 # itself (NumPy) 66 us. 2-layer 35-step LSTM inference, batch 20: 4,220-4,340 -> 4,600-4,960
 # sequences/s; GRU: 5,560-5,630 -> 6,930-7,240 (benchmarks/rnn.py --quick, interleaved runs).
-RECURRENT_COPY_MIN_ROWS = 3
+RECURRENT_COPY_MIN_ROWS = COPY_MIN_ROWS  # the scans' loops read their copy from as many rows on
 RECURRENT_COPY_MIN_STEPS = 4
 
 
@@ -160,13 +166,14 @@ def rnn_layer(
 
 def _scans(x: Tensor, tensors) -> bool:
     """Whether an LSTM or GRU layer runs as one ``lstm_scan`` / ``gru_scan`` primitive
-    (ops/recurrent.py): on the CPU, float32 or float64 throughout, outside an ONNX export (which
-    writes the unrolled steps: ONNX's LSTM and GRU nodes return no gates)."""
+    (ops/recurrent.py): on the CPU, float32 or float64 throughout (``tensors`` may hold None, an
+    absent bias), outside an ONNX export (which writes the unrolled steps: ONNX's LSTM and GRU
+    nodes return no gates)."""
     dtype = x.dtype
     return (
         x.device == "cpu"
         and dtype.name in ("float32", "float64")
-        and all(t.dtype is dtype and t.device == "cpu" for t in tensors)
+        and all(t is None or (t.dtype is dtype and t.device == "cpu") for t in tensors)
         and not composite.active()
     )
 
@@ -179,11 +186,10 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
     primitive (ops/recurrent.py: one library step per layer, forward and backward); otherwise it
     is unrolled into about a dozen nodes per step."""
     bias = _bias_sum(b_ih, b_hh)
-    if active is None and _scans(x, (h, c, w_ih, w_hh) + ((bias,) if bias is not None else ())):
-        t, n, i = x.shape
-        xp = linear(x.reshape(t * n, i), w_ih, bias).reshape(t, n, w_ih.shape[0])
+    if active is None and _scans(x, (h, c, w_ih, w_hh, bias)):
+        xp = _projected(x, w_ih, bias)
         y = xp.apply("lstm_scan", xp, h, c, w_hh, reverse=bool(reverse))
-        hidden, last = h.shape[1], 0 if reverse else t - 1
+        hidden, last = h.shape[1], 0 if reverse else x.shape[0] - 1
         return y[:, :, :hidden], y[last, :, :hidden], y[last, :, hidden : 2 * hidden]
     xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
@@ -199,13 +205,12 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
 def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
     """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``active`` as
     :func:`rnn_layer`; one ``gru_scan`` primitive where :func:`lstm_layer` has one ``lstm_scan``)."""
-    if active is None and _scans(x, (h, w_ih, w_hh) + tuple(b for b in (b_ih, b_hh) if b is not None)):
-        t, n, i = x.shape
-        xp = linear(x.reshape(t * n, i), w_ih, b_ih).reshape(t, n, w_ih.shape[0])
+    if active is None and _scans(x, (h, w_ih, w_hh, b_ih, b_hh)):
+        xp = _projected(x, w_ih, b_ih)
         bias = b_hh if b_hh is not None else w_hh.new_zeros(w_hh.shape[0])
         y = xp.apply("gru_scan", xp, h, w_hh, bias, reverse=bool(reverse))
         hidden = h.shape[1]
-        return y[:, :, :hidden], y[0 if reverse else t - 1, :, :hidden]
+        return y[:, :, :hidden], y[0 if reverse else x.shape[0] - 1, :, :hidden]
     xp = _project(x, w_ih, b_ih)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])

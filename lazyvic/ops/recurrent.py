@@ -109,8 +109,8 @@ def _backward_infer_of(name: str, width: int, gates: int, state: str):
 # From this many rows (the batch) on, the per-step products read a row-major copy of w_hh^T made
 # once per call: OpenBLAS (one thread) multiplied h (N, 128) by the transposed view of a
 # (512, 128) w_hh in 28 us at N = 4 against 5 us from the copy, the same at N = 1 and 2
-# (functional/recurrent.py has the table); the copy costs about 30 us a call, a fifth of a
-# 35-step layer at batch 1.
+# (functional/recurrent.py has the table, and its unrolled layers use this threshold); the copy
+# costs about 30 us a call, a fifth of a 35-step layer at batch 1.
 COPY_MIN_ROWS = 3
 
 

@@ -26,19 +26,22 @@ from lazyvic.ops.blas import one_thread
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops' products call (any process)
 
 
-def _sigmoid(x):  # pragma: no cover - replaced by the overload in compiled code
-    raise NotImplementedError
+def _typed(f32, f64):
+    """A function of one float that compiled code calls as ``f32`` for a float32 argument and
+    ``f64`` for a float64 one (a Numba overload; never called from Python)."""
+
+    def stub(x):  # pragma: no cover - replaced by the overload in compiled code
+        raise NotImplementedError
+
+    @overload(stub, inline="always")
+    def _choose(x):
+        return (lambda x: f32(x)) if x == types.float32 else (lambda x: f64(x))
+
+    return stub
 
 
-def _tanh(x):  # pragma: no cover - replaced by the overload in compiled code
-    raise NotImplementedError
-
-
-@overload(_sigmoid, inline="always")
-def _sigmoid_typed(x):
-    if x == types.float32:
-        return lambda x: kernel_lib.sigmoid_f32(x)
-    return lambda x: kernel_lib.sigmoid_f64(x)
+_sigmoid = _typed(kernel_lib.sigmoid_f32, kernel_lib.sigmoid_f64)
+_tanh = _typed(kernel_lib.tanh_f32, math.tanh)
 
 
 def _product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the overload
@@ -60,13 +63,6 @@ def _product_typed(a, ao, b, bo, c, co, kind, h):
             gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
 
     return impl
-
-
-@overload(_tanh, inline="always")
-def _tanh_typed(x):
-    if x == types.float32:
-        return lambda x: kernel_lib.tanh_f32(x)
-    return lambda x: math.tanh(x)
 
 
 # Each loop below stores one stream: a loop storing the six values of an element (and reading
@@ -331,23 +327,25 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     return wt, hw, ts, prevs, first[0], first[1], later[1]
 
 
-def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
-    """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
+def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, gru: bool) -> bool:
+    """Run :func:`forward_loop` (an LSTM's ``c0``, a GRU's ``b``); False when there is no
+    :func:`_forward_plan` (the caller runs the Python loop)."""
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
-        recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse)
-        return
+        return False
     wt, hw, ts, prevs, kind, first, later = made
     with one_thread():
-        forward_loop(xp, h0, c0, c0[0], wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, False)
+        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, gru)
+    return True
+
+
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+    """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
+    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, False):
+        recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse)
 
 
 def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
     """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
-    made = _forward_plan(h0, w_hh, y, reverse)
-    if made is None:
+    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, True):
         recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse)
-        return
-    wt, hw, ts, prevs, kind, first, later = made
-    with one_thread():
-        forward_loop(xp, h0, h0, b_hh, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, True)

@@ -744,6 +744,50 @@ def _():
     return lv.Tensor.apply("gru_scan_backward", *args, reverse=False), d.astype(np.float32)
 
 
+def _rnn_loops(xp, h0, w, act):
+    """rnn_scan by its definition (ops/recurrent.py), element by element in float64:
+    h_t = act(xp[t] + h_{t-1} @ w^T)."""
+    steps, rows, hidden = xp.shape
+    y = np.zeros((steps, rows, hidden))
+    h = h0.astype(np.float64)
+    for t in range(steps):
+        for n in range(rows):
+            for j in range(hidden):
+                y[t, n, j] = act(xp[t, n, j] + sum(h[n, m] * w[j, m] for m in range(hidden)))
+        h = y[t]
+    return y
+
+
+def _rnn_operands(seed):
+    return _f32(3, 2, 4, seed=seed), _f32(2, 4, seed=seed + 1), _f32(4, 4, seed=seed + 2, low=-0.5, high=0.5)
+
+
+@_case("rnn_scan")
+def _():
+    xp, h0, w = _rnn_operands(60)
+    t = lv.Tensor.apply("rnn_scan", *map(lv.tensor, (xp, h0, w)), reverse=False, nonlinearity="tanh")
+    return t, _rnn_loops(xp, h0, w, math.tanh).astype(np.float32)
+
+
+@_case("rnn_scan_backward")
+def _():
+    # relu: dpre_t = (gy_t + dh_t from step t + 1) where h_t > 0, else 0; dh_{t-1} = dpre_t @ w.
+    xp, h0, w = _rnn_operands(70)
+    y = _rnn_loops(xp, h0, w, lambda v: max(v, 0.0))
+    gy = _f32(*y.shape, seed=74)
+    steps, rows, hidden = y.shape
+    d = np.zeros((steps, rows, 2 * hidden))
+    dh_next = np.zeros((rows, hidden))
+    for t in reversed(range(steps)):
+        for n in range(rows):
+            for j in range(hidden):
+                d[t, n, j] = gy[t, n, j] + dh_next[n, j] if y[t, n, j] > 0 else 0.0
+        d[t, :, hidden:] = d[t, :, :hidden] @ w
+        dh_next = d[t, :, hidden:]
+    args = [lv.tensor(a) for a in (gy, y.astype(np.float32), w)]
+    return lv.Tensor.apply("rnn_scan_backward", *args, reverse=False, nonlinearity="relu"), d.astype(np.float32)
+
+
 @_case("argsort")
 def _():
     # Descending and stable: NaN first, ties (and -0.0 == 0.0) in their order. The expected

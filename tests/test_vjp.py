@@ -152,6 +152,17 @@ VJP_CASES = [
         lambda xp, h, w, b: lv.Tensor.apply("gru_scan", xp, h, w, b, reverse=True),
         [_r(3, 2, 6, seed=36), _r(2, 2, seed=37), _r(6, 2, seed=38), _r(6, seed=39)],
     ),
+    # the Elman recurrence, tanh and (reversed) relu
+    (
+        "rnn_scan",
+        lambda xp, h, w: lv.Tensor.apply("rnn_scan", xp, h, w, reverse=False, nonlinearity="tanh"),
+        [_r(3, 2, 3, seed=40), _r(2, 3, seed=41), _r(3, 3, seed=42, low=-0.5, high=0.5)],
+    ),
+    (
+        "rnn_scan_relu_reverse",
+        lambda xp, h, w: lv.Tensor.apply("rnn_scan", xp, h, w, reverse=True, nonlinearity="relu"),
+        [_r(3, 2, 3, seed=43), _r(2, 3, seed=44), _r(3, 3, seed=45, low=-0.5, high=0.5)],
+    ),
     ("chunk_gates", lambda x: (x.chunk(4, 1)[0].sigmoid() * x.chunk(4, 1)[2].tanh()).sum(1), [_r(2, 8)]),
     ("slices_with_gaps", lambda x: x[1:2].exp() + x[3:4] * x[4:5], [_r(6, 2)]),
     # matmul

@@ -4,7 +4,7 @@ All recurrent math lives here, so a dedicated kernel can replace it in one place
 function per cell type, the cell functions (PyTorch's ``torch.rnn_tanh_cell``, ``rnn_relu_cell``,
 ``lstm_cell``, ``gru_cell``) and one ``*_layer`` function per cell type that runs one layer in one
 direction over a whole sequence — the input projection of every time step as one matrix product,
-then the recurrence: for LSTM and GRU on the CPU one ``lstm_scan`` / ``gru_scan`` primitive
+then the recurrence: on the CPU one ``rnn_scan`` / ``lstm_scan`` / ``gru_scan`` primitive
 (``ops/recurrent.py``: a plan step of one product and one cell kernel per time step, its
 backward the same loop in reverse), otherwise unrolled into one small product and a few
 elementwise nodes per step. ``nn.RNN``/``LSTM``/``GRU`` stack these layers.
@@ -155,8 +155,16 @@ def rnn_layer(
     """An Elman layer over x (T, N, I) from h (N, H), backwards in time when ``reverse``: returns
     the outputs (T, N, H) (in time order) and the last hidden state (N, H). ``active``: for
     sequences of different lengths, one (N, 1) bool tensor per step, True where the sequence runs
-    (a finished or not yet started sequence keeps its state)."""
-    xp = _project(x, w_ih, _bias_sum(b_ih, b_hh))
+    (a finished or not yet started sequence keeps its state).
+
+    Without ``active``, on the CPU in float32/float64, the recurrence is one ``rnn_scan``
+    primitive (as :func:`lstm_layer`'s ``lstm_scan``); otherwise it is unrolled."""
+    bias = _bias_sum(b_ih, b_hh)
+    if active is None and nonlinearity in ("tanh", "relu") and _scans(x, (h, w_ih, w_hh, bias)):
+        xp = _projected(x, w_ih, bias)
+        y = xp.apply("rnn_scan", xp, h, w_hh, reverse=bool(reverse), nonlinearity=nonlinearity)
+        return y, y[0 if reverse else x.shape[0] - 1]
+    xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
@@ -165,10 +173,10 @@ def rnn_layer(
 
 
 def _scans(x: Tensor, tensors) -> bool:
-    """Whether an LSTM or GRU layer runs as one ``lstm_scan`` / ``gru_scan`` primitive
-    (ops/recurrent.py): on the CPU, float32 or float64 throughout (``tensors`` may hold None, an
-    absent bias), outside an ONNX export (which writes the unrolled steps: ONNX's LSTM and GRU
-    nodes return no gates)."""
+    """Whether an RNN, LSTM or GRU layer runs as one ``rnn_scan`` / ``lstm_scan`` / ``gru_scan``
+    primitive (ops/recurrent.py): on the CPU, float32 or float64 throughout (``tensors`` may hold
+    None, an absent bias), outside an ONNX export (which writes the unrolled steps: the exporter
+    has no rule for the scans, and ONNX's LSTM and GRU nodes return no gates)."""
     dtype = x.dtype
     return (
         x.device == "cpu"

@@ -1,4 +1,4 @@
-"""The LSTM and GRU recurrences over a whole sequence as primitives, and their VJPs.
+"""The LSTM, GRU and Elman RNN recurrences over a whole sequence as primitives, and their VJPs.
 
     lstm_scan(xp, h0, c0, w_hh; reverse)
         xp (T, N, 4H): the input projection of every step, ``x_t W_ih^T + b_ih + b_hh``;
@@ -21,10 +21,12 @@
         pre-activations (that of xp[t]) and of the states the step read
 
     gru_scan(xp, h0, w_hh, b_hh; reverse) and gru_scan_backward(gy, y, h0, w_hh; reverse): the
-    same for a GRU (shapes and equations with their code below).
+    same for a GRU; rnn_scan(xp, h0, w_hh; nonlinearity, reverse) and
+    rnn_scan_backward(gy, y, w_hh; nonlinearity, reverse) for an Elman RNN (tanh or relu)
+    (shapes and equations with their code below).
 
 Inputs of one dtype, float32 or float64 (else DTypeError); shapes as above (else ShapeError,
-naming the op and the shapes).
+naming the op and the shapes); a nonlinearity other than "tanh" or "relu": ArgumentError.
 
 Why a primitive: unrolled into the lazy graph, a 35-step two-layer LSTM's training step
 recorded, planned and ran about 3,000 nodes (48 ms a step against PyTorch's 2.6). As one op,
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.ops import elementwise  # noqa: F401 - registers sigmoid and tanh, read below
 from lazyvic.ops.blas import one_thread
 from lazyvic.ops.opdef import OPS, OpDef, register
@@ -209,15 +211,17 @@ def numpy_backward_cell(gy, y, c0, d, t, prev, after, one, dh_scratch=None, dc_s
 
 def _reference_of(loop, cell, width: int = 0):
     """The NumPy reference of a scan op: ``loop`` with the NumPy ``cell`` over C-contiguous copies
-    of the inputs, into a new output of shape (T, N, width * H) (a forward: xp, then h0 (N, H))
-    or, with ``width`` 0, of the shape of y, the second input (a backward)."""
+    of the inputs, into a new output of shape (T, N, width * H) (H: the last size of the second
+    input, h0 (N, H) of a forward or y (T, N, H) of rnn_scan_backward) or, with ``width`` 0, of
+    the shape of y, the second input (a backward). ``cell`` may be a
+    dict of cells by the op's ``nonlinearity`` (rnn_scan)."""
 
     def reference(arrays, at):
         arrays = [np.ascontiguousarray(a) for a in arrays]
         first, second = arrays[0], arrays[1]
-        shape = (first.shape[0], first.shape[1], width * second.shape[1]) if width else second.shape
+        shape = (first.shape[0], first.shape[1], width * second.shape[-1]) if width else second.shape
         out = np.empty(shape, dtype=first.dtype)
-        loop(*arrays, out, cell, at["reverse"])
+        loop(*arrays, out, cell[at["nonlinearity"]] if isinstance(cell, dict) else cell, at["reverse"])
         return out
 
     return reference
@@ -246,14 +250,26 @@ def _vjp(gy, inputs, y, at):
 
 
 def _register(
-    name: str, infer, vjp, forward, forward_cell, backward, backward_cell, width: int, gates: int, state: str
+    name: str,
+    infer,
+    vjp,
+    forward,
+    forward_cell,
+    backward,
+    backward_cell,
+    width: int,
+    gates: int,
+    state: str,
+    arity: int = 4,
+    backward_infer=None,
+    backward_width: int = 0,
 ):
     """Register scan op ``name`` (y of ``width`` * H columns, w_hh of ``gates`` * H rows) and its backward."""
-    register(OpDef(name, "recurrent", 4, infer, _reference_of(forward, forward_cell, width), vjp=vjp))
+    register(OpDef(name, "recurrent", arity, infer, _reference_of(forward, forward_cell, width), vjp=vjp))
     backward_name = name + "_backward"
-    backward_infer = _backward_infer_of(backward_name, width, gates, state)
-    reference = _reference_of(backward, backward_cell)
-    register(OpDef(backward_name, "recurrent", 4, backward_infer, reference, differentiable=False))
+    backward_infer = backward_infer or _backward_infer_of(backward_name, width, gates, state)
+    reference = _reference_of(backward, backward_cell, backward_width)
+    register(OpDef(backward_name, "recurrent", arity, backward_infer, reference, differentiable=False))
 
 
 _register("lstm_scan", _infer, _vjp, lstm_forward, numpy_forward_cell, lstm_backward, numpy_backward_cell, 6, 4, "c0")
@@ -369,4 +385,118 @@ _register(
     5,
     3,
     "h0",
+)
+
+
+# ================================================================== Elman RNN
+# rnn_scan(xp, h0, w_hh; nonlinearity, reverse)
+#     xp (T, N, H): ``x_t W_ih^T + b_ih + b_hh``; h0 (N, H); w_hh (H, H); nonlinearity "tanh" or
+#     "relu" -> y (T, N, H): h_t = act(xp[t] + h_{t-1} @ w_hh^T) (``torch.nn.RNN``'s equation;
+#     Elman 1990). The states are all the backward reads: act'(pre) is 1 - h_t^2 for tanh, and
+#     h_t > 0 for relu.
+#
+# rnn_scan_backward(gy, y, w_hh; nonlinearity, reverse) -> d (T, N, 2H): per step
+#     ``[dpre (that of xp[t]), dh_{t-1}]``.
+NONLINEARITIES = ("tanh", "relu")
+
+
+def _nonlinearity(name: str, at) -> None:
+    if at.get("nonlinearity") not in NONLINEARITIES:
+        raise ArgumentError(f"{name}: nonlinearity must be 'tanh' or 'relu', got {at.get('nonlinearity')!r}")
+
+
+def _rnn_infer(shapes, dtypes, at):
+    xs, hs, ws = shapes
+    if len(xs) != 3 or tuple(ws) != (xs[2], xs[2]) or tuple(hs) != (xs[1], xs[2]):
+        raise ShapeError(f"rnn_scan: expected xp (T, N, H), h0 (N, H) and w_hh (H, H), got {xs}, {hs} and {ws}")
+    _nonlinearity("rnn_scan", at)
+    _one_float_dtype("rnn_scan", dtypes)
+    _some_steps("rnn_scan", xs)
+    return tuple(xs), dtypes[0]
+
+
+def _rnn_backward_infer(shapes, dtypes, at):
+    gs, ys, ws = shapes
+    if tuple(gs) != tuple(ys) or len(ys) != 3 or tuple(ws) != (ys[2], ys[2]):
+        raise ShapeError(f"rnn_scan_backward: expected gy and y (T, N, H) and w_hh (H, H), got {gs}, {ys} and {ws}")
+    _nonlinearity("rnn_scan_backward", at)
+    _one_float_dtype("rnn_scan_backward", dtypes)
+    return (ys[0], ys[1], 2 * ys[2]), dtypes[1]
+
+
+def rnn_forward(xp, h0, w_hh, y, cell, reverse: bool = False) -> None:
+    """rnn_scan: :func:`scan_forward` with ``cell(xp, hw, y, t, prev, one)``."""
+    scan_forward(xp, h0, w_hh, y, cell, reverse)
+
+
+def rnn_backward(gy, y, w_hh, d, cell, reverse: bool = False) -> None:
+    """Fill d (T, N, 2H) from C-contiguous gy, y and w_hh, the recurrence's steps in the opposite
+    order: ``cell(gy, y, d, t, after, one)`` writes step t's dpre into d[t, :, :H] from gy[t] and
+    d[after, :, H:] (-1: none); then the product ``dpre @ w_hh`` into a buffer of its own, copied
+    to d[t, :, H:] (dh_{t-1})."""
+    hidden = y.shape[2]
+    one = y.dtype.type(1)
+    mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
+    after = -1
+    with one_thread():
+        for t, _ in reversed(step_order(y.shape[0], reverse)):
+            cell(gy, y, d, t, after, one)
+            np.matmul(d[t, :, :hidden], w_hh, out=mm)
+            d[t, :, hidden:] = mm
+            after = t
+
+
+def _relu(x):
+    return OPS["relu"].reference((x,), {})
+
+
+def _numpy_rnn_forward_cell(act):
+    def cell(xp, hw, y, t, prev, one) -> None:
+        """Step t of :func:`rnn_forward` in NumPy (the kernel does the same operations in the same order)."""
+        y[t] = act(xp[t] + hw)
+
+    return cell
+
+
+def numpy_rnn_tanh_backward_cell(gy, y, d, t, after, one) -> None:
+    """dpre of step t (tanh) in NumPy: (gy[t] + dh from the step after) * (1 - h_t^2)."""
+    hidden, h = y.shape[2], y[t]
+    dh = gy[t] if after < 0 else gy[t] + d[after, :, hidden:]
+    d[t, :, :hidden] = dh * (one - h * h)
+
+
+def numpy_rnn_relu_backward_cell(gy, y, d, t, after, one) -> None:
+    """dpre of step t (relu) in NumPy: the state's gradient where h_t > 0, else 0."""
+    hidden = y.shape[2]
+    dh = gy[t] if after < 0 else gy[t] + d[after, :, hidden:]
+    d[t, :, :hidden] = np.where(y[t] > 0, dh, y.dtype.type(0))
+
+
+def _rnn_vjp(gy, inputs, y, at):
+    xp, h0, w_hh = inputs
+    steps, batch, hidden = y.shape
+    reverse = at["reverse"]
+    d = gy.apply("rnn_scan_backward", gy, y, w_hh, reverse=reverse, nonlinearity=at["nonlinearity"])
+    dpre = d[:, :, :hidden]
+    dw = dpre.reshape(steps * batch, hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
+        steps * batch, hidden
+    )
+    first = steps - 1 if reverse else 0
+    return dpre, d[first, :, hidden:], dw
+
+
+_register(
+    "rnn_scan",
+    _rnn_infer,
+    _rnn_vjp,
+    rnn_forward,
+    {"tanh": _numpy_rnn_forward_cell(_tanh), "relu": _numpy_rnn_forward_cell(_relu)},
+    rnn_backward,
+    {"tanh": numpy_rnn_tanh_backward_cell, "relu": numpy_rnn_relu_backward_cell},
+    1,
+    1,
+    "h0",
+    arity=3,
+    backward_infer=_rnn_backward_infer,
+    backward_width=2,
 )

@@ -42,10 +42,19 @@ NOT_COVERED: dict = {}
 # Ops a CUDA plan may hand to the host (a counted fallback) in these cases. argsort (ops/sort.py) has
 # no kernel yet: it runs as its NumPy reference, a reported step of the plan, on the CPU and on CUDA.
 # A collective (ops/collective.py) sends from host memory through MPI: a host step on CUDA.
-# The LSTM and GRU recurrences (ops/recurrent.py) have CPU steps only; on CUDA, nn.LSTM and nn.GRU
+# The RNN, LSTM and GRU recurrences (ops/recurrent.py) have CPU steps only; on CUDA, nn.RNN, nn.LSTM and nn.GRU
 # unroll their steps instead (functional/recurrent._scans), so only a direct use of the primitives
 # runs them on the host.
-ALLOWED_FALLBACKS: set = {"argsort", "collective", "lstm_scan", "lstm_scan_backward", "gru_scan", "gru_scan_backward"}
+ALLOWED_FALLBACKS: set = {
+    "argsort",
+    "collective",
+    "lstm_scan",
+    "lstm_scan_backward",
+    "gru_scan",
+    "gru_scan_backward",
+    "rnn_scan",
+    "rnn_scan_backward",
+}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from _oracle import check_vjp
 
 import lazyvic
 from lazyvic import nn
-from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.functional import recurrent
 
 FIXTURE = "torch_sequence.npz"
@@ -228,6 +228,24 @@ def test_recurrent_errors_name_the_layer():
             lazyvic.zeros(12),
         )
         lazyvic.Tensor.apply("gru_scan", *args, reverse=False)
+    with pytest.raises(ArgumentError, match="rnn_scan: nonlinearity must be 'tanh' or 'relu', got 'gelu'"):
+        lazyvic.Tensor.apply(
+            "rnn_scan",
+            lazyvic.zeros(3, 2, 4),
+            lazyvic.zeros(2, 4),
+            lazyvic.zeros(4, 4),
+            reverse=False,
+            nonlinearity="gelu",
+        )
+    with pytest.raises(ShapeError, match=r"rnn_scan: expected xp \(T, N, H\), h0 \(N, H\) and w_hh \(H, H\), got"):
+        lazyvic.Tensor.apply(
+            "rnn_scan",
+            lazyvic.zeros(3, 2, 4),
+            lazyvic.zeros(2, 4),
+            lazyvic.zeros(4, 5),
+            reverse=False,
+            nonlinearity="tanh",
+        )
     with pytest.raises(ShapeError, match=r"LSTM: input.size\(-1\) must be equal to input_size: expected 3"):
         lstm(lazyvic.zeros(5, 2, 4))
     with pytest.raises(ShapeError, match=r"LSTM: expected h_0 of shape \(2, 2, 4\), got \(1, 2, 4\)"):
@@ -290,20 +308,30 @@ def _training_step(model, x, states):
     return [v.numpy() for v in values + [p.grad for p in model.parameters()]]
 
 
+def _recurrent_model(cls: str, *args, **kwargs):
+    """nn.LSTM, nn.GRU, nn.RNN, or with ``cls`` "RNN_relu" an nn.RNN with nonlinearity="relu"."""
+    if cls == "RNN_relu":
+        return nn.RNN(*args, nonlinearity="relu", **kwargs)
+    return getattr(nn, cls)(*args, **kwargs)
+
+
 @pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
-@pytest.mark.parametrize("cls, bidirectional", [("LSTM", False), ("LSTM", True), ("GRU", True)])
+@pytest.mark.parametrize(
+    "cls, bidirectional", [("LSTM", False), ("LSTM", True), ("GRU", True), ("RNN", True), ("RNN_relu", False)]
+)
 def test_scans_give_the_unrolled_steps_results(cls, bidirectional, mode, monkeypatch):
-    """nn.LSTM's and nn.GRU's recurrences run as one lstm_scan / gru_scan primitive per layer and
-    direction (ops/recurrent.py; a library step of a BLAS product and a cell kernel per time step)
-    and give the results of the same steps unrolled into the graph: outputs, final states and
-    every gradient of two layers, interpreted and compiled. An LSTM forward in time gives the
-    very bits; backwards, its weight gradient sums the steps in another order, and the GRU's
-    backward is written in another order: within float32 rounding."""
+    """nn.LSTM's, nn.GRU's and nn.RNN's recurrences run as one lstm_scan / gru_scan / rnn_scan
+    primitive per layer and direction (ops/recurrent.py; a library step of a BLAS product and a
+    cell kernel per time step) and give the results of the same steps unrolled into the graph:
+    outputs, final states and every gradient of two layers, interpreted and compiled. An LSTM
+    forward in time gives the very bits; backwards, its weight gradient sums the steps in another
+    order, and the GRU's and RNN's backwards are written in another order: within float32
+    rounding."""
     from _oracle import pending_ops
 
     lazyvic.manual_seed(3)
-    model = getattr(nn, cls)(5, 4, num_layers=2, bidirectional=bidirectional)
-    op = cls.lower() + "_scan"
+    model = _recurrent_model(cls, 5, 4, num_layers=2, bidirectional=bidirectional)
+    op = cls.split("_")[0].lower() + "_scan"
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 3, 5)).astype(np.float32)
     states = [
@@ -318,14 +346,14 @@ def test_scans_give_the_unrolled_steps_results(cls, bidirectional, mode, monkeyp
         assert op not in pending_ops(model(lazyvic.tensor(x))[0])
     unrolled = _training_step(model, x, states)
     for k, (a, b) in enumerate(zip(scanned, unrolled)):
-        if bidirectional or cls == "GRU":
+        if bidirectional or cls != "LSTM":
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(k))
         else:
             assert a.tobytes() == b.tobytes(), k
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN", "RNN_relu"])
 def test_scans_give_the_same_bits_on_every_tier(cls, batch, monkeypatch):
     """The interpreter (the NumPy loop and cells) and the compiled plan (the Numba cells, the
     forward in one native loop calling OpenBLAS as NumPy does: a gemv at batch 1, a gemm above)
@@ -339,7 +367,7 @@ def test_scans_give_the_same_bits_on_every_tier(cls, batch, monkeypatch):
     for mode in ("never", "always"):
         monkeypatch.setattr(config, "compile", mode)
         lazyvic.manual_seed(7)
-        got[mode] = _training_step(getattr(nn, cls)(6, 8, num_layers=2, bidirectional=True), x, states)
+        got[mode] = _training_step(_recurrent_model(cls, 6, 8, num_layers=2, bidirectional=True), x, states)
     for k, (a, b) in enumerate(zip(got["never"], got["always"])):
         assert a.tobytes() == b.tobytes(), k
 

@@ -175,7 +175,12 @@ def _recurrent_step(lowered, root: int, args: list) -> RecurrentStep:
         "lstm_scan_backward": (recurrent_kernels.lstm_backward, recurrent_kernels.lstm_backward_cell),
         "gru_scan": (recurrent_kernels.gru_forward, recurrent_kernels.gru_forward_cell),
         "gru_scan_backward": (recurrent_kernels.gru_backward, recurrent_kernels.gru_backward_cell),
+        # an Elman RNN's loops take the nonlinearity where the others take their cell
+        "rnn_scan": (recurrent_kernels.rnn_forward, None),
+        "rnn_scan_backward": (recurrent_kernels.rnn_backward, None),
     }[e.op]
+    if cell is None:
+        cell = e.attrs["nonlinearity"] == "relu"
     return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"])
 
 

@@ -1,4 +1,4 @@
-"""The cell kernels of ``lstm_scan``, ``gru_scan`` and their backwards (ops/recurrent.py), in Numba.
+"""The cell kernels of ``lstm_scan``, ``gru_scan``, ``rnn_scan`` and their backwards (ops/recurrent.py), in Numba.
 
 Each kernel computes one time step over all rows; the loop over the steps and the products
 ``h @ w_hh^T`` and ``dgates @ w_hh`` are :func:`lazyvic.ops.recurrent.scan_forward`,
@@ -218,6 +218,49 @@ def gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one):
             dr[3 * hidden + j] = pr[2 * hidden + j]
 
 
+# ------------------------------------------------------------------ Elman RNN (ops/recurrent.py)
+# ``relu`` picks the nonlinearity (else tanh): an argument, not one closure per nonlinearity, so
+# that Numba's disk cache tells the two apart and the loops below, which take it too, stay cached
+# (a loop taking a cell function as an argument was compiled again in every process).
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def rnn_forward_cell(xp, hw, y, t, prev, one, relu):
+    """y[t] = act(xp[t] + hw) (hw = h_prev @ w_hh^T)."""
+    rows, hidden = hw.shape
+    zero = one - one
+    for n in range(rows):
+        x, w, yr = xp[t, n], hw[n], y[t, n]
+        if relu:
+            for j in range(hidden):
+                yr[j] = kernel_lib.fmax(x[j] + w[j], zero)
+        else:
+            for j in range(hidden):
+                yr[j] = _tanh(x[j] + w[j])
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def rnn_backward_cell(gy, y, d, t, after, one, relu):
+    """d[t, :, :H] = dpre of step t from gy[t] and d[after, :, H:] (-1: none)."""
+    rows, hidden = y.shape[1], y.shape[2]
+    zero = one - one
+    for n in range(rows):
+        g_, yr, dr = gy[t, n], y[t, n], d[t, n]
+        if after >= 0:
+            nr = d[after, n]
+            for j in range(hidden):
+                dr[j] = g_[j] + nr[hidden + j]
+        else:
+            for j in range(hidden):
+                dr[j] = g_[j]
+        if relu:
+            for j in range(hidden):
+                dr[j] = dr[j] if yr[j] > zero else zero
+        else:
+            for j in range(hidden):
+                a = yr[j] * yr[j]
+                a = one - a
+                dr[j] = dr[j] * a
+
+
 # ------------------------------------------------------------------ whole loops (ops/recurrent.py)
 # The loop of ``scan_forward`` in one native call: the same products (the OpenBLAS calls NumPy's
 # matmul makes for them, ``native.matmul_call``: ``first`` for h0, ``later`` for the rows of y)
@@ -269,6 +312,36 @@ def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call):
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, 4 * hidden + j] = d[t, n, 4 * hidden + j] + mm[n, j]
+        after = t
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, one, kind, first, later, relu):
+    """``recurrent.rnn_forward`` in one native call (``relu``: :func:`rnn_forward_cell`'s)."""
+    row = y.shape[1] * y.shape[2]
+    for k in range(ts.size):
+        t, prev = ts[k], prevs[k]
+        if prev < 0:
+            _product(h0, 0, wt, 0, hw, 0, kind, first)
+        else:
+            _product(y, prev * row, wt, 0, hw, 0, kind, later)
+        rnn_forward_cell(xp, hw, y, t, prev, one, relu)
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu):
+    """``recurrent.rnn_backward`` in one native call: per step the cell, dpre @ w_hh into mm
+    (``call``: NumPy's), copied into d[t, :, H:]."""
+    rows, hidden = y.shape[1], y.shape[2]
+    row = d.shape[1] * d.shape[2]
+    after = -1
+    for k in range(ts.size - 1, -1, -1):
+        t = ts[k]
+        rnn_backward_cell(gy, y, d, t, after, one, relu)
+        _product(d, t * row, w_hh, 0, mm, 0, kind, call)
+        for n in range(rows):
+            for j in range(hidden):
+                d[t, n, hidden + j] = mm[n, j]
         after = t
 
 
@@ -349,3 +422,29 @@ def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
     """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
     if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, True):
         recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse)
+
+
+def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False) -> None:
+    """``recurrent.rnn_forward`` in one native call (``relu``: the nonlinearity, else tanh)."""
+    made = _forward_plan(h0, w_hh, y, reverse)
+    if made is None:
+        cell = lambda xp, hw, y, t, prev, one: rnn_forward_cell(xp, hw, y, t, prev, one, relu)  # noqa: E731
+        recurrent.rnn_forward(xp, h0, w_hh, y, cell, reverse)
+        return
+    wt, hw, ts, prevs, kind, first, later = made
+    with one_thread():
+        rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, relu)
+
+
+def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False) -> None:
+    """``recurrent.rnn_backward`` in one native call when NumPy's product is one it can make."""
+    hidden = y.shape[2]
+    mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
+    call = _native_call(d[0, :, :hidden], w_hh, mm)
+    if call is None:
+        cell = lambda gy, y, d, t, after, one: rnn_backward_cell(gy, y, d, t, after, one, relu)  # noqa: E731
+        recurrent.rnn_backward(gy, y, w_hh, d, cell, reverse)
+        return
+    ts, _ = _orders(y.shape[0], reverse)
+    with one_thread():
+        rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, relu)

@@ -440,9 +440,10 @@ class PoolStep:
 
 @dataclass
 class RecurrentStep:
-    """lstm_scan, gru_scan or their backwards (ops/recurrent.py): the op's loop over the time steps
-    (``loop``, shared with its NumPy reference) with a compiled cell kernel (``cell``,
-    lowering/cpu/recurrent_kernels.py) over C-contiguous copies of its operands."""
+    """lstm_scan, gru_scan, rnn_scan or their backwards (ops/recurrent.py): the op's loop over the
+    time steps (``loop``, shared with its NumPy reference) with a compiled cell kernel (``cell``,
+    lowering/cpu/recurrent_kernels.py; for rnn_scan whether the nonlinearity is relu) over
+    C-contiguous copies of its operands."""
 
     name: str
     out: int

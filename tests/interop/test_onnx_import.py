@@ -605,17 +605,29 @@ def test_recurrent(op):
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy().transpose(1, 0, 2), rtol=1e-6)
 
 
-@pytest.mark.parametrize("op, direction", [("LSTM", "bidirectional"), ("LSTM", "reverse"), ("GRU", "bidirectional")])
+@pytest.mark.parametrize(
+    "op, direction",
+    [
+        ("LSTM", "bidirectional"),
+        ("LSTM", "reverse"),
+        ("GRU", "bidirectional"),
+        ("RNN", "bidirectional"),
+        ("RNN", "relu"),
+    ],
+)
 def test_recurrent_nodes_as_pytorchs_layers(op, direction):
     """LSTM and GRU nodes with the default activations over whole sequences (an LSTM without
     peepholes, a GRU with linear_before_reset=1: what PyTorch's exporter writes) run as PyTorch's
     layers with the gates reordered (ONNX: i, o, f, c and z, r, h), one scan primitive per
-    direction (ops/recurrent.py); against onnxruntime, initial states, biases and all
-    sequence_lens equal to the length included."""
+    direction (ops/recurrent.py); RNN nodes with Tanh (the default) or Relu activations too;
+    against onnxruntime, initial states, biases and all sequence_lens equal to the length
+    included. ("relu": an RNN forward in time with activations ["Relu"].)"""
     from _oracle import pending_ops
 
     r = _rng(29)
-    gates, hidden, dirs = {"LSTM": 4, "GRU": 3}[op], 5, 2 if direction == "bidirectional" else 1
+    attrs = {"activations": ["Relu"]} if direction == "relu" else {}
+    direction = "forward" if direction == "relu" else direction
+    gates, hidden, dirs = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 5, 2 if direction == "bidirectional" else 1
     x = r.standard_normal((4, 3, 6)).astype(np.float32)
     inits = {
         "w": r.standard_normal((dirs, gates * hidden, 6)).astype(np.float32) * 0.5,
@@ -624,11 +636,11 @@ def test_recurrent_nodes_as_pytorchs_layers(op, direction):
         "n": np.array([4, 4, 4], np.int32),
         "h0": r.standard_normal((dirs, 3, hidden)).astype(np.float32),
     }
-    inputs, outs, attrs = ["x", "w", "r", "b", "n", "h0"], ["y", "y_h"], {}
+    inputs, outs = ["x", "w", "r", "b", "n", "h0"], ["y", "y_h"]
     if op == "LSTM":
         inits["c0"] = r.standard_normal((dirs, 3, hidden)).astype(np.float32)
         inputs, outs = inputs + ["c0"], outs + ["y_c"]
-    else:
+    elif op == "GRU":
         attrs["linear_before_reset"] = 1
     model = _model([_node(op, inputs, outs, hidden_size=hidden, direction=direction, **attrs)], {"x": x}, outs, inits)
     _check(model, {"x": x}, rtol=1e-5, atol=1e-6)

@@ -1,9 +1,10 @@
 """Recurrent layers: RNN GRU LSTM, with the spec's equations; the input projection of every step
-is one matmul up front. An LSTM with the default activations and no peepholes, and a GRU with
-the default activations and ``linear_before_reset=1`` (PyTorch's GRU, as its exporter writes
-it), whose sequences all run the whole length, are PyTorch's layers with their gates reordered
-(``functional.recurrent.lstm_layer`` / ``gru_layer``: one scan primitive per direction on the
-CPU, ``ops/recurrent.py``). Others are unrolled over the (static) sequence length; steps past a
+is one matmul up front. An RNN whose activations are all Tanh or all Relu, an LSTM with the
+default activations and no peepholes, and a GRU with the default activations and
+``linear_before_reset=1`` (PyTorch's GRU, as its exporter writes it), whose sequences all run
+the whole length, are PyTorch's layers (LSTM and GRU with their gates reordered:
+``functional.recurrent.rnn_layer`` / ``lstm_layer`` / ``gru_layer``: one scan primitive per
+direction on the CPU, ``ops/recurrent.py``). Others are unrolled over the (static) sequence length; steps past a
 batch entry's sequence_lens leave its state unchanged and output zeros.
 """
 
@@ -14,7 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from lazyvic.creation import zeros
-from lazyvic.functional.recurrent import gru_layer, lstm_layer, recurrent_weight
+from lazyvic.functional.recurrent import gru_layer, lstm_layer, recurrent_weight, rnn_layer
 from lazyvic.indexing import cat, stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.activation import softplus
@@ -156,7 +157,20 @@ def rnn(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
         (f,) = cell.acts
         return f(xt + h @ cell.rt + cell.rb), c
 
-    y, y_h, _ = _unroll(ctx, x, w, r, b, sequence_lens, initial_h, None, 1, ["Tanh"], step)
+    # One rnn_scan per direction when every direction's activation is Tanh (the default) or every
+    # one Relu (PyTorch's nonlinearity="relu" exports so): ONNX's W, R and B are PyTorch's.
+    names = {a.lower() for a in ctx.attr("activations") or ["Tanh"]}
+    nonlinearity = names.pop() if len(names) == 1 and names <= {"tanh", "relu"} else None
+
+    def layer(xs, wd, rd, bd, h, c, reverse):
+        n = rd.shape[1]
+        ys, h = rnn_layer(xs, h, wd, rd, bd[:n], bd[n:], reverse, nonlinearity)
+        return ys, h, c
+
+    defaults = ["Relu"] if nonlinearity == "relu" else ["Tanh"]
+    y, y_h, _ = _unroll(
+        ctx, x, w, r, b, sequence_lens, initial_h, None, 1, defaults, step, layer if nonlinearity else None
+    )
     return y, y_h
 
 

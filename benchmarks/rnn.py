@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""Recurrent networks: an LSTM language-model training step against PyTorch eager, and LSTM/GRU
+"""Recurrent networks: an LSTM (or GRU, RNN) language-model training step against PyTorch eager, and LSTM/GRU
 inference against onnxruntime and PyTorch, CPU, each runtime in its own fresh process.
 
     python benchmarks/rnn.py [--quick] [--only train|infer] [--reps N] [--iters N] [--max-wait S]
                              [--busy] [--json PATH] [--keep-onnx DIR]
                              [--ntoken N] [--ninp N] [--nhid N] [--nlayers N] [--bptt N]
-                             [--batch N] [--dropout P]
+                             [--batch N] [--dropout P] [--model LSTM|GRU|RNN_TANH|RNN_RELU]
 
 Training (``train``): the ``RNNModel`` of pytorch/examples' word_language_model, ``Embedding(ntoken,
-ninp)`` -> dropout -> ``LSTM(ninp, nhid, nlayers, dropout)`` -> dropout -> ``Linear(nhid, ntoken)``
+ninp)`` -> dropout -> ``LSTM(ninp, nhid, nlayers, dropout)`` (the example's ``--model``: ``--model
+GRU``, ``RNN_TANH`` or ``RNN_RELU`` for its other layers) -> dropout -> ``Linear(nhid, ntoken)``
 -> ``log_softmax``, ``NLLLoss`` (the cross-entropy), and that example's training loop: the hidden
 state carried from one window to the next and detached (``repackage_hidden``) before each step,
 ``model.zero_grad()``, ``clip_grad_norm_(model.parameters(), 0.25)``, the plain SGD update
@@ -97,6 +98,8 @@ INFER_WARMUP = 5  # calls after the first (lazyvic: the recording, then replays)
 WARMUP_S = 1.0  # then more warm-up calls for this long (a native segment a worker compiled switches in)
 WINDOWS = 8  # bptt windows of the token stream, cycled
 LR, CLIP = 20.0, 0.25  # the example's defaults
+# Training: gates per hidden unit of each of the example's --model choices.
+GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 # Inference: cells, input and hidden sizes, layers, sequence length, batches.
 CELLS = ("LSTM", "GRU")
 I_INPUT, I_HIDDEN, I_LAYERS, I_SEQ = 64, 128, 2, 35
@@ -111,14 +114,14 @@ def train_weights(cfg: dict) -> dict:
     r = np.random.default_rng(SEED)
     ntoken, ninp, nhid = cfg["ntoken"], cfg["ninp"], cfg["nhid"]
     out = {"encoder.weight": r.uniform(-0.1, 0.1, (ntoken, ninp)).astype(np.float32)}
-    stdv = 1.0 / np.sqrt(nhid)
+    stdv, g = 1.0 / np.sqrt(nhid), GATES[cfg["model"]]
     for k in range(cfg["nlayers"]):
         fan_in = ninp if k == 0 else nhid
         for name, shape in (
-            ("weight_ih", (4 * nhid, fan_in)),
-            ("weight_hh", (4 * nhid, nhid)),
-            ("bias_ih", (4 * nhid,)),
-            ("bias_hh", (4 * nhid,)),
+            ("weight_ih", (g * nhid, fan_in)),
+            ("weight_hh", (g * nhid, nhid)),
+            ("bias_ih", (g * nhid,)),
+            ("bias_hh", (g * nhid,)),
         ):
             out[f"rnn.{name}_l{k}"] = r.uniform(-stdv, stdv, shape).astype(np.float32)
     out["decoder.weight"] = r.uniform(-0.1, 0.1, (ntoken, nhid)).astype(np.float32)
@@ -135,16 +138,21 @@ def train_batches(cfg: dict) -> list:
 
 
 def rnn_model(nn, F, cfg: dict):
-    """pytorch/examples' word_language_model RNNModel (LSTM, untied) in ``nn``/``F``, lazyvic's or
-    torch's: the same code, the same parameter names."""
-    ntoken = cfg["ntoken"]
+    """pytorch/examples' word_language_model RNNModel (untied; its ``--model`` LSTM, GRU, RNN_TANH or
+    RNN_RELU) in ``nn``/``F``, lazyvic's or torch's: the same code, the same parameter names."""
+    ntoken, kind = cfg["ntoken"], cfg["model"]
 
     class RNNModel(nn.Module):
         def __init__(self):
             super().__init__()
             self.drop = nn.Dropout(cfg["dropout"])
             self.encoder = nn.Embedding(ntoken, cfg["ninp"])
-            self.rnn = nn.LSTM(cfg["ninp"], cfg["nhid"], cfg["nlayers"], dropout=cfg["dropout"])
+            sizes = (cfg["ninp"], cfg["nhid"], cfg["nlayers"])
+            if kind in ("LSTM", "GRU"):
+                self.rnn = getattr(nn, kind)(*sizes, dropout=cfg["dropout"])
+            else:
+                nonlinearity = {"RNN_TANH": "tanh", "RNN_RELU": "relu"}[kind]
+                self.rnn = nn.RNN(*sizes, nonlinearity=nonlinearity, dropout=cfg["dropout"])
             self.decoder = nn.Linear(cfg["nhid"], ntoken)
 
         def forward(self, input, hidden):
@@ -158,12 +166,17 @@ def rnn_model(nn, F, cfg: dict):
 
 
 def train_step_fn(model, nn, F, cfg: dict):
-    """The body of the example's train() loop after repackage_hidden; returns (loss, h, c)."""
-    lr, clip = cfg["lr"], cfg["clip"]
+    """The body of the example's train() loop after repackage_hidden; returns (loss, h, c) (a GRU or
+    RNN has no cell state: c is h)."""
+    lr, clip, lstm = cfg["lr"], cfg["clip"], cfg["model"] == "LSTM"
 
     def train_step(data, targets, h, c):
         model.zero_grad()
-        output, (h, c) = model(data, (h, c))
+        if lstm:
+            output, (h, c) = model(data, (h, c))
+        else:
+            output, h = model(data, h)
+            c = h
         loss = F.nll_loss(output, targets)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -429,7 +442,7 @@ def run_child(spec: dict, max_wait_s: float, env_extra: dict) -> dict:
 def _label(spec: dict) -> str:
     if spec["case"] == "train":
         c = spec["cfg"]
-        return f"LSTM LM step ({c['nlayers']}x{c['nhid']}, bptt {c['bptt']}, batch {c['batch']})"
+        return f"{c['model']} LM step ({c['nlayers']}x{c['nhid']}, bptt {c['bptt']}, batch {c['batch']})"
     return f"{spec['cell']} {I_LAYERS}x{I_HIDDEN}, seq {I_SEQ}, batch {spec['batch']}"
 
 
@@ -564,6 +577,7 @@ def _cfg(args) -> dict:
         "bptt": args.bptt,
         "batch": args.batch,
         "dropout": args.dropout,
+        "model": args.model,
         "lr": LR,
         "clip": CLIP,
     }
@@ -580,6 +594,7 @@ def main(argv=None) -> int:
     g.add_argument("--bptt", type=int, default=35, help="sequence length (default 35)")
     g.add_argument("--batch", type=int, default=20, help="batch size (default 20)")
     g.add_argument("--dropout", type=float, default=0.0, help="dropout (default 0: losses comparable; example 0.2)")
+    g.add_argument("--model", choices=tuple(GATES), default="LSTM", help="the example's recurrent layer (default LSTM)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

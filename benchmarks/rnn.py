@@ -166,23 +166,19 @@ def rnn_model(nn, F, cfg: dict):
 
 
 def train_step_fn(model, nn, F, cfg: dict):
-    """The body of the example's train() loop after repackage_hidden; returns (loss, h, c) (a GRU or
-    RNN has no cell state: c is h)."""
+    """The body of the example's train() loop after repackage_hidden: ``(data, targets, h, c)`` ->
+    (loss, h, c) for an LSTM, ``(data, targets, h)`` -> (loss, h) for a GRU or RNN."""
     lr, clip, lstm = cfg["lr"], cfg["clip"], cfg["model"] == "LSTM"
 
-    def train_step(data, targets, h, c):
+    def train_step(data, targets, *hidden):
         model.zero_grad()
-        if lstm:
-            output, (h, c) = model(data, (h, c))
-        else:
-            output, h = model(data, h)
-            c = h
+        output, hidden = model(data, hidden if lstm else hidden[0])
         loss = F.nll_loss(output, targets)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
         for p in model.parameters():
             p.data.add_(p.grad, alpha=-lr)
-        return loss, h, c
+        return (loss, *hidden) if lstm else (loss, hidden)
 
     return train_step
 
@@ -201,7 +197,7 @@ def child_train(spec: dict, rec: dict) -> None:
         model = rnn_model(nn, F, cfg)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
         data = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches]
-        hidden = (torch.zeros(shape), torch.zeros(shape))
+        hidden = (torch.zeros(shape), torch.zeros(shape))[: 2 if cfg["model"] == "LSTM" else 1]
         rec["torch"] = torch.__version__
         run = train_step_fn(model, nn, F, cfg)
     else:
@@ -212,7 +208,7 @@ def child_train(spec: dict, rec: dict) -> None:
         model = rnn_model(nn, F, cfg)
         model.load_state_dict(weights)
         data = [(lv.tensor(x), lv.tensor(y)) for x, y in batches]
-        hidden = (lv.zeros(*shape), lv.zeros(*shape))
+        hidden = (lv.zeros(*shape), lv.zeros(*shape))[: 2 if cfg["model"] == "LSTM" else 1]
         lv.sync(*model.parameters(), *hidden)  # nothing of the setup leaks into the first step
         run = train_step_fn(model, nn, F, cfg)
         if rt == "lazyvic.compile":
@@ -223,9 +219,8 @@ def child_train(spec: dict, rec: dict) -> None:
     def step():
         x, y = data[state["k"] % WINDOWS]
         state["k"] += 1
-        h, c = (t.detach() for t in state["hidden"])  # repackage_hidden
-        loss, h, c = run(x, y, h, c)
-        state["hidden"] = (h, c)
+        hidden = (t.detach() for t in state["hidden"])  # repackage_hidden
+        loss, *state["hidden"] = run(x, y, *hidden)
         return loss.item()
 
     first, losses, t_end = [], [], None

@@ -163,6 +163,25 @@ VJP_CASES = [
         lambda xp, h, w: lv.Tensor.apply("rnn_scan", xp, h, w, reverse=True, nonlinearity="relu"),
         [_r(3, 2, 3, seed=43), _r(2, 3, seed=44), _r(3, 3, seed=45, low=-0.5, high=0.5)],
     ),
+    # the recurrences over rows of different lengths (the optional lengths input): rows past
+    # their length hold their state and pass its gradient through
+    (
+        "lstm_scan_lengths_reverse",
+        lambda xp, h, c, w: lv.Tensor.apply("lstm_scan", xp, h, c, w, lv.tensor(np.array([3, 1])), reverse=True),
+        [_r(3, 2, 8, seed=46), _r(2, 2, seed=47), _r(2, 2, seed=48), _r(8, 2, seed=49)],
+    ),
+    (
+        "gru_scan_lengths",
+        lambda xp, h, w, b: lv.Tensor.apply("gru_scan", xp, h, w, b, lv.tensor(np.array([2, 3])), reverse=False),
+        [_r(3, 2, 6, seed=50), _r(2, 2, seed=51), _r(6, 2, seed=52), _r(6, seed=53)],
+    ),
+    (
+        "rnn_scan_lengths",
+        lambda xp, h, w: lv.Tensor.apply(
+            "rnn_scan", xp, h, w, lv.tensor(np.array([1, 3])), reverse=False, nonlinearity="tanh"
+        ),
+        [_r(3, 2, 3, seed=54), _r(2, 3, seed=55), _r(3, 3, seed=56, low=-0.5, high=0.5)],
+    ),
     ("chunk_gates", lambda x: (x.chunk(4, 1)[0].sigmoid() * x.chunk(4, 1)[2].tanh()).sum(1), [_r(2, 8)]),
     ("slices_with_gaps", lambda x: x[1:2].exp() + x[3:4] * x[4:5], [_r(6, 2)]),
     # matmul

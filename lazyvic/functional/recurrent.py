@@ -144,31 +144,41 @@ def _steps(length: int, reverse: bool):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def _keep(active, new: Tensor, old: Tensor) -> Tensor:
-    """The new state where the sequence is running at this step, else the old one (packed input)."""
-    return new if active is None else where(active, new, old)
+def _keep(lengths, t: int, new: Tensor, old: Tensor) -> Tensor:
+    """The new state where the sequence is running at step t (``t < lengths``), else the old one
+    (sequences of different lengths)."""
+    if lengths is None:
+        return new
+    return where((lengths > t).reshape(lengths.shape[0], 1), new, old)
+
+
+def _scan_inputs(lengths) -> tuple:
+    """The scans' optional last input: the lengths, int64 (N,)."""
+    return () if lengths is None else (lengths.long(),)
 
 
 def rnn_layer(
-    x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh", active=None
+    x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh", lengths=None
 ) -> tuple:
     """An Elman layer over x (T, N, I) from h (N, H), backwards in time when ``reverse``: returns
-    the outputs (T, N, H) (in time order) and the last hidden state (N, H). ``active``: for
-    sequences of different lengths, one (N, 1) bool tensor per step, True where the sequence runs
-    (a finished or not yet started sequence keeps its state).
+    the outputs (T, N, H) (in time order) and the last hidden state (N, H). ``lengths``: for
+    sequences of different lengths, an (N,) integer tensor; row n runs steps t < lengths[n] (a
+    finished or, backwards, not yet started sequence keeps its state, which is also its output
+    there).
 
-    Without ``active``, on the CPU in float32/float64, the recurrence is one ``rnn_scan``
-    primitive (as :func:`lstm_layer`'s ``lstm_scan``); otherwise it is unrolled."""
+    On the CPU in float32/float64, the recurrence is one ``rnn_scan`` primitive (as
+    :func:`lstm_layer`'s ``lstm_scan``); otherwise it is unrolled."""
     bias = _bias_sum(b_ih, b_hh)
-    if active is None and nonlinearity in ("tanh", "relu") and _scans(x, (h, w_ih, w_hh, bias)):
+    if nonlinearity in ("tanh", "relu") and _scans(x, (h, w_ih, w_hh, bias)):
         xp = _projected(x, w_ih, bias)
-        y = xp.apply("rnn_scan", xp, h, w_hh, reverse=bool(reverse), nonlinearity=nonlinearity)
+        args = (xp, h, w_hh, *_scan_inputs(lengths))
+        y = xp.apply("rnn_scan", *args, reverse=bool(reverse), nonlinearity=nonlinearity)
         return y, y[0 if reverse else x.shape[0] - 1]
     xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _keep(active and active[t], _rnn_step(xp[t], h, w_hh, nonlinearity, w_t), h)
+        h = outs[t] = _keep(lengths, t, _rnn_step(xp[t], h, w_hh, nonlinearity, w_t), h)
     return stack(outs, 0), h
 
 
@@ -186,17 +196,17 @@ def _scans(x: Tensor, tensors) -> bool:
     )
 
 
-def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
+def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, lengths=None) -> tuple:
     """An LSTM layer over x (T, N, I) from (h, c): returns the outputs (T, N, H), h_T and c_T
-    (``active`` as :func:`rnn_layer`).
+    (``lengths`` as :func:`rnn_layer`).
 
-    Without ``active``, on the CPU in float32/float64, the recurrence is one ``lstm_scan``
-    primitive (ops/recurrent.py: one library step per layer, forward and backward); otherwise it
-    is unrolled into about a dozen nodes per step."""
+    On the CPU in float32/float64, the recurrence is one ``lstm_scan`` primitive
+    (ops/recurrent.py: one library step per layer, forward and backward); otherwise it is
+    unrolled into about a dozen nodes per step."""
     bias = _bias_sum(b_ih, b_hh)
-    if active is None and _scans(x, (h, c, w_ih, w_hh, bias)):
+    if _scans(x, (h, c, w_ih, w_hh, bias)):
         xp = _projected(x, w_ih, bias)
-        y = xp.apply("lstm_scan", xp, h, c, w_hh, reverse=bool(reverse))
+        y = xp.apply("lstm_scan", xp, h, c, w_hh, *_scan_inputs(lengths), reverse=bool(reverse))
         hidden, last = h.shape[1], 0 if reverse else x.shape[0] - 1
         return y[:, :, :hidden], y[last, :, :hidden], y[last, :, hidden : 2 * hidden]
     xp = _project(x, w_ih, bias)
@@ -204,24 +214,23 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
         h_new, c_new = _lstm_step(xp[t], h, c, w_hh, w_t)
-        a = active and active[t]
-        h, c = _keep(a, h_new, h), _keep(a, c_new, c)
+        h, c = _keep(lengths, t, h_new, h), _keep(lengths, t, c_new, c)
         outs[t] = h
     return stack(outs, 0), h, c
 
 
-def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, active=None) -> tuple:
-    """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``active`` as
+def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, lengths=None) -> tuple:
+    """A GRU layer over x (T, N, I) from h: returns the outputs (T, N, H) and h_T (``lengths`` as
     :func:`rnn_layer`; one ``gru_scan`` primitive where :func:`lstm_layer` has one ``lstm_scan``)."""
-    if active is None and _scans(x, (h, w_ih, w_hh, b_ih, b_hh)):
+    if _scans(x, (h, w_ih, w_hh, b_ih, b_hh)):
         xp = _projected(x, w_ih, b_ih)
         bias = b_hh if b_hh is not None else w_hh.new_zeros(w_hh.shape[0])
-        y = xp.apply("gru_scan", xp, h, w_hh, bias, reverse=bool(reverse))
+        y = xp.apply("gru_scan", xp, h, w_hh, bias, *_scan_inputs(lengths), reverse=bool(reverse))
         hidden = h.shape[1]
         return y[:, :, :hidden], y[0 if reverse else x.shape[0] - 1, :, :hidden]
     xp = _project(x, w_ih, b_ih)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _keep(active and active[t], _gru_step(xp[t], h, w_hh, b_hh, w_t), h)
+        h = outs[t] = _keep(lengths, t, _gru_step(xp[t], h, w_hh, b_hh, w_t), h)
     return stack(outs, 0), h

@@ -180,7 +180,7 @@ class RNNBase(Module):
                 f"{name}: input.size(-1) must be equal to input_size: expected {self.input_size}, got input {input.shape}"
             )
 
-    def _layers(self, x: Tensor, states: list, active) -> tuple:
+    def _layers(self, x: Tensor, states: list, lengths) -> tuple:
         """Every layer and direction over x (T, N, I): the last layer's outputs (T, N, D*H) and the
         final states, each (num_layers * D, N, H)."""
         directions = 2 if self.bidirectional else 1
@@ -190,7 +190,7 @@ class RNNBase(Module):
             for direction in range(directions):
                 i = layer * directions + direction
                 weights = self._layer_weights(layer, direction)
-                result = self._run_layer(x, [s[i] for s in states], weights, direction == 1, active)
+                result = self._run_layer(x, [s[i] for s in states], weights, direction == 1, lengths)
                 outputs.append(result[0])
                 for k, last in enumerate(result[1:]):
                     finals[k].append(last)
@@ -221,25 +221,26 @@ class RNNBase(Module):
         device = data.device
         padded = cat([data, data.new_zeros(1, data.shape[1])], 0)
         x = padded.index_select(0, Tensor(gather).to(device)).reshape(steps, batch, data.shape[1])
-        active = [Tensor((np.arange(batch) < n).reshape(batch, 1)).to(device) for n in sizes]
+        # the longest-first batch's row n runs the steps whose batch size is above n
+        lengths = Tensor((sizes[:, None] > np.arange(batch)[None, :]).sum(0).astype(np.int64)).to(device)
         states = self._states(name, hx, batch, False, x)
         if hx is not None and sorted_indices is not None:
             states = [s.index_select(1, sorted_indices) for s in states]
-        x, last = self._layers(x, states, active)
+        x, last = self._layers(x, states, lengths)
         out = x.reshape(steps * batch, x.shape[2]).index_select(0, Tensor(pos).to(device))
         if unsorted_indices is not None:
             last = [s.index_select(1, unsorted_indices) for s in last]
         output = type(packed)(out, packed.batch_sizes, sorted_indices, unsorted_indices)
         return output, (tuple(last) if self.mode == "LSTM" else last[0])
 
-    def _run_layer(self, x: Tensor, states: list, weights: tuple, reverse: bool, active) -> tuple:
+    def _run_layer(self, x: Tensor, states: list, weights: tuple, reverse: bool, lengths) -> tuple:
         w_ih, w_hh, b_ih, b_hh = weights
         if self.mode == "LSTM":
-            return recurrent.lstm_layer(x, states[0], states[1], w_ih, w_hh, b_ih, b_hh, reverse, active)
+            return recurrent.lstm_layer(x, states[0], states[1], w_ih, w_hh, b_ih, b_hh, reverse, lengths)
         if self.mode == "GRU":
-            return recurrent.gru_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, active)
+            return recurrent.gru_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, lengths)
         nonlinearity = "tanh" if self.mode == "RNN_TANH" else "relu"
-        return recurrent.rnn_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity, active)
+        return recurrent.rnn_layer(x, states[0], w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity, lengths)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -25,8 +25,17 @@
     rnn_scan_backward(gy, y, w_hh; nonlinearity, reverse) for an Elman RNN (tanh or relu)
     (shapes and equations with their code below).
 
-Inputs of one dtype, float32 or float64 (else DTypeError); shapes as above (else ShapeError,
-naming the op and the shapes); a nonlinearity other than "tanh" or "relu": ArgumentError.
+Every scan and backward takes an optional last input, ``lengths`` (N,) int64: row n runs steps
+t < lengths[n] only (sequences of different lengths, as a PackedSequence's; backwards in time a
+row starts at its own last step). At a step past its length a row holds its state (y's state
+columns copy those of the step before, or the initial state; its other columns are 0) and its
+gradients pass through to the step before (d's pre-activation columns are 0). Without it every
+row runs all T steps.
+
+Float inputs of one dtype, float32 or float64 (else DTypeError); lengths (N,) int64 (else
+ShapeError; a length of 0 holds the row's initial state throughout, one above T runs all steps);
+shapes as above (else ShapeError, naming the op and the shapes); a nonlinearity other than
+"tanh" or "relu": ArgumentError.
 
 Why a primitive: unrolled into the lazy graph, a 35-step two-layer LSTM's training step
 recorded, planned and ran about 3,000 nodes (48 ms a step against PyTorch's 2.6). As one op,
@@ -67,6 +76,7 @@ def _tanh(x):
 
 
 def _infer(shapes, dtypes, at):
+    shapes, dtypes = _lengths_shape("lstm_scan", shapes, dtypes, 4, 0)
     xs, hs, cs, ws = shapes
     if len(xs) != 3 or len(ws) != 2 or xs[2] != ws[0] or ws[0] != 4 * ws[1] or tuple(hs) != (xs[1], ws[1]):
         raise ShapeError(
@@ -84,6 +94,21 @@ def _some_steps(name: str, xs) -> None:
         raise ShapeError(f"{name}: expected at least one time step, got xp of shape {xs}")
 
 
+def _lengths_shape(name: str, shapes, dtypes, arity: int, seq: int) -> tuple:
+    """(shapes, dtypes) of the float inputs; checks the optional ``lengths`` input (N,) int64
+    (N: the second size of input ``seq``, xp or y)."""
+    if len(shapes) == arity + 1:
+        rows = shapes[seq][1] if len(shapes[seq]) == 3 else None
+        if tuple(shapes[arity]) != (rows,) or dtypes[arity].name != "int64":
+            raise ShapeError(
+                f"{name}: expected lengths ({rows},) int64 (one per row), got {tuple(shapes[arity])} {dtypes[arity].name}"
+            )
+        return shapes[:arity], dtypes[:arity]
+    if len(shapes) != arity:
+        raise ShapeError(f"{name}: expected {arity} inputs and optional lengths, got {len(shapes)} inputs")
+    return shapes, dtypes
+
+
 def _one_float_dtype(name: str, dtypes) -> None:
     dtype = dtypes[0]
     if dtype.name not in ("float32", "float64") or any(d is not dtype for d in dtypes):
@@ -94,6 +119,7 @@ def _backward_infer_of(name: str, width: int, gates: int, state: str):
     """The shape rule of a scan's backward (gy, y, state (N, H), w_hh (gates*H, H)): d like y."""
 
     def infer(shapes, dtypes, at):
+        shapes, dtypes = _lengths_shape(name, shapes, dtypes, 4, 1)
         gs, ys, ss, ws = shapes
         bad = tuple(gs) != tuple(ys) or len(ys) != 3 or len(ws) != 2
         if bad or ys[2] != width * ws[1] or ws[0] != gates * ws[1] or tuple(ss) != (ys[1], ws[1]):
@@ -129,27 +155,76 @@ def step_order(steps: int, reverse: bool) -> list:
     return [(t, t - 1) for t in range(steps)]
 
 
-def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands) -> None:
+def full_lengths(lengths, steps: int, rows: int) -> np.ndarray:
+    """The per-row step counts a loop reads: ``lengths`` as a C-contiguous int64 array or, absent,
+    every row the whole sequence."""
+    if lengths is None:
+        return np.full(rows, steps, dtype=np.int64)
+    return np.ascontiguousarray(lengths, dtype=np.int64)
+
+
+def hold_forward(y, t: int, prev: int, lengths, init) -> None:
+    """Rows past their length at step t (``t >= lengths``) hold their state: y[t]'s first S columns
+    (S: init's width; LSTM h and c, else h) copy the step before's (init's, the initial state, when
+    ``prev`` is -1), its other columns are 0. Exact copies: every tier alike."""
+    idle = t >= lengths
+    if idle.any():
+        width = init.shape[1]
+        y[t, idle, :width] = (init if prev < 0 else y[prev, :, :width])[idle]
+        y[t, idle, width:] = 0
+
+
+def hold_backward(gy, d, t: int, after: int, lengths, moves: tuple, zeros: int) -> None:
+    """Rows past their length at step t pass their states' gradients through: for each (gy column,
+    d column, width) of ``moves``, d[t] there = gy[t] there + d[after] there (the gradient the step
+    after passed back; none when ``after`` is -1), and d[t]'s first ``zeros`` columns (the
+    pre-activations') are 0."""
+    idle = t >= lengths
+    if idle.any():
+        for g0, d0, width in moves:
+            v = gy[t, idle, g0 : g0 + width]
+            if after >= 0:
+                v = v + d[after, idle, d0 : d0 + width]
+            d[t, idle, d0 : d0 + width] = v
+        d[t, idle, :zeros] = 0
+
+
+def lstm_init(h0, c0) -> np.ndarray:
+    """The state an LSTM row holds before its first step: (N, 2H), h then c (y's first columns)."""
+    return np.concatenate([h0, c0], axis=1)
+
+
+def lstm_moves(hidden: int) -> tuple:
+    """hold_backward's moves of an LSTM: dh (gy's h column) to d's dh_prev, dc to dc_prev."""
+    return ((0, 5 * hidden, hidden), (hidden, 4 * hidden, hidden))
+
+
+def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands, lengths=None, init=None) -> None:
     """Fill y (T, N, K*H) (C-contiguous; h_t in its first H columns) from C-contiguous xp, h0,
     w_hh (G*H, H) and ``operands``, backwards in time when ``reverse``: per step
     ``hw = h_prev @ w_hh^T`` (h_prev: h0, or h of step ``prev``), then ``cell(xp, hw,
-    *operands, y, t, prev, one)`` computes step t's row of y (LSTM: operands c0; GRU: h0, b_hh)."""
+    *operands, y, t, prev, one)`` computes step t's row of y (LSTM: operands c0; GRU: h0, b_hh),
+    then rows past their ``lengths`` hold their state (:func:`hold_forward`; ``init``: the state
+    before the first step, h0 by default)."""
     hidden = h0.shape[1]
     wt = recurrent_weight(w_hh, h0.shape[0])
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     one = y.dtype.type(1)
+    lengths = full_lengths(lengths, y.shape[0], y.shape[1])
+    init = h0 if init is None else init
     with one_thread():
         for t, prev in step_order(y.shape[0], reverse):
             np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
             cell(xp, hw, *operands, y, t, prev, one)
+            hold_forward(y, t, prev, lengths, init)
 
 
-def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """lstm_scan: :func:`scan_forward` with ``cell(xp, hw, c0, y, t, prev, one)``."""
-    scan_forward(xp, h0, w_hh, y, cell, reverse, c0)
+    scan_forward(xp, h0, w_hh, y, cell, reverse, c0, lengths=lengths, init=lstm_init(h0, c0))
 
 
-def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
+def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """Fill d (T, N, 6H) (C-contiguous) from C-contiguous gy, y, c0 and w_hh: the recurrence's
     steps in the opposite order; ``cell(gy, y, c0, d, t, prev, after, one, dh, dc)`` computes
     step t's dgates and dc_prev from the row of d of step ``after`` (the step that read t's
@@ -157,6 +232,7 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
     hidden = c0.shape[1]
     one = y.dtype.type(1)
     dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
+    lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), lstm_moves(hidden)
     after = -1
     with one_thread():
         for t, prev in reversed(step_order(y.shape[0], reverse)):
@@ -165,6 +241,7 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
             # copy), then copied: the native loop makes the same call (recurrent_kernels.py)
             np.matmul(d[t, :, : 4 * hidden], w_hh, out=mm)
             d[t, :, 5 * hidden :] = mm
+            hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
             after = t
 
 
@@ -211,17 +288,19 @@ def numpy_backward_cell(gy, y, c0, d, t, prev, after, one, dh_scratch=None, dc_s
 
 def _reference_of(loop, cell, width: int = 0):
     """The NumPy reference of a scan op: ``loop`` with the NumPy ``cell`` over C-contiguous copies
-    of the inputs, into a new output of shape (T, N, width * H) (H: the last size of the second
+    of the inputs (and the optional lengths, an int64 last input, as ``lengths``), into a new
+    output of shape (T, N, width * H) (H: the last size of the second
     input, h0 (N, H) of a forward or y (T, N, H) of rnn_scan_backward) or, with ``width`` 0, of
     the shape of y, the second input (a backward). ``cell`` may be a
     dict of cells by the op's ``nonlinearity`` (rnn_scan)."""
 
     def reference(arrays, at):
         arrays = [np.ascontiguousarray(a) for a in arrays]
+        lengths = arrays.pop() if arrays[-1].dtype == np.int64 else None
         first, second = arrays[0], arrays[1]
         shape = (first.shape[0], first.shape[1], width * second.shape[-1]) if width else second.shape
         out = np.empty(shape, dtype=first.dtype)
-        loop(*arrays, out, cell[at["nonlinearity"]] if isinstance(cell, dict) else cell, at["reverse"])
+        loop(*arrays, out, cell[at["nonlinearity"]] if isinstance(cell, dict) else cell, at["reverse"], lengths)
         return out
 
     return reference
@@ -237,16 +316,16 @@ def _h_prev(gy, y, h0, steps: int, hidden: int, reverse: bool):
 
 
 def _vjp(gy, inputs, y, at):
-    xp, h0, c0, w_hh = inputs
+    xp, h0, c0, w_hh, *lengths = inputs
     steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
     reverse = at["reverse"]
-    d = gy.apply("lstm_scan_backward", gy, y, c0, w_hh, reverse=reverse)
+    d = gy.apply("lstm_scan_backward", gy, y, c0, w_hh, *lengths, reverse=reverse)
     dgates = d[:, :, : 4 * hidden]
     dw = dgates.reshape(steps * batch, 4 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
         steps * batch, hidden
     )
     first = steps - 1 if reverse else 0
-    return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw
+    return dgates, d[first, :, 5 * hidden :], d[first, :, 4 * hidden : 5 * hidden], dw, *[None for _ in lengths]
 
 
 def _register(
@@ -291,6 +370,7 @@ _register("lstm_scan", _infer, _vjp, lstm_forward, numpy_forward_cell, lstm_back
 
 
 def _gru_infer(shapes, dtypes, at):
+    shapes, dtypes = _lengths_shape("gru_scan", shapes, dtypes, 4, 0)
     xs, hs, ws, bs = shapes
     if len(xs) != 3 or len(ws) != 2 or xs[2] != ws[0] or ws[0] != 3 * ws[1] or tuple(hs) != (xs[1], ws[1]):
         raise ShapeError(f"gru_scan: expected xp (T, N, 3H), h0 (N, H) and w_hh (3H, H), got {xs}, {hs} and {ws}")
@@ -301,12 +381,12 @@ def _gru_infer(shapes, dtypes, at):
     return (xs[0], xs[1], 5 * ws[1]), dtypes[0]
 
 
-def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
+def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """gru_scan: :func:`scan_forward` with ``cell(xp, hw, h0, b_hh, y, t, prev, one)``."""
-    scan_forward(xp, h0, w_hh, y, cell, reverse, h0, b_hh)
+    scan_forward(xp, h0, w_hh, y, cell, reverse, h0, b_hh, lengths=lengths)
 
 
-def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
+def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """Fill d (T, N, 5H) from C-contiguous gy, y, h0 and w_hh, the recurrence's steps in the
     opposite order: ``cell(gy, y, h0, d, dhp, t, prev, after, one)`` computes step t's row of d
     (dh_{t-1} without the product) and the gradient of hp into dhp (N, 3H); then
@@ -315,12 +395,14 @@ def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
     one = y.dtype.type(1)
     dhp = np.empty((h0.shape[0], 3 * hidden), dtype=y.dtype)
     mm = np.empty_like(h0)
+    lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), ((0, 4 * hidden, hidden),)
     after = -1
     with one_thread():
         for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, h0, d, dhp, t, prev, after, one)
             np.matmul(dhp, w_hh, out=mm)
             np.add(d[t, :, 4 * hidden :], mm, out=d[t, :, 4 * hidden :])
+            hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
             after = t
 
 
@@ -362,16 +444,16 @@ def numpy_gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one) -> None:
 
 
 def _gru_vjp(gy, inputs, y, at):
-    xp, h0, w_hh, b_hh = inputs
+    xp, h0, w_hh, b_hh, *lengths = inputs
     steps, batch, hidden = y.shape[0], y.shape[1], h0.shape[1]
     reverse = at["reverse"]
-    d = gy.apply("gru_scan_backward", gy, y, h0, w_hh, reverse=reverse)
+    d = gy.apply("gru_scan_backward", gy, y, h0, w_hh, *lengths, reverse=reverse)
     dhp = gy.apply("cat", d[:, :, : 2 * hidden], d[:, :, 3 * hidden : 4 * hidden], axis=2)
     dw = dhp.reshape(steps * batch, 3 * hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
         steps * batch, hidden
     )
     first = steps - 1 if reverse else 0
-    return d[:, :, : 3 * hidden], d[first, :, 4 * hidden :], dw, dhp.sum((0, 1))
+    return d[:, :, : 3 * hidden], d[first, :, 4 * hidden :], dw, dhp.sum((0, 1)), *[None for _ in lengths]
 
 
 _register(
@@ -406,6 +488,7 @@ def _nonlinearity(name: str, at) -> None:
 
 
 def _rnn_infer(shapes, dtypes, at):
+    shapes, dtypes = _lengths_shape("rnn_scan", shapes, dtypes, 3, 0)
     xs, hs, ws = shapes
     if len(xs) != 3 or tuple(ws) != (xs[2], xs[2]) or tuple(hs) != (xs[1], xs[2]):
         raise ShapeError(f"rnn_scan: expected xp (T, N, H), h0 (N, H) and w_hh (H, H), got {xs}, {hs} and {ws}")
@@ -416,6 +499,7 @@ def _rnn_infer(shapes, dtypes, at):
 
 
 def _rnn_backward_infer(shapes, dtypes, at):
+    shapes, dtypes = _lengths_shape("rnn_scan_backward", shapes, dtypes, 3, 1)
     gs, ys, ws = shapes
     if tuple(gs) != tuple(ys) or len(ys) != 3 or tuple(ws) != (ys[2], ys[2]):
         raise ShapeError(f"rnn_scan_backward: expected gy and y (T, N, H) and w_hh (H, H), got {gs}, {ys} and {ws}")
@@ -424,12 +508,12 @@ def _rnn_backward_infer(shapes, dtypes, at):
     return (ys[0], ys[1], 2 * ys[2]), dtypes[1]
 
 
-def rnn_forward(xp, h0, w_hh, y, cell, reverse: bool = False) -> None:
+def rnn_forward(xp, h0, w_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """rnn_scan: :func:`scan_forward` with ``cell(xp, hw, y, t, prev, one)``."""
-    scan_forward(xp, h0, w_hh, y, cell, reverse)
+    scan_forward(xp, h0, w_hh, y, cell, reverse, lengths=lengths)
 
 
-def rnn_backward(gy, y, w_hh, d, cell, reverse: bool = False) -> None:
+def rnn_backward(gy, y, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """Fill d (T, N, 2H) from C-contiguous gy, y and w_hh, the recurrence's steps in the opposite
     order: ``cell(gy, y, d, t, after, one)`` writes step t's dpre into d[t, :, :H] from gy[t] and
     d[after, :, H:] (-1: none); then the product ``dpre @ w_hh`` into a buffer of its own, copied
@@ -437,12 +521,14 @@ def rnn_backward(gy, y, w_hh, d, cell, reverse: bool = False) -> None:
     hidden = y.shape[2]
     one = y.dtype.type(1)
     mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
+    lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), ((0, hidden, hidden),)
     after = -1
     with one_thread():
         for t, _ in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, d, t, after, one)
             np.matmul(d[t, :, :hidden], w_hh, out=mm)
             d[t, :, hidden:] = mm
+            hold_backward(gy, d, t, after, lengths, moves, hidden)
             after = t
 
 
@@ -473,16 +559,16 @@ def numpy_rnn_relu_backward_cell(gy, y, d, t, after, one) -> None:
 
 
 def _rnn_vjp(gy, inputs, y, at):
-    xp, h0, w_hh = inputs
+    xp, h0, w_hh, *lengths = inputs
     steps, batch, hidden = y.shape
     reverse = at["reverse"]
-    d = gy.apply("rnn_scan_backward", gy, y, w_hh, reverse=reverse, nonlinearity=at["nonlinearity"])
+    d = gy.apply("rnn_scan_backward", gy, y, w_hh, *lengths, reverse=reverse, nonlinearity=at["nonlinearity"])
     dpre = d[:, :, :hidden]
     dw = dpre.reshape(steps * batch, hidden).T @ _h_prev(gy, y, h0, steps, hidden, reverse).reshape(
         steps * batch, hidden
     )
     first = steps - 1 if reverse else 0
-    return dpre, d[first, :, hidden:], dw
+    return dpre, d[first, :, hidden:], dw, *[None for _ in lengths]
 
 
 _register(

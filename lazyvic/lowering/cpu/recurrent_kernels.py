@@ -261,14 +261,46 @@ def rnn_backward_cell(gy, y, d, t, after, one, relu):
                 dr[j] = dr[j] * a
 
 
+# ------------------------------------------------------------------ rows past their length
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def hold_forward(y, t, prev, lengths, init):
+    """``recurrent.hold_forward``: rows with t >= lengths copy their state (init's width) from the
+    step before (init when ``prev`` is -1) and zero their other columns."""
+    rows, width = init.shape
+    for n in range(rows):
+        if t >= lengths[n]:
+            for j in range(width):
+                y[t, n, j] = init[n, j] if prev < 0 else y[prev, n, j]
+            for j in range(width, y.shape[2]):
+                y[t, n, j] = 0
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def hold_backward(gy, d, t, after, lengths, moves, zeros):
+    """``recurrent.hold_backward`` (``moves`` a (k, 3) int64 array of its tuples)."""
+    for n in range(d.shape[1]):
+        if t >= lengths[n]:
+            for m in range(moves.shape[0]):
+                g0, d0 = moves[m, 0], moves[m, 1]
+                for j in range(moves[m, 2]):
+                    v = gy[t, n, g0 + j]
+                    if after >= 0:
+                        v = v + d[after, n, d0 + j]
+                    d[t, n, d0 + j] = v
+            for j in range(zeros):
+                d[t, n, j] = 0
+
+
 # ------------------------------------------------------------------ whole loops (ops/recurrent.py)
 # The loop of ``scan_forward`` in one native call: the same products (the OpenBLAS calls NumPy's
 # matmul makes for them, ``native.matmul_call``: ``first`` for h0, ``later`` for the rows of y)
 # and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
 # batch 1).
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, gru):
-    """An LSTM (``c0``; ``b`` unused) or, with ``gru``, a GRU (``b`` = b_hh; ``c0`` unused) forward."""
+def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, gru, lengths, init):
+    """An LSTM (``c0``; ``b`` unused) or, with ``gru``, a GRU (``b`` = b_hh; ``c0`` unused) forward;
+    rows past their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
+    shortest = lengths.min()
     row = y.shape[1] * y.shape[2]
     for k in range(ts.size):
         t, prev = ts[k], prevs[k]
@@ -280,14 +312,17 @@ def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, g
             gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
         else:
             lstm_forward_cell(xp, hw, c0, y, t, prev, one)
+        if t >= shortest:
+            hold_forward(y, t, prev, lengths, init)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call):
+def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call, lengths, moves):
     """``recurrent.lstm_backward`` in one native call: per step the cell, the product of the
     step's dgates by w_hh into mm (``call``: NumPy's), copied into d[t, :, 5H:]."""
     rows, hidden = c0.shape
     row = y.shape[1] * y.shape[2]
+    shortest = lengths.min()
     after = -1
     for k in range(ts.size - 1, -1, -1):
         t, prev = ts[k], prevs[k]
@@ -296,14 +331,17 @@ def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, cal
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, 5 * hidden + j] = mm[n, j]
+        if t >= shortest:
+            hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
         after = t
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call):
+def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, lengths, moves):
     """``recurrent.gru_backward`` in one native call: per step the cell, dhp @ w_hh into mm
     (``call``: NumPy's), added to d[t, :, 4H:]."""
     rows, hidden = h0.shape
+    shortest = lengths.min()
     after = -1
     for k in range(ts.size - 1, -1, -1):
         t, prev = ts[k], prevs[k]
@@ -312,13 +350,16 @@ def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call):
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, 4 * hidden + j] = d[t, n, 4 * hidden + j] + mm[n, j]
+        if t >= shortest:
+            hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
         after = t
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, one, kind, first, later, relu):
+def rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, one, kind, first, later, relu, lengths):
     """``recurrent.rnn_forward`` in one native call (``relu``: :func:`rnn_forward_cell`'s)."""
     row = y.shape[1] * y.shape[2]
+    shortest = lengths.min()
     for k in range(ts.size):
         t, prev = ts[k], prevs[k]
         if prev < 0:
@@ -326,14 +367,17 @@ def rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, one, kind, first, later, relu
         else:
             _product(y, prev * row, wt, 0, hw, 0, kind, later)
         rnn_forward_cell(xp, hw, y, t, prev, one, relu)
+        if t >= shortest:
+            hold_forward(y, t, prev, lengths, h0)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu):
+def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu, lengths, moves):
     """``recurrent.rnn_backward`` in one native call: per step the cell, dpre @ w_hh into mm
     (``call``: NumPy's), copied into d[t, :, H:]."""
     rows, hidden = y.shape[1], y.shape[2]
     row = d.shape[1] * d.shape[2]
+    shortest = lengths.min()
     after = -1
     for k in range(ts.size - 1, -1, -1):
         t = ts[k]
@@ -342,6 +386,8 @@ def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu):
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, hidden + j] = mm[n, j]
+        if t >= shortest:
+            hold_backward(gy, d, t, after, lengths, moves, hidden)
         after = t
 
 
@@ -359,30 +405,37 @@ def _orders(steps: int, reverse: bool) -> tuple:
     return np.array([t for t, _ in order], dtype=np.int64), np.array([p for _, p in order], dtype=np.int64)
 
 
-def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False) -> None:
+def _moves(moves: tuple) -> np.ndarray:
+    return np.array(moves, dtype=np.int64).reshape(-1, 3)
+
+
+def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.lstm_backward`` in one native call when NumPy's product is one it can make."""
     hidden = c0.shape[1]
     dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
     call = _native_call(d[0, :, : 4 * hidden], w_hh, mm)
     if call is None:
-        recurrent.lstm_backward(gy, y, c0, w_hh, d, cell, reverse)
+        recurrent.lstm_backward(gy, y, c0, w_hh, d, cell, reverse, lengths)
         return
     ts, prevs = _orders(y.shape[0], reverse)
+    lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves(recurrent.lstm_moves(hidden))
     with one_thread():
-        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call)
+        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, lengths, moves)
 
 
-def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False) -> None:
+def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.gru_backward`` in one native call when NumPy's product is one it can make."""
     dhp = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     mm = np.empty_like(h0)
     call = _native_call(dhp, w_hh, mm)
     if call is None:
-        recurrent.gru_backward(gy, y, h0, w_hh, d, cell, reverse)
+        recurrent.gru_backward(gy, y, h0, w_hh, d, cell, reverse, lengths)
         return
     ts, prevs = _orders(y.shape[0], reverse)
+    hidden = h0.shape[1]
+    lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves((0, 4 * hidden, hidden))
     with one_thread():
-        gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call)
+        gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call, lengths, moves)
 
 
 def _forward_plan(h0, w_hh, y, reverse: bool):
@@ -400,51 +453,55 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     return wt, hw, ts, prevs, first[0], first[1], later[1]
 
 
-def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, gru: bool) -> bool:
+def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, gru: bool, lengths) -> bool:
     """Run :func:`forward_loop` (an LSTM's ``c0``, a GRU's ``b``); False when there is no
     :func:`_forward_plan` (the caller runs the Python loop)."""
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
         return False
     wt, hw, ts, prevs, kind, first, later = made
+    lengths = recurrent.full_lengths(lengths, *y.shape[:2])
+    init = h0 if gru else recurrent.lstm_init(h0, c0)
     with one_thread():
-        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, gru)
+        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, gru, lengths, init)
     return True
 
 
-def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False) -> None:
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, False):
-        recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse)
+    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, False, lengths):
+        recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse, lengths)
 
 
-def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False) -> None:
+def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, True):
-        recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse)
+    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, True, lengths):
+        recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse, lengths)
 
 
-def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False) -> None:
+def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False, lengths=None) -> None:
     """``recurrent.rnn_forward`` in one native call (``relu``: the nonlinearity, else tanh)."""
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
         cell = lambda xp, hw, y, t, prev, one: rnn_forward_cell(xp, hw, y, t, prev, one, relu)  # noqa: E731
-        recurrent.rnn_forward(xp, h0, w_hh, y, cell, reverse)
+        recurrent.rnn_forward(xp, h0, w_hh, y, cell, reverse, lengths)
         return
     wt, hw, ts, prevs, kind, first, later = made
+    lengths = recurrent.full_lengths(lengths, *y.shape[:2])
     with one_thread():
-        rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, relu)
+        rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, relu, lengths)
 
 
-def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False) -> None:
+def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None) -> None:
     """``recurrent.rnn_backward`` in one native call when NumPy's product is one it can make."""
     hidden = y.shape[2]
     mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
     call = _native_call(d[0, :, :hidden], w_hh, mm)
     if call is None:
         cell = lambda gy, y, d, t, after, one: rnn_backward_cell(gy, y, d, t, after, one, relu)  # noqa: E731
-        recurrent.rnn_backward(gy, y, w_hh, d, cell, reverse)
+        recurrent.rnn_backward(gy, y, w_hh, d, cell, reverse, lengths)
         return
     ts, _ = _orders(y.shape[0], reverse)
+    lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves((0, hidden, hidden))
     with one_thread():
-        rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, relu)
+        rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, relu, lengths, moves)

@@ -443,7 +443,7 @@ class RecurrentStep:
     """lstm_scan, gru_scan, rnn_scan or their backwards (ops/recurrent.py): the op's loop over the
     time steps (``loop``, shared with its NumPy reference) with a compiled cell kernel (``cell``,
     lowering/cpu/recurrent_kernels.py; for rnn_scan whether the nonlinearity is relu) over
-    C-contiguous copies of its operands."""
+    C-contiguous copies of its operands (the optional int64 lengths passed as ``lengths``)."""
 
     name: str
     out: int
@@ -460,7 +460,8 @@ class RecurrentStep:
 
     def __call__(self, env, flat, scalars):
         arrays = [np.ascontiguousarray(view(env, scalars, c)) for c in self.args]
-        self.loop(*arrays, env[self.out], self.cell, self.reverse)
+        lengths = arrays.pop() if arrays[-1].dtype == np.int64 else None  # the optional last input
+        self.loop(*arrays, env[self.out], self.cell, self.reverse, lengths)
 
 
 @dataclass

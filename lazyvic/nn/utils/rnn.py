@@ -1,11 +1,14 @@
 """Variable-length sequences (``torch.nn.utils.rnn``): padding, and packing as thin wrappers.
 
-``pad_sequence`` stacks sequences of different lengths into one padded tensor. lazyvic has no
-recurrent layers that read a ``PackedSequence``; ``pack_padded_sequence``,
-``pad_packed_sequence``, ``pack_sequence`` and ``unpad_sequence`` produce and read PyTorch's
-layout (time-major rows of the sequences still running, ``batch_sizes`` per step, the sort
-permutation) so code that packs and unpacks runs and round-trips. Packing gathers rows with
-``index_select`` (differentiable); the lengths are host data, as PyTorch requires them on the CPU.
+``pad_sequence`` stacks sequences of different lengths into one padded tensor;
+``pack_padded_sequence``, ``pad_packed_sequence``, ``pack_sequence`` and ``unpad_sequence``
+produce and read PyTorch's layout (time-major rows of the sequences still running,
+``batch_sizes`` per step, the sort permutation), which ``nn.RNN``/``LSTM``/``GRU`` read (each
+sequence stepped over its own length). Padding and packing gather rows with one
+``index_select`` (differentiable) from the sequences joined by one ``cat``: the trace has the same
+structure whatever the lengths and whichever sequence is the longest, so a training loop over
+batches of other lengths finds its plan of symbolic sizes. The lengths are host data, as PyTorch
+requires them on the CPU.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lazyvic import functional as F
 from lazyvic.creation import tensor as make_tensor
 from lazyvic.errors import ShapeError
-from lazyvic.indexing import cat, stack
+from lazyvic.indexing import cat
 from lazyvic.tensor import Tensor
 
 
@@ -36,6 +38,21 @@ def _lengths(lengths, fn: str) -> np.ndarray:
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise ShapeError(f"{fn}: lengths must be a 1-D list or tensor of integers, got {arr!r}")
     return arr.astype(np.int64)
+
+
+def _order(lengths: np.ndarray, enforce_sorted: bool, fn: str) -> tuple:
+    """(longest-first order, sorted_indices, unsorted_indices) of a batch of these lengths: with
+    ``enforce_sorted`` they must be non-increasing (then no permutation is recorded), else the
+    order is a stable sort."""
+    if enforce_sorted:
+        if np.any(np.diff(lengths) > 0):
+            raise ValueError(
+                f"{fn}: lengths {lengths.tolist()} must be sorted in decreasing order when "
+                f"enforce_sorted=True; pass enforce_sorted=False to pack an unsorted batch"
+            )
+        return np.arange(lengths.size), None, None
+    order = np.argsort(-lengths, kind="stable")
+    return order, make_tensor(order, dtype=lengths.dtype), make_tensor(np.argsort(order, kind="stable"))
 
 
 def pad_sequence(
@@ -61,15 +78,19 @@ def pad_sequence(
         raise ShapeError(
             f"pad_sequence: sequences must be (L, *) with equal trailing dims, got {[s.shape for s in sequences]}"
         )
-    longest = max(s.shape[0] for s in sequences)
-    padded = []
-    for s in sequences:
-        missing = longest - s.shape[0]
-        if missing:
-            pads = (0, 0) * (s.ndim - 1) + ((0, missing) if padding_side == "right" else (missing, 0))
-            s = F.pad(s, pads, value=padding_value)
-        padded.append(s)
-    return stack(padded, 0 if batch_first else 1)
+    lengths = np.array([s.shape[0] for s in sequences], dtype=np.int64)
+    longest = int(lengths.max())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    steps = np.arange(longest)[:, None]  # (T, 1)
+    skip = 0 if padding_side == "right" else longest - lengths  # leading padding rows per sequence
+    at = steps - skip  # the row of each sequence at each padded step
+    filler = int(lengths.sum())  # the padding row, appended after the sequences' rows
+    rows = np.where((at >= 0) & (at < lengths), starts + at, filler)  # (T, B)
+    if batch_first:
+        rows = rows.T
+    joined = cat([*sequences, sequences[0].new_full((1, *sequences[0].shape[1:]), padding_value)])
+    out = joined.index_select(0, make_tensor(rows.reshape(-1)).to(joined.device))
+    return out.reshape(*rows.shape, *sequences[0].shape[1:])
 
 
 def unpad_sequence(padded_sequences: Tensor, lengths, batch_first: bool = False) -> list:
@@ -102,17 +123,7 @@ def pack_padded_sequence(
             f"pack_padded_sequence: every length must be in [1, {steps}] for input of shape {input.shape}, "
             f"got {lengths.tolist()}"
         )
-    if enforce_sorted:
-        if np.any(np.diff(lengths) > 0):
-            raise ValueError(
-                f"pack_padded_sequence: lengths {lengths.tolist()} must be sorted in decreasing order when "
-                f"enforce_sorted=True; pass enforce_sorted=False to pack an unsorted batch"
-            )
-        order, sorted_indices, unsorted_indices = np.arange(batch), None, None
-    else:
-        order = np.argsort(-lengths, kind="stable")
-        sorted_indices = make_tensor(order, dtype=lengths.dtype)
-        unsorted_indices = make_tensor(np.argsort(order, kind="stable"))
+    order, sorted_indices, unsorted_indices = _order(lengths, enforce_sorted, "pack_padded_sequence")
     sorted_lengths = lengths[order]
     batch_sizes = np.array([(sorted_lengths > t).sum() for t in range(int(sorted_lengths.max()))], dtype=np.int64)
     rows = np.concatenate([t * batch + order[: int(n)] for t, n in enumerate(batch_sizes)])
@@ -158,10 +169,29 @@ def pad_packed_sequence(
 
 
 def pack_sequence(sequences: Sequence[Tensor], enforce_sorted: bool = True) -> PackedSequence:
-    """Pack a list of ``(L_i, *)`` sequences (``pad_sequence`` then ``pack_padded_sequence``)."""
+    """Pack a list of ``(L_i, *)`` sequences: what ``pack_padded_sequence(pad_sequence(sequences),
+    lengths, enforce_sorted=...)`` gives, gathered from the joined sequences in one step.
+
+    Raises:
+        ShapeError: no sequences, a 0-d or empty sequence, or trailing dims that differ.
+        ValueError: unsorted lengths with ``enforce_sorted=True``.
+    """
     sequences = list(sequences)
-    lengths = [s.shape[0] for s in sequences]
-    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
+    if not sequences or any(s.ndim == 0 for s in sequences) or len({s.shape[1:] for s in sequences}) != 1:
+        raise ShapeError(
+            f"pack_sequence: sequences must be (L, *) with equal trailing dims, got {[s.shape for s in sequences]}"
+        )
+    lengths = np.array([s.shape[0] for s in sequences], dtype=np.int64)
+    if lengths.min() <= 0:
+        raise ShapeError(f"pack_sequence: every sequence needs at least one step, got lengths {lengths.tolist()}")
+    order, sorted_indices, unsorted_indices = _order(lengths, enforce_sorted, "pack_sequence")
+    sorted_lengths = lengths[order]
+    batch_sizes = np.array([(sorted_lengths > t).sum() for t in range(int(sorted_lengths.max()))], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rows = np.concatenate([starts[order[: int(n)]] + t for t, n in enumerate(batch_sizes)])
+    joined = cat(sequences)
+    data = joined.index_select(0, make_tensor(rows).to(joined.device))
+    return PackedSequence(data, make_tensor(batch_sizes), sorted_indices, unsorted_indices)
 
 
 __all__ = [

@@ -620,8 +620,10 @@ def test_recurrent_nodes_as_pytorchs_layers(op, direction):
     peepholes, a GRU with linear_before_reset=1: what PyTorch's exporter writes) run as PyTorch's
     layers with the gates reordered (ONNX: i, o, f, c and z, r, h), one scan primitive per
     direction (ops/recurrent.py); RNN nodes with Tanh (the default) or Relu activations too;
-    against onnxruntime, initial states, biases and all sequence_lens equal to the length
-    included. ("relu": an RNN forward in time with activations ["Relu"].)"""
+    against onnxruntime, initial states and biases included, with sequence_lens all equal to the
+    length (the bidirectional LSTM) or uneven (the scans' lengths input: outputs past a
+    sequence's end are zeros, Y_h the state at its last step). ("relu": an RNN forward in time
+    with activations ["Relu"].)"""
     from _oracle import pending_ops
 
     r = _rng(29)
@@ -633,7 +635,7 @@ def test_recurrent_nodes_as_pytorchs_layers(op, direction):
         "w": r.standard_normal((dirs, gates * hidden, 6)).astype(np.float32) * 0.5,
         "r": r.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5,
         "b": r.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.5,
-        "n": np.array([4, 4, 4], np.int32),
+        "n": np.array([4, 4, 4] if (op, direction) == ("LSTM", "bidirectional") else [4, 2, 3], np.int32),
         "h0": r.standard_normal((dirs, 3, hidden)).astype(np.float32),
     }
     inputs, outs = ["x", "w", "r", "b", "n", "h0"], ["y", "y_h"]

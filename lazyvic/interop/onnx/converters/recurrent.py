@@ -1,11 +1,11 @@
 """Recurrent layers: RNN GRU LSTM, with the spec's equations; the input projection of every step
 is one matmul up front. An RNN whose activations are all Tanh or all Relu, an LSTM with the
 default activations and no peepholes, and a GRU with the default activations and
-``linear_before_reset=1`` (PyTorch's GRU, as its exporter writes it), whose sequences all run
-the whole length, are PyTorch's layers (LSTM and GRU with their gates reordered:
-``functional.recurrent.rnn_layer`` / ``lstm_layer`` / ``gru_layer``: one scan primitive per
-direction on the CPU, ``ops/recurrent.py``). Others are unrolled over the (static) sequence length; steps past a
-batch entry's sequence_lens leave its state unchanged and output zeros.
+``linear_before_reset=1`` (PyTorch's GRU, as its exporter writes it) are PyTorch's layers (LSTM
+and GRU with their gates reordered: ``functional.recurrent.rnn_layer`` / ``lstm_layer`` /
+``gru_layer``: one scan primitive per direction on the CPU, ``ops/recurrent.py``, sequence_lens
+its lengths input). Others are unrolled over the (static) sequence length. Either way, steps past
+a batch entry's sequence_lens leave its state unchanged and output zeros.
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ def _unroll(
 ):
     """The layer over every step and direction: ``step(xt, h, c, cell) -> (h, c)`` is one cell
     update, with ``xt`` the step's input projection (batch, gates * hidden). With ``layer`` and the
-    default activations and whole sequences, ``layer(xs, W, R, B, h0, c0, reverse) -> (ys, h, c)``
-    runs a direction instead. Returns Y, Y_h, Y_c."""
+    default activations, ``layer(xs, W, R, B, h0, c0, reverse, lengths) -> (ys, h, c)`` runs a
+    direction instead (``lengths``: sequence_lens as an int64 tensor, or None when every sequence
+    runs the whole length; its outputs past a sequence's end are then set to zero). Returns Y,
+    Y_h, Y_c."""
     xs, weight, recur = ctx.tensor(x), ctx.tensor(w), ctx.tensor(r)
     layout = int(ctx.attr("layout", 0)) if ctx.version >= 14 else 0
     if layout:
@@ -116,12 +118,13 @@ def _unroll(
             valid = np.arange(steps)[:, None, None] < lens[None, :, None]  # (seq, batch, 1)
     acts = _activations(ctx, defaults, directions)
     names = [a.lower() for a in ctx.attr("activations") or defaults * directions]
-    whole = layer is not None and valid is None and names == [a.lower() for a in defaults] * directions
+    scans = layer is not None and names == [a.lower() for a in defaults] * directions
+    lengths = None if valid is None else const_tensor(lens.astype(np.int64))
     outputs, finals, cells = [], [], []
     for d in range(directions):
-        if whole:
-            ys, h, c = layer(xs, weight[d], recur[d], bias[d], h0[d], c0[d], direction == "reverse" or d == 1)
-            outputs.append(ys)
+        if scans:
+            ys, h, c = layer(xs, weight[d], recur[d], bias[d], h0[d], c0[d], direction == "reverse" or d == 1, lengths)
+            outputs.append(ys if valid is None else where(const_tensor(valid), ys, 0.0))  # ONNX: zeros past the end
             finals.append(h)
             cells.append(c)
             continue
@@ -162,9 +165,9 @@ def rnn(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
     names = {a.lower() for a in ctx.attr("activations") or ["Tanh"]}
     nonlinearity = names.pop() if len(names) == 1 and names <= {"tanh", "relu"} else None
 
-    def layer(xs, wd, rd, bd, h, c, reverse):
+    def layer(xs, wd, rd, bd, h, c, reverse, lengths):
         n = rd.shape[1]
-        ys, h = rnn_layer(xs, h, wd, rd, bd[:n], bd[n:], reverse, nonlinearity)
+        ys, h = rnn_layer(xs, h, wd, rd, bd[:n], bd[n:], reverse, nonlinearity, lengths)
         return ys, h, c
 
     defaults = ["Relu"] if nonlinearity == "relu" else ["Tanh"]
@@ -194,11 +197,11 @@ def gru(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None):
             cand = g(xt[:, 2 * n :] + (reset * h) @ rt[:, 2 * n :] + bh)
         return (1.0 - z) * cand + z * h, c
 
-    def layer(xs, wd, rd, bd, h, c, reverse):  # ONNX gates z, r, h; PyTorch's r, z, n
+    def layer(xs, wd, rd, bd, h, c, reverse, lengths):  # ONNX gates z, r, h; PyTorch's r, z, n
         n = rd.shape[1]
         o = (1, 0, 2)
         ys, h = gru_layer(xs, h, _reordered(wd, o, n), _reordered(rd, o, n), _reordered(bd[: 3 * n], o, n),
-                          _reordered(bd[3 * n :], o, n), reverse)  # fmt: skip
+                          _reordered(bd[3 * n :], o, n), reverse, lengths)  # fmt: skip
         return ys, h, c
 
     y, y_h, _ = _unroll(
@@ -223,11 +226,11 @@ def lstm(ctx, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=Non
             go = go + ctx.tensor(peepholes)[cell.direction][n : 2 * n] * cn
         return f(go) * hact(cn), cn
 
-    def layer(xs, wd, rd, bd, h, c, reverse):  # ONNX gates i, o, f, c; PyTorch's i, f, g, o
+    def layer(xs, wd, rd, bd, h, c, reverse, lengths):  # ONNX gates i, o, f, c; PyTorch's i, f, g, o
         n = rd.shape[1]
         o = (0, 2, 3, 1)
         return lstm_layer(xs, h, c, _reordered(wd, o, n), _reordered(rd, o, n), _reordered(bd[: 4 * n], o, n),
-                          _reordered(bd[4 * n :], o, n), reverse)  # fmt: skip
+                          _reordered(bd[4 * n :], o, n), reverse, lengths)  # fmt: skip
 
     defaults = ["Sigmoid", "Tanh", "Tanh"]
     return _unroll(

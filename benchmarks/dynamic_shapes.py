@@ -15,6 +15,9 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
 - ``generate``: ``TinyGPT.generate`` (KV cache) vs PyTorch's nanoGPT loop, 200 greedy tokens.
 - ``varlen_train``: TinyGPT training on 24 batches of about 20 distinct lengths; total time
   including compiling, and steps/s once every length has been seen.
+- ``packed_lstm``: a sequence classifier (bidirectional 2-layer LSTM 32 -> 128 over
+  ``pack_sequence(..., enforce_sorted=False)``, the final states into a linear layer, Adam) on 40
+  batches of 16 sequences of random lengths 5..35 (no two batches alike).
 
 Reported: time (total, including lazyvic's compiles), the time from the first step to the steady
 state (until the last step slower than twice the steady median), steps or tokens per second, lazyvic's
@@ -42,7 +45,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CASES = ("moving_slice", "growing_context", "generate", "varlen_train")
+CASES = ("moving_slice", "growing_context", "generate", "varlen_train", "packed_lstm")
 VOCAB, D, LAYERS, HEADS, BLOCK = 65, 128, 2, 4, 64
 
 
@@ -208,11 +211,44 @@ def run_varlen_train(lib, quick: bool) -> dict:
     }
 
 
+def run_packed_lstm(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    pack_sequence = torch.nn.utils.rnn.pack_sequence
+    torch.manual_seed(0)
+    lstm, head = nn.LSTM(32, 128, 2, bidirectional=True), nn.Linear(256, 5)
+    opt = torch.optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=1e-3)
+    rng = np.random.default_rng(0)
+    steps = 12 if quick else 40
+    batches = []
+    for _ in range(steps):
+        lens = rng.integers(5, 36, 16)
+        batches.append(([rng.standard_normal((n, 32)).astype(np.float32) for n in lens], rng.integers(0, 5, 16)))
+    t0, times = time.perf_counter(), []
+    for seqs, y in batches:
+        s0 = time.perf_counter()
+        _, (h, _) = lstm(pack_sequence([torch.tensor(a) for a in seqs], enforce_sorted=False))
+        loss = F.cross_entropy(head(torch.cat([h[-2], h[-1]], 1)), torch.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - s0)
+    total = time.perf_counter() - t0
+    return {
+        "total_s": total,
+        "steady_steps_per_s": 1.0 / np.median(times[len(times) // 2 :]),
+        "to_steady_s": _to_steady(times),
+        "steps": steps,
+        "steps_per_s": steps / total,
+    }
+
+
 RUNNERS = {
     "moving_slice": run_moving_slice,
     "growing_context": run_growing_context,
     "generate": run_generate,
     "varlen_train": run_varlen_train,
+    "packed_lstm": run_packed_lstm,
 }
 
 

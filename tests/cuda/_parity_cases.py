@@ -6,9 +6,12 @@ before Numba is first imported; test_parity.py does it). Each case prints one JS
 ``ops`` (every primitive's forward case, every VJP case, random numbers and dropout
 masks), ``gpt`` or ``resnet`` (training steps on both devices, then a repeated CUDA run).
 
-Both devices run in compile mode "always", so a CUDA trace runs as a compiled CudaPlan
+The CUDA side runs in compile mode "always", so a CUDA trace runs as a compiled CudaPlan
 (device kernels), not on the host interpreter; every CUDA case also reports the counted
-fallbacks (``lazyvic.metrics.snapshot()["fallback_ops"]``) and interpreted runs.
+fallbacks (``lazyvic.metrics.snapshot()["fallback_ops"]``) and interpreted runs. The CPU side of
+the forward, VJP and model cases runs on the NumPy interpreter (``CPU_MODE``), the oracle of
+every other test, which gives the compiled CPU plans' bits (tests/test_ops_forward.py,
+tests/test_numerics.py): compiled, it cost CI a cold compile of every case's CPU kernels.
 Shapes are tiny: under the simulator every CUDA thread is a Python thread.
 """
 
@@ -224,10 +227,11 @@ def run_forward_case(lv, opname: str, build) -> dict:
     from lazyvic.runtime.config import config
 
     rec = {"case": f"forward:{opname}", "group": "forward", "op": opname}
-    config.compile = "always"
+    config.compile = CPU_MODE
     t, _ = build()
     rec["cpu_ops"] = sorted(pending_ops(t))
     cpu = t.numpy().copy()
+    config.compile = "always"
     with on_device(lv, "cuda"):
         g, _ = build()
     rec["cuda_ops"] = sorted(pending_ops(g))
@@ -244,11 +248,12 @@ def run_forward_case(lv, opname: str, build) -> dict:
     return rec
 
 
-# The CPU side of the VJP cases runs on the NumPy interpreter (the op table's reference
-# implementations, the oracle of every other test): compiling ~100 distinct float64 backward
-# traces for the CPU would cost ~30 s with a cold kernel cache, and test_vjp.py already checks
-# compiled CPU gradients against the interpreter. The CUDA side always runs compiled plans.
-VJP_CPU_MODE = "never"
+# The CPU side of the forward, VJP and model cases runs on the NumPy interpreter (the op table's
+# reference implementations, the oracle of every other test): compiling ~100 distinct float64
+# backward traces for the CPU would cost ~30 s with a cold kernel cache, and test_ops_forward.py,
+# test_vjp.py and test_numerics.py already check compiled CPU plans against the interpreter. The
+# CUDA side always runs compiled plans.
+CPU_MODE = "never"
 
 
 def run_vjp_case(lv, name: str, fn, arrays, seed: int = 0) -> dict:
@@ -259,7 +264,7 @@ def run_vjp_case(lv, name: str, fn, arrays, seed: int = 0) -> dict:
     arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
     results = {}
     for device in ("cpu", "cuda"):
-        config.compile = VJP_CPU_MODE if device == "cpu" else "always"
+        config.compile = CPU_MODE if device == "cpu" else "always"
         with on_device(lv, device):
             leaves = [lv.tensor(a, dtype=lv.float64, requires_grad=True, device=device) for a in arrays]
             out = fn(*leaves)
@@ -365,8 +370,8 @@ def run_random_case(lv, name: str, build) -> dict:
 
 
 # ============================================================ groups "gpt" and "resnet"
-# Training steps of the same seeded model on both devices. Both devices compile every trace
-# ("always"); the CPU's kernels load from the disk cache after the first test run.
+# Training steps of the same seeded model on both devices: the CPU's on the interpreter
+# (CPU_MODE), the CUDA's compiled ("always").
 
 MODEL_TOL = dict(rtol=1e-4, atol=2e-5)  # float32, after a few optimizer steps
 
@@ -453,11 +458,12 @@ def run_model(lv, name: str, run, steps: int, repeat_steps: int) -> list:
     steps that must give the same bits as the first."""
     from lazyvic.runtime.config import config
 
-    config.compile = "always"
+    config.compile = CPU_MODE
     recs = []
     t0 = time.perf_counter()
     cpu, _ = run(lv, "cpu", steps)
     t1 = time.perf_counter()
+    config.compile = "always"
     gpu, c = run(lv, "cuda", steps)
     t2 = time.perf_counter()
     problems, worst = compare_runs(cpu, gpu)

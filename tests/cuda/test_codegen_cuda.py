@@ -1,7 +1,9 @@
 """CUDA code generation against the CPU plans, under Numba's CUDA simulator.
 
 Each case builds a real lazy graph, cuts it into a trace and runs the trace
-through the CPU plan (``lowering.cpu.compile_trace`` + executor) and through the runtime's
+through the CPU's NumPy interpreter (``runtime.interpreter.interpret``, which gives the CPU
+plans' bits: tests/test_numerics.py; compiling the CPU plans here cost CI a cold compile of
+every case's kernels) and through the runtime's
 CUDA backend (``runtime.executor.backend("cuda").compile(...).run``). The simulator needs ``NUMBA_ENABLE_CUDASIM=1``
 before Numba is first imported, so the cases run in one subprocess (this file run
 as a script) that reports each case as one JSON line; the tests here read them.
@@ -622,10 +624,10 @@ def _compare(expected, got, again, how) -> list:
 def _run_cases() -> None:
     """Subprocess side: run every case, print one JSON line per case."""
     import lazyvic as lv
-    from lazyvic.lowering.cpu import compile_trace
     from lazyvic.lowering.cuda import CudaPlan
     from lazyvic.runtime.device import simulated
-    from lazyvic.runtime.executor import backend, execute
+    from lazyvic.runtime.executor import backend
+    from lazyvic.runtime.interpreter import interpret
     from lazyvic.trace.cut import cut
 
     # The simulator's barrier polls its threads: switch between them often.
@@ -643,7 +645,7 @@ def _run_cases() -> None:
             runs = out_copies = 0
             for trace_outs in outs if isinstance(outs[0], list) else [outs]:
                 trace, inputs, scalars, _ = cut([t._node for t in trace_outs])
-                expected = execute(compile_trace(trace), inputs, scalars)
+                expected = interpret(trace, inputs, scalars)
                 plan: CudaPlan = backend("cuda").compile(trace)
                 got = plan.run(inputs, scalars, to_host=True)
                 again = plan.run(inputs, scalars, to_host=True)

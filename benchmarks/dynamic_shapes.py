@@ -58,6 +58,18 @@ def _to_steady(times: list) -> float:
     return float(sum(times[: slow[-1] + 1])) if slow else 0.0
 
 
+def _steps_summary(times: list, total: float) -> dict:
+    """A training loop's record: total seconds, steady steps/s (the median of the second half),
+    the time to the steady state, steps, and steps/s over the whole loop."""
+    return {
+        "total_s": total,
+        "steady_steps_per_s": 1.0 / np.median(times[len(times) // 2 :]),
+        "to_steady_s": _to_steady(times),
+        "steps": len(times),
+        "steps_per_s": len(times) / total,
+    }
+
+
 def _lm_data(n_tokens=12000, batch=8):
     return np.random.default_rng(0).integers(0, VOCAB, (n_tokens // batch, batch))
 
@@ -200,15 +212,7 @@ def run_varlen_train(lib, quick: bool) -> dict:
         opt.step()
         loss.item()
         times.append(time.perf_counter() - s0)
-    total = time.perf_counter() - t0
-    return {
-        "total_s": total,
-        "steady_steps_per_s": 1.0 / np.median(times[len(times) // 2 :]),
-        "to_steady_s": _to_steady(times),
-        "steps": len(lengths),
-        "distinct_lengths": len(set(lengths)),
-        "steps_per_s": len(lengths) / total,
-    }
+    return {**_steps_summary(times, time.perf_counter() - t0), "distinct_lengths": len(set(lengths))}
 
 
 def run_packed_lstm(lib, quick: bool) -> dict:
@@ -233,14 +237,7 @@ def run_packed_lstm(lib, quick: bool) -> dict:
         opt.step()
         loss.item()
         times.append(time.perf_counter() - s0)
-    total = time.perf_counter() - t0
-    return {
-        "total_s": total,
-        "steady_steps_per_s": 1.0 / np.median(times[len(times) // 2 :]),
-        "to_steady_s": _to_steady(times),
-        "steps": steps,
-        "steps_per_s": steps / total,
-    }
+    return _steps_summary(times, time.perf_counter() - t0)
 
 
 RUNNERS = {

@@ -292,14 +292,18 @@ def hold_backward(gy, d, t, after, lengths, moves, zeros):
 
 
 # ------------------------------------------------------------------ whole loops (ops/recurrent.py)
+LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3  # forward_loop's cells
+
+
 # The loop of ``scan_forward`` in one native call: the same products (the OpenBLAS calls NumPy's
 # matmul makes for them, ``native.matmul_call``: ``first`` for h0, ``later`` for the rows of y)
 # and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
 # batch 1).
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, gru, lengths, init):
-    """An LSTM (``c0``; ``b`` unused) or, with ``gru``, a GRU (``b`` = b_hh; ``c0`` unused) forward;
-    rows past their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
+def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, cell, lengths, init):
+    """The forward of an LSTM (``cell`` LSTM; ``c0``), a GRU (GRU; ``b`` = b_hh) or an Elman RNN
+    (RNN_TANH, RNN_RELU); the arrays a cell does not read are any of the right type. Rows past
+    their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
     shortest = lengths.min()
     row = y.shape[1] * y.shape[2]
     for k in range(ts.size):
@@ -308,10 +312,12 @@ def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, g
             _product(h0, 0, wt, 0, hw, 0, kind, first)
         else:
             _product(y, prev * row, wt, 0, hw, 0, kind, later)
-        if gru:
+        if cell == GRU:
             gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
-        else:
+        elif cell == LSTM:
             lstm_forward_cell(xp, hw, c0, y, t, prev, one)
+        else:
+            rnn_forward_cell(xp, hw, y, t, prev, one, cell == RNN_RELU)
         if t >= shortest:
             hold_forward(y, t, prev, lengths, init)
 
@@ -353,22 +359,6 @@ def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, l
         if t >= shortest:
             hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
         after = t
-
-
-@njit(cache=True, error_model="numpy", boundscheck=False)
-def rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, one, kind, first, later, relu, lengths):
-    """``recurrent.rnn_forward`` in one native call (``relu``: :func:`rnn_forward_cell`'s)."""
-    row = y.shape[1] * y.shape[2]
-    shortest = lengths.min()
-    for k in range(ts.size):
-        t, prev = ts[k], prevs[k]
-        if prev < 0:
-            _product(h0, 0, wt, 0, hw, 0, kind, first)
-        else:
-            _product(y, prev * row, wt, 0, hw, 0, kind, later)
-        rnn_forward_cell(xp, hw, y, t, prev, one, relu)
-        if t >= shortest:
-            hold_forward(y, t, prev, lengths, h0)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
@@ -453,7 +443,7 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     return wt, hw, ts, prevs, first[0], first[1], later[1]
 
 
-def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, gru: bool, lengths) -> bool:
+def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths) -> bool:
     """Run :func:`forward_loop` (an LSTM's ``c0``, a GRU's ``b``); False when there is no
     :func:`_forward_plan` (the caller runs the Python loop)."""
     made = _forward_plan(h0, w_hh, y, reverse)
@@ -461,35 +451,29 @@ def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, gru: bool, lengths) -
         return False
     wt, hw, ts, prevs, kind, first, later = made
     lengths = recurrent.full_lengths(lengths, *y.shape[:2])
-    init = h0 if gru else recurrent.lstm_init(h0, c0)
+    init = recurrent.lstm_init(h0, c0) if cell == LSTM else h0
     with one_thread():
-        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, gru, lengths, init)
+        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, cell, lengths, init)
     return True
 
 
 def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, False, lengths):
+    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, LSTM, lengths):
         recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse, lengths)
 
 
 def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, True, lengths):
+    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, GRU, lengths):
         recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse, lengths)
 
 
 def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False, lengths=None) -> None:
     """``recurrent.rnn_forward`` in one native call (``relu``: the nonlinearity, else tanh)."""
-    made = _forward_plan(h0, w_hh, y, reverse)
-    if made is None:
+    if not _native_forward(xp, h0, h0, h0[0], w_hh, y, reverse, RNN_RELU if relu else RNN_TANH, lengths):
         cell = lambda xp, hw, y, t, prev, one: rnn_forward_cell(xp, hw, y, t, prev, one, relu)  # noqa: E731
         recurrent.rnn_forward(xp, h0, w_hh, y, cell, reverse, lengths)
-        return
-    wt, hw, ts, prevs, kind, first, later = made
-    lengths = recurrent.full_lengths(lengths, *y.shape[:2])
-    with one_thread():
-        rnn_forward_loop(xp, h0, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, relu, lengths)
 
 
 def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None) -> None:

@@ -144,12 +144,14 @@ def _steps(length: int, reverse: bool):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def _keep(lengths, t: int, new: Tensor, old: Tensor) -> Tensor:
-    """The new state where the sequence is running at step t (``t < lengths``), else the old one
-    (sequences of different lengths)."""
-    if lengths is None:
-        return new
-    return where((lengths > t).reshape(lengths.shape[0], 1), new, old)
+def _running(lengths, t: int):
+    """(N, 1) bool: the rows whose sequence runs at step t (``t < lengths``); None: every row."""
+    return None if lengths is None else (lengths > t).reshape(lengths.shape[0], 1)
+
+
+def _keep(running, new: Tensor, old: Tensor) -> Tensor:
+    """The new state where the sequence runs (``running``, of :func:`_running`), else the old one."""
+    return new if running is None else where(running, new, old)
 
 
 def _scan_inputs(lengths) -> tuple:
@@ -178,7 +180,7 @@ def rnn_layer(
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _keep(lengths, t, _rnn_step(xp[t], h, w_hh, nonlinearity, w_t), h)
+        h = outs[t] = _keep(_running(lengths, t), _rnn_step(xp[t], h, w_hh, nonlinearity, w_t), h)
     return stack(outs, 0), h
 
 
@@ -214,7 +216,8 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
         h_new, c_new = _lstm_step(xp[t], h, c, w_hh, w_t)
-        h, c = _keep(lengths, t, h_new, h), _keep(lengths, t, c_new, c)
+        running = _running(lengths, t)
+        h, c = _keep(running, h_new, h), _keep(running, c_new, c)
         outs[t] = h
     return stack(outs, 0), h, c
 
@@ -232,5 +235,5 @@ def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, len
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
     for t in _steps(x.shape[0], reverse):
-        h = outs[t] = _keep(lengths, t, _gru_step(xp[t], h, w_hh, b_hh, w_t), h)
+        h = outs[t] = _keep(_running(lengths, t), _gru_step(xp[t], h, w_hh, b_hh, w_t), h)
     return stack(outs, 0), h

@@ -29,6 +29,7 @@ from lazyvic.functional import recurrent
 from lazyvic.indexing import cat, stack
 from lazyvic.nn import init
 from lazyvic.nn.module import Module, Parameter
+from lazyvic.nn.utils.rnn import lengths_of
 from lazyvic.tensor import Tensor
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -221,8 +222,7 @@ class RNNBase(Module):
         device = data.device
         padded = cat([data, data.new_zeros(1, data.shape[1])], 0)
         x = padded.index_select(0, Tensor(gather).to(device)).reshape(steps, batch, data.shape[1])
-        # the longest-first batch's row n runs the steps whose batch size is above n
-        lengths = Tensor((sizes[:, None] > np.arange(batch)[None, :]).sum(0).astype(np.int64)).to(device)
+        lengths = Tensor(lengths_of(sizes)).to(device)  # of the longest-first batch's rows
         states = self._states(name, hx, batch, False, x)
         if hx is not None and sorted_indices is not None:
             states = [s.index_select(1, sorted_indices) for s in states]

@@ -155,6 +155,14 @@ def step_order(steps: int, reverse: bool) -> list:
     return [(t, t - 1) for t in range(steps)]
 
 
+def split_lengths(arrays: list) -> tuple:
+    """(the float operands, the optional lengths or None) of a scan's or backward's input arrays:
+    the lengths are the int64 last one."""
+    if arrays[-1].dtype == np.int64:
+        return arrays[:-1], arrays[-1]
+    return arrays, None
+
+
 def full_lengths(lengths, steps: int, rows: int) -> np.ndarray:
     """The per-row step counts a loop reads: ``lengths`` as a C-contiguous int64 array or, absent,
     every row the whole sequence."""
@@ -295,8 +303,7 @@ def _reference_of(loop, cell, width: int = 0):
     dict of cells by the op's ``nonlinearity`` (rnn_scan)."""
 
     def reference(arrays, at):
-        arrays = [np.ascontiguousarray(a) for a in arrays]
-        lengths = arrays.pop() if arrays[-1].dtype == np.int64 else None
+        arrays, lengths = split_lengths([np.ascontiguousarray(a) for a in arrays])
         first, second = arrays[0], arrays[1]
         shape = (first.shape[0], first.shape[1], width * second.shape[-1]) if width else second.shape
         out = np.empty(shape, dtype=first.dtype)

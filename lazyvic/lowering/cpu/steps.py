@@ -27,6 +27,7 @@ from numba import njit
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.ops.index import index_error
+from lazyvic.ops.recurrent import split_lengths
 from lazyvic.trace.symbolic import Sym
 
 # Scratch sets a conv step keeps between runs (as many as threads ran it at once, or as sizes
@@ -459,8 +460,7 @@ class RecurrentStep:
         return tuple(c.base for c in self.args if c.kind == "buffer")
 
     def __call__(self, env, flat, scalars):
-        arrays = [np.ascontiguousarray(view(env, scalars, c)) for c in self.args]
-        lengths = arrays.pop() if arrays[-1].dtype == np.int64 else None  # the optional last input
+        arrays, lengths = split_lengths([np.ascontiguousarray(view(env, scalars, c)) for c in self.args])
         self.loop(*arrays, env[self.out], self.cell, self.reverse, lengths)
 
 

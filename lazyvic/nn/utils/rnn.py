@@ -40,6 +40,25 @@ def _lengths(lengths, fn: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def batch_sizes_of(sorted_lengths: np.ndarray) -> np.ndarray:
+    """A PackedSequence's ``batch_sizes`` (int64, one per step): how many of the longest-first
+    sequences run at each step."""
+    steps = np.arange(int(sorted_lengths.max()))
+    return (sorted_lengths[None, :] > steps[:, None]).sum(1).astype(np.int64)
+
+
+def lengths_of(batch_sizes: np.ndarray) -> np.ndarray:
+    """The longest-first sequences' lengths (int64) from a PackedSequence's ``batch_sizes``."""
+    return (batch_sizes[:, None] > np.arange(int(batch_sizes[0]))[None, :]).sum(0).astype(np.int64)
+
+
+def _gather(parts: list, rows: np.ndarray) -> Tensor:
+    """Rows ``rows`` (int64, any shape: flattened) of the tensors ``parts`` joined along dim 0, in
+    one differentiable ``index_select``."""
+    joined = cat(parts)
+    return joined.index_select(0, make_tensor(rows.reshape(-1)).to(joined.device))
+
+
 def _order(lengths: np.ndarray, enforce_sorted: bool, fn: str) -> tuple:
     """(longest-first order, sorted_indices, unsorted_indices) of a batch of these lengths: with
     ``enforce_sorted`` they must be non-increasing (then no permutation is recorded), else the
@@ -88,8 +107,7 @@ def pad_sequence(
     rows = np.where((at >= 0) & (at < lengths), starts + at, filler)  # (T, B)
     if batch_first:
         rows = rows.T
-    joined = cat([*sequences, sequences[0].new_full((1, *sequences[0].shape[1:]), padding_value)])
-    out = joined.index_select(0, make_tensor(rows.reshape(-1)).to(joined.device))
+    out = _gather([*sequences, sequences[0].new_full((1, *sequences[0].shape[1:]), padding_value)], rows)
     return out.reshape(*rows.shape, *sequences[0].shape[1:])
 
 
@@ -124,8 +142,7 @@ def pack_padded_sequence(
             f"got {lengths.tolist()}"
         )
     order, sorted_indices, unsorted_indices = _order(lengths, enforce_sorted, "pack_padded_sequence")
-    sorted_lengths = lengths[order]
-    batch_sizes = np.array([(sorted_lengths > t).sum() for t in range(int(sorted_lengths.max()))], dtype=np.int64)
+    batch_sizes = batch_sizes_of(lengths[order])
     rows = np.concatenate([t * batch + order[: int(n)] for t, n in enumerate(batch_sizes)])
     flat = x.reshape(steps * batch, *x.shape[2:])
     data = flat.index_select(0, make_tensor(rows).to(input.device))
@@ -154,7 +171,7 @@ def pad_packed_sequence(
                 f"pad_packed_sequence: total_length={total_length} is shorter than the longest sequence ({steps})"
             )
         steps = total_length
-    sorted_lengths = np.array([(sizes > j).sum() for j in range(batch)], dtype=np.int64)
+    sorted_lengths = lengths_of(sizes)
     unsort = np.arange(batch) if unsorted_indices is None else _lengths(unsorted_indices, "pad_packed_sequence")
     n = data.shape[0]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -162,8 +179,7 @@ def pad_packed_sequence(
     for t, size in enumerate(sizes):
         rows[t, : int(size)] = offsets[t] + np.arange(int(size))
     rows = rows[:, unsort]
-    filler = data.new_full((1, *data.shape[1:]), padding_value)
-    padded = cat([data, filler]).index_select(0, make_tensor(rows.reshape(-1)).to(data.device))
+    padded = _gather([data, data.new_full((1, *data.shape[1:]), padding_value)], rows)
     padded = padded.reshape(steps, batch, *data.shape[1:])
     return (padded.transpose(0, 1) if batch_first else padded), make_tensor(sorted_lengths[unsort])
 
@@ -185,12 +201,10 @@ def pack_sequence(sequences: Sequence[Tensor], enforce_sorted: bool = True) -> P
     if lengths.min() <= 0:
         raise ShapeError(f"pack_sequence: every sequence needs at least one step, got lengths {lengths.tolist()}")
     order, sorted_indices, unsorted_indices = _order(lengths, enforce_sorted, "pack_sequence")
-    sorted_lengths = lengths[order]
-    batch_sizes = np.array([(sorted_lengths > t).sum() for t in range(int(sorted_lengths.max()))], dtype=np.int64)
+    batch_sizes = batch_sizes_of(lengths[order])
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     rows = np.concatenate([starts[order[: int(n)]] + t for t, n in enumerate(batch_sizes)])
-    joined = cat(sequences)
-    data = joined.index_select(0, make_tensor(rows).to(joined.device))
+    data = _gather(sequences, rows)
     return PackedSequence(data, make_tensor(batch_sizes), sorted_indices, unsorted_indices)
 
 

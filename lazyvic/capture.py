@@ -84,16 +84,16 @@ from lazyvic.trace.node import Node, parameter_nodes
 class _Entry:
     """One recording: the trace and where each of its input slots comes from."""
 
-    __slots__ = ("trace", "slots", "scalars", "watched", "out_nodes_index", "structure", "n_outputs", "device")
+    __slots__ = ("trace", "slots", "scalars", "watched", "structure", "items", "device")
 
-    def __init__(self, trace, slots, scalars, watched, structure, n_outputs, device: str = "cpu"):
+    def __init__(self, trace, slots, scalars, watched, structure, items, device: str = "cpu"):
         self.trace = trace
         self.device = device  # where the outputs live
         self.slots = slots  # per input slot: ("arg", index) or ("const", array)
         self.scalars = scalars
         self.watched = watched  # [(weakref to Tensor, Node)]: values the replay assumes unchanged
         self.structure = structure  # "tensor", "tuple" or "list"
-        self.n_outputs = n_outputs
+        self.items = items  # per returned tensor, its trace output (a tensor returned twice: twice)
 
     def valid(self) -> bool:
         for ref, node in self.watched:
@@ -248,11 +248,11 @@ class Compiled:
         self.replays += 1
         metrics.add("capture_replays")
         trace = entry.trace
-        outs = [
-            Tensor(_node=Node.buffer(a, _dtype(a), entry.device, a.shape if symbolic else trace.entry(o).shape))
+        nodes = [
+            Node.buffer(a, _dtype(a), entry.device, a.shape if symbolic else trace.entry(o).shape)
             for a, o in zip(arrays, trace.outputs)
         ]
-        return _restructure(entry, outs)
+        return _restructure(entry, nodes)
 
     def _record(self, key, args):
         sync()  # pending work from before the call is not part of it
@@ -274,7 +274,7 @@ class Compiled:
             return self._refuse(key, out, "a sync point inside the call (.item(), .numpy(), print)")
         if not items or not all(isinstance(t, Tensor) for t in items):
             return self._refuse(key, out, "outputs that are not a Tensor or a tuple or list of Tensors")
-        roots = [t._node for t in items if t._node.pending]
+        roots = _roots(items)
         devices = {n.device or "cpu" for n in roots}
         if len(devices) > 1:
             return self._refuse(key, out, "outputs on two devices")
@@ -298,7 +298,7 @@ class Compiled:
             state = [*module.parameters(), *module.buffers()]
             watched = [(weakref.ref(t), t._node) for t in state if isinstance(t, Tensor)]
         structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
-        entry = _Entry(trace, slots, tuple(scalars), watched, structure, len(items), device)
+        entry = _Entry(trace, slots, tuple(scalars), watched, structure, _layout(items, out_nodes), device)
         arrays_out = run(trace, arrays, scalars)
         _realize(out_nodes, arrays_out, device)
         sync()  # anything else pending (nothing, unless the call left unrelated work)
@@ -342,7 +342,7 @@ class Compiled:
         ends = [c.get() for c in cells]
         if any(t is not None and (t.device != "cpu") for t in (*ends, *items)):
             return self._refuse(key, out, "a step on a device other than the CPU (not captured yet)")
-        roots = [t._node for t in items if t._node.pending]
+        roots = _roots(items)
         if not _computed_outputs(items, roots):
             return self._refuse(key, out, "outputs that are inputs or constants (return tensors the step computes)")
         for t, node in zip(ends, start_nodes):
@@ -376,7 +376,7 @@ class Compiled:
             for j, (t, node) in enumerate(zip(ends, start_nodes))
             if (t is None and node is not None) or (t is not None and id(t._node) in where)
         ]
-        entry.items = [where[id(t._node)] for t in items]
+        entry.items = _layout(items, out_nodes)
         # A gradient empty at the recording and not cleared by the step must be empty at a replay
         # (else eager would add to it).
         entry.must_be_none = [
@@ -403,7 +403,7 @@ class Compiled:
         self._entries[key] = entry
         self.recordings += 1
         metrics.add("capture_recordings")
-        return _restructure(entry, [Tensor(_node=n) for n in (out_nodes[k] for k in entry.items)])
+        return _restructure(entry, out_nodes)
 
     def _replay_step(self, entry: _StepEntry, args):
         """Run a recorded step on the current arguments and state; None when a cell does not hold
@@ -443,7 +443,7 @@ class Compiled:
         self.replays += 1
         metrics.add("capture_replays")
         metrics.add("capture_step_replays")
-        return _restructure(entry, [Tensor(_node=nodes[k]) for k in entry.items])
+        return _restructure(entry, nodes)
 
     def _note_structure(self, key, entry: _Entry) -> None:
         """Remember this recording for its call structure; after a second recording of other sizes,
@@ -610,10 +610,15 @@ def _structure(key_args) -> tuple:
 _SYNC_INSIDE = "a sync point inside the step (.item(), .numpy(), print)"
 
 
+def _roots(items) -> list:
+    """The outputs' pending nodes, each once (a tensor returned twice is one output of the trace)."""
+    return list({id(t._node): t._node for t in items if t._node.pending}.values())
+
+
 def _computed_outputs(items, roots: list) -> bool:
-    """Whether every output is computed by the call, each by its own node (``roots``: the
-    outputs' pending nodes), not an input, a constant or another output."""
-    return len(roots) == len(items) and len({id(n) for n in roots}) == len(roots)
+    """Whether every output is computed by the call (``roots``: the outputs' pending nodes), not
+    an input or a constant. One tensor may be returned more than once."""
+    return len(roots) == len({id(t._node) for t in items})
 
 
 def _has_side_effects(live_ids: set, roots: list) -> bool:
@@ -639,7 +644,23 @@ def _realize(nodes, arrays, device: str) -> None:
             buffers.track(node, array)
 
 
-def _restructure(entry: _Entry, outs: list):
+def _layout(items, out_nodes) -> list:
+    """Per returned tensor: (its trace output, the earlier position of the same tensor or -1)."""
+    where = {id(n): k for k, n in enumerate(out_nodes)}
+    first: dict = {}
+    layout = []
+    for i, t in enumerate(items):
+        layout.append((where[id(t._node)], first.get(id(t), -1)))
+        first.setdefault(id(t), i)
+    return layout
+
+
+def _restructure(entry: _Entry, nodes: list):
+    """The call's result from its outputs' nodes: a tensor per returned item, one tensor for an
+    item returned twice (as eager)."""
+    outs: list = []
+    for k, j in entry.items:
+        outs.append(outs[j] if j >= 0 else Tensor(_node=nodes[k]))
     if entry.structure == "tensor":
         return outs[0]
     return tuple(outs) if entry.structure == "tuple" else list(outs)

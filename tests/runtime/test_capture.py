@@ -106,6 +106,23 @@ def test_functions_with_values_and_several_outputs():
     assert (cfn2.recordings, cfn2.replays) == (2, 2)
 
 
+def test_a_tensor_returned_twice_replays_as_one_output():
+    w = lv.tensor(rand(4, 4, seed=6))
+
+    def fn(x):
+        y = (x @ w).relu()
+        return y, y.sum(), y
+
+    cfn = lv.compile(fn)
+    for seed in (1, 2, 3):
+        x = rand(3, 4, seed=seed)
+        got, want = cfn(x), fn(lv.tensor(x))
+        assert got[0] is got[2]  # as eager: the same tensor twice
+        for g, e in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), e.numpy())
+    assert (cfn.recordings, cfn.replays) == (1, 2)
+
+
 def test_sync_inside_the_call_is_not_replayed():
     def fn(x):
         return x * float(x.sum().item())

@@ -139,6 +139,26 @@ def _adam_step():
     return m, opt, step
 
 
+def test_a_step_returning_a_tensor_twice_replays():
+    _, _, plain = _adam_step()
+    _, _, step = _adam_step()
+
+    def twice(fn):
+        def run(x, y):
+            loss = fn(x, y)
+            return loss, loss.detach(), loss
+
+        return run
+
+    f = lv.compile(twice(step))
+    for k in range(4):
+        x, y = lv.tensor(XS[k % 3]), lv.tensor(YS[k % 3])
+        got, want = f(x, y), twice(plain)(x, y)
+        assert got[0] is got[2]
+        assert [t.item() for t in got] == [t.item() for t in want]
+    assert (f.recordings, f.replays) == (1, 2)
+
+
 def test_changes_outside_the_step_are_seen():
     m0, opt0, plain = _adam_step()
     m1, opt1, step = _adam_step()

@@ -318,18 +318,21 @@ def test_max_pool2d_return_indices_gives_pytorchs_flat_positions(mode):
 def test_max_pool2d_compiled_gives_the_reference_bits(mode, dtype, kernel, stride, padding):
     """The compiled max_pool2d step against the NumPy reference, bit for bit: ties of -0.0 and
     0.0 keep the first in row-major order, -inf and inf pass through, and a NaN wins its window
-    (an input with a NaN takes the kernel's NaN-aware loop)."""
-    from lazyvic.ops.pool import _reference
+    (an input with a NaN takes the kernel's NaN-aware loop). The indices (return_indices, the
+    gradient's positions) are the first match in row-major order, a NaN window's last NaN."""
+    from lazyvic.ops.pool import _reference, indices_reference
 
     rng = np.random.default_rng(12)
     x = rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, -np.inf, np.inf], dtype=dtype), size=(2, 3, 9, 11))
     at = dict(kernel=kernel, stride=stride, padding=padding)
     for case in (x, np.where(rng.random(x.shape) < 0.05, np.nan, x).astype(dtype)):
         with lazyvic.no_grad():
-            got = F.max_pool2d(lazyvic.tensor(case), kernel, stride, padding).numpy()
+            got, index = F.max_pool2d(lazyvic.tensor(case), kernel, stride, padding, return_indices=True)
+            got, index = got.numpy(), index.numpy()
         expected = _reference([case], at)
         np.testing.assert_array_equal(got, expected)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+        np.testing.assert_array_equal(index, indices_reference([case, expected], at))
 
 
 _P = np.random.default_rng(4).permutation(2 * 5 * 5).reshape(1, 2, 5, 5) / 10.0  # distinct: no ties in max

@@ -17,6 +17,7 @@ through its movement ops as NumPy views.
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 from dataclasses import dataclass, field
@@ -513,7 +514,19 @@ class ScatterAddStep:
         base, index, src = [view(env, scalars, c) for c in self.args]
         out = env[self.out]
         np.copyto(out, base)
-        if out.ndim == 2 and index.ndim == 2:
+        last = out.ndim - 1
+        if out.ndim > 2 and self.dim == last and index.ndim == out.ndim and index.shape[:last] == out.shape[:last]:
+            # along the last axis with whole leading axes (max_pool2d's gradient): rows of one
+            # 2-D scatter, the same adds in the same order
+            rows = math.prod(out.shape[:last])
+            m = index.shape[last]
+            args = (
+                out.reshape(rows, -1),
+                index.reshape(rows, m),
+                src[tuple(slice(0, k) for k in index.shape)].reshape(rows, m),
+            )
+            bad = scatter_add_2d(*args, 1)
+        elif out.ndim == 2 and index.ndim == 2:
             bad = scatter_add_2d(out, index, src, self.dim)
         else:
             bad = self.kernel(out, index, src, self.dim)

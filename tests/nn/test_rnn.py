@@ -513,3 +513,67 @@ def test_recurrent_loops_run_natively(batch):
         assert made is not None and made[4] == (1 if batch == 1 else 0)
         d = np.zeros((5, batch, 48), np.float32)
         assert recurrent_kernels._native_call(d[0, :, : w_hh.shape[0]], w_hh, np.empty_like(h0)) is not None
+
+
+def test_plans_count_the_recurrent_loops_scratch(tmp_path):
+    """Each recurrent loop's own arrays (step order, product rows, w_hh^T copy, per-step
+    gradients) are what ``recurrent_kernels.scratch_bytes`` says (traced allocations of one
+    call: the scratch plus at most a few Python objects), and a plan's memory report counts them."""
+    import tracemalloc
+
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.lowering.cpu import recurrent_kernels as rk
+    from lazyvic.trace import cut
+
+    rng = np.random.default_rng(0)
+    steps, rows, hidden = 7, 20, 32
+
+    def f(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    cases = {  # op: (inputs, output width in H, the call)
+        "lstm_scan": (
+            (f(7, rows, 128), f(rows, 32), f(rows, 32), f(128, 32)),
+            6,
+            lambda a, y: rk.lstm_forward(*a, y, rk.lstm_forward_cell),
+        ),
+        "gru_scan": (
+            (f(7, rows, 96), f(rows, 32), f(96, 32), f(96)),
+            5,
+            lambda a, y: rk.gru_forward(*a, y, rk.gru_forward_cell),
+        ),
+        "rnn_scan": ((f(7, rows, 32), f(rows, 32), f(32, 32)), 1, lambda a, y: rk.rnn_forward(*a, y, False)),
+        "lstm_scan_backward": (
+            (f(7, rows, 192), f(7, rows, 192), f(rows, 32), f(128, 32)),
+            6,
+            lambda a, d: rk.lstm_backward(*a, d, rk.lstm_backward_cell),
+        ),
+        "gru_scan_backward": (
+            (f(7, rows, 160), f(7, rows, 160), f(rows, 32), f(96, 32)),
+            5,
+            lambda a, d: rk.gru_backward(*a, d, rk.gru_backward_cell),
+        ),
+        "rnn_scan_backward": (
+            (f(7, rows, 32), f(7, rows, 32), f(32, 32)),
+            2,
+            lambda a, d: rk.rnn_backward(*a, d, False),
+        ),
+    }
+    for op, (arrays, width, call) in cases.items():
+        out = np.zeros((steps, rows, width * hidden), np.float32)
+        call(arrays, out)  # compiled (or loaded) outside the trace
+        tracemalloc.start()
+        call(arrays, out)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        expected = rk.scratch_bytes(op, [a.shape for a in arrays], out.shape, 4)
+        assert expected <= peak <= expected + 4096, (op, expected, peak)
+
+    lstm = nn.LSTM(8, hidden)
+    with lazyvic.no_grad():
+        y, _ = lstm(lazyvic.tensor(f(steps, rows, 8)))
+    plan = compile_trace(cut([y._node])[0], cache_dir=tmp_path)
+    memory = plan.memory.as_dict()
+    scans = [s for s in plan.steps if s.name.startswith("lstm_scan")]
+    assert scans and memory["scratch"] == sum(s.scratch for s in scans) > 0
+    assert memory["peak"] == sum(memory[k] for k in ("inputs", "parameters", "outputs", "temporaries", "scratch"))

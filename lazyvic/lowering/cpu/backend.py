@@ -50,11 +50,11 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
 
 
 def _scratch_bytes(entries, steps) -> int:
-    """Bytes of the scratch buffers the plan's convolution steps use per run, at the sizes the
-    plan is lowered with (a symbolic size at its hint)."""
+    """Bytes of the scratch buffers the plan's convolution and recurrent steps use per run, at
+    the sizes the plan is lowered with (a symbolic size at its hint)."""
     total = 0
     for st in steps:
-        if isinstance(st, DirectConvStep):
+        if isinstance(st, (DirectConvStep, RecurrentStep)):
             total += st.scratch
         elif isinstance(st, (ConvStep, ConvTransposeStep)):
             e = entries[st.out]
@@ -181,7 +181,10 @@ def _recurrent_step(lowered, root: int, args: list) -> RecurrentStep:
     }[e.op]
     if cell is None:
         cell = e.attrs["nonlinearity"] == "relu"
-    return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"])
+    hinted = [tuple(symbolic.hint(v) for v in lowered.entries[i].shape) for i in e.inputs]
+    out_shape = tuple(symbolic.hint(v) for v in e.shape)
+    scratch = recurrent_kernels.scratch_bytes(e.op, hinted, out_shape, e.dtype.itemsize)
+    return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"], scratch)
 
 
 def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:

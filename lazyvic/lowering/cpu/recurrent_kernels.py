@@ -395,6 +395,27 @@ def _orders(steps: int, reverse: bool) -> tuple:
     return np.array([t for t, _ in order], dtype=np.int64), np.array([p for _, p in order], dtype=np.int64)
 
 
+def scratch_bytes(op: str, shapes: list, out_shape: tuple, itemsize: int) -> int:
+    """Bytes of the arrays one call of ``op``'s loop makes besides its output (``shapes``: the
+    op's input shapes; float arrays of ``itemsize`` bytes, index arrays of 8): the step order
+    and the lengths; for a forward, the product's rows ``hw`` (N, G*H), the row-major copy of
+    w_hh^T (``recurrent.recurrent_weight``) and an LSTM's initial state (N, 2H); for a backward,
+    the per-step gradients (LSTM dh, dc and the product mm, N x H each; GRU dh_prev (N, 3H) and
+    mm; RNN mm). The plan reports them in its memory (``PlanMemory.scratch_bytes``)."""
+    steps, rows = out_shape[0], out_shape[1]
+    index = (2 * steps + rows) * 8
+    if op.endswith("_backward"):
+        hidden = shapes[2 if op == "rnn_scan_backward" else 3][1]  # w_hh (G*H, H)
+        per_row = {"lstm_scan_backward": 3 * hidden, "gru_scan_backward": 4 * hidden}.get(op, hidden)
+        return index + rows * per_row * itemsize
+    w_hh = shapes[3] if op == "lstm_scan" else shapes[2]
+    hidden = w_hh[1]
+    floats = rows * w_hh[0] + (w_hh[0] * hidden if rows >= recurrent.COPY_MIN_ROWS else 0)
+    if op == "lstm_scan":
+        floats += rows * 2 * hidden
+    return index + floats * itemsize
+
+
 def _moves(moves: tuple) -> np.ndarray:
     return np.array(moves, dtype=np.int64).reshape(-1, 3)
 

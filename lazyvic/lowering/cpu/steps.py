@@ -453,6 +453,7 @@ class RecurrentStep:
     loop: object
     cell: object
     reverse: bool = False
+    scratch: int = 0  # bytes the loop makes per call (recurrent_kernels.scratch_bytes)
 
     def writes(self):
         return (self.out,)

@@ -159,6 +159,66 @@ def _scan_inputs(lengths) -> tuple:
     return () if lengths is None else (lengths.long(),)
 
 
+# ============================================================== ONNX export
+# An export records the unrolled steps (``_scans``: the scans have no ONNX rule) and marks the
+# layer's outputs as the outputs of one ONNX RNN / LSTM / GRU node (opset 7 and later; the
+# operator specification's equations are PyTorch's with the gates reordered and, for the GRU,
+# ``linear_before_reset=1``): a layer in one direction is one node, its inputs W, R and B the
+# parameters in ONNX's gate order, so the graph has no per-step nodes and its sequence and
+# batch axes may be dynamic. Rows of different lengths (packed sequences) stay unrolled: ONNX
+# zeroes the outputs past a row's length, where lazyvic's layers hold the state.
+_ONNX_GATES = {"RNN": (0,), "LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}  # ONNX's order of PyTorch's gates
+
+
+def _onnx_order(w, cell: str, hidden: int):
+    """w (G*H, ...) or (G*H,) with its gate blocks in ONNX's order (LSTM i, o, f, c; GRU z, r, h)."""
+    from lazyvic.indexing import cat
+
+    order = _ONNX_GATES[cell]
+    return w if order == (0,) else cat([w[k * hidden : (k + 1) * hidden] for k in order], 0)
+
+
+def _onnx_node(b, names, at) -> str:
+    """Emit (once per layer: the builder's memo) the layer's ONNX node and return the output
+    ``at["out"]`` names: Y (T, 1, N, H) squeezed to (T, N, H), or Y_h / Y_c (1, N, H) to (N, H)."""
+    key = ("recurrent", at["cell"], at["direction"], tuple(names))
+    outs = b.memo.get(key)
+    if outs is None:
+        attrs = dict(hidden_size=int(at["hidden"]), direction=at["direction"])
+        if at["cell"] == "RNN":
+            attrs["activations"] = [at["activation"]]
+        if at["cell"] == "GRU":
+            attrs["linear_before_reset"] = 1
+        outs = b.memo[key] = b.node_outputs(at["cell"], list(names), 3 if at["cell"] == "LSTM" else 2, **attrs)
+    which = ("Y", "Y_h", "Y_c").index(at["out"])
+    return b.node("Squeeze", [outs[which], b.ints([1 if which == 0 else 0])])
+
+
+def _mark_onnx(cell: str, outputs: tuple, x, states: tuple, w_ih, w_hh, b_ih, b_hh, reverse: bool, lengths, **attrs):
+    """``outputs`` (y, h_T[, c_T]) marked as one ONNX ``cell`` node's Y, Y_h (and Y_c) while an
+    export records and every row runs the whole sequence; else returned as they are."""
+    if not composite.active() or lengths is not None:
+        return outputs
+    hidden = w_hh.shape[1]
+    w = _onnx_order(w_ih, cell, hidden).reshape(1, w_ih.shape[0], w_ih.shape[1])
+    r = _onnx_order(w_hh, cell, hidden).reshape(1, w_hh.shape[0], hidden)
+    bias = None
+    if b_ih is not None or b_hh is not None:
+        parts = [w_hh.new_zeros(w_hh.shape[0]) if v is None else _onnx_order(v, cell, hidden) for v in (b_ih, b_hh)]
+        from lazyvic.indexing import cat
+
+        bias = cat(parts, 0).reshape(1, 2 * w_hh.shape[0])
+    initial = tuple(s.reshape(1, *s.shape) for s in states)
+    inputs = (x, w, r, bias, None, *initial)
+    direction = "reverse" if reverse else "forward"
+    return tuple(
+        composite.mark(
+            t, _onnx_node, inputs, min_opset=7, cell=cell, out=out, hidden=hidden, direction=direction, **attrs
+        )
+        for t, out in zip(outputs, ("Y", "Y_h", "Y_c"))
+    )
+
+
 def rnn_layer(
     x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, nonlinearity: str = "tanh", lengths=None
 ) -> tuple:
@@ -179,16 +239,23 @@ def rnn_layer(
     xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
+    h0 = h
     for t in _steps(x.shape[0], reverse):
         h = outs[t] = _keep(_running(lengths, t), _rnn_step(xp[t], h, w_hh, nonlinearity, w_t), h)
-    return stack(outs, 0), h
+    activation = {"tanh": "Tanh", "relu": "Relu"}.get(nonlinearity)
+    if activation is None:
+        return stack(outs, 0), h
+    return _mark_onnx(
+        "RNN", (stack(outs, 0), h), x, (h0,), w_ih, w_hh, b_ih, b_hh, reverse, lengths, activation=activation
+    )
 
 
 def _scans(x: Tensor, tensors) -> bool:
     """Whether an RNN, LSTM or GRU layer runs as one ``rnn_scan`` / ``lstm_scan`` / ``gru_scan``
     primitive (ops/recurrent.py): on the CPU, float32 or float64 throughout (``tensors`` may hold
-    None, an absent bias), outside an ONNX export (which writes the unrolled steps: the exporter
-    has no rule for the scans, and ONNX's LSTM and GRU nodes return no gates)."""
+    None, an absent bias), outside an ONNX export (which records the unrolled steps and marks
+    them as one ONNX node: ``_mark_onnx``; the scans have no ONNX rule, and ONNX's LSTM and GRU
+    nodes return no gates)."""
     dtype = x.dtype
     return (
         x.device == "cpu"
@@ -214,12 +281,13 @@ def lstm_layer(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False,
     xp = _project(x, w_ih, bias)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
+    states = (h, c)
     for t in _steps(x.shape[0], reverse):
         h_new, c_new = _lstm_step(xp[t], h, c, w_hh, w_t)
         running = _running(lengths, t)
         h, c = _keep(running, h_new, h), _keep(running, c_new, c)
         outs[t] = h
-    return stack(outs, 0), h, c
+    return _mark_onnx("LSTM", (stack(outs, 0), h, c), x, states, w_ih, w_hh, b_ih, b_hh, reverse, lengths)
 
 
 def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, lengths=None) -> tuple:
@@ -234,6 +302,7 @@ def gru_layer(x, h, w_ih, w_hh, b_ih=None, b_hh=None, reverse: bool = False, len
     xp = _project(x, w_ih, b_ih)
     outs = [None] * x.shape[0]
     w_t = recurrent_weight(w_hh, x.shape[1], x.shape[0])
+    h0 = h
     for t in _steps(x.shape[0], reverse):
         h = outs[t] = _keep(_running(lengths, t), _gru_step(xp[t], h, w_hh, b_hh, w_t), h)
-    return stack(outs, 0), h
+    return _mark_onnx("GRU", (stack(outs, 0), h), x, (h0,), w_ih, w_hh, b_ih, b_hh, reverse, lengths)

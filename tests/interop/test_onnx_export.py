@@ -194,8 +194,10 @@ def test_bad_arguments():
         lv.onnx.export(lambda x: x, rand(2), input_names=["a", "b"])
     with pytest.raises(TypeError, match="example input 0 is a int"):
         lv.onnx.export(lambda x: x, 3)
-    with pytest.raises(TypeError, match="output 0 of the call is a dict"):
+    with pytest.raises(TypeError, match="the output of the call is a dict"):
         lv.onnx.export(lambda x: {"y": x}, rand(2))
+    with pytest.raises(TypeError, match=r"output \[1\]\[1\] of the call is a dict"):
+        lv.onnx.export(lambda x: (x, [x, {"y": x}]), rand(2))
     with pytest.raises(ValueError, match="dynamic axis 3 of input 'input' is out of range"):
         lv.onnx.export(lambda x: x * 2.0, rand(2), dynamic_axes={"input": [3]})
 
@@ -339,3 +341,46 @@ def test_layers_match_onnxruntime(case):
     model = lv.onnx.export(fn, x)
     (got,) = run_ort(model, {"input": x})
     np.testing.assert_allclose(got, fn(lv.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, onnx_op",
+    [(nn.LSTM, {}, "LSTM"), (nn.GRU, {}, "GRU"), (nn.RNN, {}, "RNN"), (nn.RNN, {"nonlinearity": "relu"}, "RNN")],
+)
+def test_recurrent_layers_export_as_one_onnx_node_per_layer_and_direction(cls, kwargs, onnx_op, tmp_path):
+    """A 2-layer bidirectional nn.LSTM / GRU / RNN is 4 ONNX LSTM / GRU / RNN nodes (no per-step
+    nodes), its nested (output, (h_n, c_n)) result flat graph outputs as torch.onnx.export writes
+    them; sequence and batch axes dynamic; onnxruntime matches lazyvic at two sizes."""
+    lv.manual_seed(0)
+    m = cls(8, 16, num_layers=2, bidirectional=True, **kwargs).eval()
+    x = rand(5, 3, 8)
+    model = lv.onnx.export(m, x, tmp_path / "rnn.onnx", dynamic_axes={"input": {0: "T", 1: "N"}})
+    hist = ops(model)
+    assert hist[onnx_op] == 4 and not {"MatMul", "Gemm", "Sigmoid", "Tanh", "Relu"} & set(hist), hist
+    for shape, seed in (((5, 3, 8), 0), ((9, 4, 8), 1)):
+        xx = rand(*shape, seed=seed)
+        with lv.no_grad():
+            y, state = m(lv.tensor(xx))
+        want = [y, *(state if isinstance(state, tuple) else (state,))]
+        got = run_ort(model, {"input": xx})
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_export_with_initial_states_imports_back_to_the_same_outputs(tmp_path):
+    """Given initial states (graph inputs) and batch_first: one LSTM node; the exported file
+    runs in onnxruntime and, imported by lazyvic.onnx.load, gives lazyvic's bits."""
+    lv.manual_seed(1)
+    m = nn.LSTM(6, 10, batch_first=True).eval()
+    x, h0, c0 = rand(3, 7, 6), rand(1, 3, 10, seed=1), rand(1, 3, 10, seed=2)
+    path = tmp_path / "lstm.onnx"
+    model = lv.onnx.export(lambda x, h, c: m(x, (h, c)), (x, h0, c0), path)
+    assert ops(model)["LSTM"] == 1
+    with lv.no_grad():
+        y, (h, c) = m(lv.tensor(x), (lv.tensor(h0), lv.tensor(c0)))
+        back = lv.onnx.load(path)(lv.tensor(x), lv.tensor(h0), lv.tensor(c0))
+    got = run_ort(model, {"input_0": x, "input_1": h0, "input_2": c0})
+    for g, b, w in zip(got, back, (y, h, c)):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(b.numpy(), w.numpy())

@@ -75,6 +75,7 @@ class GraphBuilder:
         self._consts: dict = {}  # (dtype, shape, bytes) -> name, for small constants
         self.constants: dict = {}  # value name -> array, for initializers and Constant nodes
         self._dims: dict = {}  # (input name, axis) -> name of its size as a 1-element int64 tensor
+        self.memo: dict = {}  # values emitted once for several composites (a recurrent node's outputs)
 
     # -- names and value info ---------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -115,13 +116,18 @@ class GraphBuilder:
     def node(self, op_type: str, inputs: list, **attrs) -> str:
         """Append one ONNX node with one output; returns the output's name. ``None`` inputs
         become empty names (omitted optional inputs); ``None`` attributes are left out."""
+        return self.node_outputs(op_type, inputs, 1, **attrs)[0]
+
+    def node_outputs(self, op_type: str, inputs: list, n: int, **attrs) -> list:
+        """Append one ONNX node with ``n`` outputs (as :meth:`node`); returns their names."""
         name = self.fresh(op_type)
+        outs = [name] + [self.fresh(f"{op_type}_out{k}") for k in range(1, n)]
         ins = ["" if i is None else i for i in inputs]
         while ins and ins[-1] == "":
             ins.pop()
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(self._onnx.helper.make_node(op_type, ins, [name], name=name, **attrs))
-        return name
+        self.nodes.append(self._onnx.helper.make_node(op_type, ins, outs, name=name, **attrs))
+        return outs
 
     def const(self, array, hint: str = "const", name: str | None = None) -> str:
         """A constant: an initializer when ``name`` is given (parameters and buffers, by state_dict

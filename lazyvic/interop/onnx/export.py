@@ -9,6 +9,9 @@ is written as that node, and the primitives behind it are skipped. Opset 13 has 
 LayerNormalization or Gelu: below opsets 17 and 20 they are written as their
 decompositions (ReduceMean-style sums, Sqrt, Div; Erf or Tanh), which is what the
 primitives already are.
+An RNN/LSTM/GRU layer is recorded unrolled and marked as one ONNX RNN/LSTM/GRU node
+(``functional/recurrent._mark_onnx``). Nested tuples/lists of outputs are flattened in order,
+as torch.onnx.export does.
 
 Names: graph inputs ``input`` (``input_0``, ``input_1``, ... for several) and outputs
 ``output`` / ``output_0`` ... unless given; initializers are named by the module's
@@ -75,14 +78,24 @@ def _as_tensors(example_inputs) -> tuple:
 
 
 def _flat_outputs(out) -> list:
-    items = out if isinstance(out, (tuple, list)) else (out,)
-    for i, t in enumerate(items):
-        if not isinstance(t, Tensor):
+    """The call's output Tensors in order, nested tuples and lists flattened depth-first (as
+    torch.onnx.export does: an ``nn.LSTM``'s ``(output, (h_n, c_n))`` is three graph outputs)."""
+    flat: list = []
+
+    def walk(item, where: str) -> None:
+        if isinstance(item, Tensor):
+            flat.append(item)
+        elif isinstance(item, (tuple, list)):
+            for i, t in enumerate(item):
+                walk(t, f"{where}[{i}]")
+        else:
             raise TypeError(
-                f"onnx export: output {i} of the call is a {type(t).__name__}; expected Tensors "
-                f"(a Tensor or a tuple/list of Tensors)"
+                f"onnx export: {'output ' + where if where else 'the output'} of the call is a {type(item).__name__}; expected Tensors "
+                f"(a Tensor or a tuple/list of Tensors, nested or not)"
             )
-    return list(items)
+
+    walk(out, "")
+    return flat
 
 
 class _Recording:

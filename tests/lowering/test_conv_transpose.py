@@ -118,6 +118,8 @@ DEPTHWISE = [
     ((1, 4, 5, 5), 3, 1, 2, 2),  # taps that read padding only are left out
     ((2, 3, 9, 8), 3, (2, 1), (1, 2), (1, 2)),
     ((1, 2, 4, 4), 5, 3, 2, 1),
+    ((2, 3, 6, 5), 3, 1, 1, 1),  # all 9 taps in one unrolled run per plane
+    ((1, 3, 7, 7), 3, 2, 0, 1),  # odd width at stride 2: the column phases differ in length
 ]
 
 

@@ -148,6 +148,37 @@ def recurrent_weight(w_hh: np.ndarray, rows: int) -> np.ndarray:
     return np.ascontiguousarray(w_hh.T) if rows >= COPY_MIN_ROWS else w_hh.T
 
 
+# OpenBLAS (the build NumPy ships; SkylakeX kernels here) multiplies through its small-matrix
+# kernels, without packing, when M * N * K is below 2**20, and packs both operands above it: one
+# thread, float32, (20 x 128) @ (128 x 512) took 34-38 us, the same as two (128 x 256) column
+# blocks 25 us; (20 x 256) @ (256 x 1024) 217 us, as 6 blocks 136; (8 x 512) @ (512 x 2048) 558
+# us, as 9 blocks 237. Blocks narrower than 64 columns lost as often as they won (16 wide: up to
+# 3x slower), so the per-step products are split into equal column blocks of at least 64 (a
+# multiple of 16) that fit below the threshold, or not at all. Every tier splits alike (the
+# blocks change the bits of some shapes).
+SMALL_PRODUCT = 1 << 20
+MIN_BLOCK = 64
+
+
+def column_block(rows: int, cols: int, inner: int) -> int:
+    """The width of the equal column blocks a per-step product (rows x inner) @ (inner x cols)
+    is made in (see SMALL_PRODUCT): ``cols`` when one product is best (or rows < 2: a gemv)."""
+    if rows < 2 or rows * cols * inner < SMALL_PRODUCT:
+        return cols
+    limit = (SMALL_PRODUCT - 1) // (rows * inner)
+    for k in range(2, cols // MIN_BLOCK + 1):
+        width = cols // k
+        if cols % k == 0 and width % 16 == 0 and width <= limit:
+            return width
+    return cols
+
+
+def blocked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, width: int) -> None:
+    """out = a @ b as products of ``width``-column blocks of b and out (:func:`column_block`)."""
+    for s in range(0, out.shape[1], width):
+        np.matmul(a, b[:, s : s + width], out=out[:, s : s + width])
+
+
 def step_order(steps: int, reverse: bool) -> list:
     """(t, the step whose states t reads or -1 for the initial ones) in the order of the recurrence."""
     if reverse:
@@ -220,9 +251,10 @@ def scan_forward(xp, h0, w_hh, y, cell, reverse: bool, *operands, lengths=None, 
     one = y.dtype.type(1)
     lengths = full_lengths(lengths, y.shape[0], y.shape[1])
     init = h0 if init is None else init
+    width = column_block(*hw.shape, hidden)
     with one_thread():
         for t, prev in step_order(y.shape[0], reverse):
-            np.matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, out=hw)
+            blocked_matmul(h0 if prev < 0 else y[prev, :, :hidden], wt, hw, width)
             cell(xp, hw, *operands, y, t, prev, one)
             hold_forward(y, t, prev, lengths, init)
 
@@ -242,12 +274,13 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None)
     dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
     lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), lstm_moves(hidden)
     after = -1
+    width = column_block(mm.shape[0], hidden, 4 * hidden)
     with one_thread():
         for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, c0, d, t, prev, after, one, dh, dc)
             # into a buffer of its own (NumPy hands BLAS the operands as they are: no overlap
-            # copy), then copied: the native loop makes the same call (recurrent_kernels.py)
-            np.matmul(d[t, :, : 4 * hidden], w_hh, out=mm)
+            # copy), then copied: the native loop makes the same calls (recurrent_kernels.py)
+            blocked_matmul(d[t, :, : 4 * hidden], w_hh, mm, width)
             d[t, :, 5 * hidden :] = mm
             hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
             after = t
@@ -404,10 +437,11 @@ def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) 
     mm = np.empty_like(h0)
     lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), ((0, 4 * hidden, hidden),)
     after = -1
+    width = column_block(mm.shape[0], hidden, 3 * hidden)
     with one_thread():
         for t, prev in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, h0, d, dhp, t, prev, after, one)
-            np.matmul(dhp, w_hh, out=mm)
+            blocked_matmul(dhp, w_hh, mm, width)
             np.add(d[t, :, 4 * hidden :], mm, out=d[t, :, 4 * hidden :])
             hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
             after = t
@@ -530,10 +564,11 @@ def rnn_backward(gy, y, w_hh, d, cell, reverse: bool = False, lengths=None) -> N
     mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
     lengths, moves = full_lengths(lengths, y.shape[0], y.shape[1]), ((0, hidden, hidden),)
     after = -1
+    width = column_block(mm.shape[0], hidden, hidden)
     with one_thread():
         for t, _ in reversed(step_order(y.shape[0], reverse)):
             cell(gy, y, d, t, after, one)
-            np.matmul(d[t, :, :hidden], w_hh, out=mm)
+            blocked_matmul(d[t, :, :hidden], w_hh, mm, width)
             d[t, :, hidden:] = mm
             hold_backward(gy, d, t, after, lengths, moves, hidden)
             after = t

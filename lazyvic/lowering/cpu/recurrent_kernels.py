@@ -65,6 +65,14 @@ def _product_typed(a, ao, b, bo, c, co, kind, h):
     return impl
 
 
+@njit(cache=True, inline="always")
+def _products(a, ao, b, c, kind, h, width):
+    """c = a[ao:] @ b as the column blocks of ``recurrent.blocked_matmul``: one call of header h
+    (made for the first block) per ``width`` columns of b and c."""
+    for s in range(0, c.shape[1], width):
+        _product(a, ao, b, s, c, s, kind, h)
+
+
 # Each loop below stores one stream: a loop storing the six values of an element (and reading
 # seven) did not vectorize (LLVM's runtime alias checks), 21 us for a step of 8 x 64 against
 # 2.6 us in passes.
@@ -300,7 +308,7 @@ LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3  # forward_loop's cells
 # and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
 # batch 1).
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, cell, lengths, init):
+def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, width, cell, lengths, init):
     """The forward of an LSTM (``cell`` LSTM; ``c0``), a GRU (GRU; ``b`` = b_hh) or an Elman RNN
     (RNN_TANH, RNN_RELU); the arrays a cell does not read are any of the right type. Rows past
     their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
@@ -309,9 +317,9 @@ def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, c
     for k in range(ts.size):
         t, prev = ts[k], prevs[k]
         if prev < 0:
-            _product(h0, 0, wt, 0, hw, 0, kind, first)
+            _products(h0, 0, wt, hw, kind, first, width)
         else:
-            _product(y, prev * row, wt, 0, hw, 0, kind, later)
+            _products(y, prev * row, wt, hw, kind, later, width)
         if cell == GRU:
             gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
         elif cell == LSTM:
@@ -323,7 +331,7 @@ def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, c
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call, lengths, moves):
+def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call, width, lengths, moves):
     """``recurrent.lstm_backward`` in one native call: per step the cell, the product of the
     step's dgates by w_hh into mm (``call``: NumPy's), copied into d[t, :, 5H:]."""
     rows, hidden = c0.shape
@@ -333,7 +341,7 @@ def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, cal
     for k in range(ts.size - 1, -1, -1):
         t, prev = ts[k], prevs[k]
         lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc)
-        _product(d, t * row, w_hh, 0, mm, 0, kind, call)
+        _products(d, t * row, w_hh, mm, kind, call, width)
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, 5 * hidden + j] = mm[n, j]
@@ -343,7 +351,7 @@ def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, cal
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, lengths, moves):
+def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, width, lengths, moves):
     """``recurrent.gru_backward`` in one native call: per step the cell, dhp @ w_hh into mm
     (``call``: NumPy's), added to d[t, :, 4H:]."""
     rows, hidden = h0.shape
@@ -352,7 +360,7 @@ def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, l
     for k in range(ts.size - 1, -1, -1):
         t, prev = ts[k], prevs[k]
         gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one)
-        _product(dhp, 0, w_hh, 0, mm, 0, kind, call)
+        _products(dhp, 0, w_hh, mm, kind, call, width)
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, 4 * hidden + j] = d[t, n, 4 * hidden + j] + mm[n, j]
@@ -362,7 +370,7 @@ def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, l
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu, lengths, moves):
+def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, width, relu, lengths, moves):
     """``recurrent.rnn_backward`` in one native call: per step the cell, dpre @ w_hh into mm
     (``call``: NumPy's), copied into d[t, :, H:]."""
     rows, hidden = y.shape[1], y.shape[2]
@@ -372,7 +380,7 @@ def rnn_backward_loop(gy, y, w_hh, d, mm, ts, one, kind, call, relu, lengths, mo
     for k in range(ts.size - 1, -1, -1):
         t = ts[k]
         rnn_backward_cell(gy, y, d, t, after, one, relu)
-        _product(d, t * row, w_hh, 0, mm, 0, kind, call)
+        _products(d, t * row, w_hh, mm, kind, call, width)
         for n in range(rows):
             for j in range(hidden):
                 d[t, n, hidden + j] = mm[n, j]
@@ -424,21 +432,23 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None)
     """``recurrent.lstm_backward`` in one native call when NumPy's product is one it can make."""
     hidden = c0.shape[1]
     dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
-    call = _native_call(d[0, :, : 4 * hidden], w_hh, mm)
+    width = recurrent.column_block(mm.shape[0], hidden, 4 * hidden)
+    call = _native_call(d[0, :, : 4 * hidden], w_hh[:, :width], mm[:, :width])
     if call is None:
         recurrent.lstm_backward(gy, y, c0, w_hh, d, cell, reverse, lengths)
         return
     ts, prevs = _orders(y.shape[0], reverse)
     lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves(recurrent.lstm_moves(hidden))
     with one_thread():
-        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, lengths, moves)
+        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves)
 
 
 def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
     """``recurrent.gru_backward`` in one native call when NumPy's product is one it can make."""
     dhp = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     mm = np.empty_like(h0)
-    call = _native_call(dhp, w_hh, mm)
+    width = recurrent.column_block(mm.shape[0], mm.shape[1], dhp.shape[1])
+    call = _native_call(dhp, w_hh[:, :width], mm[:, :width])
     if call is None:
         recurrent.gru_backward(gy, y, h0, w_hh, d, cell, reverse, lengths)
         return
@@ -446,22 +456,24 @@ def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) 
     hidden = h0.shape[1]
     lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves((0, 4 * hidden, hidden))
     with one_thread():
-        gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call, lengths, moves)
+        gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves)
 
 
 def _forward_plan(h0, w_hh, y, reverse: bool):
     """What the native forward loops take besides the op's arrays: (wt, hw, ts, prevs, kind,
-    first, later) made as ``recurrent.scan_forward`` makes them, or None when NumPy's products
-    are not one gemm or one gemv over wt each (the Python loop runs then)."""
+    first, later, width) made as ``recurrent.scan_forward`` makes them (width: the products'
+    column blocks, ``recurrent.column_block``), or None when NumPy's products are not one gemm
+    or one gemv over wt each (the Python loop runs then)."""
     hidden = h0.shape[1]
     wt = recurrent.recurrent_weight(w_hh, h0.shape[0])
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
-    first = _native_call(h0, wt, hw)
-    later = _native_call(y[0, :, :hidden], wt, hw)
+    width = recurrent.column_block(*hw.shape, hidden)
+    first = _native_call(h0, wt[:, :width], hw[:, :width])
+    later = _native_call(y[0, :, :hidden], wt[:, :width], hw[:, :width])
     if first is None or later is None or first[0] != later[0]:
         return None
     ts, prevs = _orders(y.shape[0], reverse)
-    return wt, hw, ts, prevs, first[0], first[1], later[1]
+    return wt, hw, ts, prevs, first[0], first[1], later[1], width
 
 
 def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths) -> bool:
@@ -470,11 +482,13 @@ def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths) -
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
         return False
-    wt, hw, ts, prevs, kind, first, later = made
+    wt, hw, ts, prevs, kind, first, later, width = made
     lengths = recurrent.full_lengths(lengths, *y.shape[:2])
     init = recurrent.lstm_init(h0, c0) if cell == LSTM else h0
     with one_thread():
-        forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, cell, lengths, init)
+        forward_loop(
+            xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, width, cell, lengths, init
+        )
     return True
 
 
@@ -501,7 +515,8 @@ def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None
     """``recurrent.rnn_backward`` in one native call when NumPy's product is one it can make."""
     hidden = y.shape[2]
     mm = np.empty((y.shape[1], hidden), dtype=y.dtype)
-    call = _native_call(d[0, :, :hidden], w_hh, mm)
+    width = recurrent.column_block(mm.shape[0], hidden, hidden)
+    call = _native_call(d[0, :, :hidden], w_hh[:, :width], mm[:, :width])
     if call is None:
         cell = lambda gy, y, d, t, after, one: rnn_backward_cell(gy, y, d, t, after, one, relu)  # noqa: E731
         recurrent.rnn_backward(gy, y, w_hh, d, cell, reverse, lengths)
@@ -509,4 +524,4 @@ def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None
     ts, _ = _orders(y.shape[0], reverse)
     lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves((0, hidden, hidden))
     with one_thread():
-        rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, relu, lengths, moves)
+        rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, width, relu, lengths, moves)

@@ -92,7 +92,7 @@ class _Entry:
         self.slots = slots  # per input slot: ("arg", index) or ("const", array)
         self.scalars = scalars
         self.watched = watched  # [(weakref to Tensor, Node)]: values the replay assumes unchanged
-        self.structure = structure  # "tensor", "tuple" or "list"
+        self.structure = structure  # how the outputs nest (_flatten)
         self.items = items  # per returned tensor, its trace output (a tensor returned twice: twice)
 
     def valid(self) -> bool:
@@ -269,11 +269,11 @@ class Compiled:
             self._entries[key] = _Discovery(rec)
             self._count_fallback("a step's first call runs normally (its state is made)")
             return out
-        items = out if isinstance(out, (tuple, list)) else (out,)
         if synced:
             return self._refuse(key, out, "a sync point inside the call (.item(), .numpy(), print)")
-        if not items or not all(isinstance(t, Tensor) for t in items):
-            return self._refuse(key, out, "outputs that are not a Tensor or a tuple or list of Tensors")
+        items, structure = _flatten(out)
+        if not items or structure is None:
+            return self._refuse(key, out, _NOT_TENSORS)
         roots = _roots(items)
         devices = {n.device or "cpu" for n in roots}
         if len(devices) > 1:
@@ -297,7 +297,6 @@ class Compiled:
         if module is not None:
             state = [*module.parameters(), *module.buffers()]
             watched = [(weakref.ref(t), t._node) for t in state if isinstance(t, Tensor)]
-        structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
         entry = _Entry(trace, slots, tuple(scalars), watched, structure, _layout(items, out_nodes), device)
         arrays_out = run(trace, arrays, scalars)
         _realize(out_nodes, arrays_out, device)
@@ -336,9 +335,9 @@ class Compiled:
                 cells.append(_Cell("obj", t))
                 start.append(t)
                 start_nodes.append(node)
-        items = out if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(t, Tensor) for t in items):
-            return self._refuse(key, out, "outputs that are not a Tensor or a tuple or list of Tensors")
+        items, structure = _flatten(out)
+        if structure is None:
+            return self._refuse(key, out, _NOT_TENSORS)
         ends = [c.get() for c in cells]
         if any(t is not None and (t.device != "cpu") for t in (*ends, *items)):
             return self._refuse(key, out, "a step on a device other than the CPU (not captured yet)")
@@ -388,7 +387,7 @@ class Compiled:
         entry.training = tuple(m.training for m in entry.modules)
         entry.optimizers = list(rec.optimizers.values())
         entry.guards = [_optimizer_guard(o) for o in entry.optimizers]
-        entry.structure = "tensor" if isinstance(out, Tensor) else type(out).__name__
+        entry.structure = structure
         entry.plan = None
         entry.out_shapes = [(trace.entry(o).shape, trace.dtypes[o]) for o in trace.outputs]
         # The outputs the buffer pool may take back when their tensor dies (the large ones).
@@ -657,13 +656,41 @@ def _layout(items, out_nodes) -> list:
 
 def _restructure(entry: _Entry, nodes: list):
     """The call's result from its outputs' nodes: a tensor per returned item, one tensor for an
-    item returned twice (as eager)."""
+    item returned twice (as eager), nested as the recorded call's result."""
     outs: list = []
     for k, j in entry.items:
         outs.append(outs[j] if j >= 0 else Tensor(_node=nodes[k]))
-    if entry.structure == "tensor":
-        return outs[0]
-    return tuple(outs) if entry.structure == "tuple" else list(outs)
+    return _rebuild(entry.structure, iter(outs))
+
+
+_NOT_TENSORS = "outputs that are not a Tensor or (nested) tuples or lists of Tensors"
+
+
+def _flatten(out) -> tuple:
+    """(the Tensors of a Tensor or of nested tuples and lists of them, depth-first; the nesting,
+    for :func:`_rebuild`), or ([], None) when something else is inside (an nn.LSTM's
+    ``(output, (h_n, c_n))`` is three tensors)."""
+    if isinstance(out, Tensor):
+        return [out], "tensor"
+    if not isinstance(out, (tuple, list)):
+        return [], None
+    items, inner = [], []
+    for o in out:
+        got, spec = _flatten(o)
+        if spec is None:
+            return [], None
+        items += got
+        inner.append(spec)
+    return items, ("tuple" if isinstance(out, tuple) else "list", tuple(inner))
+
+
+def _rebuild(spec, outs):
+    """The nesting ``spec`` of :func:`_flatten` filled from the iterator ``outs``."""
+    if spec == "tensor":
+        return next(outs)
+    kind, inner = spec
+    values = [_rebuild(s, outs) for s in inner]
+    return tuple(values) if kind == "tuple" else values
 
 
 def _dtype(array):

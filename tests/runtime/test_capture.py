@@ -95,9 +95,15 @@ def test_functions_with_values_and_several_outputs():
     for k in (1, 2, 1):
         got = cfn(x, k)
         want = fn(lv.tensor(x), k)
-        assert isinstance(got, tuple) and len(got) == 3
+        assert isinstance(got, tuple) and len(got) == 3 and isinstance(got[2], list) and len(got[2]) == 1
         np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
-    assert cfn.recordings == 0 and cfn.fallbacks == 3  # a list inside the outputs: run as usual
+        np.testing.assert_array_equal(got[2][0].numpy(), want[2][0].numpy())
+    assert (cfn.recordings, cfn.replays) == (2, 1)  # nested outputs (an nn.LSTM's) replay too
+
+    cdict = lv.compile(lambda x: {"y": x * 2.0})
+    for _ in range(2):
+        np.testing.assert_array_equal(cdict(x)["y"].numpy(), x * 2.0)
+    assert cdict.replays == 0 and any("outputs that are not a Tensor" in r for r in cdict.reasons)
 
     cfn2 = lv.compile(lambda x, k: ((x @ w) * float(k)).softmax(-1))
     for k in (1, 2, 1, 2):

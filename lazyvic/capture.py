@@ -17,7 +17,9 @@ Replay is used only where it is exact; otherwise the call runs as usual:
     - random ops in the trace (dropout in training mode: each call needs new numbers);
     - calls with side effects (pending tensors the outputs do not need, such as batch norm's
       running statistics in training mode) or a sync point inside the call;
-    - outputs that are not Tensors (a Tensor, or a tuple/list of them).
+    - outputs that are not Tensors (a Tensor, or tuples/lists of them, nested or not: an
+      ``nn.LSTM``'s ``(output, (h_n, c_n))`` replays with its nesting; a tensor returned twice
+      is one tensor returned twice, as eager).
 The contract, as for ``torch.jit.trace``: with the same guards the call records the same
 program. Python values the call reads from elsewhere (a global, an attribute changed between
 calls) are frozen at the recording; tensors a plain function closes over are captured by

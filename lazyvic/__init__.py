@@ -120,6 +120,7 @@ from lazyvic import (  # noqa: E402, I001
 )
 from lazyvic.amp import autocast  # noqa: E402
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
+from lazyvic.functional.distance import cdist  # noqa: E402
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402
 

@@ -1,7 +1,7 @@
 """PyTorch's module-level functions of the tensor methods: ``lazyvic.exp(x)`` is ``x.exp()``,
 ``lazyvic.sum(x, 1)`` is ``x.sum(1)``, ``lazyvic.max(x, 1)`` is ``x.max(1)`` ... (``import lazyvic
 as torch``), plus the functions PyTorch has only at module level (``allclose``, ``equal``,
-``std_mean``, ``broadcast_tensors``, ``meshgrid``, ``hstack`` ...).
+``std_mean``, ``broadcast_tensors``, ``meshgrid``, ``cartesian_prod``, ``block_diag``, ``hstack`` ...).
 
 Each twin takes the tensor first (PyTorch's ``input``) and calls the method of that name, so the
 method's docstring, shapes, dtypes and errors hold; ``out=`` writes the result into an existing
@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from lazyvic import dtypes as dt
-from lazyvic.errors import ShapeError
-from lazyvic.indexing import cat
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
+from lazyvic.indexing import cat, stack
 from lazyvic.products import einsum  # noqa: F401 (lazyvic.einsum)
+from lazyvic.settings import get_default_dtype
 from lazyvic.shapes import broadcast_shapes
 from lazyvic.tensor import Tensor
 from lazyvic.tensor import where as _where
@@ -76,7 +79,7 @@ _TWINS = (
     "mul", "multiply", "div", "divide", "true_divide", "floor_divide", "remainder", "fmod", "maximum", "minimum",
     "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "isnan",
     "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "isclose", "logical_not", "logical_and",
-    "logical_or", "logical_xor", "masked_fill",
+    "logical_or", "logical_xor", "masked_fill", "lerp", "hypot", "heaviside",
     # reductions, scans and order statistics
     "sum", "mean", "var", "std", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "softmax",
     "log_softmax", "cumsum", "cumprod", "all", "any", "count_nonzero", "norm", "argsort", "sort", "msort", "topk",
@@ -84,12 +87,12 @@ _TWINS = (
     # shapes
     "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes", "swapdims", "permute",
     "movedim", "moveaxis", "t", "narrow", "select", "split", "chunk", "unbind", "flip", "fliplr", "flipud", "roll",
-    "tile", "repeat_interleave", "diag", "diagonal", "broadcast_to",
+    "tile", "repeat_interleave", "diag", "diagonal", "broadcast_to", "diff", "tensor_split",
     # gathers and scatters
     "gather", "scatter", "scatter_add", "index_select", "index_add", "index_copy", "index_fill", "take",
     "take_along_dim", "masked_select", "nonzero", "argwhere", "unique",
     # products
-    "mm", "bmm", "mv", "dot", "outer", "ger", "addmm", "addmv", "baddbmm",
+    "mm", "bmm", "mv", "dot", "outer", "ger", "addmm", "addmv", "baddbmm", "kron", "cross",
     # the rest
     "clone", "detach", "numel", "is_floating_point",
 )
@@ -164,6 +167,58 @@ def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple:
     return tuple(grids)
 
 
+def cartesian_prod(*tensors: Tensor) -> Tensor:
+    """The Cartesian product of 1-D tensors of one dtype (``torch.cartesian_prod``, Python's
+    ``itertools.product``): shape (n0 * n1 * ..., k), row ``i`` one combination, the last tensor
+    varying fastest; a single tensor is returned as it is.
+
+    Raises:
+        ArgumentError: no tensors. ShapeError: a tensor that is not 1-D. DTypeError: tensors of
+            different dtypes (as PyTorch's meshgrid).
+    """
+    if not tensors:
+        raise ArgumentError("cartesian_prod: expected at least one tensor")
+    for t in tensors:
+        if t.ndim != 1:
+            raise ShapeError(f"cartesian_prod: expected 1-D tensors, got shape {t.shape}")
+        if t.dtype is not tensors[0].dtype:
+            raise DTypeError(f"cartesian_prod: expected tensors of one dtype, got {[t.dtype.name for t in tensors]}")
+    if len(tensors) == 1:
+        return tensors[0]
+    return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], 1)
+
+
+def block_diag(*tensors: Tensor) -> Tensor:
+    """The tensors as the blocks of a block-diagonal matrix, zeros elsewhere
+    (``torch.block_diag``): a 0-d tensor is a 1 x 1 block, a 1-D one of n elements a 1 x n block,
+    a 2-D one as it is. Shape (sum of rows, sum of columns); dtypes promote as ``cat``. No tensors
+    give an empty (1, 0) tensor of the default dtype.
+
+    Raises:
+        ShapeError: a tensor of more than 2 dimensions.
+    """
+    if not tensors:
+        return Tensor(np.zeros((1, 0), dtype=get_default_dtype().np))
+    blocks = []
+    for i, t in enumerate(tensors):
+        if t.ndim > 2:
+            raise ShapeError(
+                f"block_diag: input tensors must have 2 or fewer dimensions; input {i} has shape {t.shape}"
+            )
+        blocks.append(t.reshape(*((1,) * (2 - t.ndim) + tuple(t.shape))))
+    d = blocks[0].dtype
+    for b in blocks[1:]:
+        d = dt.promote(d, b.dtype)
+    width = 0  # (a loop: this module's ``sum`` is the tensor function)
+    for b in blocks:
+        width += b.shape[1]
+    rows, left = [], 0
+    for b in blocks:
+        rows.append(b.to(d)._pad(((0, 0), (left, width - left - b.shape[1]))))
+        left += b.shape[1]
+    return cat(rows, 0)
+
+
 def hstack(tensors) -> Tensor:
     """Concatenation along axis 1 (axis 0 for 1-D tensors)."""
     tensors = list(tensors)
@@ -196,6 +251,8 @@ __all__ = list(_TWINS) + [
     "var_mean",
     "broadcast_tensors",
     "meshgrid",
+    "cartesian_prod",
+    "block_diag",
     "hstack",
     "vstack",
     "einsum",

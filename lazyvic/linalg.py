@@ -1,5 +1,6 @@
 """``lazyvic.linalg``: PyTorch's ``torch.linalg`` norms (``vector_norm``, ``matrix_norm``, ``norm``)
-and ``Tensor.norm`` / ``torch.norm``.
+and ``Tensor.norm`` / ``torch.norm``, and the cross product (``cross``, and ``Tensor.cross`` /
+``torch.cross`` as :func:`tensor_cross`).
 
 Norms are compositions of reductions (``sqrt(sum(x * x))``, ``amax(|x|)`` ...). Matrix functions
 that need a decomposition (``svd``, ``inv``, ``det``, the spectral and nuclear norms ...) are not
@@ -12,9 +13,11 @@ is :func:`tensor_norm`).
 from __future__ import annotations
 
 import math
+import warnings
 
 from lazyvic.errors import DTypeError, ShapeError, UnsupportedOpError
-from lazyvic.shapes import norm_axes, norm_axis
+from lazyvic.indexing import cat
+from lazyvic.shapes import broadcast_shapes, norm_axes, norm_axis
 
 
 def _floating(opname: str, x, dtype):
@@ -116,6 +119,55 @@ def tensor_norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None):
     return vector_norm(x, p, dim, keepdim, dtype=dtype)
 
 
+def cross(x, other, *, dim: int = -1):
+    """The cross product of 3-vectors along ``dim`` (``torch.linalg.cross``); the other axes
+    broadcast. For ``a = x``, ``b = other``: ``(a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0)``.
+
+    Raises:
+        ShapeError: operands of different numbers of dimensions, a ``dim`` of length other than
+            3, or other axes that do not broadcast. DTypeError: operands of different dtypes.
+            lazyvic.errors.IndexError: ``dim`` out of range.
+    """
+    if x.ndim != other.ndim:
+        raise ShapeError(
+            f"linalg.cross: inputs must have the same number of dimensions, got {x.shape} and {other.shape}"
+        )
+    if x.dtype is not other.dtype:
+        raise DTypeError(f"linalg.cross: inputs must have one dtype, got {x.dtype.name} and {other.dtype.name}")
+    d = norm_axis(dim, x.ndim, "linalg.cross")
+    if x.shape[d] != 3 or other.shape[d] != 3:
+        raise ShapeError(
+            f"linalg.cross: inputs dimension {dim} must have length 3, got {x.shape[d]} and {other.shape[d]} "
+            f"(shapes {x.shape} and {other.shape})"
+        )
+    broadcast_shapes(x.shape, other.shape, "linalg.cross")
+    a0, a1, a2 = (x.narrow(d, i, 1) for i in range(3))
+    b0, b1, b2 = (other.narrow(d, i, 1) for i in range(3))
+    return cat([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
+
+
+def tensor_cross(x, other, dim=None):
+    """``torch.cross`` / ``Tensor.cross``: :func:`cross` along ``dim``; without ``dim``, along the
+    first axis of ``x`` of length 3, with PyTorch's deprecation warning (a UserWarning; PyTorch
+    will change the default to -1, as ``linalg.cross``).
+
+    Raises:
+        ShapeError: no axis of length 3 when ``dim`` is None; see :func:`cross`.
+    """
+    if dim is None:
+        dim = next((i for i, s in enumerate(x.shape) if s == 3), None)
+        if dim is None:
+            raise ShapeError(f"cross: no dimension of size 3 in input of shape {x.shape}")
+        warnings.warn(
+            "Using torch.cross without specifying the dim arg is deprecated.\n"
+            "Please either pass the dim explicitly or simply use torch.linalg.cross.\n"
+            "The default value of dim will change to agree with that of linalg.cross in a future release.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return cross(x, other, dim=dim)
+
+
 def _decomposition(name: str):
     def unsupported(*args, **kwargs):
         raise UnsupportedOpError(f"linalg.{name}: lazyvic has no matrix decompositions or solvers")
@@ -141,5 +193,5 @@ pinv = _decomposition("pinv")
 lstsq = _decomposition("lstsq")
 matrix_rank = _decomposition("matrix_rank")
 
-__all__ = ["vector_norm", "matrix_norm", "norm", "inv", "det", "slogdet", "solve", "cholesky", "qr", "svd"]
+__all__ = ["vector_norm", "matrix_norm", "norm", "cross", "inv", "det", "slogdet", "solve", "cholesky", "qr", "svd"]
 __all__ += ["svdvals", "eig", "eigh", "eigvals", "eigvalsh", "pinv", "lstsq", "matrix_rank"]

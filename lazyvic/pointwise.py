@@ -1,8 +1,9 @@
 """Elementwise functions built on the op table's primitives: rounding (``floor``, ``ceil``,
 ``trunc``, ``frac``, ``round``), ``sign``, trigonometry (``sin``, ``cos``, ``tan``), logarithms
 and exponentials (``log1p``, ``expm1``, ``log2``, ``log10``, ``exp2``), ``clamp``, floor division
-and remainders, tests (``isnan``, ``isinf``, ``isfinite``, ``isclose``), ``nan_to_num`` and the
-logical functions (PyTorch's names, dtypes and special values).
+and remainders, tests (``isnan``, ``isinf``, ``isfinite``, ``isclose``), ``nan_to_num``, the
+logical functions, and ``lerp``, ``hypot``, ``heaviside`` (PyTorch's names, dtypes and special
+values).
 
 Written over the tensors they are handed (their methods and ``Tensor.apply``), so this module sits
 below :mod:`lazyvic.tensor`, whose methods these functions are. ``floor``, ``round``, ``sin``,
@@ -19,6 +20,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, DTypeError
+from lazyvic.shapes import broadcast_shapes
 
 
 def _is_tensor(value) -> bool:
@@ -362,3 +364,96 @@ def logical_or(x, other):
 
 def logical_xor(x, other):
     return x.bool() != (other.bool() if _is_tensor(other) else bool(other))
+
+
+# ------------------------------------------------- lerp, hypot, heaviside
+def _same_dtype_tensor(opname: str, argname: str, x, other) -> None:
+    if not _is_tensor(other):
+        raise DTypeError(f"{opname}: argument '{argname}' must be a Tensor, not {type(other).__name__}")
+    if other.dtype is not x.dtype:
+        raise DTypeError(f"{opname}: expected dtype {x.dtype.name} for '{argname}', got {other.dtype.name}")
+
+
+@dt.half_in_float32
+def lerp(x, end, weight):
+    """``x + weight * (end - x)``, elementwise (``torch.lerp``); ``x``, ``end`` and a tensor
+    ``weight`` broadcast together. As PyTorch's kernel (ATen/native/Lerp.h), a weight with
+    ``|weight| >= 0.5`` (or NaN) uses ``end - (end - x) * (1 - weight)`` instead, so that
+    ``weight == 1`` gives ``end`` exactly. float16/bfloat16 are computed in float32.
+
+    ``weight`` is a Python number, a 0-d tensor (any dtype, taken as a number), or a tensor of the
+    dtype of ``x``. Gradients: ``1 - weight`` for ``x``, ``weight`` for ``end``, ``end - x`` for
+    ``weight``.
+
+    Raises:
+        DTypeError: a non-floating ``x``, ``end`` of another dtype or not a tensor, a dimensioned
+            ``weight`` of another dtype.
+    """
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"lerp: expected a floating-point input, got {x.dtype.name}")
+    _same_dtype_tensor("lerp", "end", x, end)
+    shape = broadcast_shapes(x.shape, end.shape, "lerp")
+    if not _is_tensor(weight):
+        if not isinstance(weight, numbers.Real):
+            raise DTypeError(f"lerp: weight must be a number or a Tensor, not {type(weight).__name__}")
+        w = float(weight)
+        if abs(w) < 0.5:
+            return x + (end - x) * w
+        return end - (end - x) * (1.0 - w)
+    if weight.ndim == 0:
+        weight = weight.to(x.dtype)
+    _same_dtype_tensor("lerp", "weight", x, weight)
+    broadcast_shapes(shape, weight.shape, "lerp")
+    diff = end - x
+    small = x + weight * diff
+    large = end - diff * (1.0 - weight)
+    return small.where(weight.abs() < 0.5, large)
+
+
+def _result_dtype(a, b) -> dt.DType:
+    # lazyvic.tensor.result_dtype (this module sits below it): a 0-d tensor beside a dimensioned
+    # one counts only when its category is higher.
+    if (a.ndim == 0) != (b.ndim == 0):
+        dim, zero = (b, a) if a.ndim == 0 else (a, b)
+        if zero.dtype.category <= dim.dtype.category:
+            return dim.dtype
+    return dt.promote(a.dtype, b.dtype)
+
+
+def hypot(x, other):
+    """``sqrt(x**2 + other**2)`` elementwise without overflow or underflow (C's ``hypot``,
+    ``torch.hypot``); the operands broadcast and promote (a floating result dtype is required).
+    float32 and half operands are squared and summed in float64 and rounded once; float64 ones are
+    scaled by the larger magnitude. An infinite operand gives +inf, even beside NaN.
+
+    Raises:
+        DTypeError: ``other`` not a tensor, or integer/bool operands (PyTorch has no integer hypot).
+    """
+    if not _is_tensor(other):
+        raise DTypeError(f"hypot: argument 'other' must be a Tensor, not {type(other).__name__}")
+    broadcast_shapes(x.shape, other.shape, "hypot")
+    d = _result_dtype(x, other)
+    if not d.is_floating_point:
+        raise DTypeError(f"hypot: expected floating-point operands, got {x.dtype.name} and {other.dtype.name}")
+    a, b = x.to(d).abs(), other.to(d).abs()
+    if d is dt.float64:
+        big, small = a.maximum(b), a.minimum(b)
+        ratio = small / big.where(big > 0, 1.0)
+        out = big * (1.0 + ratio * ratio).sqrt()
+    else:
+        a64, b64 = a.to(dt.float64), b.to(dt.float64)
+        out = (a64 * a64 + b64 * b64).sqrt().to(d)
+    return out.where(~((a == math.inf) | (b == math.inf)), math.inf)
+
+
+def heaviside(x, values):
+    """The Heaviside step function of ``x``: 0 where ``x < 0``, ``values`` where ``x == 0``, 1
+    where ``x > 0`` (and 0 for NaN, as PyTorch), broadcast with ``values`` (``torch.heaviside``).
+
+    Raises:
+        DTypeError: ``values`` not a tensor, or of a dtype other than that of ``x``.
+    """
+    _same_dtype_tensor("heaviside", "values", x, values)
+    broadcast_shapes(x.shape, values.shape, "heaviside")
+    step = (x > 0).to(x.dtype)
+    return step.where(x != 0, values)

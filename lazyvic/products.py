@@ -1,5 +1,5 @@
 """Matrix and tensor products on the ``matmul`` primitive: ``matmul`` itself, ``mm``, ``bmm``,
-``mv``, ``dot``, ``outer``, ``addmm``, ``addmv``, ``baddbmm``, ``einsum`` (PyTorch's names, shape
+``mv``, ``dot``, ``outer``, ``kron``, ``addmm``, ``addmv``, ``baddbmm``, ``einsum`` (PyTorch's names, shape
 rules and errors), and ``autocast_operands``, the hook through which ``lazyvic.autocast`` rounds
 the operands of matmul and conv2d.
 
@@ -156,6 +156,20 @@ def outer(x, vec2):
     _need("outer", x, 1, "input")
     _need("outer", vec2, 1, "vec2")
     return x.reshape(-1, 1) * vec2.reshape(1, -1)
+
+
+def kron(x, other):
+    """The Kronecker product (``torch.kron``): for operands padded with leading size-1 axes to
+    one number of dimensions, ``out[i * q + k, ...] = x[i, ...] * other[k, ...]`` along every axis,
+    so axis ``j`` of the result has size ``x.shape[j] * other.shape[j]``. Dtypes promote as ``*``.
+    """
+    nd = max(x.ndim, other.ndim)
+    a_shape = (1,) * (nd - x.ndim) + tuple(x.shape)
+    b_shape = (1,) * (nd - other.ndim) + tuple(other.shape)
+    # (a0, 1, a1, 1, ...) * (1, b0, 1, b1, ...) -> (a0, b0, a1, b1, ...) -> (a0 * b0, a1 * b1, ...)
+    a = x.reshape(*[s for p in a_shape for s in (p, 1)])
+    b = other.reshape(*[s for p in b_shape for s in (1, p)])
+    return (a * b).reshape(*[p * q for p, q in zip(a_shape, b_shape)])
 
 
 def _scaled_sum(opname: str, input, product, beta, alpha):

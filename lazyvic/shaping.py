@@ -1,5 +1,6 @@
 """Reshaping and rearranging composites: ``squeeze``/``unsqueeze``, ``flatten``/``unflatten``,
-``split``/``chunk``/``narrow``/``select``/``unbind``, ``movedim``/``swapaxes``, ``flip``, ``roll``,
+``split``/``chunk``/``tensor_split``/``narrow``/``select``/``unbind``, ``movedim``/``swapaxes``,
+``flip``, ``roll``, ``diff``,
 ``repeat``/``tile``/``repeat_interleave``, ``diag``/``diagonal``/``trace``, ``tril``/``triu``
 (PyTorch's names, signatures and errors).
 
@@ -17,7 +18,7 @@ import math
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import ArgumentError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.indexing import cat
 from lazyvic.shapes import norm_axes, norm_axis, shape_arg
@@ -135,6 +136,58 @@ def chunk(x, chunks: int, dim: int = 0) -> tuple:
     return x.split(max(1, -(-n // chunks)), dim)
 
 
+def tensor_split(x, indices_or_sections, dim: int = 0) -> tuple:
+    """Pieces of ``x`` along ``dim`` (``torch.tensor_split``, NumPy's ``array_split``).
+
+    An int ``n`` gives ``n`` pieces: the first ``size % n`` of ``size // n + 1`` elements, the
+    rest of ``size // n`` (empty pieces when ``n`` exceeds the size). A list or tuple of indices
+    gives the pieces ``x[:i0], x[i0:i1], ..., x[ik:]`` along ``dim``, each index taken as a Python
+    slice bound (negative ones count from the end; out-of-range ones clamp). An int64 tensor
+    counts as an int (0-d) or a list of indices (1-d); a pending one is computed first (a sync
+    point). The pieces are slices of ``x``.
+
+    Raises:
+        ShapeError: a 0-d input. ArgumentError: ``n <= 0``. DTypeError: sections or indices that
+            are not integers. lazyvic.errors.IndexError: ``dim`` out of range.
+    """
+    if x.ndim == 0:
+        raise ShapeError("tensor_split: expected at least a 1-dimensional tensor, got a 0-d tensor")
+    d = norm_axis(dim, x.ndim, "tensor_split")
+    n = x.shape[d]
+    if _is_tensor(indices_or_sections):
+        held = indices_or_sections
+        if held.dtype.category != 1 or held.ndim > 1:
+            raise DTypeError(
+                "tensor_split: a tensor of indices_or_sections must be a 0-d or 1-d integer tensor, "
+                f"got {held.dtype.name} of shape {held.shape}"
+            )
+        indices_or_sections = held.tolist()
+    if isinstance(indices_or_sections, (int, np.integer)) and not isinstance(indices_or_sections, bool):
+        sections = int(indices_or_sections)
+        if sections <= 0:
+            raise ArgumentError(f"tensor_split: number of sections must be larger than 0, got {sections}")
+        small, extra = divmod(n, sections)
+        sizes = [small + 1] * extra + [small] * (sections - extra)
+        out, start = [], 0
+        for size in sizes:
+            out.append(x.narrow(d, start, size))
+            start += size
+        return tuple(out)
+    if not isinstance(indices_or_sections, (list, tuple)) or not all(
+        isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in indices_or_sections
+    ):
+        raise DTypeError(
+            f"tensor_split: indices_or_sections must be an int or a list/tuple of ints, got {indices_or_sections!r}"
+        )
+
+    def bound(i: int) -> int:  # a Python slice bound
+        i = int(i)
+        return min(max(i + n if i < 0 else i, 0), n)
+
+    edges = [0] + [bound(i) for i in indices_or_sections] + [n]
+    return tuple(x.narrow(d, a, max(b - a, 0)) for a, b in zip(edges, edges[1:]))
+
+
 def unbind(x, dim: int = 0) -> tuple:
     """The slices along ``dim``, each without that axis."""
     d = norm_axis(dim, x.ndim, "unbind")
@@ -211,6 +264,49 @@ def roll(x, shifts, dims=None):
         s = int(shift) % n if n else 0
         if s:
             out = cat([out.narrow(d, n - s, s), out.narrow(d, 0, n - s)], d)
+    return out if out is not x else x.clone()
+
+
+def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """The ``n``-th forward difference along ``dim``: ``out[i] = x[i + 1] - x[i]``, applied ``n``
+    times (``torch.diff``); ``prepend`` / ``append`` are concatenated to ``x`` along ``dim`` first
+    (dtypes promote as ``cat``). Bool tensors differ by ``!=`` (logical xor). The result keeps
+    the dtype and has ``max(size - n, 0)`` elements along ``dim`` (``size`` counting the added
+    ones); ``n == 0`` gives a copy.
+
+    Raises:
+        ShapeError: a 0-d input, or ``prepend``/``append`` of another number of dimensions or of
+            other sizes outside ``dim``. ArgumentError: ``n < 0``. DTypeError: ``prepend`` or
+            ``append`` not a tensor.
+    """
+    if x.ndim == 0:
+        raise ShapeError("diff: expects input to be at least one-dimensional, got a 0-d tensor")
+    if int(n) < 0:
+        raise ArgumentError(f"diff: order must be non-negative, got {n}")
+    d = norm_axis(dim, x.ndim, "diff")
+    pieces = [x]
+    for name, extra in (("prepend", prepend), ("append", append)):
+        if extra is None:
+            continue
+        if not _is_tensor(extra):
+            raise DTypeError(f"diff: {name} must be a Tensor, not {type(extra).__name__}")
+        if extra.ndim != x.ndim:
+            raise ShapeError(
+                f"diff: expects {name} to have the same number of dimensions as input, got {extra.shape} and {x.shape}"
+            )
+        for axis, (a, b) in enumerate(zip(x.shape, extra.shape)):
+            if axis != d and a != b:
+                raise ShapeError(
+                    f"diff: {name} must match the shape of input {x.shape} except along dim {d}, got {extra.shape}"
+                )
+        pieces.insert(0 if name == "prepend" else len(pieces), extra)
+    out = cat(pieces, d) if len(pieces) > 1 else x
+    for _ in range(int(n)):
+        m = out.shape[d]
+        if m == 0:
+            break
+        later, earlier = out.narrow(d, 1, m - 1), out.narrow(d, 0, m - 1)
+        out = (later != earlier) if out.dtype is dt.bool_ else later - earlier
     return out if out is not x else x.clone()
 
 

@@ -811,6 +811,7 @@ class Tensor:
     isfinite, nan_to_num, isclose = pointwise.isfinite, pointwise.nan_to_num, pointwise.isclose
     logical_not, logical_and = pointwise.logical_not, pointwise.logical_and
     logical_or, logical_xor = pointwise.logical_or, pointwise.logical_xor
+    lerp, hypot, heaviside = pointwise.lerp, pointwise.hypot, pointwise.heaviside
 
     def where(self, condition, other):
         """PyTorch's ``x.where(condition, y)``: x where condition is true, else y."""
@@ -999,6 +1000,7 @@ class Tensor:
     flip, fliplr, flipud, roll = shaping.flip, shaping.fliplr, shaping.flipud, shaping.roll
     repeat, tile = shaping.repeat, shaping.tile
     diag, diagonal, trace, tril, triu = shaping.diag, shaping.diagonal, shaping.trace, shaping.tril, shaping.triu
+    diff, tensor_split = shaping.diff, shaping.tensor_split
 
     def _slice(self, starts, stops, steps) -> "Tensor":
         if tuple(starts) == (0,) * self.ndim and tuple(stops) == self.shape and set(steps) <= {1}:
@@ -1063,6 +1065,7 @@ class Tensor:
     mm, bmm, mv, dot, outer, ger = products.mm, products.bmm, products.mv, products.dot, products.outer, products.outer
     addmm, addmv, baddbmm = products.addmm, products.addmv, products.baddbmm
     norm = linalg.tensor_norm
+    kron, cross = products.kron, linalg.tensor_cross
 
     def __matmul__(self, other):
         return matmul(self, other)

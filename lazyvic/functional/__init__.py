@@ -4,7 +4,8 @@ Formulas follow PyTorch's documentation for the function of the same name. The f
 one module per family, as PyTorch's documentation groups them: ``activation``, ``linear``
 (linear, dropout), ``sparse`` (one_hot, embedding), ``attention``, ``convolution`` (1-D and 2-D),
 ``convolution3d`` (3-D, built on the 2-D primitives), ``pooling``,
-``normalization``, ``loss``, ``vision`` (pad, interpolate) and ``recurrent`` (the RNN, LSTM and
+``normalization``, ``loss``, ``distance`` (cosine_similarity, pairwise_distance, cdist and their losses), ``distance`` (cosine_similarity, pairwise_distance, cdist and
+their losses), ``vision`` (pad, interpolate) and ``recurrent`` (the RNN, LSTM and
 GRU cells and the loops that step them; used by ``nn.RNN``/``LSTM``/``GRU``, not exported here,
 as PyTorch has no ``F.lstm``). ``lazyvic.nn.functional`` re-exports every name of ``__all__``.
 """
@@ -45,19 +46,33 @@ from lazyvic.functional.activation import (
 from lazyvic.functional.attention import KVCache, scaled_dot_product_attention
 from lazyvic.functional.convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 from lazyvic.functional.convolution3d import conv3d, conv_transpose3d
+from lazyvic.functional.distance import (
+    cdist,
+    cosine_embedding_loss,
+    cosine_similarity,
+    pairwise_distance,
+    triplet_margin_loss,
+)
 from lazyvic.functional.linear import dropout, dropout1d, dropout2d, dropout3d, linear
 from lazyvic.functional.loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
     cross_entropy,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
     huber_loss,
     kl_div,
     l1_loss,
+    margin_ranking_loss,
     mse_loss,
+    multi_margin_loss,
+    multilabel_soft_margin_loss,
     nll_loss,
+    poisson_nll_loss,
     smooth_l1_loss,
+    soft_margin_loss,
 )
-from lazyvic.functional.normalization import batch_norm, group_norm, instance_norm, layer_norm, normalize
+from lazyvic.functional.normalization import batch_norm, group_norm, instance_norm, layer_norm, normalize, rms_norm
 from lazyvic.functional.pooling import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
@@ -69,7 +84,16 @@ from lazyvic.functional.pooling import (
     max_pool2d,
 )
 from lazyvic.functional.sparse import embedding, one_hot
-from lazyvic.functional.vision import interpolate, pad, upsample, upsample_bilinear, upsample_nearest
+from lazyvic.functional.vision import (
+    channel_shuffle,
+    interpolate,
+    pad,
+    pixel_shuffle,
+    pixel_unshuffle,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
 
 __all__ = [
     # activations
@@ -122,6 +146,13 @@ __all__ = [
     "smooth_l1_loss",
     "huber_loss",
     "kl_div",
+    "margin_ranking_loss",
+    "hinge_embedding_loss",
+    "soft_margin_loss",
+    "multilabel_soft_margin_loss",
+    "multi_margin_loss",
+    "gaussian_nll_loss",
+    "poisson_nll_loss",
     # attention, convolution, pooling, normalization, vision
     "scaled_dot_product_attention",
     "KVCache",
@@ -144,9 +175,19 @@ __all__ = [
     "group_norm",
     "instance_norm",
     "normalize",
+    "rms_norm",
     "pad",
     "interpolate",
     "upsample",
     "upsample_nearest",
     "upsample_bilinear",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "channel_shuffle",
+    # distances and their losses
+    "cosine_similarity",
+    "pairwise_distance",
+    "cdist",
+    "cosine_embedding_loss",
+    "triplet_margin_loss",
 ]

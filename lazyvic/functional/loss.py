@@ -2,8 +2,10 @@
 
 Formulas are those of PyTorch's documentation of each function (``torch.nn.NLLLoss``,
 ``CrossEntropyLoss``, ``BCELoss``, ``BCEWithLogitsLoss``, ``L1Loss``, ``MSELoss``,
-``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``) and of its implementation where the documentation
-leaves a choice open (``aten/src/ATen/native/Loss.cpp``, ``LossNLL.cpp``): the weighted mean
+``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``, ``MarginRankingLoss``, ``HingeEmbeddingLoss``,
+``SoftMarginLoss``, ``MultiLabelSoftMarginLoss``, ``MultiMarginLoss``, ``GaussianNLLLoss``,
+``PoissonNLLLoss``) and of its implementation where the documentation leaves a choice open
+(``aten/src/ATen/native/Loss.cpp``, ``LossNLL.cpp``, ``LossMultiMargin.cpp``): the weighted mean
 divides by the sum of the weights of the counted targets; the logarithms of BCE are clamped at
 -100. ``reduction`` is ``'none'``, ``'mean'`` or ``'sum'`` (``kl_div`` adds ``'batchmean'``); the
 deprecated ``size_average``/``reduce`` map to it as PyTorch's ``legacy_get_string`` does.
@@ -11,10 +13,11 @@ deprecated ``size_average``/``reduce`` map to it as PyTorch's ``legacy_get_strin
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.functional.activation import logsigmoid
 from lazyvic.functional.sparse import checked_classes, one_hot_checked, values_now
@@ -417,11 +420,281 @@ def kl_div(
     return _reduce(losses, reduction)
 
 
+# ================================================================= margins
+def _broadcast(name: str, **tensors: Tensor) -> tuple:
+    """The broadcast shape of ``tensors`` (keyword: its name in the message); each must be a
+    lazyvic.Tensor. Raises DTypeError for a non-tensor, ShapeError naming every shape."""
+    shape: tuple = ()
+    for what, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"{name}: {what} must be a lazyvic.Tensor, got {type(t).__name__}")
+        try:
+            shape = broadcast_shapes(shape, t.shape)
+        except ShapeError:
+            shapes = ", ".join(f"{k} {v.shape}" for k, v in tensors.items())
+            raise ShapeError(f"{name}: shapes do not broadcast together: {shapes}") from None
+    return shape
+
+
+def margin_ranking_loss(
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Margin ranking loss, as ``torch.nn.functional.margin_ranking_loss``:
+    ``l_n = max(0, -y_n * (x1_n - x2_n) + margin)``, with ``y`` 1 where ``x1`` should rank higher
+    and -1 where ``x2`` should.
+
+    input1, input2 floating and target (float or integer) of the same number of dimensions, whose
+    shapes broadcast (the result has the broadcast shape). Raises ShapeError for different numbers
+    of dimensions or shapes that do not broadcast, DTypeError for a non-floating input.
+    """
+    name = "margin_ranking_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    _check_float(name, "input1", input1)
+    _check_float(name, "input2", input2)
+    if not isinstance(target, Tensor):
+        raise DTypeError(f"{name}: target must be a lazyvic.Tensor, got {type(target).__name__}")
+    if not input1.ndim == input2.ndim == target.ndim:
+        raise ShapeError(
+            f"{name}: all input tensors should have the same number of dimensions, got input1 {input1.shape}, "
+            f"input2 {input2.shape} and target {target.shape}"
+        )
+    _broadcast(name, input1=input1, input2=input2, target=target)
+    return _reduce((-target * (input1 - input2) + margin).clamp_min(0.0), reduction)
+
+
+def hinge_embedding_loss(
+    input: Tensor, target: Tensor, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"
+) -> Tensor:
+    """Hinge embedding loss, as ``torch.nn.functional.hinge_embedding_loss``: ``l_n = x_n`` where
+    ``y_n = 1`` and ``max(0, margin - x_n)`` where ``y_n = -1``; as PyTorch's ``Loss.cpp``, a target
+    that is neither adds both terms.
+
+    input floating (typically distances), target (1 / -1, float or integer); their shapes broadcast.
+    Raises ShapeError for shapes that do not broadcast, DTypeError for a non-floating input.
+    """
+    name = "hinge_embedding_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    _broadcast(name, input=input, target=target)
+    _check_float(name, "input", input)
+    hinge = where(target != 1, (margin - input).clamp_min(0.0), 0.0)
+    return _reduce(hinge + where(target != -1, input, 0.0), reduction)
+
+
+def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    """Two-class soft-margin (logistic) loss, as ``torch.nn.functional.soft_margin_loss``:
+    ``l_n = log(1 + exp(-y_n * x_n))``, computed as ``-logsigmoid(y_n * x_n)``: equal wherever
+    PyTorch's value is finite, and finite (with a finite gradient) where PyTorch's ``exp``
+    overflows (``y * x < -88`` in float32).
+
+    input floating; target (1 / -1, float or integer) broadcasts to the input's shape, which the
+    result keeps (PyTorch writes into an input-shaped output). Raises ShapeError otherwise,
+    DTypeError for a non-floating input.
+    """
+    name = "soft_margin_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    if _broadcast(name, input=input, target=target) != input.shape:
+        raise ShapeError(f"{name}: target shape {target.shape} does not broadcast to the input shape {input.shape}")
+    _check_float(name, "input", input)
+    return _reduce(-logsigmoid(input * target), reduction)
+
+
+def multilabel_soft_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Multi-label one-versus-all logistic loss, as ``torch.nn.functional.multilabel_soft_margin_loss``:
+    ``l_n = -(1/C) * sum_c w_c * (y_nc * logsigmoid(x_nc) + (1 - y_nc) * logsigmoid(-x_nc))``.
+
+    input (N, C) or (C,) (any rank >= 1: the classes are its last axis); target (0 / 1 labels, float
+    or integer) and weight broadcast with it. The class sum runs over the input's last axis of the
+    broadcast losses, as PyTorch's; ``'none'`` gives (N,) (or () for a (C,) input). Raises
+    ShapeError for a 0-d input or shapes that do not broadcast, DTypeError for a non-floating input
+    or weight.
+    """
+    name = "multilabel_soft_margin_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    tensors = {"input": input, "target": target} | ({} if weight is None else {"weight": weight})
+    _broadcast(name, **tensors)
+    _check_float(name, "input", input)
+    if input.ndim == 0:
+        raise ShapeError(f"{name}: expected input (N, C) or (C,) with the classes last, got a 0-d tensor")
+    losses = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        _check_float(name, "weight", weight)
+        losses = losses * weight
+    return _reduce(losses.sum(input.ndim - 1) * (1.0 / input.shape[-1]), reduction)
+
+
+def multi_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    p: int = 1,
+    margin: float = 1.0,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Multi-class margin (hinge) loss, as ``torch.nn.functional.multi_margin_loss``:
+    ``l_n = (1/C) * sum_{i != y_n} w[y_n] * max(0, margin - x[n, y_n] + x[n, i])^p``, p 1 or 2
+    (PyTorch's ``LossMultiMargin.cpp``: a term at exactly 0 has no gradient).
+
+    input (N, C), (C,) or () floating scores; target (N,) or () int class indices ((1,) or () for an
+    unbatched input); weight (C,). ``'none'`` gives (N,), or () for a 0-d target; ``'mean'``
+    divides by N (0 for an empty batch, as PyTorch).
+
+    Raises ArgumentError (a ValueError) for p other than 1 and 2, ShapeError for an input of
+    another rank or with no classes, a target whose size is not N or a weight that is not (C,),
+    DTypeError for a non-integer target, IndexError for a (computed) class index outside [0, C).
+    """
+    name = "multi_margin_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    if p not in (1, 2):
+        raise ArgumentError(f"{name}: only p == 1 and p == 2 are supported, got p={p!r}")
+    _check_float(name, "input", input)
+    if not isinstance(target, Tensor):
+        raise DTypeError(f"{name}: target must be a lazyvic.Tensor, got {type(target).__name__}")
+    if input.ndim > 2 or 0 in input.shape[1:] or (input.ndim == 1 and input.shape[0] == 0):
+        raise ShapeError(
+            f"{name}: expected a non-empty vector (C,) or matrix (N, C) (N may be 0), got input {input.shape}"
+        )
+    n, c = (input.shape[0], input.shape[1]) if input.ndim == 2 else (1, max(input.numel(), 1))
+    if target.dtype.category != 1:
+        raise DTypeError(f"{name}: target must be an integer tensor of class indices, got {target.dtype.name}")
+    if target.ndim > 1 or target.numel() != n:
+        raise ShapeError(
+            f"{name}: expected a target of {n} class indices ((N,) or ()), got target {target.shape} "
+            f"for input {input.shape}"
+        )
+    if weight is not None:
+        _check_float(name, "weight", weight)
+        if weight.ndim != 1 or weight.shape[0] != c:
+            raise ShapeError(f"{name}: weight shape {weight.shape} must be ({c},) for input {input.shape}")
+        weight = weight.to(input.dtype) if weight.dtype is not input.dtype else weight
+    rows = input.reshape(n, c)
+    classes = checked_classes(name, target.reshape(n), c)
+    oh = one_hot_checked(classes, c, input.dtype)
+    is_target = oh > 0  # where(), not a product with oh: an infinite score elsewhere must not give NaN
+    z = margin - where(is_target, rows, 0.0).sum(1, keepdim=True) + rows
+    h = where((z > 0) & ~is_target, z, 0.0)
+    h = h if p == 1 else h * h
+    losses = h.sum(1) * (1.0 / c)
+    if weight is not None:
+        losses = losses * (oh * weight).sum(1)
+    if reduction == "none":
+        return losses if target.ndim else losses.reshape(())
+    if reduction == "sum" or n == 0:
+        return losses.sum()
+    return losses.sum() * (1.0 / n)
+
+
+# ================================================================= likelihoods
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_nll_loss(
+    input: Tensor, target: Tensor, var, full: bool = False, eps: float = 1e-6, reduction: str = "mean"
+) -> Tensor:
+    """Gaussian negative log likelihood, as ``torch.nn.functional.gaussian_nll_loss``:
+    ``l = 0.5 * (log(max(var, eps)) + (x - y)^2 / max(var, eps))``, plus ``0.5 * log(2 * pi)`` with
+    ``full``. As PyTorch, the clamp at ``eps`` is invisible to autograd (the gradient of the
+    clamped variance passes to ``var`` as it is).
+
+    input (N, *) floating expectations; target broadcasts with it; var a number, or a tensor of the
+    input's shape, of that shape without its last axis (one variance per row: it is unsqueezed), or
+    of the input's rank with exactly one axis of size 1 where the input's differs (PyTorch's rule).
+
+    Raises ShapeError for a var of another shape or shapes that do not broadcast, DTypeError for a
+    non-floating input or var, ValueError for a bad reduction, ArgumentError (a ValueError) for a
+    negative variance when its values are known now (a number, or a realized tensor); a computed
+    negative variance gives NaN there (checking it would be a sync point, where PyTorch raises).
+    """
+    name = "gaussian_nll_loss"
+    reduction = _reduction(name, None, None, reduction)
+    _check_float(name, "input", input)
+    if isinstance(var, (int, float)) and not isinstance(var, bool):
+        if var < 0:
+            raise ArgumentError(f"{name}: var has negative entry/entries (var={var})")
+        _broadcast(name, input=input, target=target)
+        var = max(float(var), eps)
+        losses = 0.5 * (math.log(var) + (input - target).square() * (1.0 / var))
+        return _reduce(losses + _HALF_LOG_2PI if full else losses, reduction)
+    _check_float(name, "var", var)
+    known = values_now(var)
+    if known is not None and (known < 0).any():
+        raise ArgumentError(f"{name}: var has negative entry/entries (var shape {var.shape})")
+    if var.shape != input.shape:
+        if input.shape[:-1] == var.shape:
+            var = var.unsqueeze(-1)
+        elif not (input.ndim == var.ndim and sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1):
+            raise ShapeError(
+                f"{name}: var shape {var.shape} is of incorrect size for input {input.shape}: expected the input's "
+                "shape, the input's shape without its last dimension, or one dimension of size 1 where they differ"
+            )
+    _broadcast(name, input=input, target=target, var=var)
+    # max(var, eps) with the gradient of the identity (PyTorch clamps under no_grad): var - var is 0.
+    clamped = where(var < eps, (var - var.detach()) + eps, var)
+    losses = 0.5 * (clamped.log() + (input - target).square() / clamped)
+    if full:
+        losses = losses + _HALF_LOG_2PI
+    if known is None:
+        losses = where(var < 0, math.nan, losses)
+    return _reduce(losses, reduction)
+
+
+def poisson_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    log_input: bool = True,
+    full: bool = False,
+    size_average=None,
+    eps: float = 1e-8,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Poisson negative log likelihood, as ``torch.nn.functional.poisson_nll_loss``:
+    ``l = exp(x) - y * x`` with ``log_input`` (x the log of the rate), else ``x - y * log(x + eps)``;
+    with ``full`` plus Stirling's approximation of ``log(y!)``,
+    ``y * log(y) - y + 0.5 * log(2 * pi * y)``, where ``y > 1`` (0 elsewhere; PyTorch's ``Loss.cpp``).
+
+    input floating; target (counts, float or integer) broadcasts with it. Raises ShapeError for
+    shapes that do not broadcast, DTypeError for a non-floating input.
+    """
+    name = "poisson_nll_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    _broadcast(name, input=input, target=target)
+    _check_float(name, "input", input)
+    if target.dtype is not input.dtype and not target.dtype.is_floating_point:
+        target = target.to(input.dtype)
+    if log_input:
+        losses = input.exp() - target * input
+    else:
+        losses = input - target * (input + eps).log()
+    if full:
+        small = target <= 1
+        y = where(small, 1.0, target)  # a safe log where the term is dropped: no NaN, no gradient
+        stirling = y * y.log() - y + 0.5 * (y * (2 * math.pi)).log()
+        losses = losses + where(small, 0.0, stirling)
+    return _reduce(losses, reduction)
+
+
 # Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
 dt.widen_halves(
     globals(),
     (
         "nll_loss", "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss",
-        "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
+        "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "margin_ranking_loss", "hinge_embedding_loss",
+        "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss", "gaussian_nll_loss",
+        "poisson_nll_loss",
     ),
 )  # fmt: skip

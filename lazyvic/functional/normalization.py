@@ -1,15 +1,17 @@
-"""Normalization: ``batch_norm``, ``layer_norm``, ``group_norm``, ``instance_norm``, ``normalize``.
+"""Normalization: ``batch_norm``, ``layer_norm``, ``group_norm``, ``instance_norm``, ``rms_norm``,
+``normalize``.
 
 Each normalizes with the biased variance of the values it averages over and ``rsqrt(var + eps)``
 (Ioffe & Szegedy 2015; Ba et al. 2016; Wu & He 2018; Ulyanov et al. 2016), as PyTorch; running
-statistics are updated in place, without gradient, with the unbiased variance.
+statistics are updated in place, without gradient, with the unbiased variance. ``rms_norm``
+divides by the root mean square instead, without centring (Zhang & Sennrich 2019).
 """
 
 from __future__ import annotations
 
 from lazyvic import dtypes as dt
 from lazyvic import modes
-from lazyvic.errors import ShapeError
+from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.tensor import Tensor
 from lazyvic.trace.composite import mark
 
@@ -116,6 +118,35 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
     return y
 
 
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """Root mean square normalization over the last ``len(normalized_shape)`` axes, as
+    ``torch.nn.functional.rms_norm`` (``torch.nn.RMSNorm``'s formula):
+    ``y = x / sqrt(mean(x^2) + eps) * weight``.
+
+    input (..., *normalized_shape), floating-point; weight ``normalized_shape`` (or None). ``eps``
+    None means the machine epsilon of the computation dtype: ``finfo(input.dtype).eps``, and
+    float32's for float16/bfloat16 inputs, which are computed in float32 and rounded once (as
+    PyTorch's kernel does). The result has the input's dtype. Raises ShapeError when the input's
+    trailing axes or the weight do not match ``normalized_shape``, DTypeError for a non-floating
+    input."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    n = len(shape)
+    x = input
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"rms_norm: expected a floating-point input, got {x.dtype.name}")
+    if x.ndim < n or x.shape[x.ndim - n :] != shape:
+        raise ShapeError(f"rms_norm: input shape {x.shape} does not end with normalized_shape {shape}")
+    if weight is not None and weight.shape != shape:
+        raise ShapeError(f"rms_norm: weight shape {weight.shape} does not match normalized_shape {shape}")
+    if eps is None:
+        eps = dt.finfo(x.dtype).eps
+    axes = tuple(range(x.ndim - n, x.ndim))
+    y = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y.to(x.dtype) if y.dtype is not x.dtype else y
+
+
 def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Group normalization (Wu & He 2018), as ``torch.nn.functional.group_norm``: the C channels
     of input (N, C, ...) split into ``num_groups`` groups; each (sample, group) is normalized over
@@ -202,4 +233,4 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
 
 
 # Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
-dt.widen_halves(globals(), ("batch_norm", "layer_norm", "group_norm", "instance_norm", "normalize"))
+dt.widen_halves(globals(), ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize"))

@@ -1,4 +1,5 @@
-"""Vision functions: ``pad``, ``interpolate`` (and the older ``upsample*`` spellings)."""
+"""Vision functions: ``pad``, ``interpolate`` (and the older ``upsample*`` spellings),
+``pixel_shuffle``, ``pixel_unshuffle`` and ``channel_shuffle``."""
 
 from __future__ import annotations
 
@@ -19,32 +20,43 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     """Pad the last ``len(pad) // 2`` dimensions, as ``torch.nn.functional.pad``.
 
     ``pad`` lists (before, after) pairs from the last dimension backwards:
-    ``(left, right, top, bottom, ...)``; sizes must be non-negative. Modes: ``constant`` (filled
-    with ``value``), ``reflect`` (mirrored without the edge; each pad smaller than the size),
-    ``replicate`` (the edge repeated) and ``circular`` (wrapped; each pad at most the size).
-    Non-constant modes gather along each padded axis, so their VJP sums the gradient of
-    repeated elements. Raises ValueError for a bad ``pad`` or mode.
+    ``(left, right, top, bottom, ...)``. Modes: ``constant`` (filled with ``value``), ``reflect``
+    (mirrored without the edge; each pad smaller than the size), ``replicate`` (the edge
+    repeated) and ``circular`` (wrapped; each pad at most the size). A negative size removes
+    elements from that side instead (constant, reflect and replicate modes, as PyTorch: the
+    positive pads are taken from the whole input first). Non-constant modes gather along each
+    padded axis, so their VJP sums the gradient of repeated elements. Raises ValueError
+    (ArgumentError) for a bad ``pad`` or mode.
     """
     pad = tuple(int(p) for p in pad)
     value = 0.0 if value is None else value
-    if len(pad) % 2 or len(pad) // 2 > input.ndim or any(p < 0 for p in pad):
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ArgumentError(
-            f"pad: expected an even number of non-negative sizes for at most {input.ndim} dims "
-            f"(input {input.shape}), got {pad}"
+            f"pad: expected an even number of sizes for at most {input.ndim} dims (input {input.shape}), got {pad}"
         )
     if mode not in _PAD_MODES:
         raise ArgumentError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
     pairs = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
         pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if any(p < 0 for p in pad):
+        if mode == "circular":
+            raise ArgumentError(f"pad: negative sizes are not supported in circular mode, got {pad}")
+        for axis, (before, after) in enumerate(pairs):
+            if input.shape[axis] + before + after < 0:
+                raise ArgumentError(
+                    f"pad: the size {input.shape[axis]} of dimension {axis} plus padding {(before, after)} "
+                    f"is negative (input {input.shape}, pad {pad})"
+                )
+    grow = [(max(before, 0), max(after, 0)) for before, after in pairs]
     if mode == "constant":
-        y = input._pad(tuple(pairs))
+        y = input._pad(tuple(grow))
         if value != 0:  # where, not y + mask * value: 0 * inf would be NaN inside
-            border = np.pad(np.zeros(input.shape, dtype=bool), pairs, constant_values=True)
+            border = np.pad(np.zeros(input.shape, dtype=bool), grow, constant_values=True)
             y = where(Tensor(border).to(input.device), value, y)
     else:
         y = input
-        for axis, (before, after) in enumerate(pairs):
+        for axis, (before, after) in enumerate(grow):
             if before or after:
                 n = input.shape[axis]
                 limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
@@ -55,11 +67,100 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
                     )
                 idx = np.pad(np.arange(n), (before, after), mode=_PAD_MODES[mode])
                 y = y.index_select(axis, Tensor(idx).to(input.device))
+    for axis, (before, after) in enumerate(pairs):
+        if before < 0 or after < 0:
+            cut_before, cut_after = max(-before, 0), max(-after, 0)
+            y = y.narrow(axis, cut_before, y.shape[axis] - cut_before - cut_after)
     pads_onnx = Tensor(np.array([b for b, _ in pairs] + [a for _, a in pairs], dtype=np.int64))
     onnx_mode = {"replicate": "edge"}.get(mode, mode)
     if mode == "circular":
         return mark(y, "Pad", (input, pads_onnx), min_opset=19, mode="wrap")
     return mark(y, "Pad", (input, pads_onnx, Tensor(np.array(value, dtype=input.dtype.np))), mode=onnx_mode)
+
+
+# ============================================================ shuffles
+def _positive_factor(opname: str, name: str, factor) -> int:
+    if not isinstance(factor, (int, np.integer)) or isinstance(factor, bool):
+        raise ArgumentError(f"{opname}: {name} must be an int, got {factor!r}")
+    if factor <= 0:
+        raise ArgumentError(f"{opname}: expects a positive {name}, got {factor}")
+    return int(factor)
+
+
+def _need_3d(opname: str, input: Tensor) -> None:
+    if input.ndim < 3:
+        raise ShapeError(f"{opname}: expects input to have at least 3 dimensions, got shape {input.shape}")
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    """Rearrange (*, C * r**2, H, W) into (*, C, H * r, W * r), r = ``upscale_factor``
+    (``torch.nn.functional.pixel_shuffle``; Shi et al., "Real-Time Single Image and Video
+    Super-Resolution Using an Efficient Sub-Pixel Convolutional Neural Network", 2016): channel
+    ``c * r**2 + i * r + j`` goes to the pixel at offset (i, j) of each r x r block. Any dtype; a
+    reshape, a permute and a reshape.
+
+    Raises:
+        ShapeError: fewer than 3 dimensions, or channels not divisible by r**2.
+        ArgumentError: r not a positive int.
+    """
+    r = _positive_factor("pixel_shuffle", "upscale_factor", upscale_factor)
+    _need_3d("pixel_shuffle", input)
+    *batch, c, h, w = input.shape
+    if c % (r * r):
+        raise ShapeError(
+            f"pixel_shuffle: expects the channel dimension to be divisible by upscale_factor**2 = {r * r}, "
+            f"but input.size(-3)={c} (input {input.shape})"
+        )
+    nb, oc = len(batch), c // (r * r)
+    y = input.reshape(*batch, oc, r, r, h, w)
+    y = y.permute(*range(nb), nb, nb + 3, nb + 1, nb + 4, nb + 2)  # (*, C, H, r, W, r)
+    return y.reshape(*batch, oc, h * r, w * r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    """Rearrange (*, C, H * r, W * r) into (*, C * r**2, H, W), r = ``downscale_factor``: the
+    inverse of :func:`pixel_shuffle` (``torch.nn.functional.pixel_unshuffle``). Any dtype.
+
+    Raises:
+        ShapeError: fewer than 3 dimensions, or height or width not divisible by r.
+        ArgumentError: r not a positive int.
+    """
+    r = _positive_factor("pixel_unshuffle", "downscale_factor", downscale_factor)
+    _need_3d("pixel_unshuffle", input)
+    *batch, c, h, w = input.shape
+    for name, axis, size in (("height", -2, h), ("width", -1, w)):
+        if size % r:
+            raise ShapeError(
+                f"pixel_unshuffle: expects {name} to be divisible by downscale_factor {r}, "
+                f"but input.size({axis})={size} (input {input.shape})"
+            )
+    nb = len(batch)
+    y = input.reshape(*batch, c, h // r, r, w // r, r)
+    y = y.permute(*range(nb), nb, nb + 2, nb + 4, nb + 1, nb + 3)  # (*, C, r, r, H, W)
+    return y.reshape(*batch, c * r * r, h // r, w // r)
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    """Interleave the channels of (N, C, *) from ``groups`` groups (``torch.nn.functional.
+    channel_shuffle``; Zhang et al., "ShuffleNet", 2017): viewed as (N, groups, C / groups, *),
+    the two group axes are swapped, so output channel ``k * groups + g`` is input channel
+    ``g * (C / groups) + k``. Any dtype.
+
+    Raises:
+        ShapeError: fewer than 3 dimensions, or C not divisible by ``groups``.
+        ArgumentError: ``groups`` not a positive int.
+    """
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups <= 0:
+        raise ArgumentError(f"channel_shuffle: number of groups to divide channels in must be positive, got {groups!r}")
+    if input.ndim < 3:
+        raise ShapeError(f"channel_shuffle: expects input with > 2 dims, got shape {input.shape}")
+    n, c, *rest = input.shape
+    if c % groups:
+        raise ShapeError(
+            f"channel_shuffle: number of channels must be divisible by groups, got {c} channels and {groups} groups"
+        )
+    y = input.reshape(n, int(groups), c // groups, *rest).transpose(1, 2)
+    return y.reshape(n, c, *rest)
 
 
 # ================================================================= interpolate

@@ -30,6 +30,7 @@ from lazyvic.nn.activation import (
 )
 from lazyvic.nn.attention import KVCache, MultiheadAttention
 from lazyvic.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from lazyvic.nn.distance import CosineEmbeddingLoss, CosineSimilarity, PairwiseDistance, TripletMarginLoss
 from lazyvic.nn.layers import (
     Dropout,
     Dropout1d,
@@ -41,6 +42,8 @@ from lazyvic.nn.layers import (
     Linear,
     ModuleDict,
     ModuleList,
+    ParameterDict,
+    ParameterList,
     Sequential,
     Unflatten,
 )
@@ -48,12 +51,19 @@ from lazyvic.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
     HuberLoss,
     KLDivLoss,
     L1Loss,
+    MarginRankingLoss,
     MSELoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
+    PoissonNLLLoss,
     SmoothL1Loss,
+    SoftMarginLoss,
 )
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.nn.normalization import (
@@ -65,6 +75,17 @@ from lazyvic.nn.normalization import (
     InstanceNorm2d,
     InstanceNorm3d,
     LayerNorm,
+    RMSNorm,
+)
+from lazyvic.nn.padding import (
+    ConstantPad1d,
+    ConstantPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
 )
 from lazyvic.nn.pooling import (
     AdaptiveAvgPool1d,
@@ -77,6 +98,7 @@ from lazyvic.nn.pooling import (
     MaxPool2d,
 )
 from lazyvic.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from lazyvic.nn.shuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from lazyvic.nn.transformer import (
     Transformer,
     TransformerDecoder,
@@ -97,6 +119,8 @@ __all__ = [
     "Sequential",
     "ModuleList",
     "ModuleDict",
+    "ParameterList",
+    "ParameterDict",
     "Identity",
     "Flatten",
     "Unflatten",
@@ -140,6 +164,13 @@ __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
     "KLDivLoss",
+    "MarginRankingLoss",
+    "HingeEmbeddingLoss",
+    "SoftMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
+    "GaussianNLLLoss",
+    "PoissonNLLLoss",
     # convolution, pooling, normalization, upsampling
     "Conv1d",
     "Conv2d",
@@ -159,6 +190,7 @@ __all__ = [
     "BatchNorm2d",
     "BatchNorm3d",
     "LayerNorm",
+    "RMSNorm",
     "GroupNorm",
     "InstanceNorm1d",
     "InstanceNorm2d",
@@ -166,6 +198,17 @@ __all__ = [
     "Upsample",
     "UpsamplingNearest2d",
     "UpsamplingBilinear2d",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "ChannelShuffle",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
     # attention, transformers, recurrent layers
     "MultiheadAttention",
     "KVCache",
@@ -182,4 +225,9 @@ __all__ = [
     "RNNCell",
     "LSTMCell",
     "GRUCell",
+    # distances and their losses
+    "CosineSimilarity",
+    "PairwiseDistance",
+    "CosineEmbeddingLoss",
+    "TripletMarginLoss",
 ]

@@ -1,9 +1,11 @@
 """Containers and basic layers (PyTorch's names, arguments and initializations): Linear, Sequential,
-ModuleList, ModuleDict, Embedding, Identity, Flatten, Unflatten, Dropout, Dropout1d/2d/3d."""
+ModuleList, ModuleDict, ParameterList, ParameterDict, Embedding, Identity, Flatten, Unflatten,
+Dropout, Dropout1d/2d/3d."""
 
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 
 import numpy as np
@@ -11,7 +13,8 @@ import numpy as np
 from lazyvic import functional as F
 from lazyvic import modes
 from lazyvic.creation import empty
-from lazyvic.errors import ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
+from lazyvic.errors import IndexError as LIndexError
 from lazyvic.nn import init
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor, where
@@ -142,6 +145,174 @@ class ModuleDict(Module):
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleDict has no forward(); index it by name")
+
+
+def _set_entry(container: Module, key: str, value) -> None:
+    """Store ``value`` under ``key``: a Tensor that is not a Parameter becomes one (sharing its
+    value), as PyTorch's parameter containers do; other objects are kept as plain attributes. A
+    parameter that replaces one keeps its place (its state_dict position), as in PyTorch."""
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        value = Parameter(value)
+    params = container._parameters
+    if key in params and (value is None or isinstance(value, Parameter)):
+        params[key] = value
+    else:
+        setattr(container, key, value)
+
+
+class ParameterList(Module):
+    """A list of parameters registered as ``"0"``, ``"1"``, ... (PyTorch's state_dict keys), as
+    ``torch.nn.ParameterList``: tensors are wrapped in Parameters; other objects are kept as
+    plain attributes of those names (not parameters). Supports ``append``, ``extend``, ``+=``,
+    indexing (negative, slices), assignment, ``len`` and iteration.
+
+    Raises IndexError for an index out of range, DTypeError (a TypeError) when ``extend`` gets a
+    non-iterable or a single tensor.
+    """
+
+    def __init__(self, values=None):
+        super().__init__()
+        self._size = 0
+        if values is not None:
+            self.extend(values)
+
+    def _key(self, idx) -> str:
+        idx = operator.index(idx)
+        if not -len(self) <= idx < len(self):
+            raise LIndexError(f"ParameterList: index {idx} is out of range for a list of {len(self)}")
+        return str(idx % len(self))
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(self[i] for i in range(*idx.indices(len(self))))
+        return getattr(self, self._key(idx))
+
+    def __setitem__(self, idx, value) -> None:
+        _set_entry(self, self._key(idx), value)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __iadd__(self, values) -> "ParameterList":
+        return self.extend(values)
+
+    def append(self, value) -> "ParameterList":
+        self._size += 1
+        self[self._size - 1] = value
+        return self
+
+    def extend(self, values) -> "ParameterList":
+        if isinstance(values, Tensor) or not hasattr(values, "__iter__"):
+            raise DTypeError(f"ParameterList.extend should be called with an iterable, but got {type(values).__name__}")
+        for value in values:
+            self.append(value)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({k}): {_describe(p)}" for k, p in enumerate(self))
+
+    def forward(self, *args, **kwargs):
+        raise ArgumentError("ParameterList should not be called; index or iterate over it")
+
+
+class ParameterDict(Module):
+    """Parameters by string key, in insertion order, as ``torch.nn.ParameterDict``: registered
+    under their keys (PyTorch's state_dict keys); tensors are wrapped in Parameters, other objects
+    kept as they are. Supports ``d[key]``, ``d[key] = value``, ``del d[key]``, ``in``, ``len``,
+    iteration over keys, ``keys``, ``values``, ``items``, ``get``, ``pop``, ``setdefault``,
+    ``update``, ``clear`` and ``copy``.
+
+    Raises DTypeError (a TypeError) for a key that is not a string, KeyError for a missing key.
+    """
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    def _attr(self, key) -> str:
+        if not isinstance(key, str):
+            raise DTypeError(f"ParameterDict: keys must be strings, got {type(key).__name__} ({key!r})")
+        return key
+
+    def __getitem__(self, key: str):
+        if key not in self._keys:
+            raise KeyError(key)
+        d = self.__dict__  # not getattr: a key may be a method's name ("keys", "pop")
+        return d["_parameters"][key] if key in d["_parameters"] else d[key]
+
+    def __setitem__(self, key: str, value) -> None:
+        attr = self._attr(key)
+        self._keys[key] = None
+        _set_entry(self, attr, value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._keys[key]
+        delattr(self, key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def keys(self):
+        return self._keys.keys()
+
+    def values(self):
+        return (self[k] for k in self._keys)
+
+    def items(self):
+        return ((k, self[k]) for k in self._keys)
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self._keys else default
+
+    def pop(self, key: str):
+        value = self[key]
+        del self[key]
+        return value
+
+    def setdefault(self, key: str, default=None):
+        if key not in self._keys:
+            self[key] = default
+        return self[key]
+
+    def update(self, parameters) -> None:
+        """Set each (key, value) of a mapping or ParameterDict (in its order) or of an iterable of
+        pairs."""
+        pairs = parameters.items() if hasattr(parameters, "items") else parameters
+        for pair in pairs:
+            if len(pair) != 2:
+                raise ArgumentError(f"ParameterDict.update: expected (key, value) pairs, got one of length {len(pair)}")
+            self[pair[0]] = pair[1]
+
+    def clear(self) -> None:
+        for k in list(self._keys):
+            del self[k]
+
+    def copy(self) -> "ParameterDict":
+        return ParameterDict(OrderedDict(self.items()))
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({k}): {_describe(p)}" for k, p in self.items())
+
+    def forward(self, *args, **kwargs):
+        raise ArgumentError("ParameterDict should not be called; index it by key")
+
+
+def _describe(p) -> str:
+    if isinstance(p, Tensor):
+        kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
+        return f"{kind} containing: [{p.dtype} of size {'x'.join(map(str, p.shape))}]"
+    return f"Object of type: {type(p).__name__}"
 
 
 class Embedding(Module):

@@ -1,6 +1,6 @@
 """Loss modules (PyTorch's names, arguments and defaults); each calls its ``F.`` function.
 
-As in PyTorch, a class ``weight`` (and BCEWithLogitsLoss's ``pos_weight``) is a buffer, so it is
+As in PyTorch, a ``weight`` (and BCEWithLogitsLoss's ``pos_weight``) is a buffer, so it is
 in the ``state_dict`` and moves with ``.to()``; the deprecated ``size_average``/``reduce`` set
 ``reduction`` once, at construction.
 """
@@ -8,6 +8,7 @@ in the ``state_dict`` and moves with ``.to()``; the deprecated ``size_average``/
 from __future__ import annotations
 
 from lazyvic import functional as F
+from lazyvic.errors import ArgumentError, ShapeError
 from lazyvic.functional.loss import _reduction
 from lazyvic.nn.module import Module
 from lazyvic.tensor import Tensor
@@ -150,4 +151,102 @@ class BCEWithLogitsLoss(_Loss):
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.binary_cross_entropy_with_logits(
             input, target, weight=self.weight, reduction=self.reduction, pos_weight=self.pos_weight
+        )
+
+
+class MarginRankingLoss(_Loss):
+    """Margin ranking loss of two inputs and a 1 / -1 target (``F.margin_ranking_loss``)."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        return F.margin_ranking_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    """Hinge embedding loss of distances and a 1 / -1 target (``F.hinge_embedding_loss``)."""
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.hinge_embedding_loss(input, target, margin=self.margin, reduction=self.reduction)
+
+
+class SoftMarginLoss(_Loss):
+    """Two-class logistic loss of a 1 / -1 target (``F.soft_margin_loss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Multi-label one-versus-all logistic loss (``F.multilabel_soft_margin_loss``); ``weight`` is a
+    buffer."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.multilabel_soft_margin_loss(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """Multi-class hinge loss (``F.multi_margin_loss``); ``weight`` (C,) is a buffer.
+
+    Raises ArgumentError (a ValueError) for p other than 1 and 2, ShapeError (a ValueError) for a
+    weight that is not 1-D, at construction as PyTorch."""
+
+    def __init__(
+        self,
+        p: int = 1,
+        margin: float = 1.0,
+        weight: Tensor | None = None,
+        size_average=None,
+        reduce=None,
+        reduction: str = "mean",
+    ):
+        super().__init__(weight, size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise ArgumentError(f"MultiMarginLoss: only p == 1 and p == 2 are supported, got p={p!r}")
+        if weight is not None and weight.ndim != 1:
+            raise ShapeError(f"MultiMarginLoss: expected weight to be None or a 1-D tensor, got {weight.ndim}-D")
+        self.p, self.margin = p, margin
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.multi_margin_loss(
+            input, target, p=self.p, margin=self.margin, weight=self.weight, reduction=self.reduction
+        )
+
+
+class GaussianNLLLoss(_Loss):
+    """Gaussian negative log likelihood of expectations and variances (``F.gaussian_nll_loss``);
+    keyword-only arguments, as PyTorch."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(None, None, reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input: Tensor, target: Tensor, var) -> Tensor:
+        return F.gaussian_nll_loss(input, target, var, full=self.full, eps=self.eps, reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    """Poisson negative log likelihood of (log-)rates and counts (``F.poisson_nll_loss``)."""
+
+    def __init__(
+        self,
+        log_input: bool = True,
+        full: bool = False,
+        size_average=None,
+        eps: float = 1e-8,
+        reduce=None,
+        reduction: str = "mean",
+    ):
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input: Tensor, target: Tensor) -> Tensor:
+        return F.poisson_nll_loss(
+            log_input, target, log_input=self.log_input, full=self.full, eps=self.eps, reduction=self.reduction
         )

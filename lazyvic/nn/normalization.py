@@ -1,4 +1,4 @@
-"""Normalization modules: BatchNorm1d/2d/3d, LayerNorm, GroupNorm, InstanceNorm1d/2d/3d.
+"""Normalization modules: BatchNorm1d/2d/3d, LayerNorm, RMSNorm, GroupNorm, InstanceNorm1d/2d/3d.
 
 PyTorch's parameter and buffer names (``weight``, ``bias``, ``running_mean``, ``running_var``,
 ``num_batches_tracked``) and initial values (ones, zeros, zeros, ones, 0), so state_dicts load
@@ -13,6 +13,7 @@ from lazyvic import dtypes, modes
 from lazyvic import functional as F
 from lazyvic.creation import ones, zeros
 from lazyvic.errors import ShapeError
+from lazyvic.functional.normalization import rms_norm
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor
 
@@ -134,6 +135,37 @@ class LayerNorm(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class RMSNorm(Module):
+    """Root mean square normalization over the last ``len(normalized_shape)`` axes
+    (``F.rms_norm``), as ``torch.nn.RMSNorm``: parameter ``weight`` (ones) of ``normalized_shape``
+    when ``elementwise_affine``, else None; ``eps`` None means the input dtype's machine epsilon."""
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        weight = ones(*self.normalized_shape, dtype=dtype, device=device) if elementwise_affine else None
+        self.register_parameter("weight", Parameter(weight) if elementwise_affine else None)
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            with modes.no_grad():
+                self.weight.fill_(1.0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

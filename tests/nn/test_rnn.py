@@ -526,48 +526,47 @@ def test_plans_count_the_recurrent_loops_scratch(tmp_path):
     from lazyvic.trace import cut
 
     rng = np.random.default_rng(0)
-    steps, rows, hidden = 7, 20, 32
+    steps, rows, hidden = 7, 64, 64  # scratch of 16-160 KB, well above the Python objects of a call
+    t, n, h = steps, rows, hidden
 
     def f(*shape):
         return rng.standard_normal(shape).astype(np.float32)
 
     cases = {  # op: (inputs, output width in H, the call)
         "lstm_scan": (
-            (f(7, rows, 128), f(rows, 32), f(rows, 32), f(128, 32)),
+            (f(t, n, 4 * h), f(n, h), f(n, h), f(4 * h, h)),
             6,
             lambda a, y: rk.lstm_forward(*a, y, rk.lstm_forward_cell),
         ),
         "gru_scan": (
-            (f(7, rows, 96), f(rows, 32), f(96, 32), f(96)),
+            (f(t, n, 3 * h), f(n, h), f(3 * h, h), f(3 * h)),
             5,
             lambda a, y: rk.gru_forward(*a, y, rk.gru_forward_cell),
         ),
-        "rnn_scan": ((f(7, rows, 32), f(rows, 32), f(32, 32)), 1, lambda a, y: rk.rnn_forward(*a, y, False)),
+        "rnn_scan": ((f(t, n, h), f(n, h), f(h, h)), 1, lambda a, y: rk.rnn_forward(*a, y, False)),
         "lstm_scan_backward": (
-            (f(7, rows, 192), f(7, rows, 192), f(rows, 32), f(128, 32)),
+            (f(t, n, 6 * h), f(t, n, 6 * h), f(n, h), f(4 * h, h)),
             6,
             lambda a, d: rk.lstm_backward(*a, d, rk.lstm_backward_cell),
         ),
         "gru_scan_backward": (
-            (f(7, rows, 160), f(7, rows, 160), f(rows, 32), f(96, 32)),
+            (f(t, n, 5 * h), f(t, n, 5 * h), f(n, h), f(3 * h, h)),
             5,
             lambda a, d: rk.gru_backward(*a, d, rk.gru_backward_cell),
         ),
-        "rnn_scan_backward": (
-            (f(7, rows, 32), f(7, rows, 32), f(32, 32)),
-            2,
-            lambda a, d: rk.rnn_backward(*a, d, False),
-        ),
+        "rnn_scan_backward": ((f(t, n, h), f(t, n, h), f(h, h)), 2, lambda a, d: rk.rnn_backward(*a, d, False)),
     }
     for op, (arrays, width, call) in cases.items():
         out = np.zeros((steps, rows, width * hidden), np.float32)
         call(arrays, out)  # compiled (or loaded) outside the trace
-        tracemalloc.start()
-        call(arrays, out)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        peaks = []
+        for _ in range(3):  # the least of three calls: a first call may still fill Python caches
+            tracemalloc.start()
+            call(arrays, out)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
         expected = rk.scratch_bytes(op, [a.shape for a in arrays], out.shape, 4)
-        assert expected <= peak <= expected + 4096, (op, expected, peak)
+        assert expected <= min(peaks) <= expected + 8192, (op, expected, peaks)
 
     lstm = nn.LSTM(8, hidden)
     with lazyvic.no_grad():

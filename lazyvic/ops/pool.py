@@ -83,8 +83,9 @@ def _dt(a):
 def _vjp(g, x, out, at):
     (inp,) = x
     n, c, h, w = inp.shape
-    index = inp.apply("max_pool2d_indices", inp, out, **at).reshape(n, c, -1)
-    grad = inp.zeros_like().reshape(n, c, h * w)._scatter_add(index, g.reshape(n, c, -1), 2)
+    windows = out.shape[2] * out.shape[3]  # (not -1: an empty batch leaves it undetermined)
+    index = inp.apply("max_pool2d_indices", inp, out, **at).reshape(n, c, windows)
+    grad = inp.zeros_like().reshape(n, c, h * w)._scatter_add(index, g.reshape(n, c, windows), 2)
     return (grad.reshape(n, c, h, w),)
 
 

@@ -295,6 +295,15 @@ def test_max_pool2d_gives_the_gradient_to_the_first_of_tied_maxima(mode):
 
 
 @pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
+def test_max_pool2d_of_an_empty_batch_has_an_empty_gradient(mode):
+    """A batch of no images (PyTorch gives an empty output and gradient)."""
+    x = lazyvic.tensor(np.zeros((0, 3, 4, 4), np.float32), requires_grad=True)
+    y = F.max_pool2d(x, 2)
+    y.sum().backward()
+    assert y.shape == (0, 3, 2, 2) and x.grad.shape == (0, 3, 4, 4)
+
+
+@pytest.mark.parametrize("mode", ["never", "always"], indirect=True)
 def test_max_pool2d_return_indices_gives_pytorchs_flat_positions(mode):
     """nn.MaxPool2d(return_indices=True): (values, int64 positions h*W + w in each plane), the
     first of tied maxima; batched and unbatched."""

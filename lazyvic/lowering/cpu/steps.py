@@ -522,7 +522,7 @@ class ScatterAddStep:
             rows = math.prod(out.shape[:last])
             m = index.shape[last]
             args = (
-                out.reshape(rows, -1),
+                out.reshape(rows, out.shape[last]),
                 index.reshape(rows, m),
                 src[tuple(slice(0, k) for k in index.shape)].reshape(rows, m),
             )

@@ -68,12 +68,15 @@ def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor holding a copy of ``data`` (nested lists, NumPy arrays, scalars, tensors).
 
-    Python floats become float32, Python ints int64, NumPy arrays keep their dtype.
+    Python floats become float32, Python ints int64, NumPy arrays and NumPy scalars keep their
+    dtype (``np.float64(3)`` is float64, as in PyTorch).
     ``device``: ``"cpu"`` (default) or ``"cuda"`` (the copy goes straight there).
     Raises DTypeError for unsupported dtypes (complex, strings, float16) and for values the
     dtype cannot hold (``2**63``, a uint64 ``2**64 - 1``: lazyvic has no uint64; inf or NaN to
     an integer dtype), DeviceError for an unknown or unavailable device.
     """
+    if isinstance(data, np.generic):  # a NumPy scalar: its dtype, as a 0-d array's
+        data = np.asarray(data)
     return placed(Tensor(data, dtype=dtype, requires_grad=requires_grad), device_arg(device, "tensor"))
 
 

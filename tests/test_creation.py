@@ -172,3 +172,23 @@ def test_randint_and_randperm():
     p = lv.randperm(10)
     assert p.dtype == lv.int64
     assert sorted(p.tolist()) == list(range(10))
+
+
+def test_numpy_scalars_keep_their_dtype_as_in_pytorch():
+    """torch.tensor(np.float64(3)) is float64 and torch.tensor(np.int32(3)) int32 (a NumPy
+    scalar is a 0-d array to PyTorch); Python numbers take the defaults."""
+    cases = [
+        (np.float64(3), lv.float64),
+        (np.float32(3), lv.float32),
+        (np.int32(3), lv.int32),
+        (np.int64(3), lv.int64),
+        (np.uint8(3), lv.uint8),
+        (np.bool_(True), lv.bool),
+        (3.0, lv.float32),
+        (3, lv.int64),
+    ]
+    for value, want in cases:
+        got = lv.tensor(value)
+        assert got.dtype is want and got.shape == () and got.item() == value, (value, got.dtype)
+        assert lv.as_tensor(value).dtype is want
+    assert lv.tensor(np.float64(3), dtype=lv.float32).dtype is lv.float32

@@ -25,15 +25,21 @@ from numba import int64, njit, uint64
 from lazyvic.ops.avg_pool import covering
 
 
+@njit(cache=True, inline="always")
+def _has_nan(flat) -> bool:
+    """Whether the 1-D array ``flat`` holds a NaN: a count over every element (a vectorized
+    pass, no early exit)."""
+    nans = 0
+    for k in range(uint64(flat.size)):
+        v = flat[k]
+        nans += v != v
+    return nans > 0
+
+
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def max_pool2d(x, out, kh, kw, sh, sw, ph, pw):
     """out (N, C, oH, oW) = the window maxima of x (N, C, H, W), both C-contiguous."""
-    xf = x.reshape(-1)
-    nans = 0
-    for k in range(uint64(xf.size)):
-        v = xf[k]
-        nans += v != v
-    if nans:
+    if _has_nan(x.reshape(-1)):
         _max_pool2d_nan(x, out, kh, kw, sh, sw, ph, pw)
     else:
         _max_pool2d_finite(x, out, kh, kw, sh, sw, ph, pw)
@@ -182,11 +188,7 @@ def max_pool2d_indices(x, values, out, kh, kw, sh, sw, ph, pw):
             for e in range(qa + ow - qb):  # the edge columns
                 q = e if e < qa else qb + e - qa
                 of[o0 + q] = _first_index(xf, base, vf[o0 + q], oy, q, h, w, kh, kw, sh, sw, ph, pw)
-    nans = 0
-    for k in range(uint64(vf.size)):
-        v = vf[k]
-        nans += v != v
-    if nans:  # windows whose value is NaN: their last NaN
+    if _has_nan(vf):  # windows whose value is NaN: their last NaN
         for k in range(vf.size):
             if vf[k] != vf[k]:
                 plane, rest = divmod(k, oh * ow)

@@ -38,6 +38,7 @@ import numpy as np
 
 from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops.blas import MAX_PIECES, group_products, product_views, run_products
 from lazyvic.ops.join import MIN_PIECES
 from lazyvic.ops.opdef import OpDef, register
 
@@ -121,19 +122,22 @@ def im2col_reference(x: np.ndarray, tap_rows: list, tap_cols: list, at: dict, ou
     return cols.reshape(c * len(tap_rows) * len(tap_cols), n * oh * ow)
 
 
-def conv_gemm(cols: np.ndarray, w: np.ndarray, groups: int, out: np.ndarray, scratch: np.ndarray | None) -> None:
-    """out (N, O, oH, oW) = the product of the weights and cols, one BLAS call (batched over
-    groups). ``scratch`` holds the (O, N*oH*oW) product when N > 1 (then transposed into out)."""
+def conv_gemm(cols, w, groups: int, out, scratch, run=run_products) -> None:
+    """out (N, O, oH, oW) = the product of the weights and cols per group, in pieces
+    (ops/blas.group_products) by ``run`` (as pointwise_product's). ``scratch`` holds the
+    (O, N*oH*oW) product when N > 1 (then transposed into out). All C-contiguous."""
     n, o, oh, ow = out.shape
     wmat = w.reshape(groups, o // groups, w[0].size)
     colsg = cols.reshape(groups, cols.shape[0] // groups, cols.shape[1])
     if n == 1:  # (O, 1, P) is already out's layout
-        np.matmul(wmat, colsg, out=out.reshape(groups, o // groups, oh * ow))
-        return
-    if scratch is None:
-        scratch = np.empty((o, cols.shape[1]), dtype=out.dtype)
-    np.matmul(wmat, colsg, out=scratch.reshape(groups, o // groups, cols.shape[1]))
-    np.copyto(out.reshape(n, o, oh * ow), scratch.reshape(o, n, oh * ow).transpose(1, 0, 2))
+        target = out.reshape(groups, o // groups, oh * ow)
+    else:
+        if scratch is None:
+            scratch = np.empty((o, cols.shape[1]), dtype=out.dtype)
+        target = scratch.reshape(groups, o // groups, cols.shape[1])
+    run(lambda: group_products(wmat, colsg, target), (wmat, colsg, target), "conv")
+    if n > 1:
+        np.copyto(out.reshape(n, o, oh * ow), scratch.reshape(o, n, oh * ow).transpose(1, 0, 2))
 
 
 # A column matrix above CHUNK_BYTES is built and multiplied CHUNK_COLUMNS columns (whole images)
@@ -184,16 +188,29 @@ def is_pointwise(x_shape: tuple, w_shape: tuple, at: dict) -> bool:
     )
 
 
-def pointwise_product(x: np.ndarray, w: np.ndarray, out: np.ndarray, groups: int) -> None:
-    """out (N, O, H, W) = w (O, C/G, 1, 1) times x (N, C, H, W) per image and group: one
-    broadcast matmul (NumPy calls BLAS once per image and group). x and w C-contiguous."""
+def pointwise_products(x: np.ndarray, w: np.ndarray, out: np.ndarray, groups: int) -> list:
+    """The BLAS products of a 1x1 convolution (see is_pointwise): ``(a, b, out)`` 2-D views, per
+    image and group ``out (O/G, H*W) = w (O/G, C/G) @ x (C/G, H*W)``, each in pieces
+    (ops/blas.product_pieces) when there are fewer than MAX_PIECES of them: up to MAX_PIECES
+    pieces in all (a batch of 32 is 32 whole products, as before pieces). x, w and out
+    C-contiguous (N, C, H, W), (O, C/G, 1, 1), (N, O, H, W)."""
     n, c, h, wd = x.shape
     o = w.shape[0]
-    np.matmul(
-        w.reshape(groups, o // groups, c // groups),
-        x.reshape(n, groups, c // groups, h * wd),
-        out=out.reshape(n, groups, o // groups, h * wd),
-    )
+    xs = x.reshape(n, groups, c // groups, h * wd)
+    ws = w.reshape(groups, o // groups, c // groups)
+    outs = out.reshape(n, groups, o // groups, h * wd)
+    most = max(1, MAX_PIECES // max(1, n * groups))
+    return [
+        piece for i in range(n) for g in range(groups) for piece in product_views(ws[g], xs[i, g], outs[i, g], most)
+    ]
+
+
+def pointwise_product(x: np.ndarray, w: np.ndarray, out: np.ndarray, groups: int, run=run_products) -> None:
+    """out (N, O, H, W) = w (O, C/G, 1, 1) times x (N, C, H, W) per image and group, in the
+    pieces of ``pointwise_products``, by ``run`` (ops/blas.run_products, or a compiled step's
+    runner making the same BLAS calls on its thread team: lowering/cpu/team.py). x and w
+    C-contiguous."""
+    run(lambda: pointwise_products(x, w, out, groups), (w, x, out), ("pointwise", groups))
 
 
 def depthwise_reference(x: np.ndarray, w: np.ndarray, out: np.ndarray, at: dict) -> None:
@@ -355,10 +372,10 @@ def _weight_infer(shapes, dtypes, at):
     return (gs[1], xs[1] // groups, kh, kw), dtypes[0]
 
 
-def weight_gemm(cols: np.ndarray, g: np.ndarray, groups: int, acc: np.ndarray, first: bool, scratch) -> None:
+def weight_gemm(cols, g, groups: int, acc, first: bool, scratch, run=run_products) -> None:
     """acc (G, Cg*T, O/G) = (first chunk) or += (later chunks) the product of a chunk's im2col
     columns cols (C*T, n*oH*oW) and its output gradient g (n, O, oH, oW) transposed: one BLAS
-    call, batched over groups. (cols @ g^T, not g @ cols^T: OpenBLAS packed the transposed
+    call per group, in pieces by ``run`` (as pointwise_product's). (cols @ g^T, not g @ cols^T: OpenBLAS packed the transposed
     2048-row columns of ResNet's 16-channel 8x8 layers at batch 32 slowly, 195 us a product
     against 123 us this way.) ``scratch``: (g as (O, n*oH*oW) when n > 1, the product when not
     ``first``), each None to allocate."""
@@ -373,11 +390,12 @@ def weight_gemm(cols: np.ndarray, g: np.ndarray, groups: int, acc: np.ndarray, f
     colsg = cols.reshape(groups, cols.shape[0] // groups, m)
     gmg = gm.reshape(groups, o // groups, m).transpose(0, 2, 1)
     if first:
-        np.matmul(colsg, gmg, out=acc)
-        return
-    prod = np.empty(acc.shape, dtype=acc.dtype) if scratch[1] is None else scratch[1][: acc.size].reshape(acc.shape)
-    np.matmul(colsg, gmg, out=prod)
-    acc += prod
+        target = acc
+    else:
+        target = np.empty(acc.shape, acc.dtype) if scratch[1] is None else scratch[1][: acc.size].reshape(acc.shape)
+    run(lambda: group_products(colsg, gmg, target), (colsg, gm, target), "weight")
+    if not first:
+        acc += target
 
 
 def spread_taps(acc: np.ndarray, out: np.ndarray, rows: list, cols: list) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops.blas import group_products, run_products
 from lazyvic.ops.conv import _crop_or_pad, images_per_chunk, weight_grad
 from lazyvic.ops.opdef import OpDef, register
 
@@ -62,10 +63,11 @@ def tap_range(i: int, dilation: int, stride: int, before: int, size_in: int, siz
     return lo, max(lo, hi)
 
 
-def transposed_columns(x: np.ndarray, w: np.ndarray, groups: int, cols: np.ndarray, xmat: np.ndarray | None) -> None:
+def transposed_columns(x, w, groups: int, cols, xmat, run=run_products) -> None:
     """cols (C_out*T, N*H*W) = the product of the weights (transposed per group) and x as a
-    (C_in, N*H*W) matrix (copied into ``xmat`` when N > 1), one BLAS call batched over groups.
-    x and w C-contiguous."""
+    (C_in, N*H*W) matrix (copied into ``xmat`` when N > 1), per group, in pieces
+    (ops/blas.group_products) by ``run`` (ops/blas.run_products, or a compiled step's runner
+    making the same BLAS calls on its thread team: lowering/cpu/team.py). x and w C-contiguous."""
     n, cin, h, wd = x.shape
     m = n * h * wd
     if n == 1:
@@ -74,8 +76,11 @@ def transposed_columns(x: np.ndarray, w: np.ndarray, groups: int, cols: np.ndarr
         xm = (np.empty(cin * m, dtype=x.dtype) if xmat is None else xmat[: cin * m]).reshape(cin, n, h * wd)
         np.copyto(xm, x.reshape(n, cin, h * wd).transpose(1, 0, 2))
         xm = xm.reshape(cin, m)
-    wm = w.reshape(groups, cin // groups, w[0].size).transpose(0, 2, 1)
-    np.matmul(wm, xm.reshape(groups, cin // groups, m), out=cols.reshape(groups, cols.shape[0] // groups, m))
+    wg = w.reshape(groups, cin // groups, w[0].size)
+    wm = wg.transpose(0, 2, 1)
+    xg = xm.reshape(groups, cin // groups, m)
+    target = cols.reshape(groups, cols.shape[0] // groups, m)
+    run(lambda: group_products(wm, xg, target), (wg, xg, target), "transposed")
 
 
 def col2im_reference(cols: np.ndarray, out: np.ndarray, kernel: tuple, hw: tuple, at: dict) -> None:

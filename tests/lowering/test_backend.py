@@ -221,3 +221,26 @@ def test_a_round_of_planning_again_keeps_the_kernels_it_did_not_change(monkeypat
     assert kept_rounds == rounds[0] > 1
     assert len(kept.sources) < kept_calls < calls[0]
     assert {k: s.source for k, s in kept.sources.items()} == {k: s.source for k, s in fresh.sources.items()}
+
+
+def test_parallel_kernels_keep_their_threads_in_plans_without_blas(tmp_path, monkeypatch):
+    """Plans whose products keep BLAS's threads run their parallel kernels on one thread (two
+    spinning thread teams); a plan with no product at all has no other team, and its parallel
+    kernels keep Numba's threads (they ran on one: an 8M-element chain took 8.6 ms, 4.5 on two)."""
+    import numba
+
+    from lazyvic.lowering.cpu import codegen
+
+    x = lv.tensor(np.arange(codegen.PARALLEL_MIN_ELEMENTS, dtype=np.float32) / codegen.PARALLEL_MIN_ELEMENTS)
+    y = lv.tensor(np.ones((512, 512), np.float32))  # a product of 2.7e8 flops keeps BLAS's threads
+    chain = (x * 2 + 1).tanh()
+    cuts = [cut(nodes) for nodes in ([chain._node], [chain._node, (y @ y)._node])]
+    plans = [compile_trace(c[0], cache_dir=tmp_path) for c in cuts]
+    assert [p.parallel for p in plans] == [True, True]
+    assert [p.uses_blas for p in plans] == [False, True] and [p.blas_threads for p in plans] == [None, None]
+    calls = []
+    monkeypatch.setattr(numba, "set_num_threads", calls.append)
+    got = [p.run(c[1], c[2]) for p, c in zip(plans, cuts)]
+    assert calls[:1] == [1] and len(calls) == 2  # the second plan's run only: one thread, then back
+    expected = np.tanh(np.arange(x.shape[0], dtype=np.float32) / x.shape[0] * 2 + 1)
+    np.testing.assert_allclose(got[0][0], expected, rtol=1e-6)

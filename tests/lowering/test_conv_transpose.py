@@ -213,3 +213,118 @@ def test_weight_gradient_of_an_empty_batch_is_zero(mode):
     got = lv.Tensor.apply("conv2d_weight", lv.tensor(x), g, **at).numpy()
     want = np.einsum("nchw,nohw->oc", x.astype(np.float64), g.numpy().astype(np.float64))
     np.testing.assert_allclose(got[:, :, 0, 0], want, rtol=1e-5, atol=1e-4)
+
+
+def _both_tiers(fn):
+    """fn() interpreted and compiled (config.compile "never" and "always")."""
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = fn().numpy()
+        finally:
+            config.compile = prev
+    return got["never"], got["always"]
+
+
+@pytest.mark.parametrize(
+    "shape, out_channels, groups",
+    [((2, 32, 16, 16), 64, 1), ((1, 64, 32, 32), 16, 1), ((1, 8, 16, 16), 4, 4)],
+    ids=["row_pieces", "column_pieces", "one_channel_groups_gemv"],
+)
+def test_1x1_products_in_pieces_on_threads_keep_the_interpreters_bits(shape, out_channels, groups, tmp_path):
+    """A 1x1 convolution's products split into pieces (ops/blas.product_pieces: by rows, by
+    columns) run on Numba's threads in a plan whose BLAS is single-threaded
+    (lowering/cpu/team.py): bits equal to the NumPy reference's pieces, and to the same pieces
+    run on one thread; values to float64. One output channel per group: gemv calls."""
+    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.lowering.cpu.team import Team
+    from lazyvic.ops import conv
+    from lazyvic.ops.blas import MAX_PIECES, product_pieces
+    from lazyvic.trace import cut
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((out_channels, shape[1] // groups, 1, 1)).astype(np.float32)
+    interpreted, compiled = _both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups))
+    np.testing.assert_array_equal(compiled, interpreted)
+    xg = x.astype(np.float64).reshape(shape[0], groups, shape[1] // groups, -1)
+    expected = np.einsum("goc,ngcp->ngop", w.reshape(groups, out_channels // groups, -1), xg)
+    np.testing.assert_allclose(interpreted, expected.reshape(interpreted.shape), rtol=1e-5, atol=1e-5)
+
+    plan = compile_trace(cut([F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups)._node])[0], cache_dir=tmp_path)
+    (step,) = [s for s in plan.steps if s.name.startswith("conv2d_1x1")]
+    runner = step.args[1]
+    assert isinstance(runner, Team) and runner.team and plan.team and plan.blas_threads == 1
+    m, k, n = out_channels // groups, shape[1] // groups, shape[2] * shape[3]
+    most = max(1, MAX_PIECES // (shape[0] * groups))  # pieces per product (ops/conv.pointwise_products)
+    if groups == 1:
+        assert len(product_pieces(m, n, k, most)) > 1
+    out = {}
+    for team in (True, False):
+        runner.team = team
+        out[team] = np.empty(interpreted.shape, np.float32)
+        step.kernel(x, w, out[team], groups, runner)
+    table = next(iter(runner.tables.values()))
+    assert table is not None and len(table) == shape[0] * groups * len(product_pieces(m, n, k, most))
+    np.testing.assert_array_equal(out[True], interpreted)
+    np.testing.assert_array_equal(out[False], interpreted)
+    one = np.empty_like(out[True])
+    for i in range(shape[0]):  # the pieces' bits are not one product's: the reference runs pieces too
+        conv.pointwise_product(x[i : i + 1], w, one[i : i + 1], groups)
+    np.testing.assert_array_equal(one, interpreted)
+
+
+def test_product_pieces_tile_the_output_by_the_shape_alone():
+    from lazyvic.ops.blas import MAX_PIECES, PIECE_WORK, product_pieces
+
+    for m, n, k in [(576, 196, 96), (16, 1024, 64), (960, 49, 160), (8, 8, 8), (24, 3136, 144), (3, 5000, 300)]:
+        pieces = product_pieces(m, n, k)
+        cover = np.zeros((m, n), np.int64)
+        for r0, r1, c0, c1 in pieces:
+            cover[r0:r1, c0:c1] += 1
+        assert (cover == 1).all(), (m, n, k)
+        count = len(pieces)
+        assert count <= MAX_PIECES and (count == 1 or m * n * k >= count * PIECE_WORK), (m, n, k, count)
+    assert len(product_pieces(576, 196, 96)) == 8 and product_pieces(576, 196, 96)[0][2:] == (0, 196)
+    assert len(product_pieces(16, 1024, 64)) == 4 and product_pieces(16, 1024, 64)[0][:2] == (0, 16)
+    assert product_pieces(8, 8, 8) == [(0, 8, 0, 8)]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_on_threads_keeps_the_bits(stride):
+    """The depthwise kernel's parallel form (lowering/cpu/direct_conv.depthwise_parallel: each
+    thread a share of the planes) gives the serial kernel's bits, and compiled plans use it when
+    the output is large enough, with the interpreter's bits."""
+    from lazyvic.lowering.cpu import direct_conv
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 24, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    interpreted, compiled = _both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, 1, 1, 24))
+    assert interpreted.size >= direct_conv.PARALLEL_MIN_OUTPUT
+    np.testing.assert_array_equal(compiled, interpreted)
+    live = tuple(np.arange(3, dtype=np.int64) for _ in range(2))
+    args = (*live, stride, stride, 1, 1, 1, 1)
+    serial, parallel = np.empty_like(interpreted), np.empty_like(interpreted)
+    direct_conv.depthwise(x, w, serial, *args)
+    direct_conv.depthwise_parallel(x, w, parallel, *args, 2)
+    np.testing.assert_array_equal(serial, interpreted)
+    np.testing.assert_array_equal(parallel, interpreted)
+
+
+def test_a_depthwise_plan_on_threads_counts_scratch_per_thread(tmp_path):
+    """A plan without BLAS products runs its depthwise kernel on Numba's threads, each with a
+    padded plane and accumulator of its own: the memory report counts one set per thread."""
+    import numba
+
+    from lazyvic.lowering.cpu import compile_trace, direct_conv
+    from lazyvic.trace import cut
+
+    x, w = lv.zeros(2, 24, 40, 40), lv.zeros(24, 1, 3, 3)
+    plan = compile_trace(cut([F.conv2d(x, w, None, 1, 1, 1, 24)._node])[0], cache_dir=tmp_path)
+    (step,) = [s for s in plan.steps if s.name.startswith("depthwise_conv2d")]
+    assert plan.team and step.kernel.team
+    at = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)}
+    per_set = direct_conv.depthwise_scratch((2, 24, 40, 40), (24, 1, 3, 3), (2, 24, 40, 40), at)
+    assert plan.memory.as_dict()["scratch"] == 4 * per_set * numba.config.NUMBA_NUM_THREADS

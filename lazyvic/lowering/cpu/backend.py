@@ -14,12 +14,13 @@ import functools
 from pathlib import Path
 from typing import Callable
 
+import numba
 import numpy as np
 
 from lazyvic import ops as optable
 from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.backend import Backend
-from lazyvic.lowering.cpu import codegen, kernel_cache
+from lazyvic.lowering.cpu import codegen, direct_conv, kernel_cache
 from lazyvic.lowering.cpu.plan import CpuPlan, allocate_output
 from lazyvic.lowering.cpu.steps import (
     AvgPoolStep,
@@ -36,6 +37,7 @@ from lazyvic.lowering.cpu.steps import (
     ReferenceStep,
     ScatterAddStep,
 )
+from lazyvic.lowering.cpu.team import Team
 from lazyvic.lowering.pipeline import gathers
 from lazyvic.lowering.reference import reference_step
 from lazyvic.ops import avg_pool
@@ -86,6 +88,7 @@ def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
         im2col.col2im,
         conv.images_per_chunk,
         max(1, per_out),
+        run=Team(),
     )
 
 
@@ -109,20 +112,18 @@ def _conv_step(lowered, root: int, args: list) -> ConvStep:
         name = f"conv2d_weight{e.shape}"
         return _im2col_step(ConvWeightStep, name, root, args, e.attrs, conv.weight_gemm, k, spread=conv.spread_taps)
     if conv.is_depthwise(x_shape, w_shape, e.attrs):
-        from lazyvic.lowering.cpu import direct_conv
-
         (sh, sw), (pt, _, pl, _), (dh, dw) = e.attrs["stride"], e.attrs["padding"], e.attrs["dilation"]
         live = tuple(np.array(t, dtype=np.int64) for t in conv.taps(x_shape, w_shape, e.attrs, e.shape[2:]))
         kernel_args = (*live, sh, sw, pt, pl, dh, dw)
         hinted = [tuple(symbolic.hint(v) for v in shape) for shape in (x_shape, w_shape, e.shape)]
         scratch = direct_conv.depthwise_scratch(*hinted, e.attrs) * e.dtype.itemsize
         return DirectConvStep(
-            f"depthwise_conv2d{e.shape}", root, args[0], args[1], direct_conv.depthwise, kernel_args, 0, scratch
+            f"depthwise_conv2d{e.shape}", root, args[0], args[1], direct_conv.Depthwise(), kernel_args, 0, scratch
         )
     if conv.is_pointwise(x_shape, w_shape, e.attrs):
-        groups = e.attrs["groups"]
+        kernel_args = (e.attrs["groups"], Team())
         return DirectConvStep(
-            f"conv2d_1x1{e.shape}", root, args[0], args[1], conv.pointwise_product, (groups,), w_shape[1]
+            f"conv2d_1x1{e.shape}", root, args[0], args[1], conv.pointwise_product, kernel_args, w_shape[1]
         )
     rows, cols = conv.taps(x_shape, w_shape, e.attrs, e.shape[2:])
     k = w_shape[1] * len(rows) * len(cols)
@@ -147,6 +148,7 @@ def _im2col_step(cls, name: str, root: int, args: list, attrs: dict, gemm, k: in
         conv.tap_weights,
         conv.images_per_chunk,
         k,
+        run=Team(),
         **extra,
     )
 
@@ -287,9 +289,6 @@ class CpuBackend(Backend):
         return reference_step(lowered.entries, group.root, args)
 
     def make_plan(self, lowered, name, steps, input_pos, out_specs, memory, fallbacks, seconds) -> CpuPlan:
-        scratch = _scratch_bytes(lowered.entries, steps)
-        if scratch:
-            memory = dataclasses.replace(memory, scratch_bytes=scratch)
         plan = CpuPlan(
             name,
             lowered.entries,
@@ -309,7 +308,34 @@ class CpuBackend(Backend):
         # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.
         deterministic = "deterministic" in lowered.trace.flags
         plan.blas_threads = 1 if deterministic or plan.single_thread_blas() else None
+        # Products in pieces and depthwise convolutions run on Numba's threads only where BLAS
+        # runs on one thread or not at all: one thread team (lowering/cpu/team.py). A depthwise
+        # one then has scratch per thread.
+        teams = _teams(steps)
+        blas = (MatmulStep, ConvStep, ConvTransposeStep, RecurrentStep)
+        plan.uses_blas = any(isinstance(s, blas) for s in steps) or any(isinstance(t, Team) for _, t in teams)
+        if teams and (plan.blas_threads == 1 or not plan.uses_blas):
+            plan.team = True
+            for st, t in teams:
+                t.team = True
+                if isinstance(t, direct_conv.Depthwise):
+                    st.scratch *= numba.config.NUMBA_NUM_THREADS
+        scratch = _scratch_bytes(lowered.entries, steps)
+        if scratch:
+            plan.memory = dataclasses.replace(memory, scratch_bytes=scratch)
         return plan
+
+
+def _teams(steps) -> list:
+    """``(step, runner)`` of each step that can run on Numba's threads: its products' Team
+    (lowering/cpu/team.py) or its depthwise kernel (lowering/cpu/direct_conv.Depthwise)."""
+    found = []
+    for st in steps:
+        if isinstance(getattr(st, "run", None), Team):
+            found.append((st, st.run))
+        if isinstance(st, DirectConvStep):
+            found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, (Team, direct_conv.Depthwise))]
+    return found
 
 
 def compile_trace(trace, cache_dir=None, debug: int = 0) -> CpuPlan:

@@ -22,7 +22,7 @@ call. Serial (see lowering/cpu/backend._conv_step).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, uint64
+from numba import get_num_threads, njit, prange, uint64
 
 
 @njit(cache=True)
@@ -122,15 +122,34 @@ def _tap_table(tap_rows, tap_cols, kw, sh, sw, sub, wq, dh, dw):
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
 def depthwise(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
     """out (N, C, oH, oW) = the depthwise conv2d of x (N, C, H, W) by w (C, 1, kH, kW), all
-    C-contiguous, over the live taps ``tap_rows`` x ``tap_cols`` (ops/conv.taps).
+    C-contiguous, over the live taps ``tap_rows`` x ``tap_cols`` (ops/conv.taps), on the
+    calling thread.
 
     The padded plane is split by column phase (as lowering/cpu/im2col.pad_into): padded column
     u is at ``[row, u % sW, u // sW]``, so every tap reads each output row as one contiguous
     run whatever the stride. Indices are unsigned (signed ones kept LLVM from vectorizing)."""
+    _planes(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, 0, x.shape[0] * x.shape[1])
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True, parallel=True)
+def depthwise_parallel(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, threads):
+    """``depthwise`` on ``threads`` of Numba's threads (``numba.get_num_threads()``: read in
+    Python, as compiled code reading it cannot be cached): each takes an equal share of the
+    (image, channel) planes, with scratch of its own. A plane's result does not depend on who
+    computes it: the same bits."""
+    planes = x.shape[0] * x.shape[1]
+    parts = max(1, min(threads, planes))
+    for p in prange(parts):
+        _planes(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, p * planes // parts, (p + 1) * planes // parts)
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
+def _planes(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane, end_plane):
+    """``depthwise`` of the (image, channel) planes ``first_plane`` to ``end_plane`` (image-major)."""
     if sh != 1 or sw != 1:
-        _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw)
+        _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane, end_plane)
         return
-    n_img, c, h, wd = x.shape
+    c, h, wd = x.shape[1:]
     oh, ow = out.shape[2], out.shape[3]
     kh, kw = w.shape[2], w.shape[3]
     hp, wq = _padded_plane(h, wd, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw)
@@ -141,23 +160,23 @@ def depthwise(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
     z = padded[0]  # +0 of x's dtype
     xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
     offsets, taps = _tap_table(tap_rows, tap_cols, kw, 1, 1, 0, wq, dh, dw)
-    for img in range(n_img):
-        for ic in range(c):
-            src = (img * c + ic) * h * wd
-            for r in range(h):
-                d, s = uint64((pt + r) * wq + pl), uint64(src + r * wd)
-                for q in range(uint64(wd)):
-                    padded[d + q] = xf[s + q]
-            _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
-            dst = (img * c + ic) * oh * ow
-            for y in range(oh):
-                d, s = uint64(dst + y * ow), uint64(y * wq)
-                for q in range(uint64(ow)):
-                    of[d + q] = acc[s + q]
+    for plane in range(first_plane, end_plane):
+        ic = plane % c
+        src = plane * h * wd
+        for r in range(h):
+            d, s = uint64((pt + r) * wq + pl), uint64(src + r * wd)
+            for q in range(uint64(wd)):
+                padded[d + q] = xf[s + q]
+        _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
+        dst = plane * oh * ow
+        for y in range(oh):
+            d, s = uint64(dst + y * ow), uint64(y * wq)
+            for q in range(uint64(ow)):
+                of[d + q] = acc[s + q]
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
-def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
+def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane, end_plane):
     """``depthwise`` at a stride above 1: the zero-bordered plane is split by row and column
     phase into sH * sW planes (padded row r, column u at plane (r % sH, u % sW), row r // sH,
     column u // sW), so that a tap reads one phase plane at a fixed offset for every output and
@@ -167,7 +186,7 @@ def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
     2.5x as long, kernel alone, float32, batch 1: MobileNetV2's 96-channel 3x3 layer at 112x112
     733-824 -> 604 us, its 576 channels at 14x14 238-262 -> 132 us, EfficientNet-B0's 5x5
     240 channels at 28x28 478-533 -> 203 us; 96 channels at 56x56, batch 32, 8.7-9.3 -> 6.7 ms."""
-    n_img, c, h, wd = x.shape
+    c, h, wd = x.shape[1:]
     oh, ow = out.shape[2], out.shape[3]
     kh, kw = w.shape[2], w.shape[3]
     hq, wq = _phase_planes(h, wd, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw)
@@ -186,30 +205,51 @@ def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw):
         count[b] = (wd - first[b] + sw - 1) // sw if first[b] < wd else 0
     step = uint64(sw)
     n_acc = uint64(oh * wq)
-    for img in range(n_img):
-        for ic in range(c):
-            src = (img * c + ic) * h * wd
-            for r in range(h):
-                pr = pt + r
-                row = ((pr % sh) * sw) * sub + (pr // sh) * wq
-                s = uint64(src + r * wd)
-                done = uint64(0)
-                if sw == 2:  # both column phases in one loop: one read of the row, vectorized
-                    e0, e1 = (0, 1) if first[0] == 0 else (1, 0)  # the phases of even / odd columns
-                    d0 = uint64(row + e0 * sub + (pl + first[e0]) // sw)
-                    d1 = uint64(row + e1 * sub + (pl + first[e1]) // sw)
-                    done = uint64(min(count[0], count[1]))
-                    for v in range(done):
-                        padded[d0 + v] = xf[s + v * step]
-                        padded[d1 + v] = xf[s + v * step + uint64(1)]
-                for b in range(sw):
-                    d = uint64(row + b * sub + (pl + first[b]) // sw)
-                    s0 = s + uint64(first[b])
-                    for v in range(done, uint64(count[b])):
-                        padded[d + v] = xf[s0 + v * step]
-            _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
-            dst = (img * c + ic) * oh * ow
-            for y in range(oh):
-                d, s = uint64(dst + y * ow), uint64(y * wq)
-                for q in range(uint64(ow)):
-                    of[d + q] = acc[s + q]
+    for plane in range(first_plane, end_plane):
+        ic = plane % c
+        src = plane * h * wd
+        for r in range(h):
+            pr = pt + r
+            row = ((pr % sh) * sw) * sub + (pr // sh) * wq
+            s = uint64(src + r * wd)
+            done = uint64(0)
+            if sw == 2:  # both column phases in one loop: one read of the row, vectorized
+                e0, e1 = (0, 1) if first[0] == 0 else (1, 0)  # the phases of even / odd columns
+                d0 = uint64(row + e0 * sub + (pl + first[e0]) // sw)
+                d1 = uint64(row + e1 * sub + (pl + first[e1]) // sw)
+                done = uint64(min(count[0], count[1]))
+                for v in range(done):
+                    padded[d0 + v] = xf[s + v * step]
+                    padded[d1 + v] = xf[s + v * step + uint64(1)]
+            for b in range(sw):
+                d = uint64(row + b * sub + (pl + first[b]) // sw)
+                s0 = s + uint64(first[b])
+                for v in range(done, uint64(count[b])):
+                    padded[d + v] = xf[s0 + v * step]
+        _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
+        dst = plane * oh * ow
+        for y in range(oh):
+            d, s = uint64(dst + y * ow), uint64(y * wq)
+            for q in range(uint64(ow)):
+                of[d + q] = acc[s + q]
+
+
+# Smaller outputs run on the calling thread: a parallel region costs a few microseconds to
+# start, and MobileNetV2's smallest depthwise layers (960 channels at 7x7) take about 100 us.
+PARALLEL_MIN_OUTPUT = 1 << 14
+
+
+class Depthwise:
+    """The kernel of a depthwise conv2d step (lowering/cpu/steps.DirectConvStep):
+    :func:`depthwise_parallel` when ``team`` is set (the plan runs BLAS on one thread, so Numba's
+    threads are its only team: ``CpuBackend`` sets it) and the output has PARALLEL_MIN_OUTPUT
+    elements or more, else :func:`depthwise`. The same bits either way."""
+
+    def __init__(self):
+        self.team = False
+
+    def __call__(self, x, w, out, *args):
+        if self.team and out.size >= PARALLEL_MIN_OUTPUT:
+            depthwise_parallel(x, w, out, *args, get_num_threads())
+        else:
+            depthwise(x, w, out, *args)

@@ -58,7 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numba import types
 from numba.core.errors import NumbaError
+from numba.extending import overload
 
 from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
 from lazyvic.lowering.kernel_files import LIB_HASH, load_checked, without_disk_cache
@@ -145,7 +147,6 @@ def _blas_intrinsic(routine: str, float_bits: int, int_bits: int, params: tuple)
     ``("int", j)`` integer argument j as a C int / a BLAS integer, ``("const", v)`` the C int v,
     ``"alpha"`` / ``"beta"``."""
     from llvmlite import ir
-    from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
@@ -220,6 +221,27 @@ gemv_f32_i64 = _blas_intrinsic("gemv", 32, 64, _GEMV)
 gemv_f64_i64 = _blas_intrinsic("gemv", 64, 64, _GEMV)
 
 
+def product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(product, inline="always")
+def _product_typed(a, ao, b, bo, c, co, kind, h):
+    """c[co:] = a[ao:] @ b[bo:] as NumPy's matmul calls OpenBLAS (:func:`matmul_call`): kind
+    0 a gemm (header h of 8), 1 a gemv over b ("ba", header of 6)."""
+    wide, bits = a.dtype == types.float64, blas().int_bits
+    gemm = globals()[f"gemm_f{64 if wide else 32}_i{bits}"]
+    gemv = globals()[f"gemv_f{64 if wide else 32}_i{bits}"]
+
+    def impl(a, ao, b, bo, c, co, kind, h):
+        if kind == 0:
+            gemm(a, ao, b, bo, c, co, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
+        else:
+            gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
+
+    return impl
+
+
 def _call_kernel():
     """A Numba intrinsic ``call_kernel(address, (arg, ...))``: a call of the compiled kernel at
     ``address`` (its native entry point, Numba's calling convention, taking these arguments'
@@ -229,7 +251,7 @@ def _call_kernel():
     addresses, an argument, are found again in each process (so the segment's disk cache entry
     holds none). The status a kernel returns is not read: kernels raise nothing (NumPy's error
     model, no bounds checks)."""
-    from numba import types
+
     from numba.core import cgutils
     from numba.extending import intrinsic
 

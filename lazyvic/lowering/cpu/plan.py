@@ -162,6 +162,11 @@ class CpuPlan(Plan):
     stats: dict = field(default_factory=dict)
     # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
     blas_threads: int | None = None
+    # Steps run products in pieces or depthwise convolutions on Numba's threads (lowering/cpu/team.py).
+    team: bool = False
+    # A step calls BLAS (a product, a convolution, a recurrent loop): else nothing limits the
+    # parallel kernels to one thread (see run).
+    uses_blas: bool = True
     # (shape, NumPy dtype, aligned) -> a new output array; the runtime's buffer pool.
     allocate: Callable = field(default=allocate_output, repr=False)
     free_states: list = field(default_factory=list, repr=False)  # RunStates not in use by a run
@@ -216,9 +221,10 @@ class CpuPlan(Plan):
 
     @cached_property
     def parallel(self) -> bool:
-        """Whether a kernel of the plan runs on Numba's thread pool (its threading layer decides
-        whether two such plans may run at once: ``lazyvic.runtime.executor``)."""
-        return any(isinstance(s, KernelStep) and s.parallel for s in self.steps)
+        """Whether a kernel of the plan (or a step's products in pieces, lowering/cpu/team.py)
+        runs on Numba's thread pool (its threading layer decides whether two such plans may
+        run at once: ``lazyvic.runtime.executor``)."""
+        return self.team or any(isinstance(s, KernelStep) and s.parallel for s in self.steps)
 
     def run(self, inputs: list, scalars: list, debug: int = 0, sizes: tuple = (), observe=None) -> list:
         """Run the plan: ``inputs`` per input slot (C-contiguous NumPy arrays), ``scalars`` per
@@ -245,7 +251,7 @@ class CpuPlan(Plan):
             state = self._new_state()
         try:
             if self.blas_threads is None:
-                if not self.parallel:
+                if not self.parallel or not self.uses_blas:
                     return self._run(state, inputs, scalars, debug, sizes, observe)
                 # Products large enough to keep BLAS's threads: the kernels run on one thread
                 # (numba.set_num_threads is per calling thread), never two spinning pools at

@@ -44,33 +44,12 @@ _sigmoid = _typed(kernel_lib.sigmoid_f32, kernel_lib.sigmoid_f64)
 _tanh = _typed(kernel_lib.tanh_f32, math.tanh)
 
 
-def _product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
-
-
-@overload(_product, inline="always")
-def _product_typed(a, ao, b, bo, c, co, kind, h):
-    """c[co:] = a[ao:] @ b[bo:] as NumPy's matmul calls OpenBLAS (``native.matmul_call``): kind
-    0 a gemm (header h of 8), 1 a gemv over b ("ba", header of 6)."""
-    wide, bits = a.dtype == types.float64, native.blas().int_bits
-    gemm = getattr(native, f"gemm_f{64 if wide else 32}_i{bits}")
-    gemv = getattr(native, f"gemv_f{64 if wide else 32}_i{bits}")
-
-    def impl(a, ao, b, bo, c, co, kind, h):
-        if kind == 0:
-            gemm(a, ao, b, bo, c, co, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
-        else:
-            gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
-
-    return impl
-
-
 @njit(cache=True, inline="always")
 def _products(a, ao, b, c, kind, h, width):
     """c = a[ao:] @ b as the column blocks of ``recurrent.blocked_matmul``: one call of header h
     (made for the first block) per ``width`` columns of b and c."""
     for s in range(0, c.shape[1], width):
-        _product(a, ao, b, s, c, s, kind, h)
+        native.product(a, ao, b, s, c, s, kind, h)
 
 
 # Each loop below stores one stream: a loop storing the six values of an element (and reading

@@ -27,6 +27,7 @@ from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.reference import ReferenceStep, view
+from lazyvic.ops.blas import run_products
 from lazyvic.ops.index import index_error
 from lazyvic.ops.recurrent import split_lengths
 from lazyvic.trace.symbolic import Sym
@@ -176,6 +177,7 @@ class ConvStep:
     images_per_chunk: object  # ops.conv.images_per_chunk
     k: int = 0  # inner dimension of the product (for the plan's BLAS policy)
     scratch: list = field(default_factory=list, repr=False)  # free (shapes, scratch set) pairs (see above)
+    run: object = field(default=run_products, repr=False)  # runs the products (the backend's: lowering/cpu/team.Team)
 
     def writes(self):
         return (self.out,)
@@ -250,7 +252,7 @@ class ConvStep:
             cols = cols_flat[: r * m].reshape(r, m)
             self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
             prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
-            self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod)
+            self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod, self.run)
 
     def _scratch(self, x_shape, w_shape, out) -> list:
         return self._column_set(x_shape, w_shape, out.shape, out.dtype)
@@ -335,7 +337,7 @@ class ConvWeightStep(ConvStep):
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
             self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
-            self.gemm(cols, g[n0 : n0 + step], groups, acc, n0 == 0, (g_flat, prod_flat))
+            self.gemm(cols, g[n0 : n0 + step], groups, acc, n0 == 0, (g_flat, prod_flat), self.run)
         self.spread(acc, out, tap_rows, tap_cols)
 
     def _scratch(self, x_shape, g_shape, out) -> list:
@@ -374,6 +376,7 @@ class ConvTransposeStep:
     images_per_chunk: object  # ops.conv.images_per_chunk
     k: int = 0  # flops / (2 * output elements) (for the plan's BLAS policy)
     scratch: list = field(default_factory=list, repr=False)  # free (shapes, (columns, x matrix)) pairs
+    run: object = field(default=run_products, repr=False)  # runs the products (the backend's: lowering/cpu/team.Team)
 
     def writes(self):
         return (self.out,)
@@ -406,7 +409,7 @@ class ConvTransposeStep:
             for n0 in range(0, n, step):
                 chunk = x[n0 : n0 + step]
                 cols = scratch[0][: rows * chunk.shape[0] * per_image].reshape(rows, -1)
-                self.columns(chunk, w, at["groups"], cols, scratch[1])
+                self.columns(chunk, w, at["groups"], cols, scratch[1], self.run)
                 self.col2im(cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
         finally:
             _give_scratch(self.scratch, shapes, scratch)

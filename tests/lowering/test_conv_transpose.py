@@ -328,3 +328,47 @@ def test_a_depthwise_plan_on_threads_counts_scratch_per_thread(tmp_path):
     at = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)}
     per_set = direct_conv.depthwise_scratch((2, 24, 40, 40), (24, 1, 3, 3), (2, 24, 40, 40), at)
     assert plan.memory.as_dict()["scratch"] == 4 * per_set * numba.config.NUMBA_NUM_THREADS
+
+
+def test_copies_of_convolution_steps_on_threads_keep_the_interpreters_bits(monkeypatch):
+    """In a plan whose products run on Numba's threads, the zero padding, im2col and col2im
+    copies run there too (lowering/cpu/im2col.py's parallel forms, each thread a share of the
+    planes, rows or output channels): a strided conv2d's output and both gradients keep the
+    interpreter's bits, and each parallel copy ran."""
+    from lazyvic.lowering.cpu import im2col as kernels
+
+    ran = {}
+    for name in ("pad_into_parallel", "im2col_parallel", "col2im_parallel"):
+        fn = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _fn=fn, _name=name: (ran.__setitem__(_name, True), _fn(*a))[1])
+    rng = np.random.default_rng(9)
+    x0 = rng.standard_normal((2, 8, 32, 32)).astype(np.float32)
+    w0 = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    r = rng.standard_normal((2, 16, 16, 16)).astype(np.float32)
+
+    def grads():
+        x, w = lv.tensor(x0, requires_grad=True), lv.tensor(w0, requires_grad=True)
+        y = F.conv2d(x, w, None, 2, 1)
+        (y * lv.tensor(r)).sum().backward()
+        return y.numpy(), x.grad.numpy(), w.grad.numpy()
+
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = grads()
+        finally:
+            config.compile = prev
+    for a, b in zip(got["always"], got["never"]):
+        np.testing.assert_array_equal(a, b)
+    assert set(ran) == {"pad_into_parallel", "im2col_parallel", "col2im_parallel"}
+    x64 = np.pad(x0.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.einsum("ncpiqj,ocij->nopq", _windows(x64, 3, 2, 16), w0.astype(np.float64))
+    np.testing.assert_allclose(got["never"][0], expected, rtol=1e-4, atol=1e-4)
+
+
+def _windows(xp, k, s, out):
+    """(N, C, out, k, out, k) windows of the padded input xp at stride s."""
+    n, c = xp.shape[:2]
+    idx = np.arange(out)[:, None] * s + np.arange(k)[None, :]
+    return xp[:, :, idx[:, :, None, None], idx[None, None, :, :]].reshape(n, c, out, k, out, k)

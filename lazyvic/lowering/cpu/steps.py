@@ -22,10 +22,12 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.lowering.cpu import im2col as kernels
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.ops.blas import run_products
 from lazyvic.ops.index import index_error
@@ -70,6 +72,18 @@ __all__ = [
     "ScatterAddStep",
     "view",
 ]
+
+
+def _copy(run, serial, parallel, size: int, *args) -> None:
+    """``serial(*args)``, or ``parallel(*args, threads)`` when the step's products run on Numba's
+    threads (``run``, a lowering/cpu/team.Team, has ``team`` set: the plan's one thread team) and
+    ``size`` (elements copied) is at least im2col.PARALLEL_MIN_ELEMENTS. The same result either way."""
+    if size >= kernels.PARALLEL_MIN_ELEMENTS and getattr(run, "team", False):
+        threads = numba.get_num_threads()
+        if threads > 1:
+            parallel(*args, threads)
+            return
+    serial(*args)
 
 
 @dataclass
@@ -242,7 +256,17 @@ class ConvStep:
         at = self.attrs
         cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
         if padded is not None:
-            self.pad_into(x, padded, at["padding"][0], at["padding"][2])  # the border stays zero
+            # (the border stays zero)
+            _copy(
+                self.run,
+                self.pad_into,
+                kernels.pad_into_parallel,
+                padded.size,
+                x,
+                padded,
+                at["padding"][0],
+                at["padding"][2],
+            )
             x = padded
         src = x.reshape(-1)
         image_stride, row_stride, col_stride = strides
@@ -250,7 +274,8 @@ class ConvStep:
         for n0 in range(0, n, step):
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
-            self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
+            args = (src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
+            _copy(self.run, self.im2col, kernels.im2col_parallel, cols.size, *args)
             prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
             self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod, self.run)
 
@@ -323,7 +348,16 @@ class ConvWeightStep(ConvStep):
         cols_flat, g_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch[:9]
         acc_flat, prod_flat = scratch[9:]
         if padded is not None:
-            self.pad_into(x, padded, at["padding"][0], at["padding"][2])
+            _copy(
+                self.run,
+                self.pad_into,
+                kernels.pad_into_parallel,
+                padded.size,
+                x,
+                padded,
+                at["padding"][0],
+                at["padding"][2],
+            )
             x = padded
         src = x.reshape(-1)
         image_stride, row_stride, col_stride = strides
@@ -336,7 +370,8 @@ class ConvWeightStep(ConvStep):
         for n0 in range(0, n, step):
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
-            self.im2col(src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
+            args = (src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
+            _copy(self.run, self.im2col, kernels.im2col_parallel, cols.size, *args)
             self.gemm(cols, g[n0 : n0 + step], groups, acc, n0 == 0, (g_flat, prod_flat), self.run)
         self.spread(acc, out, tap_rows, tap_cols)
 
@@ -410,7 +445,8 @@ class ConvTransposeStep:
                 chunk = x[n0 : n0 + step]
                 cols = scratch[0][: rows * chunk.shape[0] * per_image].reshape(rows, -1)
                 self.columns(chunk, w, at["groups"], cols, scratch[1], self.run)
-                self.col2im(cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
+                args = (cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
+                _copy(self.run, self.col2im, kernels.col2im_parallel, cols.size, *args)
         finally:
             _give_scratch(self.scratch, shapes, scratch)
 

@@ -232,13 +232,17 @@ def _both_tiers(fn):
     [((2, 32, 16, 16), 64, 1), ((1, 64, 32, 32), 16, 1), ((1, 8, 16, 16), 4, 4)],
     ids=["row_pieces", "column_pieces", "one_channel_groups_gemv"],
 )
-def test_1x1_products_in_pieces_on_threads_keep_the_interpreters_bits(shape, out_channels, groups, tmp_path):
+def test_1x1_products_in_pieces_on_threads_keep_the_interpreters_bits(
+    shape, out_channels, groups, tmp_path, monkeypatch
+):
     """A 1x1 convolution's products split into pieces (ops/blas.product_pieces: by rows, by
     columns) run on Numba's threads in a plan whose BLAS is single-threaded
     (lowering/cpu/team.py): bits equal to the NumPy reference's pieces, and to the same pieces
     run on one thread; values to float64. One output channel per group: gemv calls."""
-    from lazyvic.lowering.cpu import compile_trace
+    from lazyvic.lowering.cpu import compile_trace, load
     from lazyvic.lowering.cpu.team import Team
+
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine
     from lazyvic.ops import conv
     from lazyvic.ops.blas import MAX_PIECES, product_pieces
     from lazyvic.trace import cut
@@ -292,12 +296,13 @@ def test_product_pieces_tile_the_output_by_the_shape_alone():
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_on_threads_keeps_the_bits(stride):
+def test_depthwise_on_threads_keeps_the_bits(stride, monkeypatch):
     """The depthwise kernel's parallel form (lowering/cpu/direct_conv.depthwise_parallel: each
     thread a share of the planes) gives the serial kernel's bits, and compiled plans use it when
     the output is large enough, with the interpreter's bits."""
-    from lazyvic.lowering.cpu import direct_conv
+    from lazyvic.lowering.cpu import direct_conv, load
 
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 24, 40, 40)).astype(np.float32)
     w = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
@@ -336,7 +341,9 @@ def test_copies_of_convolution_steps_on_threads_keep_the_interpreters_bits(monke
     planes, rows or output channels): a strided conv2d's output and both gradients keep the
     interpreter's bits, and each parallel copy ran."""
     from lazyvic.lowering.cpu import im2col as kernels
+    from lazyvic.lowering.cpu import load
 
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine (pytest -n 2 is not)
     ran = {}
     for name in ("pad_into_parallel", "im2col_parallel", "col2im_parallel"):
         fn = getattr(kernels, name)
@@ -372,3 +379,27 @@ def _windows(xp, k, s, out):
     n, c = xp.shape[:2]
     idx = np.arange(out)[:, None] * s + np.arange(k)[None, :]
     return xp[:, :, idx[:, :, None, None], idx[None, None, :, :]].reshape(n, c, out, k, out, k)
+
+
+def test_steps_leave_threads_when_other_processes_are_busy(monkeypatch):
+    """lowering/cpu/load.py: other processes' CPU time is all cores' busy time less this process's
+    own; at half a core or more the steps run their shares on the calling thread (the same bits)."""
+    from lazyvic.lowering.cpu import load
+
+    samples = iter([(0.0, 10.0, 5.0), (1.0, 11.9, 6.0), (2.0, 12.2, 6.9), (3.0, 12.2, 6.9)])
+    clock = iter([10.0, 10.3, 10.6, 10.65])
+    probe = load._OtherLoad()
+    monkeypatch.setattr(probe, "_sample", lambda: next(samples))
+    monkeypatch.setattr(load.time, "monotonic", lambda: next(clock))
+    assert probe() is False  # the first sample: nothing to compare yet
+    assert probe() is True  # 1.9 busy core-seconds in 1 s, 1.0 of them this process's: 0.9 others
+    assert probe() is False  # 0.3 busy, 0.9 ours: none others
+    assert probe() is False  # within SAMPLE_S of the last sample: the same answer
+    monkeypatch.setattr(load, "other_load", lambda: True)
+    assert load.on_team(True) is False
+    monkeypatch.setattr(load, "other_load", lambda: False)
+    assert load.on_team(True) is True and load.on_team(False) is False
+    no_proc = load._OtherLoad()
+    monkeypatch.setattr(no_proc, "_sample", lambda: None)
+    monkeypatch.setattr(load.time, "monotonic", lambda: 100.0)
+    assert no_proc() is False

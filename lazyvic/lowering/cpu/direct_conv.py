@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange, uint64
 
+from lazyvic.lowering.cpu.load import on_team
+
 
 @njit(cache=True)
 def _padded_plane(h, wd, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw):
@@ -249,7 +251,7 @@ class Depthwise:
         self.team = False
 
     def __call__(self, x, w, out, *args):
-        if self.team and out.size >= PARALLEL_MIN_OUTPUT:
+        if out.size >= PARALLEL_MIN_OUTPUT and on_team(self.team):
             depthwise_parallel(x, w, out, *args, get_num_threads())
         else:
             depthwise(x, w, out, *args)

@@ -28,6 +28,7 @@ from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.cpu import im2col as kernels
+from lazyvic.lowering.cpu.load import on_team
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.ops.blas import run_products
 from lazyvic.ops.index import index_error
@@ -78,7 +79,7 @@ def _copy(run, serial, parallel, size: int, *args) -> None:
     """``serial(*args)``, or ``parallel(*args, threads)`` when the step's products run on Numba's
     threads (``run``, a lowering/cpu/team.Team, has ``team`` set: the plan's one thread team) and
     ``size`` (elements copied) is at least im2col.PARALLEL_MIN_ELEMENTS. The same result either way."""
-    if size >= kernels.PARALLEL_MIN_ELEMENTS and getattr(run, "team", False):
+    if size >= kernels.PARALLEL_MIN_ELEMENTS and on_team(getattr(run, "team", False)):
         threads = numba.get_num_threads()
         if threads > 1:
             parallel(*args, threads)

@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 from lazyvic.lowering.cpu import native
+from lazyvic.lowering.cpu.load import on_team
 from lazyvic.ops.blas import run_products
 
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops call (any process)
@@ -97,7 +98,7 @@ class Team:
             table = self.tables[full] = product_table(views() if callable(views) else views, bases)
         if table is None:
             run_products(views)
-        elif self.team and len(table) > 1:
+        elif len(table) > 1 and on_team(self.team):
             _run_parallel(a.reshape(-1), b.reshape(-1), c.reshape(-1), table)
         else:
             _run_serial(a.reshape(-1), b.reshape(-1), c.reshape(-1), table)

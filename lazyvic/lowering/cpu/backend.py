@@ -93,10 +93,12 @@ def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
 
 
 def _conv_step(lowered, root: int, args: list) -> ConvStep:
-    """A conv2d: zero padding and im2col (serial Numba kernels) and one BLAS product.
+    """A conv2d: zero padding and im2col (Numba kernels) and BLAS products in pieces
+    (lowering/cpu/team.py); a 1x1 one products alone, a depthwise one a direct kernel.
 
-    The copies stay serial: a parallel im2col made the plan's BLAS single-threaded or, left
-    multithreaded, fought with its spinning threads (ResNet-18 batch 32, 2 cores: the 7x7
+    The copies and products run on Numba's threads only in plans whose BLAS runs on one thread
+    (``make_plan``: one thread team); elsewhere the copies are serial: a parallel im2col beside
+    multithreaded BLAS fought with its spinning threads (ResNet-18 batch 32, 2 cores: the 7x7
     stem convolution took 6.3 ms with a parallel im2col against 1.4 ms serial)."""
     from lazyvic.ops import conv
 

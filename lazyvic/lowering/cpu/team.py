@@ -10,7 +10,10 @@ parallel Numba loop calls OpenBLAS once per piece (on one thread each, the calls
 Same bits: the NumPy reference runs the same pieces with ``np.matmul`` (``ops/blas.run_products``),
 and which thread runs a piece does not change what it computes. Measured (2 cores, float32,
 MobileNetV2's 1x1 convolutions at batch 1, kernel alone): 1.59 ms on two threads against 2.98
-ms as single products on one; with another process holding a core, 3.23 ms.
+ms as single products on one; with another process holding a core, 3.23 ms. So while other
+processes are busy (lowering/cpu/load.py) the pieces run on the calling thread. The same plans
+run the convolutions' copies (lowering/cpu/im2col.py) and depthwise convolutions
+(lowering/cpu/direct_conv.py) on Numba's threads by the same rule.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ kernel with the batch norm and activation after it.
 
 Both the reference and the compiled step (``lowering/cpu/steps.ConvStep``) compute the same
 im2col matrix ``cols (C*T, N*oH*oW)`` over the T kernel taps that read some input (``taps``)
-and the same BLAS product ``w (G, O/G, Cg*T) @ cols (G, Cg*T, N*oH*oW)`` with ``conv_gemm``
-below, so an interpreted and a compiled run give the same bits; only the im2col copy
-differs (NumPy views here, a Numba kernel there).
+and the same BLAS products ``w (G, O/G, Cg*T) @ cols (G, Cg*T, N*oH*oW)`` with ``conv_gemm``
+below, in the same pieces (ops/blas.product_pieces, fixed by the shapes; the compiled step may
+run them on several threads), so an interpreted and a compiled run give the same bits; only
+the im2col copy differs (NumPy views here, a Numba kernel there).
 
 The VJP: the input gradient is the transposed convolution of the output gradient by the same
 weights (the conv_transpose2d primitive, ops/conv_transpose.py: a product and a col2im, no
@@ -374,11 +375,11 @@ def _weight_infer(shapes, dtypes, at):
 
 def weight_gemm(cols, g, groups: int, acc, first: bool, scratch, run=run_products) -> None:
     """acc (G, Cg*T, O/G) = (first chunk) or += (later chunks) the product of a chunk's im2col
-    columns cols (C*T, n*oH*oW) and its output gradient g (n, O, oH, oW) transposed: one BLAS
-    call per group, in pieces by ``run`` (as pointwise_product's). (cols @ g^T, not g @ cols^T: OpenBLAS packed the transposed
-    2048-row columns of ResNet's 16-channel 8x8 layers at batch 32 slowly, 195 us a product
-    against 123 us this way.) ``scratch``: (g as (O, n*oH*oW) when n > 1, the product when not
-    ``first``), each None to allocate."""
+    columns cols (C*T, n*oH*oW) and its output gradient g (n, O, oH, oW) transposed, per group,
+    in pieces (ops/blas.group_products) by ``run`` (as pointwise_product's). (cols @ g^T, not
+    g @ cols^T: OpenBLAS packed the transposed 2048-row columns of ResNet's 16-channel 8x8
+    layers at batch 32 slowly, 195 us a product against 123 us this way.) ``scratch``: (g as
+    (O, n*oH*oW) when n > 1, the product when not ``first``), each None to allocate."""
     n, o = g.shape[:2]
     m = cols.shape[1]
     if n == 1 and g.flags.c_contiguous:

@@ -170,8 +170,10 @@ class MatmulStep:
 class ConvStep:
     """conv2d (ops/conv.py): zero padding (split by column phase, so that every output row of a
     tap is one contiguous run) and im2col over the live kernel taps into scratch buffers (Numba
-    kernels, lowering/cpu/im2col.py), then one BLAS product (``ops.conv.conv_gemm``, shared with the
-    NumPy reference, in the same chunks of images, so both round alike).
+    kernels, lowering/cpu/im2col.py), then the BLAS products (``ops.conv.conv_gemm``, shared with
+    the NumPy reference, in the same chunks of images and pieces, so both round alike) by ``run``
+    (lowering/cpu/team.Team: on Numba's threads in a plan whose BLAS runs on one thread, where
+    the copies run there too).
 
     The scratch buffers (columns, product, padded input) belong to one run at a time: each call
     takes a set from the step's free list (made at a first run, or when every set is in use by

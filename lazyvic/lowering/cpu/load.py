@@ -36,10 +36,10 @@ class _OtherLoad:
         try:
             with open("/proc/stat", "rb") as f:
                 fields = f.readline().split()[1:]
-        except OSError:
+            ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            used = sum(ticks) - ticks[3] - ticks[4]
+        except (OSError, ValueError, IndexError):  # no /proc/stat, or not the layout Linux's is
             return None
-        ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
-        used = sum(ticks) - ticks[3] - ticks[4]
         return time.monotonic(), used / self.tick, time.process_time()
 
     def __call__(self) -> bool:

@@ -105,6 +105,15 @@ def _add_taps(acc, padded, wf, wb, taps, offsets, n, z):
             t += 1
 
 
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True, inline="always")
+def _store_plane(of, acc, dst, oh, ow, wq):
+    """The oH x oW outputs of one plane from the accumulator's rows of wq (columns past oW dropped)."""
+    for y in range(oh):
+        d, s = uint64(dst + y * ow), uint64(y * wq)
+        for q in range(uint64(ow)):
+            of[d + q] = acc[s + q]
+
+
 @njit(cache=True)
 def _tap_table(tap_rows, tap_cols, kw, sh, sw, sub, wq, dh, dw):
     """(offsets, taps): where live tap t reads the padded plane(s) (its phase plane, row and
@@ -170,11 +179,7 @@ def _planes(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane, 
             for q in range(uint64(wd)):
                 padded[d + q] = xf[s + q]
         _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
-        dst = plane * oh * ow
-        for y in range(oh):
-            d, s = uint64(dst + y * ow), uint64(y * wq)
-            for q in range(uint64(ow)):
-                of[d + q] = acc[s + q]
+        _store_plane(of, acc, plane * oh * ow, oh, ow, wq)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
@@ -229,11 +234,7 @@ def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane,
                 for v in range(done, uint64(count[b])):
                     padded[d + v] = xf[s0 + v * step]
         _add_taps(acc, padded, wf, ic * kh * kw, taps, offsets, n_acc, z)
-        dst = plane * oh * ow
-        for y in range(oh):
-            d, s = uint64(dst + y * ow), uint64(y * wq)
-            for q in range(uint64(ow)):
-                of[d + q] = acc[s + q]
+        _store_plane(of, acc, plane * oh * ow, oh, ow, wq)
 
 
 # Smaller outputs run on the calling thread: a parallel region costs a few microseconds to

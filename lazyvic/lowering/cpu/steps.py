@@ -254,23 +254,18 @@ class ConvStep:
         elements = r * step * per_image + (out_shape[1] * step * per_image if step > 1 else 0)
         return itemsize * (elements + (int(np.prod(padded)) if padded is not None else 0))
 
+    def _pad(self, x, padded):
+        """x copied into the interior of the zero-bordered ``padded`` (its border stays zero)."""
+        (pt, _, pl, _) = self.attrs["padding"]
+        _copy(self.run, self.pad_into, kernels.pad_into_parallel, padded.size, x, padded, pt, pl)
+        return padded
+
     def _conv(self, x, w, out, scratch) -> None:
         n, o, oh, ow = out.shape
         at = self.attrs
         cols_flat, prod_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch
         if padded is not None:
-            # (the border stays zero)
-            _copy(
-                self.run,
-                self.pad_into,
-                kernels.pad_into_parallel,
-                padded.size,
-                x,
-                padded,
-                at["padding"][0],
-                at["padding"][2],
-            )
-            x = padded
+            x = self._pad(x, padded)
         src = x.reshape(-1)
         image_stride, row_stride, col_stride = strides
         w = self.tap_weights(w, tap_rows, tap_cols)
@@ -351,17 +346,7 @@ class ConvWeightStep(ConvStep):
         cols_flat, g_flat, padded, offsets, strides, tap_rows, tap_cols, step, r = scratch[:9]
         acc_flat, prod_flat = scratch[9:]
         if padded is not None:
-            _copy(
-                self.run,
-                self.pad_into,
-                kernels.pad_into_parallel,
-                padded.size,
-                x,
-                padded,
-                at["padding"][0],
-                at["padding"][2],
-            )
-            x = padded
+            x = self._pad(x, padded)
         src = x.reshape(-1)
         image_stride, row_stride, col_stride = strides
         groups = at["groups"]

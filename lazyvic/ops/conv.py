@@ -39,7 +39,7 @@ import numpy as np
 
 from lazyvic.dtypes import get_dtype
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops.blas import MAX_PIECES, group_products, product_views, run_products
+from lazyvic.ops.blas import MAX_PIECES, group_products, run_products
 from lazyvic.ops.join import MIN_PIECES
 from lazyvic.ops.opdef import OpDef, register
 
@@ -200,10 +200,7 @@ def pointwise_products(x: np.ndarray, w: np.ndarray, out: np.ndarray, groups: in
     xs = x.reshape(n, groups, c // groups, h * wd)
     ws = w.reshape(groups, o // groups, c // groups)
     outs = out.reshape(n, groups, o // groups, h * wd)
-    most = max(1, MAX_PIECES // max(1, n * groups))
-    return [
-        piece for i in range(n) for g in range(groups) for piece in product_views(ws[g], xs[i, g], outs[i, g], most)
-    ]
+    return [piece for i in range(n) for piece in group_products(ws, xs[i], outs[i], max(1, MAX_PIECES // n))]
 
 
 def pointwise_product(x: np.ndarray, w: np.ndarray, out: np.ndarray, groups: int, run=run_products) -> None:

@@ -22,9 +22,9 @@ call. Serial (see lowering/cpu/backend._conv_step).
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange, uint64
+from numba import njit, prange, uint64
 
-from lazyvic.lowering.cpu.load import on_team
+from lazyvic.lowering.cpu.load import shared
 
 
 @njit(cache=True)
@@ -237,22 +237,14 @@ def _strided(x, w, out, tap_rows, tap_cols, sh, sw, pt, pl, dh, dw, first_plane,
         _store_plane(of, acc, plane * oh * ow, oh, ow, wq)
 
 
-# Smaller outputs run on the calling thread: a parallel region costs a few microseconds to
-# start, and MobileNetV2's smallest depthwise layers (960 channels at 7x7) take about 100 us.
-PARALLEL_MIN_OUTPUT = 1 << 14
-
-
 class Depthwise:
     """The kernel of a depthwise conv2d step (lowering/cpu/steps.DirectConvStep):
-    :func:`depthwise_parallel` when ``team`` is set (the plan runs BLAS on one thread, so Numba's
-    threads are its only team: ``CpuBackend`` sets it) and the output has PARALLEL_MIN_OUTPUT
-    elements or more, else :func:`depthwise`. The same bits either way."""
+    :func:`depthwise_parallel` or :func:`depthwise` as lowering/cpu/load.shared chooses (``team``
+    is set by ``CpuBackend`` where the plan runs BLAS on one thread, so that Numba's threads are
+    its only team). The same bits either way."""
 
     def __init__(self):
         self.team = False
 
     def __call__(self, x, w, out, *args):
-        if out.size >= PARALLEL_MIN_OUTPUT and on_team(self.team):
-            depthwise_parallel(x, w, out, *args, get_num_threads())
-        else:
-            depthwise(x, w, out, *args)
+        shared(self.team, depthwise, depthwise_parallel, out.size, x, w, out, *args)

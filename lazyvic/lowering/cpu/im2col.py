@@ -31,9 +31,6 @@ from numba import njit, prange, uint64
 # Output rows at least this long are copied run by run; shorter ones go through the gather
 # table (3x3 convolutions at batch 32: with oW = 4 the runs took 73 us against 35 us gathered).
 ROW_COPY_MIN = 8
-# Copies of fewer elements run serially even where the step's products run on Numba's threads
-# (a parallel region costs a few microseconds to start).
-PARALLEL_MIN_ELEMENTS = 1 << 14
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)

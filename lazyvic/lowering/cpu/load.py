@@ -12,6 +12,8 @@ import os
 import threading
 import time
 
+import numba
+
 
 class _OtherLoad:
     """Whether other processes keep about a core busy (``busy()``): the CPU time all cores spent
@@ -70,3 +72,21 @@ def on_team(flag: bool) -> bool:
     """Whether a step whose ``team`` flag is ``flag`` runs on Numba's threads now: the plan's
     one thread team (flag set by ``CpuBackend``) and no other process busy (:class:`_OtherLoad`)."""
     return flag and not other_load()
+
+
+# Work of fewer elements runs on the calling thread even on the team (a parallel region costs a
+# few microseconds to start; MobileNetV2's smallest depthwise layers take about 100 us).
+PARALLEL_MIN_ELEMENTS = 1 << 14
+
+
+def shared(flag: bool, serial, parallel, size: int, *args) -> None:
+    """``parallel(*args, threads)`` (each of Numba's ``threads`` a share of the work) when
+    :func:`on_team` says so for ``flag`` and ``size`` (elements) is at least PARALLEL_MIN_ELEMENTS,
+    else ``serial(*args)``: the convolution steps' copies and depthwise kernel. The same result
+    either way."""
+    if size >= PARALLEL_MIN_ELEMENTS and on_team(flag):
+        threads = numba.get_num_threads()
+        if threads > 1:
+            parallel(*args, threads)
+            return
+    serial(*args)

@@ -22,13 +22,12 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.cpu import im2col as kernels
-from lazyvic.lowering.cpu.load import on_team
+from lazyvic.lowering.cpu.load import shared
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.ops.blas import run_products
 from lazyvic.ops.index import index_error
@@ -73,18 +72,6 @@ __all__ = [
     "ScatterAddStep",
     "view",
 ]
-
-
-def _copy(run, serial, parallel, size: int, *args) -> None:
-    """``serial(*args)``, or ``parallel(*args, threads)`` when the step's products run on Numba's
-    threads (``run``, a lowering/cpu/team.Team, has ``team`` set: the plan's one thread team) and
-    ``size`` (elements copied) is at least im2col.PARALLEL_MIN_ELEMENTS. The same result either way."""
-    if size >= kernels.PARALLEL_MIN_ELEMENTS and on_team(getattr(run, "team", False)):
-        threads = numba.get_num_threads()
-        if threads > 1:
-            parallel(*args, threads)
-            return
-    serial(*args)
 
 
 @dataclass
@@ -257,7 +244,9 @@ class ConvStep:
     def _pad(self, x, padded):
         """x copied into the interior of the zero-bordered ``padded`` (its border stays zero)."""
         (pt, _, pl, _) = self.attrs["padding"]
-        _copy(self.run, self.pad_into, kernels.pad_into_parallel, padded.size, x, padded, pt, pl)
+        shared(
+            getattr(self.run, "team", False), self.pad_into, kernels.pad_into_parallel, padded.size, x, padded, pt, pl
+        )
         return padded
 
     def _conv(self, x, w, out, scratch) -> None:
@@ -273,7 +262,7 @@ class ConvStep:
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
             args = (src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
-            _copy(self.run, self.im2col, kernels.im2col_parallel, cols.size, *args)
+            shared(getattr(self.run, "team", False), self.im2col, kernels.im2col_parallel, cols.size, *args)
             prod = prod_flat[: o * m].reshape(o, m) if prod_flat is not None and m > oh * ow else None
             self.gemm(cols, w, at["groups"], out[n0 : n0 + step], prod, self.run)
 
@@ -359,7 +348,7 @@ class ConvWeightStep(ConvStep):
             m = (min(n, n0 + step) - n0) * oh * ow
             cols = cols_flat[: r * m].reshape(r, m)
             args = (src[n0 * image_stride :], cols, offsets, image_stride, row_stride, col_stride, oh, ow)
-            _copy(self.run, self.im2col, kernels.im2col_parallel, cols.size, *args)
+            shared(getattr(self.run, "team", False), self.im2col, kernels.im2col_parallel, cols.size, *args)
             self.gemm(cols, g[n0 : n0 + step], groups, acc, n0 == 0, (g_flat, prod_flat), self.run)
         self.spread(acc, out, tap_rows, tap_cols)
 
@@ -434,7 +423,7 @@ class ConvTransposeStep:
                 cols = scratch[0][: rows * chunk.shape[0] * per_image].reshape(rows, -1)
                 self.columns(chunk, w, at["groups"], cols, scratch[1], self.run)
                 args = (cols, out[n0 : n0 + step], h, wd, kh, kw, sh, sw, dh, dw, pt, pl)
-                _copy(self.run, self.col2im, kernels.col2im_parallel, cols.size, *args)
+                shared(getattr(self.run, "team", False), self.col2im, kernels.col2im_parallel, cols.size, *args)
         finally:
             _give_scratch(self.scratch, shapes, scratch)
 

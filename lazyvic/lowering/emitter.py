@@ -31,7 +31,7 @@ from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.fusion import FusionGroup, NeedsMaterialize
 from lazyvic.ops.elementwise import ALIAS, const
-from lazyvic.trace.symbolic import Sym
+from lazyvic.trace.symbolic import Sym, identical
 
 # Half storage types in kernels (kernel_lib): values are float32 rounded to the type, arrays
 # hold the uint16 bits.
@@ -442,10 +442,11 @@ class Emitter:
         """A costly full-row value that the last pass would recompute (softmax's exp).
 
         Its first pass stores it in the output row, the last pass reads it back: the
-        output row is written only by the last pass, at the same index.
+        output row is written only by the last pass, at the same index. (Shapes are compared as
+        expressions: a row that matches for some sizes only is not cached, rather than guarded.)
         """
         root = self.g.root
-        if not self.axes or root in self.stage_set or self.e[root].shape != tuple(self.shape):
+        if not self.axes or root in self.stage_set or not identical(self.e[root].shape, tuple(self.shape)):
             return None
         final = set()
         for j in self.e[root].inputs:
@@ -457,7 +458,7 @@ class Emitter:
         best = None
         for j in final & staged:
             e = self.e[j]
-            if j == root or e.shape != tuple(self.shape) or e.dtype is not self.e[root].dtype:
+            if j == root or not identical(e.shape, tuple(self.shape)) or e.dtype is not self.e[root].dtype:
                 continue
             if any(self.e[k].op in costly for k in self._inlined_from(j, self.stage_set)):
                 best = j if best is None or j > best else best
@@ -520,7 +521,9 @@ class Emitter:
             )
             self.row_memo[(extra, tuple(l.key() for l in idx), ())] = (v, inner)
             self.ops_used.append(self.e[extra].op)
-        full_root = r_shape == tuple(self.shape) and (not self.axes or root not in self.stage_set)
+        # (As expressions: a tuple's == compares elements even when the lengths differ, and the
+        # root's dims are the space's own or 1 at reduced axes.)
+        full_root = identical(r_shape, tuple(self.shape)) and (not self.axes or root not in self.stage_set)
         if root in self.stage_set:
             value = self.stage_result[root]
             store = flat(self.reduced_index_for(r_shape), r_shape)

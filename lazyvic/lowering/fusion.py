@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lazyvic import ops as optable
+from lazyvic.trace.symbolic import identical as same
 
 LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort", "join", "collective", "recurrent")
 # The most ops one kernel computes. Numba/LLVM compile time grows faster than the body: a
@@ -233,12 +234,12 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
         rspace = (entries[e.inputs[0]].shape, tuple(e.attrs["axes"]))
         kshape, kaxes = space[k]
         if kaxes:
-            if (kshape, kaxes) != rspace:
+            if not same((kshape, kaxes), rspace):
                 continue
         else:
             full, reduced = rspace[0], e.shape
             squeezed = tuple(n for d, n in enumerate(full) if d not in rspace[1])
-            if kshape != full and kshape != reduced and kshape != squeezed:
+            if not (same(kshape, full) or same(kshape, reduced) or same(kshape, squeezed)):
                 continue
             if kind(entries[k]) == "reduce":
                 continue
@@ -342,8 +343,8 @@ def _loops(entries, m, r, space):
             or c_axes
             or c <= a
             or is_library(entries, c)
-            or a_shape != c_shape
-            or entries[a].shape != c_shape
+            or not same(a_shape, c_shape)
+            or not same(entries[a].shape, c_shape)
             or size.get(a, 0) + size.get(c, 0) + 2 > MAX_KERNEL_OPS  # merge_outputs' cap
             or not _elementwise_path_only(entries, m, c, a)
         ):
@@ -482,8 +483,8 @@ def merge_outputs(entries, groups: list, m: set) -> list:
                 or a.extra_roots
                 or is_library(entries, a.root)
                 or i in merged
-                or a.space_shape != c.space_shape
-                or entries[i].shape != c.space_shape
+                or not same(a.space_shape, c.space_shape)
+                or not same(entries[i].shape, c.space_shape)
             ):
                 continue
             if any(r < n and r != position[i] for r in readers.get(i, ())):

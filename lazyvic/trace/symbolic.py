@@ -468,6 +468,25 @@ def hint(x) -> int:
     return x.hint if isinstance(x, Sym) else x
 
 
+def identical(a, b) -> bool:
+    """Whether sizes ``a`` and ``b`` (ints, Syms, or tuples/lists of them) are the same
+    expression, so equal for every binding; decided WITHOUT a guard. Sizes equal for some
+    bindings only (``s0`` and 10) are not identical: for choices where "not equal" is always
+    safe (whether a kernel may absorb a reduction), so that a plan need not be split at the
+    sizes where two shapes happen to coincide."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (
+            isinstance(a, (tuple, list))
+            and isinstance(b, (tuple, list))
+            and len(a) == len(b)
+            and all(identical(x, y) for x, y in zip(a, b))
+        )
+    la, lb = _lift(a), _lift(b)
+    if la is None or lb is None:
+        return a == b
+    return la[0] == lb[0]
+
+
 def is_symbolic(x) -> bool:
     return isinstance(x, Sym)
 
@@ -535,6 +554,7 @@ __all__ = [
     "contains_symbols",
     "evaluate",
     "hint",
+    "identical",
     "is_symbolic",
     "prod",
     "recording",

@@ -83,3 +83,45 @@ def test_24_batches_of_20_lengths_miss_at_most_4_times(fresh):
     snap = metrics.snapshot()
     assert snap["cache_misses"] <= 4, snap
     assert snap["compiled_runs"] >= 18, snap
+
+
+def _cnn_losses(sizes):
+    lv.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8),
+        nn.Conv2d(8, 16, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
+    opt = lv.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    rng = np.random.default_rng(0)
+    losses = []
+    for n in sizes:
+        x = lv.tensor(rng.standard_normal((n, 3, 8, 8)).astype(np.float32))
+        y = lv.tensor(rng.integers(0, 10, n))
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_cnn_trained_on_12_batch_sizes_runs_one_plan(fresh, monkeypatch):
+    """Convolution, batch norm (its 1/(N*H*W) follows the batch), depthwise and 1x1 convolutions,
+    pooling and a linear layer trained by SGD on batches of 12 sizes, among them the channel
+    counts (8, 16) and the class count (10): sizes where two shapes coincide are not guards."""
+    sizes = [12, 12, 5, 8, 10, 16, 7, 3, 10, 20, 9, 6, 16, 8]
+    lv.sync()
+    metrics.reset()
+    got = _cnn_losses(sizes)
+    snap = metrics.snapshot()
+    assert snap["cache_misses"] <= 2 and snap["symbolic_plans_compiled"] == 1, snap
+    assert snap["compiled_runs"] >= len(sizes) - 2, snap
+    monkeypatch.setattr(lv.runtime.config.config, "compile", "never")
+    assert got == _cnn_losses(sizes)  # the interpreter's bits

@@ -10,7 +10,7 @@ import pytest
 
 import lazyvic as lv
 import lazyvic.nn.functional as F
-from lazyvic.runtime import metrics
+from lazyvic.runtime import families, metrics
 from lazyvic.runtime.config import config
 from lazyvic.runtime.plan_cache import plan_cache
 from lazyvic.trace import symbolic
@@ -175,6 +175,56 @@ def test_sizes_outside_lowering_are_not_ints():
         assert s > 4  # decided by the hint: a guard
     assert [g.render() for g in guards] == ["-4 + t_test > 0"]
     assert symbolic.evaluate(s * s + 3, {"t_test": 7}) == 52
+
+
+def test_identical_compares_expressions_without_guards():
+    s, t = symbolic.symbol("t_same", 10), symbolic.symbol("t_other", 10)
+    with symbolic.recording() as guards:
+        assert symbolic.identical((s, 3), (s, 3)) and symbolic.identical((s * 2 + 1,), (2 * s + 1,))
+        assert not symbolic.identical((s, 10), (10, 10))  # equal at s = 10 only
+        assert not symbolic.identical(s, t)  # equal hints, other symbols
+        assert not symbolic.identical((10,), (s, 10))  # (a tuple's == would compare 10 with s)
+        assert symbolic.identical([4, 5], (4, 5)) and not symbolic.identical((4, 5), (4, 6))
+    assert guards == []
+
+
+def _family_plan():
+    (fam,) = [f for f in families.families() if f.plans]
+    ((_, plan),) = fam.plans
+    return plan
+
+
+def test_thread_choices_follow_each_binding_without_guards(fresh, monkeypatch):
+    """Serial or parallel kernels, BLAS threads and the convolution team are choices of speed:
+    a plan of symbolic sizes makes them at its lowering's sizes (kernels) or per binding (BLAS,
+    team), never as guards. With thresholds inside the sizes of the loop, one plan serves every
+    size, with the interpreter's bits."""
+    from lazyvic.lowering.cpu import codegen
+    from lazyvic.lowering.cpu import plan as cpu_plan
+
+    monkeypatch.setattr(codegen, "PARALLEL_MIN_ELEMENTS", 8 * 64 * 3)  # crossed at n = 3
+    flops = 2 * 8 * 64 * 4 * 9  # the convolution's flops per image
+    for name in ("SINGLE_THREAD_BLAS_MAX_FLOPS", "SINGLE_THREAD_BLAS_SMALL_FLOPS", "SINGLE_THREAD_BLAS_CONV_MAX_FLOPS"):
+        monkeypatch.setattr(cpu_plan, name, flops * 7)  # BLAS on its own threads from n = 7
+    rng = np.random.default_rng(3)
+    w = lv.tensor(_f32(rng, 8, 4, 3, 3))
+
+    def step(x):
+        return (F.conv2d(x, w, padding=1).tanh() * 1.5 + 0.5).sum((2, 3))
+
+    sizes = (3, 4, 9, 5, 6, 8, 2, 7)
+    xs = {n: _f32(rng, n, 4, 8, 8) for n in sizes}
+    got = {n: step(lv.tensor(xs[n])).numpy() for n in sizes}
+    snap = metrics.snapshot()
+    assert snap["symbolic_plans_compiled"] == 1 and snap["cache_misses"] == 1, snap
+    plan = _family_plan()
+    assert plan.guards == () and plan.threads_per_binding and plan.team
+    threads = {b[0]: (plan.bindings[b].blas_threads, plan.bindings[b].team) for b in plan.bindings}
+    assert threads == {n: (1, True) if n < 7 else (None, False) for n in sizes if n != 3}
+    assert any(k.parallel for k in plan.kernels)  # lowered at n = 4: parallel, used at n = 2 too
+    monkeypatch.setattr(config, "compile", "never")
+    for n in sizes:
+        np.testing.assert_array_equal(got[n], step(lv.tensor(xs[n])).numpy())
 
 
 def test_plan_cache_is_bounded_and_results_stay_right(fresh, monkeypatch):

@@ -98,9 +98,11 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     em.build()
     em.merge_loops()
     numel = symbolic.prod(group.space_shape)
-    # With symbolic sizes, serial or parallel is a guarded decision: a plan lowered for small
-    # sizes is not used for sizes past the threshold (another plan is made for those).
-    parallel = bool(em.outer) and numel >= PARALLEL_MIN_ELEMENTS
+    # With symbolic sizes, serial or parallel is decided for the sizes the plan is lowered at,
+    # not guarded: either computes the same bits, and a guard here split the plans of a loop
+    # over 20 batch sizes at each threshold a kernel crossed (a CNN training step: 6 plans and
+    # 13 plan-cache misses in 30 steps, then its family gave up on symbolic sizes).
+    parallel = bool(em.outer) and symbolic.hint(numel) >= PARALLEL_MIN_ELEMENTS
 
     lane_arrays: list = []  # (accumulator, dtype alias) of each lane-ordered sum
     lanes_text: list = []  # the size argument holding numerics.LANES (one per kernel)

@@ -33,6 +33,7 @@ from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu import native
+from lazyvic.lowering.cpu.load import team_off
 from lazyvic.lowering.cpu.steps import ConvStep, ConvTransposeStep, DirectConvStep, KernelStep, MatmulStep
 from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.ops.blas import blas_threads
@@ -82,6 +83,8 @@ class _Binding:
     needed: list
     native: object = None  # its steps with native segments (lowering/cpu/native.py); False: none
     runs: int = 0  # runs at this binding (its native segments are made after native_after of them)
+    blas_threads: int | None = None  # as CpuPlan's, for these sizes (CpuPlan.threads_per_binding)
+    team: bool = True  # the plan's team runs at these sizes (CpuPlan.threads_per_binding)
 
 
 def _symbolic_fields(step) -> tuple:
@@ -162,6 +165,8 @@ class CpuPlan(Plan):
     stats: dict = field(default_factory=dict)
     # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
     blas_threads: int | None = None
+    # A plan of symbolic sizes chooses its BLAS threads and its team per binding (_Binding).
+    threads_per_binding: bool = False
     # Steps run products in pieces or depthwise convolutions on Numba's threads (lowering/cpu/team.py).
     team: bool = False
     # A step calls BLAS (a product, a convolution, a recurrent loop): else nothing limits the
@@ -187,8 +192,10 @@ class CpuPlan(Plan):
     device = "cpu"
     concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
 
-    def single_thread_blas(self) -> bool:
-        """True when BLAS should run on one thread while this plan runs.
+    def single_thread_blas(self, env: dict | None = None) -> bool:
+        """True when BLAS should run on one thread while this plan runs (for a plan of symbolic
+        sizes, at the binding ``env`` of its symbols: the choice is made per binding, never a
+        guard, as ``threads_per_binding`` says).
 
         Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
         on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
@@ -197,9 +204,8 @@ class CpuPlan(Plan):
         Plans whose products are large keep multithreaded BLAS, where its speed-up is
         worth more than the contention costs.
         """
-        # With symbolic sizes the comparisons below are guards of the plan.
         flops = [
-            2 * symbolic.prod(self.entries[s.out].shape) * s.k
+            symbolic.evaluate(2 * symbolic.prod(self.entries[s.out].shape) * s.k, env or {})
             for s in self.steps
             if isinstance(s, (MatmulStep, ConvStep, ConvTransposeStep, DirectConvStep))
         ]
@@ -250,29 +256,40 @@ class CpuPlan(Plan):
         except IndexError:  # a first run, or every state in use by runs in other threads
             state = self._new_state()
         try:
-            if self.blas_threads is None:
-                if not self.parallel or not self.uses_blas:
-                    return self._run(state, inputs, scalars, debug, sizes, observe)
-                # Products large enough to keep BLAS's threads: the kernels run on one thread
-                # (numba.set_num_threads is per calling thread), never two spinning pools at
-                # once. The pytorch/examples MNIST CNN step (a 32->64 3x3 convolution of 64
-                # 26x26 images, 1.4e9 flops) took 160-300 ms with both pools, a trivial pad
-                # kernel 12 ms of it (waits for the other pool's spinning threads), and 73-83 ms so
-                # (both under load from other benchmarks).
-                kernel_threads = numba.get_num_threads()
-                numba.set_num_threads(1)
-                try:
-                    return self._run(state, inputs, scalars, debug, sizes, observe)
-                finally:
-                    numba.set_num_threads(kernel_threads)
-            blas_threads.limit(self.blas_threads)
-            try:
-                return self._run(state, inputs, scalars, debug, sizes, observe)
-            finally:
-                blas_threads.restore()
+            threads = self.blas_threads
+            if self.threads_per_binding:
+                b = self._bound(tuple(sizes))
+                threads = b.blas_threads
+                if self.team and not b.team:
+                    with team_off():
+                        return self._run_threads(threads, state, inputs, scalars, debug, sizes, observe)
+            return self._run_threads(threads, state, inputs, scalars, debug, sizes, observe)
         finally:
             if len(free) < MAX_FREE_RUN_STATES:
                 free.append(state)
+
+    def _run_threads(self, threads, state, inputs, scalars, debug, sizes, observe) -> list:
+        """:meth:`_run` with BLAS on ``threads`` threads (None: as BLAS is set)."""
+        if threads is None:
+            if not self.parallel or not self.uses_blas:
+                return self._run(state, inputs, scalars, debug, sizes, observe)
+            # Products large enough to keep BLAS's threads: the kernels run on one thread
+            # (numba.set_num_threads is per calling thread), never two spinning pools at
+            # once. The pytorch/examples MNIST CNN step (a 32->64 3x3 convolution of 64
+            # 26x26 images, 1.4e9 flops) took 160-300 ms with both pools, a trivial pad
+            # kernel 12 ms of it (waits for the other pool's spinning threads), and 73-83 ms so
+            # (both under load from other benchmarks).
+            kernel_threads = numba.get_num_threads()
+            numba.set_num_threads(1)
+            try:
+                return self._run(state, inputs, scalars, debug, sizes, observe)
+            finally:
+                numba.set_num_threads(kernel_threads)
+        blas_threads.limit(threads)
+        try:
+            return self._run(state, inputs, scalars, debug, sizes, observe)
+        finally:
+            blas_threads.restore()
 
     def _mark_pooled_operands(self) -> None:
         """Tell each matrix product which of its operands are pooled temporaries (MatmulStep)."""
@@ -332,6 +349,9 @@ class CpuPlan(Plan):
             ]
             # The slots' sizes from the entries made concrete above (no symbolic products).
             b = _Binding(entries, steps, new_outputs, slot_sizes(self.memory, entries, env))
+            if self.threads_per_binding:
+                b.blas_threads = 1 if self.single_thread_blas(env) else None
+                b.team = b.blas_threads == 1 or not self.uses_blas
             if len(self.bindings) >= MAX_BINDINGS:
                 self.bindings.pop(next(iter(self.bindings)))
             self.bindings[sizes] = b

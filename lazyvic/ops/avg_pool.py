@@ -163,7 +163,7 @@ def _pooled_hw(name: str, hw: tuple, at: dict, shape: tuple) -> tuple:
     out = tuple(
         pooled_size(n, k, s, p, at["ceil_mode"]) for n, k, s, p in zip(hw, at["kernel"], at["stride"], at["padding"])
     )
-    if min(out) < 1:
+    if any(n < 1 for n in out):  # (each alone: min() of symbolic sizes would compare H with W)
         raise ShapeError(
             f"{name}: kernel {at['kernel']} (stride {at['stride']}, padding {at['padding']}) is larger than "
             f"the padded input {shape}: output size {out}"
@@ -260,7 +260,7 @@ def _adaptive_infer(shapes, dtypes, at):
     (xs,) = shapes
     _check_input("adaptive_avg_pool2d", xs, dtypes[0])
     oh, ow = at["output_size"]
-    if min(oh, ow) < 1 or min(xs[2:]) < 1:
+    if any(n < 1 for n in (oh, ow, *xs[2:])):
         raise ShapeError(
             f"adaptive_avg_pool2d: expected a positive output_size and a non-empty input, got output_size "
             f"{at['output_size']} for an input {xs}"
@@ -305,7 +305,7 @@ def _adaptive_backward_infer(shapes, dtypes, at):
     (gs,) = shapes
     _check_input("adaptive_avg_pool2d_backward", gs, dtypes[0], "gradient")
     hw = tuple(at["input_size"])
-    if min(hw) < 1:
+    if any(n < 1 for n in hw):
         raise ShapeError(f"adaptive_avg_pool2d_backward: expected a non-empty input_size, got {hw}")
     return (gs[0], gs[1], *hw), dtypes[0]
 

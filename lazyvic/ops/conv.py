@@ -78,8 +78,18 @@ def live_taps(size: int, kernel: int, stride: int, before: int, dilation: int, o
     The im2col rows of the other taps are all zeros, so they are left out of the product
     (here and in the compiled step alike): at 32x32 inputs ResNet-18's last stage is 1x1, and
     8 of the 9 taps of its 3x3 convolutions read padding only. (A non-finite weight on such a
-    tap then meets no 0 * inf.)"""
-    return [i for i in range(kernel) if any(0 <= i * dilation + p * stride - before < size for p in range(out))]
+    tap then meets no 0 * inf.)
+
+    Output p reads input i * dilation + p * stride - before, increasing with p: the tap is live
+    when the first output that reads at or past 0 exists and reads before ``size``. (Two
+    comparisons per tap: with symbolic sizes they are guards that hold for every larger size.)"""
+    live = []
+    for i in range(kernel):
+        start = i * dilation - before  # what output 0 reads
+        first = 0 if start >= 0 else -(start // stride)  # the first output reading >= 0
+        if first < out and start + first * stride < size:
+            live.append(i)
+    return live
 
 
 def taps(x_shape: tuple, w_shape: tuple, at: dict, out_hw: tuple) -> tuple:

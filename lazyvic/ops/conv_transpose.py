@@ -44,7 +44,7 @@ def _infer(shapes, dtypes, at):
     if g < 1 or ws[0] != xs[1] or xs[1] % g or ws[1] < 1:
         raise ShapeError(f"conv_transpose2d: input {xs} and weight {ws} do not fit groups={g}")
     (sh, sw), (dh, dw), (oh, ow) = at["stride"], at["dilation"], at["out_hw"]
-    if min(sh, sw, dh, dw) < 1 or min(oh, ow) < 1:
+    if min(sh, sw, dh, dw) < 1 or oh < 1 or ow < 1:
         raise ShapeError(
             f"conv_transpose2d: invalid stride {at['stride']}, dilation {at['dilation']} or output size {at['out_hw']}"
         )

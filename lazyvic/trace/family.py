@@ -36,7 +36,9 @@ SIZE_ATTRS = {
     "rand": ("shape",),
     "randn": ("shape",),
     "avg_pool2d_backward": ("input_size",),
+    "adaptive_avg_pool2d": ("output_size",),
     "adaptive_avg_pool2d_backward": ("input_size",),
+    "conv_transpose2d": ("out_hw",),  # (a strided convolution's input gradient)
 }
 # Attributes whose integers are offsets (they may be 0): their free symbols have lower bound 0.
 OFFSET_ATTRS = {"slice": ("starts", "stops"), "pad": ("pads",)}
@@ -120,46 +122,121 @@ def _split_attrs(op: str, attrs: tuple) -> tuple:
 # -- expressions over symbols --------------------------------------------------------------
 @dataclass(frozen=True)
 class Expr:
-    """``coef * prod(symbols) + const``, or an affine ``coef * symbol + const`` (one symbol)."""
+    """``coef * prod((s + add) // div for (s, add, div) in factors) + const``: a symbol, an
+    affine ``a*s + b``, a pooling or strided convolution's output size ``(s + b) // d``, or a
+    product of such factors (a reshape to ``oH * oW``). A factor with ``add`` 0 and ``div`` 1 is
+    the symbol itself."""
 
     coef: int
-    symbols: tuple  # symbol indices, multiplied
+    factors: tuple  # (symbol index, add, div) each
     const: int = 0
 
     def __call__(self, env: list) -> int:
         v = self.coef
-        for s in self.symbols:
-            v *= env[s]
+        for s, add, div in self.factors:
+            v *= (env[s] + add) // div
         return v + self.const
 
 
-def _fit_site(ys: tuple, symbols: list) -> Expr | None:
-    """The simplest expression over ``symbols`` (each a tuple of values, one per example) that
-    gives ``ys``: a symbol, ``a*s + b``, then ``c * s_i * s_j (* s_k)``."""
+@dataclass(frozen=True)
+class Same:
+    """A size attribute equal to a derived shape (``site``, of an earlier entry) in every example:
+    it takes the value that shape's rule gives, an exact relation where a fitted expression could
+    be another that agrees on the examples (a stride-2 convolution after a 2x2 pool gives
+    ``(H + 2) // 4``, and at H = 16 and 28 ``H // 4`` gives the same)."""
+
+    site: int
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A size attribute that is one symbol divided exactly by another in every example: the
+    batch of a model whose inputs are only (B*T) and T (an ONNX graph that flattens its tokens)."""
+
+    num: int
+    den: int
+
+    def __call__(self, env: list) -> int:
+        return env[self.num] // env[self.den] if env[self.den] else -1
+
+
+def _plain(i: int) -> tuple:
+    return (i, 0, 1)
+
+
+# Divisors tried for ``(s + b) // d`` (strides, pooling windows).
+MAX_DIVISOR = 8
+
+
+def _factor_values(factor: tuple, symbols: list) -> tuple:
+    s, add, div = factor
+    return tuple((x + add) // div for x in symbols[s])
+
+
+def _fit_single(ys: tuple, symbols: list, any_slope: bool = False) -> Expr | None:
+    """``ys`` as a function of one of ``symbols`` (value tuples, one value per example), or None:
+    the simplest that fits, in this order: the symbol; ``s + b``; ``(s + b) // d`` or ``a*s``;
+    ``a*s + b`` (then the smallest ``|b|``); an exact quotient of two symbols (:class:`Ratio`)
+    ranks before a floor. Two examples fit many rules (``H // 2`` at H = 40,
+    48 is also ``4*B + 8`` at B = 3, 4), and a wrong one is only found at the next size (a new
+    plan). Unless ``any_slope``, ``a*s + b`` with ``b`` not 0 has ``|a|`` at most MAX_DIVISOR
+    (a stride): ``(s // 2) ** 2`` at s = 40 and 48 is ``22*s - 480`` too."""
     n = len(ys)
+    found = []  # (rank, |b|, expression)
     for i, s in enumerate(symbols):
         if s == ys:
-            return Expr(1, (i,))
-    for i, s in enumerate(symbols):
+            return Expr(1, (_plain(i),))
         pts = [(s[k], ys[k]) for k in range(n)]
         x0, y0 = pts[0]
         for x1, y1 in pts[1:]:
             if x1 != x0:
                 a, r = divmod(y1 - y0, x1 - x0)
-                if r == 0 and a != 0 and all(a * x + (y0 - a * x0) == y for x, y in pts):
-                    return Expr(a, (i,), y0 - a * x0)
+                b = y0 - a * x0
+                steep = abs(a) > MAX_DIVISOR and b != 0
+                if r == 0 and a != 0 and (any_slope or not steep) and all(a * x + b == y for x, y in pts):
+                    found.append((1 if a == 1 else 2 if b == 0 else 3, abs(b), Expr(a, (_plain(i),), b)))
                 break
+        for d in range(2, MAX_DIVISOR + 1):
+            for b in range(y0 * d - x0, y0 * d - x0 + d):  # the b with (x0 + b) // d == y0
+                if all((x + b) // d == y for x, y in zip(s, ys)):
+                    found.append((2, abs(b), Expr(1, ((i, b, d),))))
+                    break
+        for j, t in enumerate(symbols):  # an exact quotient is likelier than a floor that fits
+            if j != i and all(v and x % v == 0 and x // v == y for x, v, y in zip(s, t, ys)):
+                found.append((1.5, 0, Ratio(i, j)))
+    return min(found, key=lambda f: f[:2])[2] if found else None
+
+
+def _fit_product(ys: tuple, symbols: list, floors: list) -> Expr | None:
+    """``ys`` as ``c * f_1 * f_2 (* f_3)`` over the factors: the symbols, the ``floors``
+    ``(s, b, d)`` fitted at other sites and a stride's halves, thirds and quarters ``(s + b) // d``
+    (b 0 or 1), or None. Of the products that fit, the one with the fewest floors not seen at
+    other sites, then a coefficient of 1, then the fewest floors: with even sizes, ``H * W`` is
+    ``4 * (H // 2) * (W // 2)`` as well, and with two examples ``(H // 2) * (W // 2)`` is
+    ``H * (W // 4)``."""
+    seen = [f for f in floors if f[2] != 1]
+    factors = [_plain(i) for i in range(len(symbols))] + seen
+    factors += [(i, b, d) for i in range(len(symbols)) for d in (2, 3, 4) for b in (0, 1) if (i, b, d) not in factors]
+    values = [_factor_values(f, symbols) for f in factors]
+    n = len(ys)
+    best = None
     for width in (2, 3):
-        for combo in _combinations(len(symbols), width):
+        for combo in _combinations(len(factors), width):
             base = [1] * n
             for k in range(n):
                 for i in combo:
-                    base[k] *= symbols[i][k]
+                    base[k] *= values[i][k]
             if base[0] and ys[0] % base[0] == 0:
                 c = ys[0] // base[0]
                 if c and all(c * base[k] == ys[k] for k in range(n)):
-                    return Expr(c, combo)
-    return None
+                    chosen = tuple(factors[i] for i in combo)
+                    unseen = sum(f[2] != 1 and f not in seen for f in chosen)
+                    rank = (unseen, c != 1, sum(f[2] != 1 for f in chosen), width)
+                    if best is None or rank < best[0]:
+                        best = (rank, Expr(c, chosen))
+        if best is not None and best[0][:3] == (0, False, 0):
+            break
+    return best[1] if best else None
 
 
 def _combinations(n: int, k: int):
@@ -199,7 +276,7 @@ class Template:
         for site, e in enumerate(self.exprs):
             if e is None:
                 continue
-            expected = e if isinstance(e, int) else e(env)
+            expected = e if isinstance(e, int) else values[e.site] if isinstance(e, Same) else e(env)
             if values[site] != expected:
                 return None
         return env
@@ -215,7 +292,7 @@ def fit(examples: list, kinds: tuple) -> Template:
 
     Input dims that differ between examples become size symbols (dims that change together
     share one); a size or offset attribute that differs becomes the simplest expression of the
-    symbols that gives its values, else a free symbol read from it. Derived shapes are left to
+    symbols that gives its values (:class:`Expr`), else a free symbol read from it. Derived shapes are left to
     the ops' shape rules. With one example, everything is a constant.
     """
     columns = list(zip(*examples))
@@ -235,19 +312,38 @@ def fit(examples: list, kinds: tuple) -> Template:
             by_values[col] = len(symbols)
             symbols.append((site, 2 if min(col) >= 2 else 0))
             continue
-        exprs[site] = Expr(1, (by_values[col],))
+        exprs[site] = Expr(1, (_plain(by_values[col]),))
     sym_values = [columns[site] for site, _ in symbols]
+    # Attributes: an input's dim, else a derived shape of an earlier entry, else one symbol's
+    # function (the floors found, factors of products later), then products, else free symbols.
+    floors: list = []
+    pending = []
+    derived: dict = {}  # values -> the first derived shape site that took them
     for site, kind in enumerate(kinds):
+        col = columns[site]
+        if kind == "shape" and len(set(col)) > 1:
+            derived.setdefault(col, site)
         if kind not in ("size", "offset"):
             continue
-        col = columns[site]
         if len(set(col)) == 1:
             exprs[site] = col[0]
             continue
-        e = _fit_site(col, sym_values)
+        if col not in sym_values and col in derived:
+            exprs[site] = Same(derived[col])
+            continue
+        e = _fit_single(col, sym_values)
+        if e is None:
+            pending.append(site)
+            continue
+        exprs[site] = e
+        if isinstance(e, Expr) and e.factors[0][2] != 1 and e.factors[0] not in floors:
+            floors.append(e.factors[0])
+    for site in pending:
+        col = columns[site]
+        e = _fit_product(col, sym_values, floors) or _fit_single(col, sym_values, any_slope=True)
         if e is None:  # a free symbol, read from this site
             index = len(symbols)
-            symbols.append((site, 0 if kind == "offset" or min(col) < 2 else 2))
+            symbols.append((site, 0 if kinds[site] == "offset" or min(col) < 2 else 2))
             sym_values.append(col)
             free.add(index)
             continue
@@ -264,8 +360,9 @@ def symbols_of(template: Template, values: tuple, prefix: str = "s") -> list:
     return [symbolic.symbol(f"{prefix}{k}", values[site], lower) for k, (site, lower) in enumerate(template.symbols)]
 
 
-def _value_at(template: Template, site: int, syms: list, read_from: dict):
-    """The symbolic value of ``site``: the symbol read there, a constant, or an expression."""
+def _value_at(template: Template, site: int, syms: list, read_from: dict, derived: dict):
+    """The symbolic value of ``site``: the symbol read there, a constant, an expression, or a
+    derived shape's value (``derived``: site -> the value its shape rule gave)."""
     k = read_from.get(site)
     if k is not None:
         return syms[k]
@@ -274,9 +371,13 @@ def _value_at(template: Template, site: int, syms: list, read_from: dict):
         return None
     if isinstance(e, int):
         return e
+    if isinstance(e, Same):
+        return derived[e.site]
+    if isinstance(e, Ratio):
+        return syms[e.num] // syms[e.den]
     v = e.coef
-    for s in e.symbols:
-        v = v * syms[s]
+    for s, add, div in e.factors:
+        v = v * (syms[s] if (add, div) == (0, 1) else (syms[s] + add) // div)
     return v + e.const
 
 
@@ -297,12 +398,13 @@ def symbolize(named: tuple, template: Template, syms: list) -> list:
     """
     read_from = {site: k for k, (site, _) in enumerate(template.symbols)}
     out = []
+    derived: dict = {}  # site -> the symbolic value of a derived shape (for Same)
     site = 0
     for e in named:
         if e.is_input:
             shape = []
             for d in e.shape:
-                v = _value_at(template, site, syms, read_from)
+                v = _value_at(template, site, syms, read_from, derived)
                 shape.append(d if v is None else v)
                 site += 1
             out.append(e._replace(shape=tuple(shape)))
@@ -315,7 +417,7 @@ def symbolize(named: tuple, template: Template, syms: list) -> list:
                 _flatten(value, flat)
                 new = []
                 for original in flat:
-                    v = _value_at(template, site, syms, read_from)
+                    v = _value_at(template, site, syms, read_from, derived)
                     new.append(original if v is None else v)
                     site += 1
                 attrs[name] = _rebuild(value, iter(new))
@@ -325,7 +427,9 @@ def symbolize(named: tuple, template: Template, syms: list) -> list:
         shape, _ = optable.OPS[e.op].infer(
             tuple(out[j].shape for j in e.inputs), tuple(out[j].dtype for j in e.inputs), attrs
         )
-        site += len(e.shape)
+        for d in shape:
+            derived[site] = d
+            site += 1
         out.append(e._replace(attrs=attrs, shape=tuple(shape)))
     return out
 

@@ -128,3 +128,48 @@ def test_a_cnn_trained_on_12_batch_sizes_runs_one_plan(fresh, monkeypatch):
     assert snap["compiled_runs"] >= len(sizes) - 2, snap
     monkeypatch.setattr(lv.runtime.config.config, "compile", "never")
     assert got == _cnn_losses(sizes)  # the interpreter's bits
+
+
+def _fcn_losses(sizes):
+    lv.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+    opt = lv.optim.Adam(net.parameters(), lr=1e-2)
+    rng = np.random.default_rng(1)
+    losses = []
+    for h, w in sizes:
+        x = lv.tensor(rng.standard_normal((3, 3, h, w)).astype(np.float32))
+        y = lv.tensor(rng.integers(0, 4, 3))
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_conv_net_trained_on_10_image_sizes_compiles_at_most_two_plans(fresh, monkeypatch):
+    """Images of 10 sizes (height and width apart, odd ones too) through convolutions, a
+    max-pool and a strided convolution, trained by Adam: the pooled sizes follow the image's as
+    ``(H + b) // d`` (the strided convolution's input gradient too) and the convolutions' live
+    taps are guards that hold for every larger image. Two sizes may fit more than one rule
+    (``H // 4`` and ``(H + 2) // 4`` at H = 16 and 28), so a third size can need a second plan;
+    before, every size was a miss and ran interpreted."""
+    sizes = [(16, 20), (20, 24), (18, 18), (24, 16), (17, 23), (28, 20), (16, 20), (22, 30), (19, 17), (26, 26)]
+    lv.sync()
+    metrics.reset()
+    got = _fcn_losses(sizes)
+    snap = metrics.snapshot()
+    assert snap["cache_misses"] <= 3 and snap["symbolic_plans_compiled"] <= 2, snap
+    assert snap["compiled_runs"] >= len(sizes) - 3, snap
+    monkeypatch.setattr(lv.runtime.config.config, "compile", "never")
+    assert got == _fcn_losses(sizes)  # the interpreter's bits

@@ -15,6 +15,12 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
 - ``generate``: ``TinyGPT.generate`` (KV cache) vs PyTorch's nanoGPT loop, 200 greedy tokens.
 - ``varlen_train``: TinyGPT training on 24 batches of about 20 distinct lengths; total time
   including compiling, and steps/s once every length has been seen.
+- ``cnn_batches``: a small CNN (convolution, batch norm, depthwise and 1x1 convolutions, pooling,
+  linear; SGD with momentum) trained on 30 batches of 20 distinct sizes (8..40 images of 32x32),
+  as a loader with ``drop_last=False`` and a varying sampler gives them.
+- ``image_sizes``: a fully convolutional classifier (convolutions, batch norm, max-pool, a
+  stride-2 convolution, adaptive average pooling; Adam) trained on 20 batches of 4 images whose
+  height and width vary (48..96, apart), as detection and segmentation loops feed them.
 - ``packed_lstm``: a sequence classifier (bidirectional 2-layer LSTM 32 -> 128 over
   ``pack_sequence(..., enforce_sorted=False)``, the final states into a linear layer, Adam) on 40
   batches of 16 sequences of random lengths 5..35 (no two batches alike).
@@ -45,7 +51,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CASES = ("moving_slice", "growing_context", "generate", "varlen_train", "packed_lstm")
+CASES = ("moving_slice", "growing_context", "generate", "varlen_train", "cnn_batches", "image_sizes", "packed_lstm")
 VOCAB, D, LAYERS, HEADS, BLOCK = 65, 128, 2, 4, 64
 
 
@@ -215,6 +221,49 @@ def run_varlen_train(lib, quick: bool) -> dict:
     return {**_steps_summary(times, time.perf_counter() - t0), "distinct_lengths": len(set(lengths))}
 
 
+def _train_steps(torch, F, net, opt, batches) -> dict:
+    t0, times = time.perf_counter(), []
+    for x, y in batches:
+        s0 = time.perf_counter()
+        loss = F.cross_entropy(net(torch.tensor(x)), torch.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - s0)
+    return _steps_summary(times, time.perf_counter() - t0)
+
+
+def run_cnn_batches(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32), nn.Conv2d(32, 64, 1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    )  # fmt: skip
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    rng = np.random.default_rng(0)
+    sizes = [int(n) for n in rng.integers(8, 41, 12 if quick else 30)]
+    batches = [(rng.standard_normal((n, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, n)) for n in sizes]
+    return {**_train_steps(torch, F, net, opt, batches), "distinct_sizes": len(set(sizes))}
+
+
+def run_image_sizes(lib, quick: bool) -> dict:
+    torch, nn, F = lib
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 5),
+    )  # fmt: skip
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    sizes = [(int(h), int(w)) for h, w in rng.integers(48, 97, (8 if quick else 20, 2))]
+    batches = [(rng.standard_normal((4, 3, h, w)).astype(np.float32), rng.integers(0, 5, 4)) for h, w in sizes]
+    return {**_train_steps(torch, F, net, opt, batches), "distinct_sizes": len(set(sizes))}
+
+
 def run_packed_lstm(lib, quick: bool) -> dict:
     torch, nn, F = lib
     pack_sequence = torch.nn.utils.rnn.pack_sequence
@@ -245,6 +294,8 @@ RUNNERS = {
     "growing_context": run_growing_context,
     "generate": run_generate,
     "varlen_train": run_varlen_train,
+    "cnn_batches": run_cnn_batches,
+    "image_sizes": run_image_sizes,
     "packed_lstm": run_packed_lstm,
 }
 

@@ -147,6 +147,46 @@ def test_depthwise_conv2d_runs_directly_with_the_interpreters_bits(case):
     np.testing.assert_allclose(got["never"], expected, rtol=1e-5, atol=1e-5)
 
 
+DEPTHWISE_TRANSPOSE = [
+    # (x shape, kernel, stride, (top, left), dilation, out_hw)
+    ((2, 3, 4, 5), (3, 3), (2, 2), (1, 1), (1, 1), (8, 10)),  # a stride-2 depthwise layer's input gradient
+    ((1, 4, 3, 3), (3, 3), (2, 2), (1, 1), (1, 1), (5, 5)),
+    ((2, 2, 5, 4), (2, 3), (1, 3), (0, 2), (2, 1), (6, 9)),  # dilation, a crop, unequal strides
+    ((1, 3, 3, 3), (5, 5), (2, 2), (2, 2), (1, 1), (6, 6)),  # EfficientNet's 5x5
+    ((2, 2, 2, 2), (3, 3), (3, 2), (-1, 0), (1, 2), (9, 4)),  # windows outside the result
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_TRANSPOSE, ids=[f"case{k}" for k in range(len(DEPTHWISE_TRANSPOSE))])
+def test_depthwise_conv_transpose_runs_directly_with_the_interpreters_bits(case, tmp_path, monkeypatch):
+    """groups == channels, one output channel each (a depthwise layer's input gradient): a direct
+    kernel (lowering/cpu/direct_conv.depthwise_transpose), serial and on threads, with the bits
+    of the reference's products and col2im (zeros and -0.0 among the values), values to a loop."""
+    from lazyvic.lowering.cpu import compile_trace, direct_conv, load
+    from lazyvic.trace import cut
+
+    monkeypatch.setattr(load, "other_load", lambda: False)
+    xs, (kh, kw), stride, tl, dil, out_hw = case
+    rng = np.random.default_rng(9)
+    x = rng.choice(np.array([-1.5, -0.0, 0.0, 0.25, 2.0], np.float32), size=xs) * rng.standard_normal(xs).astype(
+        np.float32
+    )
+    w = rng.standard_normal((xs[1], 1, kh, kw)).astype(np.float32)
+    w[0, 0, 0, 0] = -0.0
+    at = dict(stride=stride, padding=tl, dilation=dil, groups=xs[1], out_hw=out_hw)
+    interpreted, compiled = _both_tiers(lambda: lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at))
+    np.testing.assert_array_equal(compiled, interpreted)
+    np.testing.assert_array_equal(np.signbit(compiled), np.signbit(interpreted))
+    np.testing.assert_allclose(interpreted, _definition(x, w, stride, tl, dil, xs[1], out_hw), rtol=1e-5, atol=1e-5)
+    args = (*stride, *tl, *dil)
+    parallel = np.empty_like(interpreted)
+    direct_conv.depthwise_transpose_parallel(x, w, parallel, *args, 2)
+    np.testing.assert_array_equal(parallel, interpreted)
+    node = lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at)._node
+    plan = compile_trace(cut([node])[0], cache_dir=tmp_path)
+    assert [s.name.split("(")[0] for s in plan.steps if "conv" in s.name] == ["depthwise_conv_transpose2d"]
+
+
 def test_depthwise_steps_are_chosen_for_depthwise_layers_only(tmp_path):
     from lazyvic.lowering.cpu import compile_trace
     from lazyvic.trace import cut

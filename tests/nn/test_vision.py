@@ -344,6 +344,36 @@ def test_max_pool2d_compiled_gives_the_reference_bits(mode, dtype, kernel, strid
         np.testing.assert_array_equal(index, indices_reference([case, expected], at))
 
 
+@pytest.mark.parametrize("mode", ["always"], indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_average_pool_and_its_gradient_give_the_reference_bits(mode, dtype):
+    """A global average pool (adaptive to 1x1, or a kernel the size of the plane) sums eight
+    planes side by side in the compiled kernel: each plane from +0.0 in row-major order as the
+    reference, so the same bits (with -0.0, infinities, NaNs, and a plane count that is not a
+    multiple of eight); its gradient is +0.0 + g / divisor at every position (a -0.0 gradient
+    gives +0.0, as the reference's sum does)."""
+    from lazyvic.ops import avg_pool
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 7, 5, 6)).astype(dtype) * 1e4
+    x[0, 0] = -0.0
+    x[1, 2, 1, 1], x[2, 3, 0, 0], x[2, 4, 4, 5] = np.inf, -np.inf, np.nan
+    windows = avg_pool.adaptive_windows({}, (5, 6), (1, 1))
+    expected = avg_pool.window_mean(x, windows)
+    for pool in (lambda t: F.adaptive_avg_pool2d(t, 1), lambda t: F.avg_pool2d(t, (5, 6))):
+        with lazyvic.no_grad():
+            got = pool(lazyvic.tensor(x)).numpy()
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+    g = rng.standard_normal((3, 7, 1, 1)).astype(dtype)
+    g[0, 1] = -0.0
+    t = lazyvic.tensor(np.zeros_like(x), requires_grad=True)
+    (F.adaptive_avg_pool2d(t, 1) * lazyvic.tensor(g)).sum().backward()
+    want = np.broadcast_to(dtype(0) + g / dtype(30), x.shape)
+    np.testing.assert_array_equal(t.grad.numpy(), want)
+    np.testing.assert_array_equal(np.signbit(t.grad.numpy()), np.signbit(want))
+
+
 _P = np.random.default_rng(4).permutation(2 * 5 * 5).reshape(1, 2, 5, 5) / 10.0  # distinct: no ties in max
 
 

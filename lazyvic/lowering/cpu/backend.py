@@ -66,7 +66,8 @@ def _scratch_bytes(entries, steps) -> int:
 
 
 def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
-    """A conv_transpose2d: one BLAS product and col2im (a serial Numba kernel) per chunk of images."""
+    """A conv_transpose2d: one BLAS product and col2im (a serial Numba kernel) per chunk of images;
+    a depthwise one (C_in groups of one channel each) a direct kernel (direct_conv.depthwise_transpose)."""
     from lazyvic.lowering.cpu import im2col
     from lazyvic.ops import conv, conv_transpose
 
@@ -74,6 +75,18 @@ def _conv_transpose_step(lowered, root: int, args: list) -> ConvTransposeStep:
     e = entries[root]
     x_shape, w_shape = entries[e.inputs[0]].shape, entries[e.inputs[1]].shape
     cin, cog, kh, kw = w_shape
+    if cog == 1 and e.attrs["groups"] == cin:  # depthwise: a direct kernel, no columns
+        at = e.attrs
+        (sh, sw), (pt, pl), (dh, dw) = at["stride"], at["padding"], at["dilation"]
+        kernel_args = (sh, sw, pt, pl, dh, dw)
+        return DirectConvStep(
+            f"depthwise_conv_transpose2d{e.shape}",
+            root,
+            args[0],
+            args[1],
+            direct_conv.DepthwiseTranspose(),
+            kernel_args,
+        )
     # flops = 2 * N*H*W * C_in * C_out/G * T, given to the plan's BLAS policy as k per output element
     per_out = (x_shape[2] * x_shape[3] * (cin // e.attrs["groups"]) * cog * kh * kw) // max(
         1, e.shape[1] * e.shape[2] * e.shape[3]
@@ -342,7 +355,8 @@ def _teams(steps) -> list:
         if isinstance(getattr(st, "run", None), Team):
             found.append((st, st.run))
         if isinstance(st, DirectConvStep):
-            found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, (Team, direct_conv.Depthwise))]
+            runners = (Team, direct_conv.Depthwise, direct_conv.DepthwiseTranspose)
+            found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, runners)]
     return found
 
 

@@ -248,3 +248,68 @@ class Depthwise:
 
     def __call__(self, x, w, out, *args):
         shared(self.team, depthwise, depthwise_parallel, out.size, x, w, out, *args)
+
+
+# -- the transpose of a depthwise convolution (its input gradient at a stride above 1) ---------
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
+def _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, first_plane, end_plane):
+    """``depthwise_transpose`` of the (image, channel) planes ``first_plane`` to ``end_plane``."""
+    c, h, wd = x.shape[1:]
+    oh, ow = out.shape[2], out.shape[3]
+    kh, kw = w.shape[2], w.shape[3]
+    xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+    z = of.dtype.type(0)
+    plane_out = oh * ow
+    for plane in range(first_plane, end_plane):
+        ob = uint64(plane * plane_out)
+        for e in range(uint64(plane_out)):
+            of[ob + e] = z
+        src = plane * h * wd
+        wb = (plane % c) * kh * kw
+        for i in range(kh):
+            # inputs p with 0 <= p*sH + i*dH - pT < oH (ops/conv_transpose.tap_range)
+            p0 = max(0, -((i * dh - pt) // sh))
+            p1 = max(p0, min(h, (oh - 1 + pt - i * dh) // sh + 1))
+            for j in range(kw):
+                q0 = max(0, -((j * dw - pl) // sw))
+                q1 = max(q0, min(wd, (ow - 1 + pl - j * dw) // sw + 1))
+                wv = wf[wb + i * kw + j]
+                n = uint64(q1 - q0)
+                step = uint64(sw)
+                for p in range(p0, p1):
+                    d = ob + uint64((p * sh + i * dh - pt) * ow + q0 * sw + j * dw - pl)
+                    s = uint64(src + p * wd + q0)
+                    for q in range(n):
+                        of[d + q * step] += wv * xf[s + q]
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
+def depthwise_transpose(x, w, out, sh, sw, pt, pl, dh, dw):
+    """out (N, C, oH, oW) = conv_transpose2d of x (N, C, H, W) by a depthwise weight w (C, 1, kH,
+    kW) (groups = C: each output channel from its own input channel), all C-contiguous, on the
+    calling thread: each tap's products w * x added into the zeroed output tap by tap in
+    row-major order, as the reference (ops/conv_transpose.transposed_columns, then col2im: one
+    product per column, added in that order), so the same bits. The per-group products of the
+    general path have an inner dimension of 1 and write kH*kW columns per input element (a
+    MobileNet block's stride-2 depthwise input gradient, (24, 32, 32, 32): 3.7-5.7 ms)."""
+    _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, 0, x.shape[0] * x.shape[1])
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, nogil=True, parallel=True)
+def depthwise_transpose_parallel(x, w, out, sh, sw, pt, pl, dh, dw, threads):
+    """``depthwise_transpose`` on ``threads`` of Numba's threads, a share of the planes each."""
+    planes = x.shape[0] * x.shape[1]
+    parts = max(1, min(threads, planes))
+    for p in prange(parts):
+        _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, p * planes // parts, (p + 1) * planes // parts)
+
+
+class DepthwiseTranspose:
+    """The kernel of a depthwise conv_transpose2d step (a DirectConvStep), on Numba's threads as
+    :class:`Depthwise` (``team``, lowering/cpu/load.shared): the same bits either way."""
+
+    def __init__(self):
+        self.team = False
+
+    def __call__(self, x, w, out, *args):
+        shared(self.team, depthwise_transpose, depthwise_transpose_parallel, out.size, x, w, out, *args)

@@ -253,15 +253,54 @@ def band(start: np.ndarray, end: np.ndarray) -> tuple:
     return (qa, qb, int(start[qa]) - qa * s, s, int(width[qa]))
 
 
+# Planes a global average pool sums side by side: each plane's sum is one chain of dependent
+# adds (the reference's order), so one plane at a time waits on the add's latency; eight chains
+# at once keep the adder busy. (n, 64, 16, 16) at n = 24: 1,350 -> about 100 us.
+GLOBAL_PLANES = 8
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, inline="always")
+def _global_sums(xf, of, planes, size, divisor):
+    """of[p] = the sum of plane p of xf (``size`` elements each) from +0.0 in order, / divisor,
+    GLOBAL_PLANES planes at a time."""
+    z = of.dtype.type(0)
+    p = 0
+    while p + GLOBAL_PLANES <= planes:
+        b = uint64(p * size)
+        n = uint64(size)
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
+        for e in range(n):
+            a0 += xf[b + e]
+            a1 += xf[b + n + e]
+            a2 += xf[b + 2 * n + e]
+            a3 += xf[b + 3 * n + e]
+            a4 += xf[b + 4 * n + e]
+            a5 += xf[b + 5 * n + e]
+            a6 += xf[b + 6 * n + e]
+            a7 += xf[b + 7 * n + e]
+        of[p], of[p + 1], of[p + 2], of[p + 3] = a0 / divisor, a1 / divisor, a2 / divisor, a3 / divisor
+        of[p + 4], of[p + 5], of[p + 6], of[p + 7] = a4 / divisor, a5 / divisor, a6 / divisor, a7 / divisor
+        p += GLOBAL_PLANES
+    for q in range(p, planes):
+        acc = z
+        for e in range(size):
+            acc += xf[q * size + e]
+        of[q] = acc / divisor
+
+
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def avg_pool2d(x, out, r0, r1, c0, c1, divisor, qa, qb, a, s, k):
     """out (N, C, oH, oW) = the sum of each window of x (N, C, H, W) over rows r0[p] .. r1[p]-1
     and columns c0[q] .. c1[q]-1, from +0.0 in row-major order, divided by divisor[p, q] (of x's
     dtype); columns qa .. qb-1 have windows a + q*s .. a + q*s + k - 1 (see ``band``). Both
-    arrays C-contiguous."""
+    arrays C-contiguous. A window that is the whole plane (a global pool) sums several planes
+    side by side (:func:`_global_sums`: the same order per plane)."""
     n_img, c_in, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
     xf, of = x.reshape(-1), out.reshape(-1)
+    if oh == 1 and ow == 1 and r0[0] == 0 and r1[0] == h and c0[0] == 0 and c1[0] == w:
+        _global_sums(xf, of, n_img * c_in, h * w, divisor[0, 0])
+        return
     acc = np.zeros(ow, dtype=out.dtype)
     nb = qb - qa
     band_acc = acc[qa:qb]
@@ -303,6 +342,16 @@ def avg_pool2d_backward(g, out, p0, p1, q0, q1, divisor, xa, xb, a, s, k, kc):
     h, w = out.shape[2], out.shape[3]
     gf, of = g.reshape(-1), out.reshape(-1)
     df = divisor.reshape(-1)
+    if oh == 1 and ow == 1 and p1[0] - p0[0] == 1 and p1[h - 1] - p0[h - 1] == 1 and kc == 1:
+        # a global pool's transpose: every input position under the one window, +0.0 + g / divisor
+        z = of.dtype.type(0)
+        size = uint64(h * w)
+        for plane in range(n_img * c_in):
+            v = z + gf[plane] / df[0]
+            o = uint64(plane) * size
+            for e in range(size):
+                of[o + e] = v
+        return
     t = np.empty(oh * ow, dtype=out.dtype)
     acc = np.zeros(w, dtype=out.dtype)
     nb = xb - xa

@@ -166,6 +166,11 @@ def _plain(i: int) -> tuple:
 
 # Divisors tried for ``(s + b) // d`` (strides, pooling windows).
 MAX_DIVISOR = 8
+# Examples from which floors, quotients and lines ``a*s + b`` are fitted: with two, many
+# symbols give many coincidences (a packed LSTM batch's 16 sequence lengths: ``(s + 45) // 2``
+# fitted a maximum length at two sizes; a pooled ``H // 2`` was ``4*B + 8``); before, such a
+# size is a free symbol, which the plan's guards relate to the others at every size.
+FLOOR_EXAMPLES = 3
 
 
 def _factor_values(factor: tuple, symbols: list) -> tuple:
@@ -173,14 +178,16 @@ def _factor_values(factor: tuple, symbols: list) -> tuple:
     return tuple((x + add) // div for x in symbols[s])
 
 
-def _fit_single(ys: tuple, symbols: list, any_slope: bool = False) -> Expr | None:
+def _fit_single(ys: tuple, symbols: list, any_slope: bool = False, floors: bool = True):
     """``ys`` as a function of one of ``symbols`` (value tuples, one value per example), or None:
     the simplest that fits, in this order: the symbol; ``s + b``; ``(s + b) // d`` or ``a*s``;
     ``a*s + b`` (then the smallest ``|b|``); an exact quotient of two symbols (:class:`Ratio`)
     ranks before a floor. Two examples fit many rules (``H // 2`` at H = 40,
     48 is also ``4*B + 8`` at B = 3, 4), and a wrong one is only found at the next size (a new
     plan). Unless ``any_slope``, ``a*s + b`` with ``b`` not 0 has ``|a|`` at most MAX_DIVISOR
-    (a stride): ``(s // 2) ** 2`` at s = 40 and 48 is ``22*s - 480`` too."""
+    (a stride): ``(s // 2) ** 2`` at s = 40 and 48 is ``22*s - 480`` too. Without ``floors``
+    (fewer than FLOOR_EXAMPLES examples), no floors, quotients or lines other than ``s + b`` and
+    ``a*s``."""
     n = len(ys)
     found = []  # (rank, |b|, expression)
     for i, s in enumerate(symbols):
@@ -194,8 +201,12 @@ def _fit_single(ys: tuple, symbols: list, any_slope: bool = False) -> Expr | Non
                 b = y0 - a * x0
                 steep = abs(a) > MAX_DIVISOR and b != 0
                 if r == 0 and a != 0 and (any_slope or not steep) and all(a * x + b == y for x, y in pts):
-                    found.append((1 if a == 1 else 2 if b == 0 else 3, abs(b), Expr(a, (_plain(i),), b)))
+                    rank = 1 if a == 1 else 2 if b == 0 else 3
+                    if rank < 3 or floors:
+                        found.append((rank, abs(b), Expr(a, (_plain(i),), b)))
                 break
+        if not floors:
+            continue
         for d in range(2, MAX_DIVISOR + 1):
             for b in range(y0 * d - x0, y0 * d - x0 + d):  # the b with (x0 + b) // d == y0
                 if all((x + b) // d == y for x, y in zip(s, ys)):
@@ -207,7 +218,7 @@ def _fit_single(ys: tuple, symbols: list, any_slope: bool = False) -> Expr | Non
     return min(found, key=lambda f: f[:2])[2] if found else None
 
 
-def _fit_product(ys: tuple, symbols: list, floors: list) -> Expr | None:
+def _fit_product(ys: tuple, symbols: list, floors: list, generic: bool = True) -> Expr | None:
     """``ys`` as ``c * f_1 * f_2 (* f_3)`` over the factors: the symbols, the ``floors``
     ``(s, b, d)`` fitted at other sites and a stride's halves, thirds and quarters ``(s + b) // d``
     (b 0 or 1), or None. Of the products that fit, the one with the fewest floors not seen at
@@ -216,7 +227,10 @@ def _fit_product(ys: tuple, symbols: list, floors: list) -> Expr | None:
     ``H * (W // 4)``."""
     seen = [f for f in floors if f[2] != 1]
     factors = [_plain(i) for i in range(len(symbols))] + seen
-    factors += [(i, b, d) for i in range(len(symbols)) for d in (2, 3, 4) for b in (0, 1) if (i, b, d) not in factors]
+    if generic:
+        factors += [
+            (i, b, d) for i in range(len(symbols)) for d in (2, 3, 4) for b in (0, 1) if (i, b, d) not in factors
+        ]
     values = [_factor_values(f, symbols) for f in factors]
     n = len(ys)
     best = None
@@ -296,6 +310,7 @@ def fit(examples: list, kinds: tuple) -> Template:
     the ops' shape rules. With one example, everything is a constant.
     """
     columns = list(zip(*examples))
+    with_floors = len(examples) >= FLOOR_EXAMPLES
     symbols: list = []
     by_values: dict = {}
     exprs: list = [None] * len(kinds)
@@ -331,7 +346,7 @@ def fit(examples: list, kinds: tuple) -> Template:
         if col not in sym_values and col in derived:
             exprs[site] = Same(derived[col])
             continue
-        e = _fit_single(col, sym_values)
+        e = _fit_single(col, sym_values, floors=with_floors)
         if e is None:
             pending.append(site)
             continue
@@ -340,7 +355,7 @@ def fit(examples: list, kinds: tuple) -> Template:
             floors.append(e.factors[0])
     for site in pending:
         col = columns[site]
-        e = _fit_product(col, sym_values, floors) or _fit_single(col, sym_values, any_slope=True)
+        e = _fit_product(col, sym_values, floors, with_floors) or _fit_single(col, sym_values, True, with_floors)
         if e is None:  # a free symbol, read from this site
             index = len(symbols)
             symbols.append((site, 0 if kinds[site] == "offset" or min(col) < 2 else 2))

@@ -189,24 +189,32 @@ def test_identical_compares_expressions_without_guards():
 
 
 def test_templates_fit_pooled_sizes_products_of_them_and_the_gentlest_line():
-    """lazyvic.trace.family.fit: a pooled size is ``(H + b) // d`` (not a free symbol), a reshape
-    to ``oH * oW`` a product of two such, and of the lines through two examples the gentlest one
-    over the symbol it follows (``T - 1``, not ``3 * B - 1`` when T happened to be 3 * B)."""
+    """lazyvic.trace.family.fit: from three examples a pooled size is ``(H + b) // d``, a reshape
+    to ``oH * oW`` a product of two such, and of the lines through the examples the gentlest
+    (``T - 1``, not ``3 * B - 1``); from two, where coincidences abound, only ``s + b``, ``a*s``
+    and products of symbols: the other sizes are free symbols (read from the trace)."""
     from lazyvic.trace import family as fam
 
-    # sites: input dims B, H, W, T; then size attributes: H // 2, (H // 2) * (W // 2), T - 1, a
-    # steep line through two points that is really (H // 2) ** 2, W // 2 and H * W.
-    kinds = ("input",) * 4 + ("size",) * 6
-    examples = [(3, 40, 48, 9, 20, 480, 8, 400, 24, 1920), (4, 48, 56, 12, 24, 672, 11, 576, 28, 2688)]
+    def sizes(b, h, w, t):  # input dims B, H, W, T; then H // 2, (H // 2) * (W // 2), T - 1, W // 2, H * W
+        return (b, h, w, t, h // 2, (h // 2) * (w // 2), t - 1, w // 2, h * w)
+
+    kinds = ("input",) * 4 + ("size",) * 5
+    examples = [sizes(3, 40, 48, 9), sizes(4, 48, 56, 12), sizes(6, 36, 40, 18)]
     t = fam.fit(examples, kinds)
     assert [site for site, _ in t.symbols] == [0, 1, 2, 3] and not t.free
-    third = (5, 37, 31, 15, 18, 270, 14, 324, 15, 37 * 31)  # odd sizes: H * W is not 4 * (H//2) * (W//2)
-    assert t.bind(third) == [5, 37, 31, 15]
-    assert t.bind(third[:7] + (22 * 37 - 480,) + third[8:]) is None  # the steep line: not the rule fitted
-    assert t.exprs[6] == fam.Expr(1, ((3, 0, 1),), -1)  # T - 1
+    assert t.exprs[4] == fam.Expr(1, ((1, 0, 2),))  # H // 2
+    assert t.exprs[6] == fam.Expr(1, ((3, 0, 1),), -1)  # T - 1 (T was 3 * B)
+    odd = sizes(5, 37, 31, 15)  # odd sizes: H * W is not 4 * (H // 2) * (W // 2)
+    assert t.bind(odd) == [5, 37, 31, 15]
+    assert t.bind(odd[:8] + (4 * 18 * 15,)) is None
     with symbolic.recording():
         syms = fam.symbols_of(t, examples[0])
         assert symbolic.evaluate(fam._value_at(t, 5, syms, {}, {}), {"s1": 37, "s2": 29}) == 18 * 14
+    two = fam.fit(examples[:2], kinds)  # H // 2 was 4 * B + 8 there: now a free symbol
+    assert 4 in [site for site, _ in two.symbols] and two.free
+    assert two.exprs[6] == fam.Expr(1, ((3, 0, 1),), -1)
+    # (W // 2 = H // 2 + 4 in both examples: a line over the free symbol, kept until a size breaks it)
+    assert two.bind(sizes(5, 44, 52, 15)) is not None and two.bind(odd) is None
 
 
 def _family_plan():

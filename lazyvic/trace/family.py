@@ -191,6 +191,8 @@ def _fit_single(ys: tuple, symbols: list, any_slope: bool = False, floors: bool 
     n = len(ys)
     found = []  # (rank, |b|, expression)
     for i, s in enumerate(symbols):
+        if s is None:  # (a symbol not to fit to: see fit)
+            continue
         if s == ys:
             return Expr(1, (_plain(i),))
         pts = [(s[k], ys[k]) for k in range(n)]
@@ -226,11 +228,10 @@ def _fit_product(ys: tuple, symbols: list, floors: list, generic: bool = True) -
     ``4 * (H // 2) * (W // 2)`` as well, and with two examples ``(H // 2) * (W // 2)`` is
     ``H * (W // 4)``."""
     seen = [f for f in floors if f[2] != 1]
-    factors = [_plain(i) for i in range(len(symbols))] + seen
+    usable = [i for i, s in enumerate(symbols) if s is not None]
+    factors = [_plain(i) for i in usable] + seen
     if generic:
-        factors += [
-            (i, b, d) for i in range(len(symbols)) for d in (2, 3, 4) for b in (0, 1) if (i, b, d) not in factors
-        ]
+        factors += [(i, b, d) for i in usable for d in (2, 3, 4) for b in (0, 1) if (i, b, d) not in factors]
     values = [_factor_values(f, symbols) for f in factors]
     n = len(ys)
     best = None
@@ -346,7 +347,7 @@ def fit(examples: list, kinds: tuple) -> Template:
         if col not in sym_values and col in derived:
             exprs[site] = Same(derived[col])
             continue
-        e = _fit_single(col, sym_values, floors=with_floors)
+        e = _fit_single(col, _candidates(sym_values, symbols, free, kinds, kind, with_floors), floors=with_floors)
         if e is None:
             pending.append(site)
             continue
@@ -355,7 +356,8 @@ def fit(examples: list, kinds: tuple) -> Template:
             floors.append(e.factors[0])
     for site in pending:
         col = columns[site]
-        e = _fit_product(col, sym_values, floors, with_floors) or _fit_single(col, sym_values, True, with_floors)
+        usable = _candidates(sym_values, symbols, free, kinds, kinds[site], with_floors)
+        e = _fit_product(col, usable, floors, with_floors) or _fit_single(col, usable, True, with_floors)
         if e is None:  # a free symbol, read from this site
             index = len(symbols)
             symbols.append((site, 0 if kinds[site] == "offset" or min(col) < 2 else 2))
@@ -367,6 +369,16 @@ def fit(examples: list, kinds: tuple) -> Template:
     for site, _ in symbols:
         exprs[site] = None
     return Template(symbols, exprs, free)
+
+
+def _candidates(sym_values: list, symbols: list, free: set, kinds: tuple, kind: str, many: bool) -> list:
+    """The symbols' values a site of ``kind`` may be fitted to (None where not): all of them
+    with ``many`` examples (FLOOR_EXAMPLES); with fewer, a size is not fitted to a free symbol
+    read from another size (two pooled sizes that grew alike, ``W'' = H'' - 3`` at two image
+    sizes, are two symbols), only an offset is (a slice's stop is its moving start + T)."""
+    if many or kind == "offset":
+        return sym_values
+    return [v if k not in free or kinds[symbols[k][0]] == "offset" else None for k, v in enumerate(sym_values)]
 
 
 def symbols_of(template: Template, values: tuple, prefix: str = "s") -> list:

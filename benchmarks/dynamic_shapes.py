@@ -221,11 +221,13 @@ def run_varlen_train(lib, quick: bool) -> dict:
     return {**_steps_summary(times, time.perf_counter() - t0), "distinct_lengths": len(set(lengths))}
 
 
-def _train_steps(torch, F, net, opt, batches) -> dict:
+def _train_steps(torch, F, forward, opt, batches) -> dict:
+    """A classifier's training loop over ``batches`` of (inputs, NumPy labels): ``forward(inputs)``
+    gives the logits; cross-entropy, backward, the optimizer's step and ``loss.item()`` each step."""
     t0, times = time.perf_counter(), []
     for x, y in batches:
         s0 = time.perf_counter()
-        loss = F.cross_entropy(net(torch.tensor(x)), torch.tensor(y))
+        loss = F.cross_entropy(forward(x), torch.tensor(y))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -246,7 +248,7 @@ def run_cnn_batches(lib, quick: bool) -> dict:
     rng = np.random.default_rng(0)
     sizes = [int(n) for n in rng.integers(8, 41, 12 if quick else 30)]
     batches = [(rng.standard_normal((n, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, n)) for n in sizes]
-    return {**_train_steps(torch, F, net, opt, batches), "distinct_sizes": len(set(sizes))}
+    return {**_train_steps(torch, F, lambda x: net(torch.tensor(x)), opt, batches), "distinct_sizes": len(set(sizes))}
 
 
 def run_image_sizes(lib, quick: bool) -> dict:
@@ -261,7 +263,7 @@ def run_image_sizes(lib, quick: bool) -> dict:
     rng = np.random.default_rng(0)
     sizes = [(int(h), int(w)) for h, w in rng.integers(48, 97, (8 if quick else 20, 2))]
     batches = [(rng.standard_normal((4, 3, h, w)).astype(np.float32), rng.integers(0, 5, 4)) for h, w in sizes]
-    return {**_train_steps(torch, F, net, opt, batches), "distinct_sizes": len(set(sizes))}
+    return {**_train_steps(torch, F, lambda x: net(torch.tensor(x)), opt, batches), "distinct_sizes": len(set(sizes))}
 
 
 def run_packed_lstm(lib, quick: bool) -> dict:
@@ -276,17 +278,12 @@ def run_packed_lstm(lib, quick: bool) -> dict:
     for _ in range(steps):
         lens = rng.integers(5, 36, 16)
         batches.append(([rng.standard_normal((n, 32)).astype(np.float32) for n in lens], rng.integers(0, 5, 16)))
-    t0, times = time.perf_counter(), []
-    for seqs, y in batches:
-        s0 = time.perf_counter()
+
+    def forward(seqs):
         _, (h, _) = lstm(pack_sequence([torch.tensor(a) for a in seqs], enforce_sorted=False))
-        loss = F.cross_entropy(head(torch.cat([h[-2], h[-1]], 1)), torch.tensor(y))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        loss.item()
-        times.append(time.perf_counter() - s0)
-    return _steps_summary(times, time.perf_counter() - t0)
+        return head(torch.cat([h[-2], h[-1]], 1))
+
+    return _train_steps(torch, F, forward, opt, batches)
 
 
 RUNNERS = {

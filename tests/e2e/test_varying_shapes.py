@@ -101,14 +101,17 @@ def _cnn_losses(sizes):
         nn.Flatten(),
         nn.Linear(16, 10),
     )
-    opt = lv.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((n, 3, 8, 8)), rng.integers(0, 10, n)) for n in sizes]
+    return _losses(net, lv.optim.SGD(net.parameters(), lr=0.05, momentum=0.9), batches)
+
+
+def _losses(net, opt, batches):
+    """The losses of a classifier trained on ``batches`` of (NumPy images, labels)."""
     losses = []
-    for n in sizes:
-        x = lv.tensor(rng.standard_normal((n, 3, 8, 8)).astype(np.float32))
-        y = lv.tensor(rng.integers(0, 10, n))
+    for x, y in batches:
         opt.zero_grad()
-        loss = F.cross_entropy(net(x), y)
+        loss = F.cross_entropy(net(lv.tensor(x.astype(np.float32))), lv.tensor(y))
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -143,18 +146,9 @@ def _fcn_losses(sizes):
         nn.Flatten(),
         nn.Linear(8, 4),
     )
-    opt = lv.optim.Adam(net.parameters(), lr=1e-2)
     rng = np.random.default_rng(1)
-    losses = []
-    for h, w in sizes:
-        x = lv.tensor(rng.standard_normal((3, 3, h, w)).astype(np.float32))
-        y = lv.tensor(rng.integers(0, 4, 3))
-        opt.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    batches = [(rng.standard_normal((3, 3, h, w)), rng.integers(0, 4, 3)) for h, w in sizes]
+    return _losses(net, lv.optim.Adam(net.parameters(), lr=1e-2), batches)
 
 
 def test_a_conv_net_trained_on_10_image_sizes_compiles_at_most_two_plans(fresh, monkeypatch):

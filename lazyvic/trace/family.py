@@ -215,7 +215,7 @@ def _fit_single(ys: tuple, symbols: list, any_slope: bool = False, floors: bool 
                     found.append((2, abs(b), Expr(1, ((i, b, d),))))
                     break
         for j, t in enumerate(symbols):  # an exact quotient is likelier than a floor that fits
-            if j != i and all(v and x % v == 0 and x // v == y for x, v, y in zip(s, t, ys)):
+            if j != i and t is not None and all(v and x % v == 0 and x // v == y for x, v, y in zip(s, t, ys)):
                 found.append((1.5, 0, Ratio(i, j)))
     return min(found, key=lambda f: f[:2])[2] if found else None
 

@@ -178,9 +178,13 @@ def test_depthwise_conv_transpose_runs_directly_with_the_interpreters_bits(case,
     np.testing.assert_array_equal(compiled, interpreted)
     np.testing.assert_array_equal(np.signbit(compiled), np.signbit(interpreted))
     np.testing.assert_allclose(interpreted, _definition(x, w, stride, tl, dil, xs[1], out_hw), rtol=1e-5, atol=1e-5)
-    args = (*stride, *tl, *dil)
-    parallel = np.empty_like(interpreted)
-    direct_conv.depthwise_transpose_parallel(x, w, parallel, *args, 2)
+    runner, parallel = direct_conv.DepthwiseTranspose(), np.empty_like(interpreted)
+    runner.team = True
+    monkeypatch.setattr(load, "PARALLEL_MIN_ELEMENTS", 1)  # the parallel form at these small sizes
+    runner(x, w, parallel, *stride, *tl, *dil)
+    np.testing.assert_array_equal(parallel, interpreted)
+    (ranges,) = runner.ranges.values()  # the taps' input ranges, ops/conv_transpose.tap_range's
+    direct_conv.depthwise_transpose_parallel(x, w, parallel, *ranges, *stride, *tl, *dil, 2)
     np.testing.assert_array_equal(parallel, interpreted)
     node = lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at)._node
     plan = compile_trace(cut([node])[0], cache_dir=tmp_path)

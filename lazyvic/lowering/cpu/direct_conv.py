@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange, uint64
 
 from lazyvic.lowering.cpu.load import shared
+from lazyvic.ops.conv_transpose import tap_range
 
 
 @njit(cache=True)
@@ -252,8 +253,10 @@ class Depthwise:
 
 # -- the transpose of a depthwise convolution (its input gradient at a stride above 1) ---------
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
-def _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, first_plane, end_plane):
-    """``depthwise_transpose`` of the (image, channel) planes ``first_plane`` to ``end_plane``."""
+def _transpose_planes(x, w, out, rows, cols, sh, sw, pt, pl, dh, dw, first_plane, end_plane):
+    """``depthwise_transpose`` of the (image, channel) planes ``first_plane`` to ``end_plane``;
+    ``rows[i]`` and ``cols[j]``: the input range ``[lo, hi)`` whose tap i (j) lands inside the
+    output (ops/conv_transpose.tap_range)."""
     c, h, wd = x.shape[1:]
     oh, ow = out.shape[2], out.shape[3]
     kh, kw = w.shape[2], w.shape[3]
@@ -267,12 +270,9 @@ def _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, first_plane, end_plane)
         src = plane * h * wd
         wb = (plane % c) * kh * kw
         for i in range(kh):
-            # inputs p with 0 <= p*sH + i*dH - pT < oH (ops/conv_transpose.tap_range)
-            p0 = max(0, -((i * dh - pt) // sh))
-            p1 = max(p0, min(h, (oh - 1 + pt - i * dh) // sh + 1))
+            p0, p1 = rows[i, 0], rows[i, 1]
             for j in range(kw):
-                q0 = max(0, -((j * dw - pl) // sw))
-                q1 = max(q0, min(wd, (ow - 1 + pl - j * dw) // sw + 1))
+                q0, q1 = cols[j, 0], cols[j, 1]
                 wv = wf[wb + i * kw + j]
                 n = uint64(q1 - q0)
                 step = uint64(sw)
@@ -284,7 +284,7 @@ def _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, first_plane, end_plane)
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True)
-def depthwise_transpose(x, w, out, sh, sw, pt, pl, dh, dw):
+def depthwise_transpose(x, w, out, rows, cols, sh, sw, pt, pl, dh, dw):
     """out (N, C, oH, oW) = conv_transpose2d of x (N, C, H, W) by a depthwise weight w (C, 1, kH,
     kW) (groups = C: each output channel from its own input channel), all C-contiguous, on the
     calling thread: each tap's products w * x added into the zeroed output tap by tap in
@@ -292,24 +292,35 @@ def depthwise_transpose(x, w, out, sh, sw, pt, pl, dh, dw):
     product per column, added in that order), so the same bits. The per-group products of the
     general path have an inner dimension of 1 and write kH*kW columns per input element (a
     MobileNet block's stride-2 depthwise input gradient, (24, 32, 32, 32): 3.7-5.7 ms)."""
-    _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, 0, x.shape[0] * x.shape[1])
+    _transpose_planes(x, w, out, rows, cols, sh, sw, pt, pl, dh, dw, 0, x.shape[0] * x.shape[1])
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False, nogil=True, parallel=True)
-def depthwise_transpose_parallel(x, w, out, sh, sw, pt, pl, dh, dw, threads):
+def depthwise_transpose_parallel(x, w, out, rows, cols, sh, sw, pt, pl, dh, dw, threads):
     """``depthwise_transpose`` on ``threads`` of Numba's threads, a share of the planes each."""
     planes = x.shape[0] * x.shape[1]
     parts = max(1, min(threads, planes))
     for p in prange(parts):
-        _transpose_planes(x, w, out, sh, sw, pt, pl, dh, dw, p * planes // parts, (p + 1) * planes // parts)
+        _transpose_planes(x, w, out, rows, cols, sh, sw, pt, pl, dh, dw, p * planes // parts, (p + 1) * planes // parts)
 
 
 class DepthwiseTranspose:
     """The kernel of a depthwise conv_transpose2d step (a DirectConvStep), on Numba's threads as
-    :class:`Depthwise` (``team``, lowering/cpu/load.shared): the same bits either way."""
+    :class:`Depthwise` (``team``, lowering/cpu/load.shared): the same bits either way. Called with
+    (sH, sW, pT, pL, dH, dW); the taps' input ranges come from ops/conv_transpose.tap_range, as
+    the reference's col2im takes them, made once per shape."""
 
     def __init__(self):
         self.team = False
+        self.ranges: dict = {}
 
-    def __call__(self, x, w, out, *args):
-        shared(self.team, depthwise_transpose, depthwise_transpose_parallel, out.size, x, w, out, *args)
+    def __call__(self, x, w, out, sh, sw, pt, pl, dh, dw):
+        key = (x.shape[2:], w.shape[2:], out.shape[2:])
+        found = self.ranges.get(key)
+        if found is None:
+            (h, wd), (kh, kw), (oh, ow) = key
+            rows = np.array([tap_range(i, dh, sh, pt, h, oh) for i in range(kh)], dtype=np.int64).reshape(kh, 2)
+            cols = np.array([tap_range(j, dw, sw, pl, wd, ow) for j in range(kw)], dtype=np.int64).reshape(kw, 2)
+            found = self.ranges[key] = (rows, cols)
+        args = (x, w, out, *found, sh, sw, pt, pl, dh, dw)
+        shared(self.team, depthwise_transpose, depthwise_transpose_parallel, out.size, *args)

@@ -123,6 +123,47 @@ def product_pieces(m: int, n: int, k: int, max_pieces: int = MAX_PIECES) -> list
     return [(0, m, 0, n)]
 
 
+# A matrix product (the matmul op, 2-D float operands) in pieces that a plan's thread team runs
+# side by side (lowering/cpu/steps.MatmulStep), where the plan runs BLAS on one thread: the
+# products of a TinyGPT training step, (1024 x 128) @ (128 x 512) and the like, 21 of its 31 ms,
+# ran on one core of two. Pieces of at least MATMUL_PIECE_WORK multiply-adds, at most
+# MATMUL_MAX_PIECES; products of MATMUL_WHOLE_WORK or more stay whole (the plans run them on
+# OpenBLAS's own threads, CpuPlan.single_thread_blas). Split by rows when the output has at least
+# as many rows as columns (each piece packs all of b: a weight), else by columns (each packs all
+# of a: a weight gradient's (128 x 1024) @ (1024 x 512) in 16-row pieces packed its 2 MB b eight
+# times). Fixed by the shape alone, in the NumPy reference too (ops/matmul.py).
+MATMUL_PIECE_WORK = 1 << 21
+MATMUL_MAX_PIECES = 4
+MATMUL_WHOLE_WORK = 1 << 27
+
+
+def matmul_pieces(m: int, n: int, k: int) -> list:
+    """The pieces ``(row0, row1, col0, col1)`` of the output of an (m x k) @ (k x n) matmul
+    (see MATMUL_PIECE_WORK): one BLAS call each; ``[(0, m, 0, n)]`` for one."""
+    work = m * n * k
+    p = 1
+    if work < MATMUL_WHOLE_WORK:
+        while 2 * p <= MATMUL_MAX_PIECES and work >= 2 * p * MATMUL_PIECE_WORK:
+            p *= 2
+    while p > 1:
+        if m >= n and m >= MIN_PIECE_ROWS * p:
+            h = -(-m // p)
+            return [(i, min(m, i + h), 0, n) for i in range(0, m, h)]
+        if m < n and n >= MIN_PIECE_COLUMNS * p:
+            w = -(-n // (16 * p)) * 16
+            return [(0, m, j, min(n, j + w)) for j in range(0, n, w)]
+        p //= 2
+    return [(0, m, 0, n)]
+
+
+def matmul_views(a, b, out) -> list:
+    """``(a, b, out)`` views of each piece (:func:`matmul_pieces`) of ``out = a @ b``, 2-D."""
+    return [
+        (a[r0:r1], b[:, c0:c1], out[r0:r1, c0:c1])
+        for r0, r1, c0, c1 in matmul_pieces(a.shape[0], b.shape[1], a.shape[1])
+    ]
+
+
 def product_views(a, b, out, max_pieces: int = MAX_PIECES) -> list:
     """``(a, b, out)`` views of each piece (:func:`product_pieces`) of ``out = a @ b``, 2-D."""
     return [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.ops.blas import matmul_pieces, matmul_views, run_products
 from lazyvic.ops.movement import swap_last_two
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
@@ -31,6 +32,19 @@ def _swaps_last_two(t) -> bool:
     return node.op == "permute" and t.ndim >= 2 and tuple(dict(node.attrs)["perm"]) == swap_last_two(t.ndim)
 
 
+def reference(x, at) -> np.ndarray:
+    """NumPy's matmul; a 2-D float32/float64 product in the pieces of ``ops/blas.matmul_pieces``
+    (one BLAS call each, in order), as the CPU plans run it (their thread team may run the pieces
+    side by side: the same calls, so the same bits)."""
+    a, b = x
+    if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype in (np.float32, np.float64):
+        if len(matmul_pieces(a.shape[0], b.shape[1], a.shape[1])) > 1:
+            out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+            run_products(matmul_views(a, b, out))
+            return out
+    return np.matmul(a, b)
+
+
 def _vjp(g, x, out, at):
     a, b = x
     ga = g @ b.transpose(-1, -2)
@@ -49,7 +63,7 @@ register(
         "matmul",
         2,
         _infer,
-        lambda x, at: np.matmul(x[0], x[1]),
+        reference,
         vjp=_vjp,
         onnx=onnx_node("MatMul", since=(1, 9, 13)),
     )

@@ -244,3 +244,80 @@ def test_parallel_kernels_keep_their_threads_in_plans_without_blas(tmp_path, mon
     assert calls[:1] == [1] and len(calls) == 2  # the second plan's run only: one thread, then back
     expected = np.tanh(np.arange(x.shape[0], dtype=np.float32) / x.shape[0] * 2 + 1)
     np.testing.assert_allclose(got[0][0], expected, rtol=1e-6)
+
+
+def test_matmul_pieces_tile_the_output_by_the_shape_alone():
+    """ops/blas.matmul_pieces: pieces that cover the output once, by rows when it has at least as
+    many rows as columns, else by columns; none for small products or ones large enough to keep
+    OpenBLAS's own threads."""
+    from lazyvic.ops.blas import MATMUL_MAX_PIECES, MATMUL_PIECE_WORK, MATMUL_WHOLE_WORK, matmul_pieces
+
+    for m, n, k in [
+        (1024, 512, 128),
+        (128, 512, 1024),
+        (700, 512, 64),
+        (35, 512, 128),
+        (100, 3000, 50),
+        (17, 17, 9000),
+    ]:
+        pieces = matmul_pieces(m, n, k)
+        cover = np.zeros((m, n), np.int64)
+        for r0, r1, c0, c1 in pieces:
+            cover[r0:r1, c0:c1] += 1
+        assert (cover == 1).all(), (m, n, k)
+        assert len(pieces) <= MATMUL_MAX_PIECES and (len(pieces) == 1 or m * n * k >= len(pieces) * MATMUL_PIECE_WORK)
+    assert [p[:2] for p in matmul_pieces(1024, 512, 128)] == [(0, 256), (256, 512), (512, 768), (768, 1024)]
+    assert [p[2:] for p in matmul_pieces(128, 512, 1024)] == [(0, 128), (128, 256), (256, 384), (384, 512)]
+    assert matmul_pieces(35, 512, 128) == [(0, 35, 0, 512)]  # 2.3e6 multiply-adds: one call
+    assert matmul_pieces(1024, 1024, 1024) == [(0, 1024, 0, 1024)] and 1 << 30 >= MATMUL_WHOLE_WORK
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["pieces", "per_matrix"])
+def test_products_in_pieces_on_the_team_keep_the_interpreters_bits(batched, tmp_path, monkeypatch):
+    """A plan whose BLAS runs on one thread runs a large product in pieces on Numba's threads
+    (ops/blas.matmul_pieces; a batched one a matrix per call): the interpreter's bits (its
+    reference makes the same pieces), the same on one thread, and float64's values."""
+    import numba
+
+    from lazyvic.lowering.cpu import load, team
+    from lazyvic.lowering.cpu.steps import MatmulStep
+    from lazyvic.runtime.config import config
+
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine
+    rng = np.random.default_rng(11)
+    shapes = ((8, 128, 64), (8, 64, 96)) if batched else ((300, 128), (512, 128))
+    a, w = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+
+    def product():
+        x, y = lv.tensor(a), lv.tensor(w)
+        return (x @ y).relu() if batched else x @ y.T + 1.0
+
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = product().numpy()
+        finally:
+            config.compile = prev
+    np.testing.assert_array_equal(got["always"], got["never"])
+    exact = np.maximum(a.astype(np.float64) @ w, 0) if batched else a.astype(np.float64) @ w.T.astype(np.float64) + 1
+    np.testing.assert_allclose(got["never"], exact, rtol=1e-4, atol=1e-4)
+
+    trace, inputs, scalars, _ = cut([product()._node])
+    plan = compile_trace(trace, cache_dir=tmp_path)
+    (step,) = [s for s in plan.steps if isinstance(s, MatmulStep)]
+    assert plan.blas_threads == 1 and plan.team and step.run.team
+    calls = {"parallel": 0}
+    parallel = team._run_parallel
+
+    def counted(*args):
+        calls["parallel"] += 1
+        return parallel(*args)
+
+    monkeypatch.setattr(team, "_run_parallel", counted)
+    once = plan.run(inputs, scalars)[0]
+    assert calls["parallel"] == (1 if numba.get_num_threads() > 1 else 0)
+    np.testing.assert_array_equal(once, got["never"])
+    step.run.team = False  # the same pieces on the calling thread
+    np.testing.assert_array_equal(plan.run(inputs, scalars)[0], got["never"])
+    assert calls["parallel"] == (1 if numba.get_num_threads() > 1 else 0)

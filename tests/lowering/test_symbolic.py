@@ -233,8 +233,7 @@ def test_thread_choices_follow_each_binding_without_guards(fresh, monkeypatch):
 
     monkeypatch.setattr(codegen, "PARALLEL_MIN_ELEMENTS", 8 * 64 * 3)  # crossed at n = 3
     flops = 2 * 8 * 64 * 4 * 9  # the convolution's flops per image
-    for name in ("SINGLE_THREAD_BLAS_MAX_FLOPS", "SINGLE_THREAD_BLAS_SMALL_FLOPS", "SINGLE_THREAD_BLAS_CONV_MAX_FLOPS"):
-        monkeypatch.setattr(cpu_plan, name, flops * 7)  # BLAS on its own threads from n = 7
+    monkeypatch.setattr(cpu_plan, "SINGLE_THREAD_BLAS_MAX_FLOPS", flops * 7)  # BLAS on its own threads from n = 7
     rng = np.random.default_rng(3)
     w = lv.tensor(_f32(rng, 8, 4, 3, 3))
 

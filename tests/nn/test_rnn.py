@@ -510,7 +510,7 @@ def test_recurrent_loops_run_natively(batch):
     y = np.zeros((5, batch, 48), np.float32)
     for w_hh in (np.zeros((32, 8), np.float32), np.zeros((24, 8), np.float32)):
         made = recurrent_kernels._forward_plan(h0, w_hh, y, False)
-        assert made is not None and made[4] == (1 if batch == 1 else 0)
+        assert made is not None and made[3] == (1 if batch == 1 else 0)  # the kind: a gemv at batch 1
         d = np.zeros((5, batch, 48), np.float32)
         assert recurrent_kernels._native_call(d[0, :, : w_hh.shape[0]], w_hh, np.empty_like(h0)) is not None
 
@@ -608,3 +608,63 @@ def test_per_step_products_in_column_blocks_give_the_same_bits_on_every_tier():
     np.matmul(dgates, w_hh, out=whole)
     R.blocked_matmul(dgates, w_hh, blocked, 64)
     assert whole.tobytes() != blocked.tobytes()  # so a tier without the blocks would differ
+
+
+@pytest.mark.parametrize(
+    "cell, rows, hidden, reverse, lengths",
+    [
+        ("lstm", 20, 128, True, True),
+        ("gru", 8, 256, False, False),
+        ("rnn", 40, 128, False, True),
+        ("lstm", 2, 384, False, False),
+    ],
+    ids=["lstm_2_groups", "gru_4_groups", "rnn_2_groups", "lstm_gemm_blocks_of_the_transposed_view"],
+)
+def test_forward_steps_in_groups_of_units_give_the_same_bits_on_every_tier(
+    cell, rows, hidden, reverse, lengths, monkeypatch
+):
+    """A forward's steps in groups of hidden units (recurrent.unit_groups: each group's products
+    and cell, side by side on Numba's threads where the plan has its team) give the NumPy loop's
+    bits, serial or parallel; at 2 rows the products read w_hh^T's transposed view, whose column
+    blocks start H elements apart (they were read 1 apart: wrong outputs at hidden 384)."""
+    from lazyvic.lowering.cpu import load, native
+    from lazyvic.lowering.cpu import recurrent_kernels as rk
+    from lazyvic.ops import recurrent as R
+
+    if not native.blas().ok:
+        pytest.skip(native.blas().reason)
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine
+    gates, width = {"lstm": (4, 6), "gru": (3, 5), "rnn": (1, 1)}[cell]
+    assert R.unit_groups(rows, hidden, gates) == {"lstm": 2, "gru": 4, "rnn": 2}[cell] if rows > 2 else 1
+    if rows == 2:
+        assert R.column_block(rows, gates * hidden, hidden) < gates * hidden  # blocks of the view
+    rng = np.random.default_rng(5)
+    steps = 5
+    xp = rng.standard_normal((steps, rows, gates * hidden)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((rows, hidden)).astype(np.float32) for _ in range(2))
+    w_hh = (rng.standard_normal((gates * hidden, hidden)) * 0.1).astype(np.float32)
+    b_hh = rng.standard_normal(gates * hidden).astype(np.float32)
+    lens = rng.integers(0, steps + 1, rows).astype(np.int64) if lengths else None
+    want = np.empty((steps, rows, width * hidden), np.float32)
+    if cell == "lstm":
+        R.lstm_forward(xp, h0, c0, w_hh, want, R.numpy_forward_cell, reverse, lens)
+        run = lambda y, team: rk.lstm_forward(xp, h0, c0, w_hh, y, None, reverse, lens, team=team)  # noqa: E731
+    elif cell == "gru":
+        R.gru_forward(xp, h0, w_hh, b_hh, want, R.numpy_gru_forward_cell, reverse, lens)
+        run = lambda y, team: rk.gru_forward(xp, h0, w_hh, b_hh, y, None, reverse, lens, team=team)  # noqa: E731
+    else:
+        R.rnn_forward(xp, h0, w_hh, want, R._numpy_rnn_forward_cell(R._tanh), reverse, lens)
+        run = lambda y, team: rk.rnn_forward(xp, h0, w_hh, y, False, reverse, lens, team=team)  # noqa: E731
+    for team in (False, True):
+        got = np.full_like(want, np.nan)
+        run(got, team)
+        assert got.tobytes() == want.tobytes(), team
+    if cell == "lstm" and not lengths:  # and the values: PyTorch's equations in float64
+        h, c = h0.astype(np.float64), c0.astype(np.float64)
+        sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+        for t in range(steps):
+            g = xp[t] + h @ w_hh.T.astype(np.float64)
+            i, f, gg, o = np.split(g, 4, axis=1)
+            c = sig(f) * c + sig(i) * np.tanh(gg)
+            h = sig(o) * np.tanh(c)
+            np.testing.assert_allclose(want[t, :, :hidden], h, rtol=1e-4, atol=1e-5)

@@ -48,7 +48,7 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
     e = lowered.entries[root]
     if not e.dtype.is_floating_point:
         return None  # an integer product: NumPy's exact integer matmul (a reference step; no BLAS)
-    return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1])
+    return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1], run=Team())
 
 
 def _scratch_bytes(entries, steps) -> int:
@@ -349,7 +349,8 @@ class CpuBackend(Backend):
 
 def _teams(steps) -> list:
     """``(step, runner)`` of each step that can run on Numba's threads: its products' Team
-    (lowering/cpu/team.py) or its depthwise kernel (lowering/cpu/direct_conv.Depthwise)."""
+    (lowering/cpu/team.py), its depthwise kernel (lowering/cpu/direct_conv.Depthwise) or a
+    recurrent forward (its groups of units: recurrent_kernels.forward_loop_parallel)."""
     found = []
     for st in steps:
         if isinstance(getattr(st, "run", None), Team):
@@ -357,6 +358,10 @@ def _teams(steps) -> list:
         if isinstance(st, DirectConvStep):
             runners = (Team, direct_conv.Depthwise, direct_conv.DepthwiseTranspose)
             found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, runners)]
+        if isinstance(st, RecurrentStep) and not st.name.startswith(
+            tuple(f"{c}_scan_backward" for c in ("lstm", "gru", "rnn"))
+        ):
+            found.append((st, st))
     return found
 
 

@@ -39,25 +39,23 @@ from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.ops.blas import blas_threads
 from lazyvic.trace import symbolic
 
-# Products below this many flops run on one BLAS thread in plans with parallel kernels
-# (a TinyGPT step's largest, 1024x128 @ 128x512, is 1.3e8).
-SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
-# Plans with convolutions whose products are all below this many flops run BLAS on one
-# thread even without parallel kernels: at ResNet-18 batch 1 (products of at most 1.2e6
-# flops) two OpenBLAS threads gained nothing on a quiet machine and, with another process
-# busy, made a forward pass 12 ms instead of 1.3 ms (a descheduled spinning worker).
-SINGLE_THREAD_BLAS_CONV_MAX_FLOPS = 1 << 24
-# Plans whose products are all this small run them on one BLAS thread, parallel kernels or not:
-# the digits MLP step (products of at most 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS
-# threads and 7,070 with one on a quiet machine, and with another process busy at 3,150
-# against 7,140 (benchmarks/captured_steps.py): the second thread's spinning costs more than
-# its share of a product this size gains. Up to 6.7e7 flops: the 12-block residual MLP step
-# (products of 1.7e7) ran captured at 51 steps/s with two threads and 38 with one on a quiet
-# machine, but with another process busy at 16 against 38: a product's second half waits a
-# scheduler slice for the busy core (one of 0.3 ms took 24-48 ms). One thread keeps a loaded
-# run within 2x of its quiet speed at the cost of a quarter of the quiet speed of such plans.
+# Plans whose products are all below this many flops run BLAS on one thread (a TinyGPT step's
+# largest, 1024x128 @ 128x512, is 1.3e8): products large enough to gain from two threads run in
+# pieces on the plan's thread team instead (ops/blas.matmul_pieces, lowering/cpu/team.py), the
+# team the kernels use, so no two spinning pools wait for each other and, while other processes
+# are busy, the pieces run on the calling thread (lowering/cpu/load.py). TinyGPT's training step
+# (captured) took 26.5 ms so against 27.6-32.5 with its products on two OpenBLAS threads; LSTM
+# 2 x 128 inference at batch 20 (input projections of 9.2e7 flops) 3.0-3.2 ms against 3.9-4.4.
+# Small products gain nothing from a second thread: the digits MLP step (products of at most
+# 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS threads and 7,070 with one on a quiet
+# machine, and with another process busy at 3,150 against 7,140 (benchmarks/captured_steps.py).
+# The 12-block residual MLP step (products of 1.7e7 flops) ran captured at 51 steps/s with two
+# OpenBLAS threads and 38 with one quiet, but at 16 against 38 with another process busy: a
+# product's second half waited a scheduler slice for the busy core.
+# At ResNet-18 batch 1 (products of at most 1.2e6 flops) two OpenBLAS threads gained nothing on
+# a quiet machine and, with another process busy, made a forward pass 12 ms instead of 1.3 ms.
 # (Fixed by the products' sizes, never by the load: a seeded run gives the same bits every time.)
-SINGLE_THREAD_BLAS_SMALL_FLOPS = 1 << 26
+SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
 # Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
 MAX_FREE_RUN_STATES = 4
@@ -200,25 +198,16 @@ class CpuPlan(Plan):
         Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
         on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
         each pool waiting for the other's spinning threads (about 8 ms, a scheduler slice,
-        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it.
-        Plans whose products are large keep multithreaded BLAS, where its speed-up is
-        worth more than the contention costs.
+        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it:
+        products below SINGLE_THREAD_BLAS_MAX_FLOPS run on one BLAS thread, in pieces on
+        Numba's team where they are large enough (ops/blas.matmul_pieces). Plans with a
+        larger product keep multithreaded BLAS, and their kernels run on one thread.
         """
         flops = [
             symbolic.evaluate(2 * symbolic.prod(self.entries[s.out].shape) * s.k, env or {})
             for s in self.steps
             if isinstance(s, (MatmulStep, ConvStep, ConvTransposeStep, DirectConvStep))
         ]
-        if (
-            any(isinstance(s, (ConvStep, ConvTransposeStep, DirectConvStep)) for s in self.steps)
-            and flops
-            and max(flops) < SINGLE_THREAD_BLAS_CONV_MAX_FLOPS
-        ):
-            return True
-        if flops and max(flops) < SINGLE_THREAD_BLAS_SMALL_FLOPS:
-            return True
-        if not any(isinstance(s, KernelStep) and s.parallel for s in self.steps):
-            return False
         return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
 
     @property

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import overload
 
 from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.cpu import native
+from lazyvic.lowering.cpu.load import on_team
 from lazyvic.ops import recurrent
 from lazyvic.ops.blas import one_thread
 
@@ -56,24 +57,36 @@ def _products(a, ao, b, c, kind, h, width):
 # seven) did not vectorize (LLVM's runtime alias checks), 21 us for a step of 8 x 64 against
 # 2.6 us in passes.
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_forward_cell(xp, hw, c0, y, t, prev, one):
+def lstm_forward_cell(xp, hw, c0, y, t, prev, one, j0=0, j1=-1, base=0):
     """y[t] = [h, c, i, f, g, o] of step t from xp[t] + hw (hw = h_prev @ w_hh^T) and the cell
-    state of step ``prev`` (-1: c0)."""
+    state of step ``prev`` (-1: c0), for the units j0 .. j1 (-1: all), whose gates are hw's
+    columns base + k*U + (j - j0) (U = j1 - j0; all units: k*H + j)."""
     rows, hidden = c0.shape
+    end = hidden if j1 < 0 else j1
+    u = end - j0
     for n in range(rows):
-        x, w, yr = xp[t, n], hw[n], y[t, n]
-        cp, at = (c0[n], 0) if prev < 0 else (y[prev, n], hidden)
+        x, w, yr = xp[t, n], hw[n, base:], y[t, n]
+        cp = c0[n, j0:end] if prev < 0 else y[prev, n, hidden + j0 : hidden + end]
         for k in (0, 1, 3):  # i, f, o
-            for j in range(hidden):
-                yr[(k + 2) * hidden + j] = _sigmoid(x[k * hidden + j] + w[k * hidden + j])
-        for j in range(hidden):
-            yr[4 * hidden + j] = _tanh(x[2 * hidden + j] + w[2 * hidden + j])
-        for j in range(hidden):
-            a = yr[3 * hidden + j] * cp[at + j]
-            b = yr[2 * hidden + j] * yr[4 * hidden + j]
-            yr[hidden + j] = a + b
-        for j in range(hidden):
-            yr[j] = yr[5 * hidden + j] * _tanh(yr[hidden + j])
+            xk, wk, yk = x[k * hidden + j0 :], w[k * u :], yr[(k + 2) * hidden + j0 :]
+            for j in range(u):
+                yk[j] = _sigmoid(xk[j] + wk[j])
+        xg, wg, g_ = x[2 * hidden + j0 :], w[2 * u :], yr[4 * hidden + j0 :]
+        for j in range(u):
+            g_[j] = _tanh(xg[j] + wg[j])
+        h_, c_, i_, f_, o_ = (
+            yr[j0:],
+            yr[hidden + j0 :],
+            yr[2 * hidden + j0 :],
+            yr[3 * hidden + j0 :],
+            yr[5 * hidden + j0 :],
+        )
+        for j in range(u):
+            a = f_[j] * cp[j]
+            b = i_[j] * g_[j]
+            c_[j] = a + b
+        for j in range(u):
+            h_[j] = o_[j] * _tanh(c_[j])
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
@@ -131,31 +144,43 @@ def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc):
 
 # ------------------------------------------------------------------ GRU (ops/recurrent.py)
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def gru_forward_cell(xp, hw, h0, b, y, t, prev, one):
+def gru_forward_cell(xp, hw, h0, b, y, t, prev, one, j0=0, j1=-1, base=0):
     """y[t] = [h, r, z, n, hn] of step t from xp[t], hw = h_prev @ w_hh^T and b_hh (hw is
-    overwritten)."""
+    overwritten), for the units j0 .. j1 (-1: all) whose gates are hw's columns as
+    :func:`lstm_forward_cell`'s."""
     rows, hidden = h0.shape
+    end = hidden if j1 < 0 else j1
+    u = end - j0
     for n in range(rows):
-        x, w, yr = xp[t, n], hw[n], y[t, n]
-        hp = h0[n] if prev < 0 else y[prev, n]
+        x, w, yr = xp[t, n], hw[n, base:], y[t, n]
+        hp = h0[n, j0:end] if prev < 0 else y[prev, n, j0:end]
         for k in range(2):  # r, z
-            for j in range(hidden):
-                a = w[k * hidden + j] + b[k * hidden + j]
-                yr[(k + 1) * hidden + j] = _sigmoid(x[k * hidden + j] + a)
-        for j in range(hidden):
-            yr[4 * hidden + j] = w[2 * hidden + j] + b[2 * hidden + j]
+            xk, wk, bk, yk = x[k * hidden + j0 :], w[k * u :], b[k * hidden + j0 :], yr[(k + 1) * hidden + j0 :]
+            for j in range(u):
+                a = wk[j] + bk[j]
+                yk[j] = _sigmoid(xk[j] + a)
+        wn, bn, hn = w[2 * u :], b[2 * hidden + j0 :], yr[4 * hidden + j0 :]
+        for j in range(u):
+            hn[j] = wn[j] + bn[j]
         # n into hw's row (its r part is used), then copied: stored straight into y's row next to
         # the r and hn it reads, the loop did not vectorize (23 us against 3 for 20 x 128)
-        for j in range(hidden):
-            a = yr[hidden + j] * yr[4 * hidden + j]
-            w[j] = _tanh(x[2 * hidden + j] + a)
-        for j in range(hidden):
-            yr[3 * hidden + j] = w[j]
-        for j in range(hidden):
-            nn = yr[3 * hidden + j]
+        xn, r_, z_, n_, h_ = (
+            x[2 * hidden + j0 :],
+            yr[hidden + j0 :],
+            yr[2 * hidden + j0 :],
+            yr[3 * hidden + j0 :],
+            yr[j0:],
+        )
+        for j in range(u):
+            a = r_[j] * hn[j]
+            w[j] = _tanh(xn[j] + a)
+        for j in range(u):
+            n_[j] = w[j]
+        for j in range(u):
+            nn = n_[j]
             a = hp[j] - nn
-            a = yr[2 * hidden + j] * a
-            yr[j] = nn + a
+            a = z_[j] * a
+            h_[j] = nn + a
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
@@ -210,17 +235,20 @@ def gru_backward_cell(gy, y, h0, d, dhp, t, prev, after, one):
 # that Numba's disk cache tells the two apart and the loops below, which take it too, stay cached
 # (a loop taking a cell function as an argument was compiled again in every process).
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def rnn_forward_cell(xp, hw, y, t, prev, one, relu):
-    """y[t] = act(xp[t] + hw) (hw = h_prev @ w_hh^T)."""
-    rows, hidden = hw.shape
+def rnn_forward_cell(xp, hw, y, t, prev, one, relu, j0=0, j1=-1, base=0):
+    """y[t] = act(xp[t] + hw) (hw = h_prev @ w_hh^T), for the units j0 .. j1 (-1: all), at hw's
+    columns base + (j - j0)."""
+    rows, hidden = hw.shape[0], y.shape[2]
+    end = hidden if j1 < 0 else j1
+    u = end - j0
     zero = one - one
     for n in range(rows):
-        x, w, yr = xp[t, n], hw[n], y[t, n]
+        x, w, yr = xp[t, n, j0:], hw[n, base:], y[t, n, j0:]
         if relu:
-            for j in range(hidden):
+            for j in range(u):
                 yr[j] = kernel_lib.fmax(x[j] + w[j], zero)
         else:
-            for j in range(hidden):
+            for j in range(u):
                 yr[j] = _tanh(x[j] + w[j])
 
 
@@ -285,26 +313,57 @@ LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3  # forward_loop's cells
 # The loop of ``scan_forward`` in one native call: the same products (the OpenBLAS calls NumPy's
 # matmul makes for them, ``native.matmul_call``: ``first`` for h0, ``later`` for the rows of y)
 # and the same cells, so the same bits. Python's loop cost about 5 us a step (half of a step at
-# batch 1).
-@njit(cache=True, error_model="numpy", boundscheck=False)
-def forward_loop(xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, width, cell, lengths, init):
-    """The forward of an LSTM (``cell`` LSTM; ``c0``), a GRU (GRU; ``b`` = b_hh) or an Elman RNN
-    (RNN_TANH, RNN_RELU); the arrays a cell does not read are any of the right type. Rows past
-    their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
-    shortest = lengths.min()
+# batch 1). In ``recurrent.unit_groups``' groups, each group's products and cell (_group_step):
+# one group after the other (forward_loop) or side by side on Numba's threads
+# (forward_loop_parallel), the same bits.
+@njit(cache=True, inline="always")
+def _group_step(xp, h0, c0, b, wt, y, hw, t, prev, one, kind, first, later, width, cell, g, units, bstep):
+    """Step t's products and cell for group g of ``units`` hidden units (``bstep``: the elements
+    between two columns of wt, 1 for a row-major copy, H for the transposed view)."""
+    span = hw.shape[1] * units // h0.shape[1]  # the group's columns of hw and wt
     row = y.shape[1] * y.shape[2]
+    for s in range(g * span, (g + 1) * span, width):
+        if prev < 0:
+            native.product(h0, 0, wt, s * bstep, hw, s, kind, first)
+        else:
+            native.product(y, prev * row, wt, s * bstep, hw, s, kind, later)
+    j0 = g * units
+    if cell == GRU:
+        gru_forward_cell(xp, hw, h0, b, y, t, prev, one, j0, j0 + units, g * span)
+    elif cell == LSTM:
+        lstm_forward_cell(xp, hw, c0, y, t, prev, one, j0, j0 + units, g * span)
+    else:
+        rnn_forward_cell(xp, hw, y, t, prev, one, cell == RNN_RELU, j0, j0 + units, g * span)
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def forward_loop(
+    xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, width, cell, lengths, init, groups, bstep
+):
+    """The forward of an LSTM (``cell`` LSTM; ``c0``), a GRU (GRU; ``b`` = b_hh) or an Elman RNN
+    (RNN_TANH, RNN_RELU) in ``groups`` groups of units; the arrays a cell does not read are any
+    of the right type. Rows past their ``lengths`` hold ``init``'s columns (:func:`hold_forward`)."""
+    shortest = lengths.min()
+    units = h0.shape[1] // groups
     for k in range(ts.size):
         t, prev = ts[k], prevs[k]
-        if prev < 0:
-            _products(h0, 0, wt, hw, kind, first, width)
-        else:
-            _products(y, prev * row, wt, hw, kind, later, width)
-        if cell == GRU:
-            gru_forward_cell(xp, hw, h0, b, y, t, prev, one)
-        elif cell == LSTM:
-            lstm_forward_cell(xp, hw, c0, y, t, prev, one)
-        else:
-            rnn_forward_cell(xp, hw, y, t, prev, one, cell == RNN_RELU)
+        for g in range(groups):
+            _group_step(xp, h0, c0, b, wt, y, hw, t, prev, one, kind, first, later, width, cell, g, units, bstep)
+        if t >= shortest:
+            hold_forward(y, t, prev, lengths, init)
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False, parallel=True)
+def forward_loop_parallel(
+    xp, h0, c0, b, wt, y, hw, ts, prevs, one, kind, first, later, width, cell, lengths, init, groups, bstep
+):
+    """:func:`forward_loop` with each step's groups side by side on Numba's threads."""
+    shortest = lengths.min()
+    units = h0.shape[1] // groups
+    for k in range(ts.size):
+        t, prev = ts[k], prevs[k]
+        for g in prange(groups):
+            _group_step(xp, h0, c0, b, wt, y, hw, t, prev, one, kind, first, later, width, cell, g, units, bstep)
         if t >= shortest:
             hold_forward(y, t, prev, lengths, init)
 
@@ -438,54 +497,96 @@ def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) 
         gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves)
 
 
+# What a forward loop takes besides the op's arrays, per shapes (a plan of symbolic sizes runs
+# one step at many): made once, not at every call (about 45 us a call of a layer at batch 1,
+# a tenth of its time).
+_FORWARD_PLANS: dict = {}
+MAX_FORWARD_PLANS = 64
+
+
 def _forward_plan(h0, w_hh, y, reverse: bool):
-    """What the native forward loops take besides the op's arrays: (wt, hw, ts, prevs, kind,
-    first, later, width) made as ``recurrent.scan_forward`` makes them (width: the products'
-    column blocks, ``recurrent.column_block``), or None when NumPy's products are not one gemm
-    or one gemv over wt each (the Python loop runs then)."""
-    hidden = h0.shape[1]
-    wt = recurrent.recurrent_weight(w_hh, h0.shape[0])
-    hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
-    width = recurrent.column_block(*hw.shape, hidden)
+    """``(groups, bstep, width, kind, first, later, ts, prevs)`` for the native forward loops, made
+    as ``recurrent.scan_forward`` makes its products (``recurrent.unit_groups``' groups of
+    ``recurrent.column_block``'s blocks; ``bstep``: the elements between two columns of wt),
+    or None when NumPy's products are not one gemm or one gemv over wt each (the Python loop
+    runs then). Kept per shapes and dtype."""
+    key = (h0.shape, w_hh.shape, y.shape, y.dtype.str, reverse)
+    made = _FORWARD_PLANS.get(key, False)
+    if made is not False:
+        return made
+    rows, hidden = h0.shape
+    groups = recurrent.unit_groups(rows, hidden, w_hh.shape[0] // hidden)
+    wt = recurrent.recurrent_weight(np.empty_like(w_hh), rows, groups)
+    hw = np.empty((rows, w_hh.shape[0]), dtype=y.dtype)
+    width = recurrent.column_block(rows, w_hh.shape[0] // groups, hidden)
     first = _native_call(h0, wt[:, :width], hw[:, :width])
     later = _native_call(y[0, :, :hidden], wt[:, :width], hw[:, :width])
-    if first is None or later is None or first[0] != later[0]:
-        return None
-    ts, prevs = _orders(y.shape[0], reverse)
-    return wt, hw, ts, prevs, first[0], first[1], later[1], width
+    made = None
+    if first is not None and later is not None and first[0] == later[0]:
+        bstep = wt.strides[1] // wt.itemsize
+        made = (groups, bstep, width, first[0], first[1], later[1], *_orders(y.shape[0], reverse))
+    if len(_FORWARD_PLANS) >= MAX_FORWARD_PLANS:
+        _FORWARD_PLANS.clear()
+    _FORWARD_PLANS[key] = made
+    return made
 
 
-def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths) -> bool:
-    """Run :func:`forward_loop` (an LSTM's ``c0``, a GRU's ``b``); False when there is no
-    :func:`_forward_plan` (the caller runs the Python loop)."""
+def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths, team: bool) -> bool:
+    """Run :func:`forward_loop` (an LSTM's ``c0``, a GRU's ``b``), or :func:`forward_loop_parallel`
+    where the step has groups and runs on the team (``team``: the plan's flag, lowering/cpu/load.on_team);
+    False when there is no :func:`_forward_plan` (the caller runs the Python loop)."""
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
         return False
-    wt, hw, ts, prevs, kind, first, later, width = made
+    groups, bstep, width, kind, first, later, ts, prevs = made
+    wt = recurrent.recurrent_weight(w_hh, h0.shape[0], groups)
+    hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
     lengths = recurrent.full_lengths(lengths, *y.shape[:2])
     init = recurrent.lstm_init(h0, c0) if cell == LSTM else h0
+    loop = forward_loop_parallel if groups > 1 and on_team(team) else forward_loop
     with one_thread():
-        forward_loop(
-            xp, h0, c0, b, wt, y, hw, ts, prevs, y.dtype.type(1), kind, first, later, width, cell, lengths, init
+        loop(
+            xp,
+            h0,
+            c0,
+            b,
+            wt,
+            y,
+            hw,
+            ts,
+            prevs,
+            y.dtype.type(1),
+            kind,
+            first,
+            later,
+            width,
+            cell,
+            lengths,
+            init,
+            groups,
+            bstep,
         )
     return True
 
 
-def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False, lengths=None) -> None:
-    """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, LSTM, lengths):
+def lstm_forward(xp, h0, c0, w_hh, y, cell, reverse: bool = False, lengths=None, team: bool = False) -> None:
+    """``recurrent.lstm_forward`` in one native call (``cell`` is this module's, called inside;
+    ``team``: the plan runs steps on Numba's threads, :func:`_native_forward`)."""
+    if not _native_forward(xp, h0, c0, c0[0], w_hh, y, reverse, LSTM, lengths, team):
         recurrent.lstm_forward(xp, h0, c0, w_hh, y, cell, reverse, lengths)
 
 
-def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False, lengths=None) -> None:
-    """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside)."""
-    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, GRU, lengths):
+def gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse: bool = False, lengths=None, team: bool = False) -> None:
+    """``recurrent.gru_forward`` in one native call (``cell`` is this module's, called inside;
+    ``team`` as :func:`lstm_forward`'s)."""
+    if not _native_forward(xp, h0, h0, b_hh, w_hh, y, reverse, GRU, lengths, team):
         recurrent.gru_forward(xp, h0, w_hh, b_hh, y, cell, reverse, lengths)
 
 
-def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False, lengths=None) -> None:
-    """``recurrent.rnn_forward`` in one native call (``relu``: the nonlinearity, else tanh)."""
-    if not _native_forward(xp, h0, h0, h0[0], w_hh, y, reverse, RNN_RELU if relu else RNN_TANH, lengths):
+def rnn_forward(xp, h0, w_hh, y, relu: bool, reverse: bool = False, lengths=None, team: bool = False) -> None:
+    """``recurrent.rnn_forward`` in one native call (``relu``: the nonlinearity, else tanh;
+    ``team`` as :func:`lstm_forward`'s)."""
+    if not _native_forward(xp, h0, h0, h0[0], w_hh, y, reverse, RNN_RELU if relu else RNN_TANH, lengths, team):
         cell = lambda xp, hw, y, t, prev, one: rnn_forward_cell(xp, hw, y, t, prev, one, relu)  # noqa: E731
         recurrent.rnn_forward(xp, h0, w_hh, y, cell, reverse, lengths)
 

@@ -29,7 +29,7 @@ from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.cpu import im2col as kernels
 from lazyvic.lowering.cpu.load import shared
 from lazyvic.lowering.reference import ReferenceStep, view
-from lazyvic.ops.blas import run_products
+from lazyvic.ops.blas import MATMUL_PIECE_WORK, matmul_pieces, matmul_views, run_products
 from lazyvic.ops.index import index_error
 from lazyvic.ops.recurrent import split_lengths
 from lazyvic.trace.symbolic import Sym
@@ -128,6 +128,11 @@ class MatmulStep:
     # not kept: that would keep a caller's old array alive after the caller dropped it.
     pooled: tuple = (False, False)
     memo: list = field(default_factory=lambda: [None, None], init=False, repr=False, compare=False)
+    # A float product in pieces (2-D: ops/blas.matmul_pieces, as the NumPy reference; batched: a
+    # matrix per call), by ``run``: the backend's lowering/cpu/team.Team, on Numba's threads where
+    # the plan runs BLAS on one.
+    run: object = field(default=run_products, repr=False)
+    split: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # shapes -> _split
 
     def writes(self):
         return (self.out,)
@@ -150,7 +155,52 @@ class MatmulStep:
         return v
 
     def __call__(self, env, flat, scalars):
-        np.matmul(self._operand(0, self.a, env, scalars), self._operand(1, self.b, env, scalars), out=env[self.out])
+        a, b, out = self._operand(0, self.a, env, scalars), self._operand(1, self.b, env, scalars), env[self.out]
+        if out.dtype in _PIECE_DTYPES:
+            split = self.split.get((a.shape, b.shape))
+            if split is None:
+                split = self.split[(a.shape, b.shape)] = _split(a.shape, b.shape)
+            if split:
+                views = (lambda: matmul_views(a, b, out)) if split == 1 else (lambda: _matrices(a, b, out))
+                bases = (_base(env, self.a, a), _base(env, self.b, b), out)
+                self.run(views, bases, _layout(bases, (a, b, out)))
+                return
+        np.matmul(a, b, out=out)
+
+
+_PIECE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _base(env, chain, v: np.ndarray) -> np.ndarray:
+    """The buffer operand ``v`` (of ``chain``) is a view of (NumPy's ``v.base`` is the memory's
+    owner, an aligned buffer's raw bytes: lowering/memory.aligned_empty)."""
+    return env[chain.base] if chain.kind == "buffer" else v
+
+
+def _layout(bases: tuple, views: tuple) -> tuple:
+    """What fixes ``views``' BLAS calls besides their bases' shapes: their strides and addresses
+    relative to their bases."""
+    out = []
+    for base, v in zip(bases, views):
+        out += [v.strides, v.__array_interface__["data"][0] - base.__array_interface__["data"][0]]
+    return tuple(out)
+
+
+def _split(a_shape: tuple, b_shape: tuple) -> int:
+    """How a float product of these shapes runs: 0 one ``np.matmul``; 1 in the pieces of
+    ops/blas.matmul_pieces (2-D: as the NumPy reference); 2 one BLAS call per matrix of the batch,
+    the calls NumPy's matmul makes (so the same bits), when there are at least two and
+    2 * MATMUL_PIECE_WORK multiply-adds in all."""
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    if len(a_shape) == 2:
+        return 1 if len(matmul_pieces(m, n, k)) > 1 else 0
+    batch = math.prod(a_shape[:-2])
+    return 2 if batch >= 2 and batch * m * n * k >= 2 * MATMUL_PIECE_WORK else 0
+
+
+def _matrices(a, b, out) -> list:
+    """``(a[i], b[i], out[i])`` for each matrix i of a batched product."""
+    return [(a[i], b[i], out[i]) for i in np.ndindex(*out.shape[:-2])]
 
 
 @dataclass
@@ -470,6 +520,9 @@ class RecurrentStep:
     cell: object
     reverse: bool = False
     scratch: int = 0  # bytes the loop makes per call (recurrent_kernels.scratch_bytes)
+    # A forward's groups of units run on Numba's threads (recurrent_kernels.forward_loop_parallel):
+    # set by CpuBackend where that is the plan's one thread team, as for lowering/cpu/team.py.
+    team: bool = False
 
     def writes(self):
         return (self.out,)
@@ -479,7 +532,10 @@ class RecurrentStep:
 
     def __call__(self, env, flat, scalars):
         arrays, lengths = split_lengths([np.ascontiguousarray(view(env, scalars, c)) for c in self.args])
-        self.loop(*arrays, env[self.out], self.cell, self.reverse, lengths)
+        if self.team:
+            self.loop(*arrays, env[self.out], self.cell, self.reverse, lengths, team=True)
+        else:
+            self.loop(*arrays, env[self.out], self.cell, self.reverse, lengths)
 
 
 @dataclass

@@ -668,3 +668,51 @@ def test_forward_steps_in_groups_of_units_give_the_same_bits_on_every_tier(
             c = sig(f) * c + sig(i) * np.tanh(gg)
             h = sig(o) * np.tanh(c)
             np.testing.assert_allclose(want[t, :, :hidden], h, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_step_on_the_team_gives_the_interpreters_bits(monkeypatch):
+    """An LSTM large enough for groups of units (batch 8, hidden 128) runs its forward and its
+    backward on Numba's threads in a compiled plan (recurrent_kernels.forward_loop_parallel,
+    lstm_backward_loop_parallel): outputs, states and gradients with the interpreter's bits, at
+    two calls with other inputs (the backward's padded cotangent is a buffer the step keeps,
+    recurrent steps' ``padded``: its zeros stay, its h columns are the new call's)."""
+    import numba
+
+    from lazyvic.lowering.cpu import load
+    from lazyvic.lowering.cpu import recurrent_kernels as rk
+    from lazyvic.ops import recurrent as R
+    from lazyvic.runtime.config import config
+
+    monkeypatch.setattr(load, "other_load", lambda: False)  # as on a quiet machine
+    assert R.unit_groups(8, 128, 4) == 2
+    calls = {"forward": 0, "backward": 0}
+    for name, key in (("forward_loop_parallel", "forward"), ("lstm_backward_loop_parallel", "backward")):
+        real = getattr(rk, name)
+        monkeypatch.setattr(
+            rk, name, lambda *a, real=real, key=key: (calls.__setitem__(key, calls[key] + 1), real(*a))[1]
+        )
+    rng = np.random.default_rng(8)
+    model = nn.LSTM(16, 128)
+    got = {}
+    for mode in ("never", "always"):
+        monkeypatch.setattr(config, "compile", mode)
+        got[mode] = []
+        for _ in range(2):
+            x = rng.standard_normal((6, 8, 16)).astype(np.float32)
+            states = [rng.standard_normal((1, 8, 128)).astype(np.float32) for _ in range(2)]
+            for p in model.parameters():
+                p.grad = None
+            leaves = [lazyvic.tensor(a, requires_grad=True) for a in (x, *states)]
+            out, _ = model(leaves[0], tuple(leaves[1:]))
+            ((out * out).sum()).backward()  # the cotangent of the scan: its h columns, zeros beside
+            got[mode].append(
+                [v.numpy() for v in [out] + [t.grad for t in leaves] + [p.grad for p in model.parameters()]]
+            )
+        if mode == "never":
+            rng = np.random.default_rng(8)
+    for one, other in zip(got["never"], got["always"]):
+        for k, (a, b) in enumerate(zip(one, other)):
+            assert a.tobytes() == b.tobytes(), k
+    assert got["never"][0][0].tobytes() != got["never"][1][0].tobytes()
+    threads = numba.get_num_threads() > 1
+    assert calls == {"forward": 2 * threads, "backward": 2 * threads}

@@ -349,8 +349,9 @@ class CpuBackend(Backend):
 
 def _teams(steps) -> list:
     """``(step, runner)`` of each step that can run on Numba's threads: its products' Team
-    (lowering/cpu/team.py), its depthwise kernel (lowering/cpu/direct_conv.Depthwise) or a
-    recurrent forward (its groups of units: recurrent_kernels.forward_loop_parallel)."""
+    (lowering/cpu/team.py), its depthwise kernel (lowering/cpu/direct_conv.Depthwise), a
+    recurrent forward (its groups of units: recurrent_kernels.forward_loop_parallel) or an LSTM's
+    backward (recurrent_kernels.lstm_backward_loop_parallel)."""
     found = []
     for st in steps:
         if isinstance(getattr(st, "run", None), Team):
@@ -358,9 +359,7 @@ def _teams(steps) -> list:
         if isinstance(st, DirectConvStep):
             runners = (Team, direct_conv.Depthwise, direct_conv.DepthwiseTranspose)
             found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, runners)]
-        if isinstance(st, RecurrentStep) and not st.name.startswith(
-            tuple(f"{c}_scan_backward" for c in ("lstm", "gru", "rnn"))
-        ):
+        if isinstance(st, RecurrentStep) and not st.name.startswith(("gru_scan_backward", "rnn_scan_backward")):
             found.append((st, st))
     return found
 

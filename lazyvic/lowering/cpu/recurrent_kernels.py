@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
@@ -90,56 +91,70 @@ def lstm_forward_cell(xp, hw, c0, y, t, prev, one, j0=0, j1=-1, base=0):
 
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
-def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc):
+def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc, j0=0, j1=-1):
     """d[t, :, :5H] = [dgates, dc_prev] of step t (which read the states of step ``prev``, -1:
     c0), from gy[t] and d[after, :, 4H:] of the step that read t's states (-1: none); dh and dc
-    (N, H) are scratch for the states' total gradients. (Kept apart from d: a loop storing
-    d[t, n, 3H + j] while loading d[t, n, 5H + j] did not vectorize, 27 us against 3.)"""
+    (N, H) are scratch for the states' total gradients. For the units j0 .. j1 (-1: all): each
+    unit's columns depend on its own only. (Kept apart from d: a loop storing d[t, n, 3H + j]
+    while loading d[t, n, 5H + j] did not vectorize, 27 us against 3.)"""
     rows, hidden = c0.shape
+    end = hidden if j1 < 0 else j1
+    u = end - j0
     for n in range(rows):
-        g_, yr, dr, h_, c_ = gy[t, n], y[t, n], d[t, n], dh[n], dc[n]
-        cp, at = (c0[n], 0) if prev < 0 else (y[prev, n], hidden)
+        g_, yr, dr, h_, c_ = gy[t, n], y[t, n], d[t, n], dh[n, j0:end], dc[n, j0:end]
+        cp = c0[n, j0:end] if prev < 0 else y[prev, n, hidden + j0 : hidden + end]
+        gh, gc, gi = g_[j0:end], g_[hidden + j0 : hidden + end], g_[2 * hidden + j0 : 2 * hidden + end]
+        gf, gg, go = (
+            g_[3 * hidden + j0 : 3 * hidden + end],
+            g_[4 * hidden + j0 : 4 * hidden + end],
+            g_[5 * hidden + j0 :],
+        )
+        yc, yi, yf = yr[hidden + j0 : hidden + end], yr[2 * hidden + j0 : 2 * hidden + end], yr[3 * hidden + j0 :]
+        yg, yo = yr[4 * hidden + j0 : 4 * hidden + end], yr[5 * hidden + j0 :]
         if after >= 0:
             nr = d[after, n]
-            for j in range(hidden):
-                h_[j] = g_[j] + nr[5 * hidden + j]
-            for j in range(hidden):
-                c_[j] = g_[hidden + j] + nr[4 * hidden + j]
+            nh, nc = nr[5 * hidden + j0 : 5 * hidden + end], nr[4 * hidden + j0 : 4 * hidden + end]
+            for j in range(u):
+                h_[j] = gh[j] + nh[j]
+            for j in range(u):
+                c_[j] = gc[j] + nc[j]
         else:
-            for j in range(hidden):
-                h_[j] = g_[j]
-            for j in range(hidden):
-                c_[j] = g_[hidden + j]
-        for j in range(hidden):  # dc += dh * o * (1 - tanh(c)^2)
-            tc = _tanh(yr[hidden + j])
-            a = h_[j] * yr[5 * hidden + j]
+            for j in range(u):
+                h_[j] = gh[j]
+            for j in range(u):
+                c_[j] = gc[j]
+        for j in range(u):  # dc += dh * o * (1 - tanh(c)^2)
+            tc = _tanh(yc[j])
+            a = h_[j] * yo[j]
             b = tc * tc
             b = one - b
             a = a * b
             c_[j] = c_[j] + a
-        for j in range(hidden):  # o
-            tc = _tanh(yr[hidden + j])
+        di_, df_, dg_ = dr[j0:end], dr[hidden + j0 : hidden + end], dr[2 * hidden + j0 : 2 * hidden + end]
+        do_, dcp = dr[3 * hidden + j0 : 3 * hidden + end], dr[4 * hidden + j0 : 4 * hidden + end]
+        for j in range(u):  # o
+            tc = _tanh(yc[j])
             do = h_[j] * tc
-            do = do + g_[5 * hidden + j]
-            o = yr[5 * hidden + j]
-            dr[3 * hidden + j] = do * o * (one - o)
-        for j in range(hidden):  # i
-            di = c_[j] * yr[4 * hidden + j]
-            di = di + g_[2 * hidden + j]
-            i = yr[2 * hidden + j]
-            dr[j] = di * i * (one - i)
-        for j in range(hidden):  # f
-            df = c_[j] * cp[at + j]
-            df = df + g_[3 * hidden + j]
-            f = yr[3 * hidden + j]
-            dr[hidden + j] = df * f * (one - f)
-        for j in range(hidden):  # g
-            dg = c_[j] * yr[2 * hidden + j]
-            dg = dg + g_[4 * hidden + j]
-            g = yr[4 * hidden + j]
-            dr[2 * hidden + j] = dg * (one - g * g)
-        for j in range(hidden):  # dc_prev
-            dr[4 * hidden + j] = c_[j] * yr[3 * hidden + j]
+            do = do + go[j]
+            o = yo[j]
+            do_[j] = do * o * (one - o)
+        for j in range(u):  # i
+            di = c_[j] * yg[j]
+            di = di + gi[j]
+            i = yi[j]
+            di_[j] = di * i * (one - i)
+        for j in range(u):  # f
+            df = c_[j] * cp[j]
+            df = df + gf[j]
+            f = yf[j]
+            df_[j] = df * f * (one - f)
+        for j in range(u):  # g
+            dg = c_[j] * yi[j]
+            dg = dg + gg[j]
+            g = yg[j]
+            dg_[j] = dg * (one - g * g)
+        for j in range(u):  # dc_prev
+            dcp[j] = c_[j] * yf[j]
 
 
 # ------------------------------------------------------------------ GRU (ops/recurrent.py)
@@ -388,6 +403,34 @@ def lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, cal
         after = t
 
 
+@njit(cache=True, error_model="numpy", boundscheck=False, parallel=True)
+def lstm_backward_loop_parallel(
+    gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, one, kind, call, width, lengths, moves, shares
+):
+    """:func:`lstm_backward_loop` on Numba's threads: per step the cell in ``shares`` ranges of
+    units side by side (a unit's columns depend on its own only), then the product's column
+    blocks side by side (the same calls), each copied into d[t, :, 5H:] by its thread."""
+    rows, hidden = c0.shape
+    row = y.shape[1] * y.shape[2]
+    shortest = lengths.min()
+    after = -1
+    for k in range(ts.size - 1, -1, -1):
+        t, prev = ts[k], prevs[k]
+        for s in prange(shares):
+            lstm_backward_cell(
+                gy, y, c0, d, t, prev, after, one, dh, dc, s * hidden // shares, (s + 1) * hidden // shares
+            )
+        for b in prange(hidden // width):
+            c = b * width
+            native.product(d, t * row, w_hh, c, mm, c, kind, call)
+            for n in range(rows):
+                for j in range(c, c + width):
+                    d[t, n, 5 * hidden + j] = mm[n, j]
+        if t >= shortest:
+            hold_backward(gy, d, t, after, lengths, moves, 4 * hidden)
+        after = t
+
+
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def gru_backward_loop(gy, y, h0, w_hh, d, dhp, mm, ts, prevs, one, kind, call, width, lengths, moves):
     """``recurrent.gru_backward`` in one native call: per step the cell, dhp @ w_hh into mm
@@ -466,8 +509,11 @@ def _moves(moves: tuple) -> np.ndarray:
     return np.array(moves, dtype=np.int64).reshape(-1, 3)
 
 
-def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:
-    """``recurrent.lstm_backward`` in one native call when NumPy's product is one it can make."""
+def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None, team: bool = False) -> None:
+    """``recurrent.lstm_backward`` in one native call when NumPy's product is one it can make; on
+    Numba's threads (:func:`lstm_backward_loop_parallel`) where ``team`` (the plan's flag) and
+    ``lowering/cpu/load.on_team`` allow and the forward of this shape runs in groups
+    (``recurrent.unit_groups``: the work is large enough)."""
     hidden = c0.shape[1]
     dh, dc, mm = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
     width = recurrent.column_block(mm.shape[0], hidden, 4 * hidden)
@@ -477,8 +523,14 @@ def lstm_backward(gy, y, c0, w_hh, d, cell, reverse: bool = False, lengths=None)
         return
     ts, prevs = _orders(y.shape[0], reverse)
     lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves(recurrent.lstm_moves(hidden))
+    shares = min(numba.get_num_threads(), hidden // 16)
+    parallel = shares > 1 and recurrent.unit_groups(*c0.shape, 4) > 1 and on_team(team)
     with one_thread():
-        lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves)
+        if parallel:
+            args = (gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves, shares)
+            lstm_backward_loop_parallel(*args)
+        else:
+            lstm_backward_loop(gy, y, c0, w_hh, d, dh, dc, mm, ts, prevs, y.dtype.type(1), *call, width, lengths, moves)
 
 
 def gru_backward(gy, y, h0, w_hh, d, cell, reverse: bool = False, lengths=None) -> None:

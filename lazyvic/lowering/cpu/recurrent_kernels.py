@@ -6,8 +6,13 @@ Each kernel computes one time step over all rows; the loop over the steps and th
 operations in the same order, each rounded to the dtype (no fused multiply-add: Numba does not
 contract without ``fastmath``), with the kernels' activations (``kernel_lib.sigmoid_f32`` /
 ``tanh_f32`` for float32, the C library's for float64), so both tiers give the same bits
-(``tests/nn/test_rnn.py`` checks). Serial: a step is small (N x H elements), and a
-thread team per step would cost more than it saves.
+(``tests/nn/test_rnn.py`` checks). A cell computes any range of units (each unit's columns
+depend on its own only), so a large step is split: a forward's groups of units
+(``recurrent.unit_groups``: each group's product and cell) and an LSTM backward's cell ranges
+and product column blocks run side by side on Numba's threads where the plan's team allows
+(``lowering/cpu/load.on_team``), one parallel region per step and phase; small steps stay on the
+calling thread (a region costs a few microseconds: at batch 4 x 128 two groups on two threads
+took 22 us a step against 12 in one).
 """
 
 from __future__ import annotations

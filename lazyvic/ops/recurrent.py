@@ -146,8 +146,15 @@ def recurrent_weight(w_hh: np.ndarray, rows: int, groups: int = 1) -> np.ndarray
     """w_hh^T as the per-step products read it: a row-major copy from COPY_MIN_ROWS rows on,
     else the transposed view; in ``groups`` of hidden units (:func:`unit_groups`), its columns
     in the order :func:`group_columns` gives."""
-    if groups > 1:
-        w_hh = w_hh[group_columns(w_hh.shape[1], w_hh.shape[0] // w_hh.shape[1], groups)]
+    if groups > 1:  # one row-major copy, its blocks of columns in groups' order (no temporary)
+        hidden = w_hh.shape[1]
+        gates, units = w_hh.shape[0] // hidden, hidden // groups
+        out = np.empty((hidden, w_hh.shape[0]), dtype=w_hh.dtype)
+        for g in range(groups):
+            for k in range(gates):
+                col = (g * gates + k) * units
+                out[:, col : col + units] = w_hh[k * hidden + g * units : k * hidden + (g + 1) * units].T
+        return out
     return np.ascontiguousarray(w_hh.T) if rows >= COPY_MIN_ROWS else w_hh.T
 
 

@@ -523,6 +523,7 @@ def test_plans_count_the_recurrent_loops_scratch(tmp_path):
 
     from lazyvic.lowering.cpu import compile_trace
     from lazyvic.lowering.cpu import recurrent_kernels as rk
+    from lazyvic.ops import recurrent as R
     from lazyvic.trace import cut
 
     rng = np.random.default_rng(0)
@@ -556,8 +557,13 @@ def test_plans_count_the_recurrent_loops_scratch(tmp_path):
         ),
         "rnn_scan_backward": ((f(t, n, h), f(t, n, h), f(h, h)), 2, lambda a, d: rk.rnn_backward(*a, d, False)),
     }
-    for op, (arrays, width, call) in cases.items():
-        out = np.zeros((steps, rows, width * hidden), np.float32)
+    grouped = (f(t, 20, 4 * 128), f(20, 128), f(20, 128), f(4 * 128, 128))  # 2 groups of units
+    assert R.unit_groups(20, 128, 4) == 2
+    cases["lstm_scan in groups"] = (grouped, 6, lambda a, y: rk.lstm_forward(*a, y, rk.lstm_forward_cell))
+    for name, (arrays, width, call) in cases.items():
+        op = name.split()[0]
+        n, h = (20, 128) if name == "lstm_scan in groups" else (rows, hidden)
+        out = np.zeros((steps, n, width * h), np.float32)
         call(arrays, out)  # compiled (or loaded) outside the trace
         peaks = []
         for _ in range(3):  # the least of three calls: a first call may still fill Python caches
@@ -566,7 +572,7 @@ def test_plans_count_the_recurrent_loops_scratch(tmp_path):
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
         expected = rk.scratch_bytes(op, [a.shape for a in arrays], out.shape, 4)
-        assert expected <= min(peaks) <= expected + 8192, (op, expected, peaks)
+        assert expected <= min(peaks) <= expected + 8192, (name, expected, peaks)
 
     lstm = nn.LSTM(8, hidden)
     with lazyvic.no_grad():

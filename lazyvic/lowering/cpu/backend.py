@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -201,6 +202,10 @@ def _recurrent_step(lowered, root: int, args: list) -> RecurrentStep:
     hinted = [tuple(symbolic.hint(v) for v in lowered.entries[i].shape) for i in e.inputs]
     out_shape = tuple(symbolic.hint(v) for v in e.shape)
     scratch = recurrent_kernels.scratch_bytes(e.op, hinted, out_shape, e.dtype.itemsize)
+    # an operand ending in a pad is copied into a zeroed buffer the step keeps (RecurrentStep)
+    scratch += sum(
+        math.prod(hinted[i]) * e.dtype.itemsize for i, c in enumerate(args) if c.ops and c.ops[-1][0].name == "pad"
+    )
     return RecurrentStep(f"{e.op}{e.shape}", root, tuple(args), loop, cell, e.attrs["reverse"], scratch)
 
 

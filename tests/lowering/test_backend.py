@@ -321,3 +321,8 @@ def test_products_in_pieces_on_the_team_keep_the_interpreters_bits(batched, tmp_
     step.run.team = False  # the same pieces on the calling thread
     np.testing.assert_array_equal(plan.run(inputs, scalars)[0], got["never"])
     assert calls["parallel"] == (1 if numba.get_num_threads() > 1 else 0)
+    # products too small for pieces need no team: the plan stays serial (its runs from several
+    # threads then never wait for Numba's threading layer, runtime/executor.py)
+    small = lv.tensor(a.reshape(-1, 64)[:8]) @ lv.tensor(np.ones((64, 16), np.float32))
+    plan = compile_trace(cut([small._node])[0], cache_dir=tmp_path)
+    assert plan.blas_threads == 1 and not plan.team and not plan.parallel

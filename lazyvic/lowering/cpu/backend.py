@@ -37,6 +37,7 @@ from lazyvic.lowering.cpu.steps import (
     RecurrentStep,
     ReferenceStep,
     ScatterAddStep,
+    split_kind,
 )
 from lazyvic.lowering.cpu.team import Team
 from lazyvic.lowering.pipeline import gathers
@@ -49,7 +50,10 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
     e = lowered.entries[root]
     if not e.dtype.is_floating_point:
         return None  # an integer product: NumPy's exact integer matmul (a reference step; no BLAS)
-    return MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1], run=Team())
+    a, b = (tuple(symbolic.hint(v) for v in lowered.entries[i].shape) for i in e.inputs)
+    step = MatmulStep(f"matmul{e.shape}", root, args[0], args[1], lowered.entries[e.inputs[0]].shape[-1], run=Team())
+    step.in_pieces = split_kind(a, b) != 0
+    return step
 
 
 def _scratch_bytes(entries, steps) -> int:
@@ -359,8 +363,8 @@ def _teams(steps) -> list:
     backward (recurrent_kernels.lstm_backward_loop_parallel)."""
     found = []
     for st in steps:
-        if isinstance(getattr(st, "run", None), Team):
-            found.append((st, st.run))
+        if isinstance(getattr(st, "run", None), Team) and getattr(st, "in_pieces", True):
+            found.append((st, st.run))  # (a product too small for pieces needs no team)
         if isinstance(st, DirectConvStep):
             runners = (Team, direct_conv.Depthwise, direct_conv.DepthwiseTranspose)
             found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, runners)]

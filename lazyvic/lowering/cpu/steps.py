@@ -132,7 +132,8 @@ class MatmulStep:
     # matrix per call), by ``run``: the backend's lowering/cpu/team.Team, on Numba's threads where
     # the plan runs BLAS on one.
     run: object = field(default=run_products, repr=False)
-    split: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # shapes -> _split
+    split: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # shapes -> split_kind
+    in_pieces: bool = False  # at the sizes the plan is lowered with (whether it needs the plan's team)
 
     def writes(self):
         return (self.out,)
@@ -159,7 +160,7 @@ class MatmulStep:
         if out.dtype in _PIECE_DTYPES:
             split = self.split.get((a.shape, b.shape))
             if split is None:
-                split = self.split[(a.shape, b.shape)] = _split(a.shape, b.shape)
+                split = self.split[(a.shape, b.shape)] = split_kind(a.shape, b.shape)
             if split:
                 views = (lambda: matmul_views(a, b, out)) if split == 1 else (lambda: _matrices(a, b, out))
                 bases = (_base(env, self.a, a), _base(env, self.b, b), out)
@@ -186,7 +187,7 @@ def _layout(bases: tuple, views: tuple) -> tuple:
     return tuple(out)
 
 
-def _split(a_shape: tuple, b_shape: tuple) -> int:
+def split_kind(a_shape: tuple, b_shape: tuple) -> int:
     """How a float product of these shapes runs: 0 one ``np.matmul``; 1 in the pieces of
     ops/blas.matmul_pieces (2-D: as the NumPy reference); 2 one BLAS call per matrix of the batch,
     the calls NumPy's matmul makes (so the same bits), when there are at least two and

@@ -191,3 +191,17 @@ def philox_words(seed: int, n: int) -> np.ndarray:
     for block in range((n + 3) // 4):
         words.extend(philox4x32_10((block & _U32, block >> 32, 0, 0), key))
     return np.array(words[:n], dtype=np.uint64)
+
+
+def both_tiers(fn) -> tuple:
+    """``fn().numpy()`` interpreted and compiled (``config.compile`` "never", then "always")."""
+    from lazyvic.runtime.config import config
+
+    got = {}
+    for mode in ("never", "always"):
+        prev, config.compile = config.compile, mode
+        try:
+            got[mode] = fn().numpy()
+        finally:
+            config.compile = prev
+    return got["never"], got["always"]

@@ -7,7 +7,7 @@ strided conv2d for what it computes."""
 
 import numpy as np
 import pytest
-from _oracle import pending_ops
+from _oracle import both_tiers, pending_ops
 
 import lazyvic as lv
 import lazyvic.nn.functional as F
@@ -43,13 +43,12 @@ def test_matches_the_definition_and_compiled_gives_the_interpreters_bits(case):
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
     at = dict(stride=stride, padding=tl, dilation=dil, groups=groups, out_hw=out_hw)
-    got = {}
-    for mode in ("never", "always"):
-        prev, config.compile = config.compile, mode
-        try:
-            got[mode] = lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at).numpy()
-        finally:
-            config.compile = prev
+    got = dict(
+        zip(
+            ("never", "always"),
+            both_tiers(lambda: lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at)),
+        )
+    )
     np.testing.assert_allclose(got["never"], _definition(x, w, stride, tl, dil, groups, out_hw), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got["always"], got["never"])
 
@@ -130,13 +129,12 @@ def test_depthwise_conv2d_runs_directly_with_the_interpreters_bits(case):
     xs, k, stride, padding, dilation = case
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((xs[1], 1, k, k)).astype(np.float32)
-    got = {}
-    for mode in ("never", "always"):
-        prev, config.compile = config.compile, mode
-        try:
-            got[mode] = F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, padding, dilation, xs[1]).numpy()
-        finally:
-            config.compile = prev
+    got = dict(
+        zip(
+            ("never", "always"),
+            both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, padding, dilation, xs[1])),
+        )
+    )
     np.testing.assert_array_equal(got["always"], got["never"])
     (sh, sw), (ph, pw), (dh, dw) = [v if isinstance(v, tuple) else (v, v) for v in (stride, padding, dilation)]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -174,7 +172,7 @@ def test_depthwise_conv_transpose_runs_directly_with_the_interpreters_bits(case,
     w = rng.standard_normal((xs[1], 1, kh, kw)).astype(np.float32)
     w[0, 0, 0, 0] = -0.0
     at = dict(stride=stride, padding=tl, dilation=dil, groups=xs[1], out_hw=out_hw)
-    interpreted, compiled = _both_tiers(lambda: lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at))
+    interpreted, compiled = both_tiers(lambda: lv.Tensor.apply("conv_transpose2d", lv.tensor(x), lv.tensor(w), **at))
     np.testing.assert_array_equal(compiled, interpreted)
     np.testing.assert_array_equal(np.signbit(compiled), np.signbit(interpreted))
     np.testing.assert_allclose(interpreted, _definition(x, w, stride, tl, dil, xs[1], out_hw), rtol=1e-5, atol=1e-5)
@@ -259,18 +257,6 @@ def test_weight_gradient_of_an_empty_batch_is_zero(mode):
     np.testing.assert_allclose(got[:, :, 0, 0], want, rtol=1e-5, atol=1e-4)
 
 
-def _both_tiers(fn):
-    """fn() interpreted and compiled (config.compile "never" and "always")."""
-    got = {}
-    for mode in ("never", "always"):
-        prev, config.compile = config.compile, mode
-        try:
-            got[mode] = fn().numpy()
-        finally:
-            config.compile = prev
-    return got["never"], got["always"]
-
-
 @pytest.mark.parametrize(
     "shape, out_channels, groups",
     [((2, 32, 16, 16), 64, 1), ((1, 64, 32, 32), 16, 1), ((1, 8, 16, 16), 4, 4)],
@@ -294,7 +280,7 @@ def test_1x1_products_in_pieces_on_threads_keep_the_interpreters_bits(
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((out_channels, shape[1] // groups, 1, 1)).astype(np.float32)
-    interpreted, compiled = _both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups))
+    interpreted, compiled = both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), groups=groups))
     np.testing.assert_array_equal(compiled, interpreted)
     xg = x.astype(np.float64).reshape(shape[0], groups, shape[1] // groups, -1)
     expected = np.einsum("goc,ngcp->ngop", w.reshape(groups, out_channels // groups, -1), xg)
@@ -350,7 +336,7 @@ def test_depthwise_on_threads_keeps_the_bits(stride, monkeypatch):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 24, 40, 40)).astype(np.float32)
     w = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
-    interpreted, compiled = _both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, 1, 1, 24))
+    interpreted, compiled = both_tiers(lambda: F.conv2d(lv.tensor(x), lv.tensor(w), None, stride, 1, 1, 24))
     assert interpreted.size >= load.PARALLEL_MIN_ELEMENTS
     np.testing.assert_array_equal(compiled, interpreted)
     live = tuple(np.arange(3, dtype=np.int64) for _ in range(2))

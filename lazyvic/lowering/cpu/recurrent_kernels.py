@@ -95,6 +95,17 @@ def lstm_forward_cell(xp, hw, c0, y, t, prev, one, j0=0, j1=-1, base=0):
             h_[j] = o_[j] * _tanh(c_[j])
 
 
+@njit(cache=True, inline="always")
+def _gate_grad(out, dc, other, gy, gate, one, u):
+    """out[j] = (dc[j] * other[j] + gy[j]) * gate[j] * (1 - gate[j]): a sigmoid gate's
+    pre-activation gradient, each operation rounded in this order."""
+    for j in range(u):
+        v = dc[j] * other[j]
+        v = v + gy[j]
+        g = gate[j]
+        out[j] = v * g * (one - g)
+
+
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc, j0=0, j1=-1):
     """d[t, :, :5H] = [dgates, dc_prev] of step t (which read the states of step ``prev``, -1:
@@ -143,16 +154,8 @@ def lstm_backward_cell(gy, y, c0, d, t, prev, after, one, dh, dc, j0=0, j1=-1):
             do = do + go[j]
             o = yo[j]
             do_[j] = do * o * (one - o)
-        for j in range(u):  # i
-            di = c_[j] * yg[j]
-            di = di + gi[j]
-            i = yi[j]
-            di_[j] = di * i * (one - i)
-        for j in range(u):  # f
-            df = c_[j] * cp[j]
-            df = df + gf[j]
-            f = yf[j]
-            df_[j] = df * f * (one - f)
+        _gate_grad(di_, c_, yg, gi, yi, one, u)  # i: (dc * g + gy_i) * i * (1 - i)
+        _gate_grad(df_, c_, cp, gf, yf, one, u)  # f: (dc * c_prev + gy_f) * f * (1 - f)
         for j in range(u):  # g
             dg = c_[j] * yi[j]
             dg = dg + gg[j]

@@ -16,7 +16,7 @@ import numpy as np
 
 from lazyvic.creation import zeros
 from lazyvic.functional.recurrent import gru_layer, lstm_layer, recurrent_weight, rnn_layer
-from lazyvic.indexing import cat, stack
+from lazyvic.indexing import stack
 from lazyvic.interop.onnx.context import const_tensor
 from lazyvic.interop.onnx.converters.activation import softplus
 from lazyvic.interop.onnx.registry import register
@@ -80,7 +80,8 @@ class _Cell(NamedTuple):
 
 def _reordered(t: Tensor, order: tuple, hidden: int) -> Tensor:
     """The gate blocks (``hidden`` rows each) of ``t`` along axis 0 in ``order``."""
-    return cat([t[k * hidden : (k + 1) * hidden] for k in order], 0)
+    rows = np.concatenate([np.arange(k * hidden, (k + 1) * hidden) for k in order])
+    return t.index_select(0, const_tensor(rows))
 
 
 def _unroll(

@@ -44,8 +44,9 @@ from lazyvic.trace import symbolic
 # pieces on the plan's thread team instead (ops/blas.matmul_pieces, lowering/cpu/team.py), the
 # team the kernels use, so no two spinning pools wait for each other and, while other processes
 # are busy, the pieces run on the calling thread (lowering/cpu/load.py). TinyGPT's training step
-# (captured) took 26.5 ms so against 27.6-32.5 with its products on two OpenBLAS threads; LSTM
-# 2 x 128 inference at batch 20 (input projections of 9.2e7 flops) 3.0-3.2 ms against 3.9-4.4.
+# (captured) took about the same quiet (27.1-27.6 ms against 25.7-29.0 with its products on two
+# OpenBLAS threads, alternated) and 41-43 ms against 49-57 with another process busy; LSTM 2 x 128
+# inference at batch 20 (input projections of 9.2e7 flops) 3.0-3.2 ms against 3.9-4.4.
 # Small products gain nothing from a second thread: the digits MLP step (products of at most
 # 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS threads and 7,070 with one on a quiet
 # machine, and with another process busy at 3,150 against 7,140 (benchmarks/captured_steps.py).

@@ -156,6 +156,12 @@ def matmul_pieces(m: int, n: int, k: int) -> list:
     return [(0, m, 0, n)]
 
 
+def in_pieces(m: int, n: int, k: int) -> bool:
+    """Whether an (m x k) @ (k x n) matmul runs in more than one piece (:func:`matmul_pieces`):
+    the question the NumPy reference, the plan's step and its native segments all ask."""
+    return len(matmul_pieces(m, n, k)) > 1
+
+
 def matmul_views(a, b, out) -> list:
     """``(a, b, out)`` views of each piece (:func:`matmul_pieces`) of ``out = a @ b``, 2-D."""
     return [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops.blas import matmul_pieces, matmul_views, run_products
+from lazyvic.ops.blas import in_pieces, matmul_views, run_products
 from lazyvic.ops.movement import swap_last_two
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
@@ -38,7 +38,7 @@ def reference(x, at) -> np.ndarray:
     side by side: the same calls, so the same bits)."""
     a, b = x
     if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype in (np.float32, np.float64):
-        if len(matmul_pieces(a.shape[0], b.shape[1], a.shape[1])) > 1:
+        if in_pieces(a.shape[0], b.shape[1], a.shape[1]):
             out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
             run_products(matmul_views(a, b, out))
             return out

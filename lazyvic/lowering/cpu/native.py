@@ -65,7 +65,7 @@ from numba.extending import overload
 from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
 from lazyvic.lowering.kernel_files import LIB_HASH, load_checked, without_disk_cache
 from lazyvic.lowering.reference import view
-from lazyvic.ops.blas import matmul_pieces
+from lazyvic.ops.blas import in_pieces
 from lazyvic.trace import symbolic
 
 # Bumped when the generated source's meaning changes without its text changing (the products'
@@ -374,7 +374,7 @@ def _product(step: MatmulStep, entries) -> _Product | None:
     batch = tuple(out_e.shape)[:-2]
     if n != n2 or tuple(out_e.shape)[-2:] != (m, p) or min(m, n, p) == 0 or n == 1:
         return None
-    if not batch and len(matmul_pieces(m, p, n)) > 1:
+    if not batch and in_pieces(m, p, n):
         return None  # in pieces (ops/blas.matmul_pieces): the step's runner makes those calls
     is1_m, is1_n = va.strides[-2:]
     is2_n, is2_p = vb.strides[-2:]

@@ -29,7 +29,7 @@ from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.cpu import im2col as kernels
 from lazyvic.lowering.cpu.load import shared
 from lazyvic.lowering.reference import ReferenceStep, view
-from lazyvic.ops.blas import MATMUL_PIECE_WORK, matmul_pieces, matmul_views, run_products
+from lazyvic.ops.blas import MATMUL_PIECE_WORK, in_pieces, matmul_views, run_products
 from lazyvic.ops.index import index_error
 from lazyvic.ops.recurrent import split_lengths
 from lazyvic.trace.symbolic import Sym
@@ -194,7 +194,7 @@ def split_kind(a_shape: tuple, b_shape: tuple) -> int:
     2 * MATMUL_PIECE_WORK multiply-adds in all."""
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     if len(a_shape) == 2:
-        return 1 if len(matmul_pieces(m, n, k)) > 1 else 0
+        return 1 if in_pieces(m, n, k) else 0
     batch = math.prod(a_shape[:-2])
     return 2 if batch >= 2 and batch * m * n * k >= 2 * MATMUL_PIECE_WORK else 0
 

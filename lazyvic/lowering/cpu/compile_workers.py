@@ -153,7 +153,14 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
     queue = collections.deque(range(len(jobs)))
     done: set = set()
     with _lock:
-        _workers[:] = [w for w in _workers if w.alive()]
+        # A worker that ended since the last plan (it could not start, or crashed) is broken:
+        # this process compiles alone from then on.
+        _broken.extend(w for w in _workers if not w.alive() and w not in _broken)
+        if _broken:
+            _workers[:] = [w for w in _workers if w.alive()]
+            for k in range(len(jobs)):
+                compile_here(k)
+            return set()
         while len(_workers) < n:
             try:
                 _workers.append(Worker())

@@ -138,8 +138,11 @@ def unflatten(f: Lin, shape, sizes):
 class Emitter:
     """Builds the statements and loops of one fusion group's kernel (see the module docstring)."""
 
-    def __init__(self, entries, materialized, group: FusionGroup, generic: bool = False):
+    def __init__(self, entries, materialized, group: FusionGroup, generic: bool = False, alias=frozenset()):
         self.e = entries
+        # Buffers that share the output's storage (lowering/pipeline.plan_in_place): read as
+        # ``out`` at the element the loop then stores, so LLVM sees one array, one address.
+        self.alias = alias
         self.generic = generic  # sizes above SPECIALIZE_MAX as arguments (see size())
         self.m = materialized
         self.g = group
@@ -247,6 +250,8 @@ class Emitter:
         )
 
     def buffer_name(self, i: int) -> str:
+        if i in self.alias:
+            return "out"
         if i not in self.bufs:
             self.bufs[i] = f"in{len(self.bufs)}"
         return self.bufs[i]
@@ -544,6 +549,28 @@ class Emitter:
                 idx = [Lin({d: 1}) if self.shape[d] != 1 else Lin() for d in kept]
             v, _ = self.emit(root, idx, (), root=True)
             self.row_lines.append(self.store("out", self.lin_token(flat(idx, r_shape), "out"), v, self.e[root].dtype))
+
+    def identity_reads(self) -> tuple:
+        """The buffers this kernel reads only at the element it stores, each of the output's
+        dtype and shape (so at the same offset): any one of them may share the output's
+        storage. Empty for a kernel with reductions, more outputs or a row cache (they read or
+        store elsewhere than the element of the iteration)."""
+        if self.g.stages or self.g.extra_roots or self.row_cache is not None:
+            return ()
+        stores = {lin.key() for lin, buf in zip(self.lins, self.lin_buf) if buf == "out"}
+        if len(stores) != 1:
+            return ()
+        names = {name: pos for pos, name in self.bufs.items()}
+        keys: dict = {}
+        for lin, buf in zip(self.lins, self.lin_buf):
+            if buf in names:
+                keys.setdefault(names[buf], set()).add(lin.key())
+        root = self.e[self.g.root]
+        return tuple(
+            p
+            for p, k in keys.items()
+            if k == stores and self.e[p].dtype == root.dtype and identical(self.e[p].shape, root.shape)
+        )
 
     # -- loop merging and rendering --------------------------------------------
     def merge_loops(self):

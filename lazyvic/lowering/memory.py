@@ -3,7 +3,9 @@
 Each intermediate buffer lives from the step that writes it to the last step
 that reads it. Buffers whose lifetimes do not overlap share a slot of the pool
 (best fit by size); the pool is allocated once per plan and reused by every run,
-so a cached plan allocates nothing but its outputs in steady state.
+so a cached plan allocates nothing but its outputs in steady state. An elementwise kernel
+that reads a buffer only at the element it stores, where that buffer dies, takes the buffer's
+slot (``inplace``, decided by ``pipeline.plan_in_place``).
 
 Pools and BLAS outputs start on a 64-byte boundary (:func:`aligned_empty`): OpenBLAS ran
 about 800x slower into a 16-byte aligned output (measured here).
@@ -87,10 +89,18 @@ def slot_sizes(memory: MemoryPlan, entries, env: dict) -> list:
 
 
 def plan_memory(
-    entries, steps_io: list, temporaries: set, outputs: set, inputs: set, parameters: frozenset = frozenset()
+    entries,
+    steps_io: list,
+    temporaries: set,
+    outputs: set,
+    inputs: set,
+    parameters: frozenset = frozenset(),
+    inplace: dict | None = None,
 ) -> MemoryPlan:
     """``steps_io``: per step, (positions written, positions read); ``parameters`` is the
-    subset of ``inputs`` that holds parameter values.
+    subset of ``inputs`` that holds parameter values; ``inplace`` maps a temporary to the
+    temporary whose slot it must take (its writer reads the other last; see
+    ``pipeline.plan_in_place``): a RuntimeError if that slot is not free then.
 
     Peak bytes are the planned upper bound of what one run holds at once: every input,
     parameter and output is alive for the whole run, plus the temporaries' pool.
@@ -102,6 +112,9 @@ def plan_memory(
             last.setdefault(p, s)
         for p in reads:
             last[p] = s
+    inplace = inplace or {}
+    for p, q in inplace.items():  # the kernel writing p reads q (from p's storage)
+        last[q] = max(last.get(q, first.get(q, 0)), first.get(p, 0))
     order = sorted(temporaries, key=lambda p: (first.get(p, 0), p))
     # Sizes by their hints: sharing is decided for the sizes the plan is lowered with and stays
     # valid for any other binding (lifetimes do not depend on sizes); a run sizes each slot
@@ -112,9 +125,15 @@ def plan_memory(
         size = (size_of[p] + ALIGN - 1) // ALIGN * ALIGN
         start = first.get(p, 0)
         best = None
-        for k, (cap, busy_until) in enumerate(zip(slot_bytes, free_at)):
-            if busy_until < start and cap >= size and (best is None or cap < slot_bytes[best]):
-                best = k
+        if p in inplace:
+            best = slot_of.get(inplace[p])
+            if best is None or free_at[best] != start or members[best][-1] != inplace[p]:
+                raise RuntimeError(f"memory plan: node {p} cannot be written over node {inplace[p]}")
+            slot_bytes[best] = max(slot_bytes[best], size)
+        else:
+            for k, (cap, busy_until) in enumerate(zip(slot_bytes, free_at)):
+                if busy_until < start and cap >= size and (best is None or cap < slot_bytes[best]):
+                    best = k
         if best is None:
             best = len(slot_bytes)
             slot_bytes.append(size)

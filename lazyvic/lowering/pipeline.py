@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from lazyvic import ops as optable
@@ -77,6 +77,8 @@ class Lowered:
     cache_dir: object
     debug: int
     stats: dict
+    # group root -> the buffer it is written over (plan_in_place; the memory plan shares their slot)
+    inplace: dict = field(default_factory=dict)
 
 
 def _force(forced: set, e: NeedsMaterialize) -> None:
@@ -132,6 +134,63 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
     return Lowered(trace, entries, outputs, groups, m, chain_nodes, sources, scalar_dtypes, cache_dir, debug, {})
 
 
+def _reads(lowered: Lowered, group) -> set:
+    """The buffers the steps of ``group`` read: its kernel's, or the bases of its library
+    step's operands (as :func:`_compile` makes them)."""
+    ks = lowered.sources.get(group.root)
+    if ks is not None:
+        return set(ks.buffers)
+    entries = lowered.entries
+    chains = (operand(entries, j, lowered.chain_nodes.__contains__) for j in entries[group.root].inputs)
+    return {c.base for c in chains if c.kind == "buffer"}
+
+
+def plan_in_place(lowered: Lowered, generate) -> None:
+    """Let elementwise kernels write over a buffer that dies in them (a product's output
+    read by its bias add, an activation's input): ``lowered.inplace[root] = buffer`` and the
+    kernel made again by ``generate(entries, m, group, alias)`` to read that buffer from its
+    output. Only where the buffer is one of the kernel's ``identity_reads`` (read only at the
+    element the loop stores, same dtype and shape), both are pooled temporaries (not inputs
+    or outputs of the plan), and no later step reads the buffer. The memory plan then gives
+    both one slot (``plan_memory``'s ``inplace``): one buffer fewer, and the store goes where
+    the loaded element already is in cache. As XLA's buffer assignment shares an operand's
+    buffer with an elementwise op's output. (A kernel with the two as separate arguments that
+    alias runs its scalar loop: LLVM's runtime overlap check fails; 150 us against 40 for a
+    (700, 512) bias add.)"""
+    entries, groups = lowered.entries, lowered.groups
+    pooled = {g.root for g in groups} | {x for g in groups for x in g.extra_roots}
+    pooled -= set(lowered.outputs)
+    pooled -= {i for i, e in enumerate(entries) if e.op == "buffer"}
+    last: dict = {}
+    for s, g in enumerate(groups):
+        for p in _reads(lowered, g):
+            last[p] = s
+    taken: set = set()
+    for s, g in enumerate(groups):
+        ks = lowered.sources.get(g.root)
+        if ks is None or g.root not in pooled:
+            continue
+        for q in getattr(ks, "identity_reads", ()):
+            if q in pooled and q not in taken and last.get(q) == s:
+                lowered.sources[g.root] = generate(entries, lowered.materialized, g, alias=frozenset([q]))
+                lowered.inplace[g.root] = q
+                taken.add(q)
+                break
+    if lowered.inplace:
+        lowered.stats["kernels_in_place"] = len(lowered.inplace)
+
+
+def _check_in_place(lowered: Lowered, steps: list) -> None:
+    """Each in-place kernel's buffer is read by no step after it (what plan_in_place read
+    off the groups, checked against the steps built): else the lowering is wrong, never the
+    results."""
+    for root, q in lowered.inplace.items():
+        at = next(k for k, st in enumerate(steps) if root in st.writes())
+        later = [st.name for st in steps[at + 1 :] if q in st.reads()]
+        if later or q in steps[at].writes():
+            raise RuntimeError(f"lowering: kernel writing node {root} over node {q}, read later by {later}")
+
+
 def _source_key(entries, m, group) -> tuple:
     """What a group's generated kernel depends on besides the (fixed) entries: the group, and
     which of the nodes it computes and reads have buffers. Between two rounds of planning a
@@ -181,6 +240,7 @@ def plan_layout(lowered: Lowered, steps: list) -> tuple:
         out_set,
         {p for p, _ in input_pos},
         frozenset(p for p, slot in input_pos if slot in lowered.trace.param_slots),
+        lowered.inplace,
     )
     return out_specs, input_pos, memory
 
@@ -228,6 +288,7 @@ def _compile(trace, backend, cache_dir, debug: int, named=None):
             step = backend.reference_step(lowered, g, args)
             fallbacks.append(e.op)
         steps.append(step)
+    _check_in_place(lowered, steps)
     out_specs, input_pos, memory = plan_layout(lowered, steps)
     name = backend.plan_prefix + hashlib.sha1(repr(trace.key).encode()).hexdigest()[:12]
     if named is not None:

@@ -167,6 +167,68 @@ def test_memory_plan_shares_temporaries():
     assert math.prod(a.shape) * 4 == mem.input_bytes
 
 
+def _interpreted(fn, *arrays):
+    config.compile = "never"
+    try:
+        outs = fn(*[lv.tensor(a) for a in arrays])
+        return [o.numpy() for o in (outs if isinstance(outs, tuple) else (outs,))]
+    finally:
+        config.compile = "always"
+
+
+def test_an_elementwise_kernel_writes_over_the_product_it_reads():
+    """The bias add and ReLU after a product write over the product's output, which dies in
+    them (pipeline.plan_in_place): one pool slot for both, the kernel reads it as ``out``, and
+    the bits are the interpreter's."""
+    w, b = rng.standard_normal((16, 10)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    w2 = rng.standard_normal((8, 16)).astype(np.float32)
+    F = lv.functional
+
+    def f(x, w, b, w2):
+        return F.linear(F.linear(x, w, b).relu(), w2)
+
+    (y,), plan = _compiled(f, X, w, b, w2)
+    assert np.array_equal(y, _interpreted(f, X, w, b, w2)[0])
+    assert plan.stats["kernels_in_place"] == 1
+    (kernel,) = _kernels(plan)
+    product = next(s for s in plan.steps if isinstance(s, MatmulStep) and kernel.out not in s.reads())
+    assert product.out not in kernel.buffers and "out[" in kernel.source.split("=", 1)[1]
+    slots = plan.memory.slot_of
+    assert slots[product.out] == slots[kernel.out]
+    assert (plan.memory.temporary_bytes, plan.memory.unshared_bytes) == (6 * 16 * 4, 2 * 6 * 16 * 4)
+
+
+def test_a_buffer_read_after_the_kernel_is_not_written_over():
+    """A product's output that a later step reads again keeps its own storage."""
+    w, b = rng.standard_normal((16, 10)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    w2 = rng.standard_normal((16, 16)).astype(np.float32)
+
+    def f(x, w, b, w2):
+        y = x @ w.T
+        z = (y + b).relu() @ w2
+        return z @ y.T  # y read again, by a product after the kernel
+
+    (out,), plan = _compiled(f, X, w, b, w2)
+    assert np.array_equal(out, _interpreted(f, X, w, b, w2)[0])
+    assert "kernels_in_place" not in plan.stats
+    (kernel,) = _kernels(plan)
+    assert len(kernel.buffers) == 2  # the product and the bias
+
+
+def test_the_memory_plan_refuses_a_slot_still_in_use():
+    from types import SimpleNamespace
+
+    from lazyvic.lowering.memory import plan_memory
+
+    e = SimpleNamespace(shape=(4,), dtype=np.dtype(np.float32))
+    # step 0 writes 0; step 1 writes 1 (over 0); step 2 reads 0: 0 is still needed
+    steps_io = [((0,), ()), ((1,), ()), ((2,), (0, 1))]
+    with pytest.raises(RuntimeError, match="cannot be written over node 0"):
+        plan_memory([e, e, e], steps_io, {0, 1}, {2}, set(), inplace={1: 0})
+    mem = plan_memory([e, e, e], steps_io[:2] + [((2,), (1,))], {0, 1}, {2}, set(), inplace={1: 0})
+    assert mem.slot_of[0] == mem.slot_of[1] and len(mem.slot_bytes) == 1
+
+
 def test_gather_with_a_realized_index_is_a_load_in_the_kernel():
     idx = rng.integers(0, 10, (6, 3))
     (y,), plan = _compiled(lambda x, i: (x.gather(1, i) * 2.0).exp(), X, idx)

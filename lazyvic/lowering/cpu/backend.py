@@ -40,7 +40,7 @@ from lazyvic.lowering.cpu.steps import (
     split_kind,
 )
 from lazyvic.lowering.cpu.team import Team
-from lazyvic.lowering.pipeline import gathers
+from lazyvic.lowering.pipeline import gathers, plan_in_place
 from lazyvic.lowering.reference import reference_step
 from lazyvic.ops import avg_pool
 from lazyvic.trace import symbolic
@@ -224,6 +224,9 @@ def _cat_step(lowered, root: int, args: list) -> CatStep:
 
 
 # Library step of each op kind the CPU has one for (the others run their NumPy reference).
+# Elementwise kernels write over a buffer that dies in them (pipeline.plan_in_place).
+IN_PLACE = True
+
 LIBRARY_STEPS = {
     "matmul": _matmul_step,
     "conv": _conv_step,
@@ -262,10 +265,12 @@ class CpuBackend(Backend):
     def default_cache_dir(self):
         return Path.home() / ".cache" / "lazyvic"
 
-    def generate(self, entries, materialized, group):
-        return codegen.generate(entries, materialized, group)
+    def generate(self, entries, materialized, group, alias=frozenset()):
+        return codegen.generate(entries, materialized, group, alias)
 
     def prepare(self, lowered) -> None:
+        if IN_PLACE:
+            plan_in_place(lowered, self.generate)
         scalar_dtypes = lowered.scalar_dtypes
         kernels = [
             (ks, [scalar_dtypes[s].compute.name for s in ks.scalars])

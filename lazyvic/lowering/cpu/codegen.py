@@ -45,7 +45,9 @@ def _plain(c):
 class KernelSource:
     """The generated source of one kernel and what it needs to run."""
 
-    def __init__(self, name, source, sha, buffers, scalars, parallel, arg_types, packed=(), sizes=()):
+    def __init__(
+        self, name, source, sha, buffers, scalars, parallel, arg_types, packed=(), sizes=(), identity_reads=()
+    ):
         self.name = name
         self.source = source
         self.sha = sha
@@ -55,6 +57,9 @@ class KernelSource:
         self.parallel = parallel
         self.arg_types = arg_types  # (dtype name, is_array) per argument
         self.sizes = sizes  # the values (ints, Syms) of the size arguments, passed last as one int64 array
+        # Buffers read only at the element the kernel stores (Emitter.identity_reads): where one
+        # dies here, the kernel may be made again to write over it (pipeline.plan_in_place).
+        self.identity_reads = identity_reads
 
 
 # Whole blocks of LANES elements a lane-ordered sum takes per step of its main loop.
@@ -92,10 +97,13 @@ def _stores(lines) -> bool:
     return False
 
 
-def generate(entries, materialized, group: FusionGroup) -> KernelSource:
-    """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer."""
-    em = Emitter(entries, materialized, group, generic=True)
+def generate(entries, materialized, group: FusionGroup, alias=frozenset()) -> KernelSource:
+    """Generate the kernel for ``group``; raises NeedsMaterialize to ask for a buffer. The
+    buffers in ``alias`` (some of a first source's ``identity_reads``) share the output's
+    storage: the kernel reads them from ``out``."""
+    em = Emitter(entries, materialized, group, generic=True, alias=alias)
     em.build()
+    identity_reads = em.identity_reads()
     em.merge_loops()
     numel = symbolic.prod(group.space_shape)
     # With symbolic sizes, serial or parallel is decided for the sizes the plan is lowered at,
@@ -287,7 +295,9 @@ def generate(entries, materialized, group: FusionGroup) -> KernelSource:
     name = "k_" + "_".join(ops or [entries[group.root].op]) + "_" + sha[:12]
     source = source.replace("KERNEL_NAME", name)
     arg_types = argument_types(entries, group, buffers)
-    return KernelSource(name, source, sha, buffers, scalar_slots, parallel, arg_types, packed, tuple(em.sizes()))
+    return KernelSource(
+        name, source, sha, buffers, scalar_slots, parallel, arg_types, packed, tuple(em.sizes()), identity_reads
+    )
 
 
 def _zero(c) -> bool:

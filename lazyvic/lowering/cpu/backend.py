@@ -223,10 +223,10 @@ def _cat_step(lowered, root: int, args: list) -> CatStep:
     return CatStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["axis"])
 
 
-# Library step of each op kind the CPU has one for (the others run their NumPy reference).
 # Elementwise kernels write over a buffer that dies in them (pipeline.plan_in_place).
 IN_PLACE = True
 
+# Library step of each op kind the CPU has one for (the others run their NumPy reference).
 LIBRARY_STEPS = {
     "matmul": _matmul_step,
     "conv": _conv_step,

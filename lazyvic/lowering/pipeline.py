@@ -134,15 +134,19 @@ def lower(trace, generate, cache_dir=None, debug: int = 0, named=None) -> Lowere
     return Lowered(trace, entries, outputs, groups, m, chain_nodes, sources, scalar_dtypes, cache_dir, debug, {})
 
 
+def _library_operands(lowered: Lowered, group) -> list:
+    """The operands of a library group's step: its inputs, read through the views of
+    ``lowered.chain_nodes``."""
+    entries = lowered.entries
+    return [operand(entries, j, lowered.chain_nodes.__contains__) for j in entries[group.root].inputs]
+
+
 def _reads(lowered: Lowered, group) -> set:
-    """The buffers the steps of ``group`` read: its kernel's, or the bases of its library
-    step's operands (as :func:`_compile` makes them)."""
+    """The buffers the steps of ``group`` read: its kernel's, or its library step's operands'."""
     ks = lowered.sources.get(group.root)
     if ks is not None:
         return set(ks.buffers)
-    entries = lowered.entries
-    chains = (operand(entries, j, lowered.chain_nodes.__contains__) for j in entries[group.root].inputs)
-    return {c.base for c in chains if c.kind == "buffer"}
+    return {c.base for c in _library_operands(lowered, group) if c.kind == "buffer"}
 
 
 def plan_in_place(lowered: Lowered, generate) -> None:
@@ -282,7 +286,7 @@ def _compile(trace, backend, cache_dir, debug: int, named=None):
                 print(ks.source, file=sys.stderr)
             continue
         e = entries[g.root]
-        args = [operand(entries, j, lowered.chain_nodes.__contains__) for j in e.inputs]
+        args = _library_operands(lowered, g)
         step = backend.library_step(lowered, g, args)
         if step is None:
             step = backend.reference_step(lowered, g, args)

@@ -145,6 +145,10 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
     longest first keeps one long job from finishing alone). Returns the positions of the jobs a
     worker compiled into the disk cache. Errors of ``compile_here`` propagate (after the
     workers' jobs finished)."""
+    with _lock:
+        # A worker that ended since the last plan (it could not start, or crashed) is broken:
+        # this process compiles alone from then on.
+        _broken.extend(w for w in _workers if not w.alive() and w not in _broken)
     n = min(worker_count(), len(jobs) - 1)
     if n <= 0:
         for k in range(len(jobs)):
@@ -153,14 +157,7 @@ def compile_side_by_side(jobs: list, compile_here) -> set:
     queue = collections.deque(range(len(jobs)))
     done: set = set()
     with _lock:
-        # A worker that ended since the last plan (it could not start, or crashed) is broken:
-        # this process compiles alone from then on.
-        _broken.extend(w for w in _workers if not w.alive() and w not in _broken)
-        if _broken:
-            _workers[:] = [w for w in _workers if w.alive()]
-            for k in range(len(jobs)):
-                compile_here(k)
-            return set()
+        _workers[:] = [w for w in _workers if w.alive()]
         while len(_workers) < n:
             try:
                 _workers.append(Worker())

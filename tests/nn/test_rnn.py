@@ -461,6 +461,35 @@ def test_lstm_over_varying_lengths_is_one_plan(fresh):
     assert losses(lengths) == got
 
 
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_initial_states_filled_from_a_scalar_follow_its_value(cls, fresh):
+    """Initial states made of a Python number (``full``: a scalar input of the plan, broadcast)
+    are made once per value by the scan's step, not at every call: one plan serves each value,
+    and each call gives the bits of the same states passed as arrays."""
+    from lazyvic.lowering.cpu.steps import RecurrentStep
+    from lazyvic.runtime import metrics
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    lazyvic.manual_seed(3)
+    layer = getattr(nn, cls)(4, 8).eval()
+    x = lazyvic.tensor(np.random.default_rng(2).standard_normal((5, 2, 4)).astype(np.float32))
+    values = [0.0, 0.5, 0.5, 0.0, -0.25, 0.5, -0.25]
+
+    def run(state):
+        with lazyvic.no_grad():
+            return layer(x, (state(), state()) if cls == "LSTM" else state())[0].numpy()
+
+    got = [run(lambda v=v: lazyvic.full((1, 2, 8), v)) for v in values]
+    plan = plan_cache.last.plan
+    scans = [s for s in plan.steps if isinstance(s, RecurrentStep)]
+    assert scans and scans[0].filled, "the states did not reach the scan as a scalar input"
+    assert metrics.snapshot()["plans_compiled"] == 1
+    for v, y in zip(values, got):
+        want = run(lambda v=v: lazyvic.tensor(np.full((1, 2, 8), v, dtype=np.float32)))
+        assert y.tobytes() == want.tobytes(), v
+    assert got[0].tobytes() != got[1].tobytes()
+
+
 def test_packed_batches_of_other_lengths_are_one_plan(fresh):
     """A classifier over packed, unsorted batches whose lengths change every step (and whose
     longest sequence moves): pack_sequence and the layer give every batch the same trace

@@ -194,6 +194,9 @@ def record(group: str) -> None:
     # Fewer simulated threads: launch sizes change no result and no kernel source, only the
     # simulator's time (lowering/cuda/target.py's "Launch sizes").
     target.SIMULATOR_THREADS, target.SIMULATOR_MAX_BLOCKS = 8, 1
+    # The tiled product, as a GPU without CuPy runs it (the simulator's default is the product
+    # without barriers, kernel_lib.matmul_rows_kernel, which no GPU runs).
+    target.SIMULATOR_MATMUL_TILE = 4
     kinds: dict = {}
     seen = install_recorder(kinds)
     emit({"case": "_probe", "simulated": lv.cuda.is_simulated()})

@@ -580,7 +580,7 @@ def _other_launch(plan, inputs, scalars, got) -> list:
     from lazyvic.lowering.cuda import target
 
     saved = target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE
-    target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE = 3, 64, 8
+    target.SIMULATOR_MAX_BLOCKS, target.SIMULATOR_THREADS, target.SIMULATOR_MATMUL_TILE = 3, 64, 4
     try:
         other = plan.run(inputs, scalars, to_host=True)
     finally:

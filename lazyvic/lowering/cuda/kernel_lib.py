@@ -556,6 +556,36 @@ def matmul_kernel(tile: int, dtype):
     return kernel
 
 
+def matmul_rows_kernel(dtype):
+    """The batched product of :func:`matmul_kernel` with one thread per output element and no
+    shared memory (a grid-stride loop over the ``total`` = B * M * N outputs), for the CUDA
+    simulator: it runs every thread as a Python thread and every ``syncthreads`` as a wait of
+    all of a block's threads (the tiled kernel took 13.4 of the 28.3 s of the ResNet-18
+    parity group's kernels, this one 2.9). Each output adds its K products in order, as the
+    tiled kernel does: the same bits (tests/cuda/test_codegen_cuda.py runs both).
+    """
+    key = ("rows", np.dtype(dtype).name)
+    kernel = _matmul_kernels.get(key)
+    if kernel is not None:
+        return kernel
+    zero = np.dtype(dtype).type(0)
+
+    def matmul_rows(c, a, b, m, k, n, total):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            z = e // (m * n)
+            row = (e // n) % m
+            col = e % n
+            a0 = z * m * k + row * k
+            b0 = z * k * n + col
+            acc = zero
+            for j in range(k):
+                acc = acc + a[a0 + j] * b[b0 + j * n]
+            c[e] = acc
+
+    kernel = _matmul_kernels[key] = cuda.jit(matmul_rows)
+    return kernel
+
+
 # == autocast precisions (lazyvic/amp.py; issue 7 item 5) =================================
 # ``round_f16_*`` / ``round_bf16_*``: the CPU's kernel_lib functions of the same names, for
 # the device. Written with arithmetic and math.frexp/ldexp instead of bit casts (libdevice's

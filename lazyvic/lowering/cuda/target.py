@@ -26,7 +26,10 @@ MAX_BLOCKS = 65535
 MATMUL_TILE = 16
 SIMULATOR_THREADS = 32
 SIMULATOR_MAX_BLOCKS = 2
-SIMULATOR_MATMUL_TILE = 4
+# 0: the simulator multiplies with kernel_lib.matmul_rows_kernel (no barriers: the tiled
+# kernel's were about half of the simulated tests' time); a tile size runs the tiled kernel,
+# as tests/cuda/test_codegen_cuda.py's other launch sizes do (the same bits).
+SIMULATOR_MATMUL_TILE = 0
 
 _shared_lock = threading.Lock()
 
@@ -110,7 +113,8 @@ class CudaTarget:
 
     def matmul(self, c, a, b, batch: int, m: int, k: int, n: int, dtype) -> None:
         """``c = a @ b`` over flat C-contiguous (batch, m, k) and (batch, k, n) device arrays:
-        CuPy (cuBLAS) when present, else the tiled kernel of the CUDA library."""
+        CuPy (cuBLAS) when present, else the tiled kernel of the CUDA library (under the
+        simulator, by default, its product without barriers: the same bits)."""
         cupy = self.cupy
         if cupy is not None:
             cupy.matmul(
@@ -119,9 +123,15 @@ class CudaTarget:
                 out=cupy.asarray(c).reshape(batch, m, n),
             )
             return
-        from lazyvic.lowering.cuda.kernel_lib import matmul_kernel
+        from lazyvic.lowering.cuda.kernel_lib import matmul_kernel, matmul_rows_kernel
 
         tile = SIMULATOR_MATMUL_TILE if self.simulated else MATMUL_TILE
+        if not tile:  # the simulator's default: no barriers (the same bits as the tiled kernel)
+            total = max(1, batch) * m * n
+            blocks = min(SIMULATOR_MAX_BLOCKS, max(1, -(-total // SIMULATOR_THREADS)))
+            args = (np.int64(m), np.int64(k), np.int64(n), np.int64(total))
+            matmul_rows_kernel(np.dtype(dtype))[blocks, SIMULATOR_THREADS](c, a, b, *args)
+            return
         grid = (max(1, -(-n // tile)), max(1, -(-m // tile)), max(1, batch))
         matmul_kernel(tile, np.dtype(dtype))[grid, (tile, tile)](c, a, b, np.int64(m), np.int64(k), np.int64(n))
 

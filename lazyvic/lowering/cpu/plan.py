@@ -34,7 +34,14 @@ from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.load import team_off
-from lazyvic.lowering.cpu.steps import ConvStep, ConvTransposeStep, DirectConvStep, KernelStep, MatmulStep
+from lazyvic.lowering.cpu.steps import (
+    ConvStep,
+    ConvTransposeStep,
+    DirectConvStep,
+    KernelStep,
+    MatmulStep,
+    RecurrentStep,
+)
 from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.ops.blas import blas_threads
 from lazyvic.trace import symbolic
@@ -282,11 +289,14 @@ class CpuPlan(Plan):
             blas_threads.restore()
 
     def _mark_pooled_operands(self) -> None:
-        """Tell each matrix product which of its operands are pooled temporaries (MatmulStep)."""
+        """Tell each matrix product and recurrent loop which of its operands are pooled
+        temporaries (MatmulStep, RecurrentStep)."""
         pooled = self.memory.slot_of
         for st in self.steps:
             if isinstance(st, MatmulStep):
                 st.pooled = tuple(c.kind == "buffer" and c.base in pooled for c in (st.a, st.b))
+            elif isinstance(st, RecurrentStep):
+                st.pooled = tuple(c.kind == "buffer" and c.base in pooled for c in st.args)
         self._marked = True
 
     def _new_state(self) -> RunState:

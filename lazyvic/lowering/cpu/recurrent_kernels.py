@@ -494,23 +494,24 @@ def _orders(steps: int, reverse: bool) -> tuple:
 
 def scratch_bytes(op: str, shapes: list, out_shape: tuple, itemsize: int) -> int:
     """Bytes of the arrays one call of ``op``'s loop makes besides its output (``shapes``: the
-    op's input shapes; float arrays of ``itemsize`` bytes, index arrays of 8): the step order
-    and the lengths; for a forward, the product's rows ``hw`` (N, G*H), the row-major copy of
-    w_hh^T (``recurrent.recurrent_weight``) and an LSTM's initial state (N, 2H); for a backward,
-    the per-step gradients (LSTM dh, dc and the product mm, N x H each; GRU dh_prev (N, 3H) and
-    mm; RNN mm). The plan reports them in its memory (``PlanMemory.scratch_bytes``)."""
+    op's input shapes, the optional int64 lengths last; float arrays of ``itemsize`` bytes,
+    index arrays of 8): for a forward, the product's rows ``hw`` (N, G*H), the row-major copy
+    of w_hh^T (``recurrent.recurrent_weight``) and, when rows have lengths, an LSTM's initial
+    state (N, 2H) (its step order and full lengths are made once per shapes: _forward_plan);
+    for a backward, the step order and lengths and the per-step gradients (LSTM dh, dc and the
+    product mm, N x H each; GRU dh_prev (N, 3H) and mm; RNN mm). The plan reports them in its
+    memory (``PlanMemory.scratch_bytes``)."""
     steps, rows = out_shape[0], out_shape[1]
-    index = (2 * steps + rows) * 8
     if op.endswith("_backward"):
         hidden = shapes[2 if op == "rnn_scan_backward" else 3][1]  # w_hh (G*H, H)
         per_row = {"lstm_scan_backward": 3 * hidden, "gru_scan_backward": 4 * hidden}.get(op, hidden)
-        return index + rows * per_row * itemsize
+        return (2 * steps + rows) * 8 + rows * per_row * itemsize
     w_hh = shapes[3] if op == "lstm_scan" else shapes[2]
     hidden = w_hh[1]
     floats = rows * w_hh[0] + (w_hh[0] * hidden if rows >= recurrent.COPY_MIN_ROWS else 0)
-    if op == "lstm_scan":
+    if op == "lstm_scan" and len(shapes) > 4:  # lengths given: rows past theirs hold this state
         floats += rows * 2 * hidden
-    return index + floats * itemsize
+    return floats * itemsize
 
 
 def _moves(moves: tuple) -> np.ndarray:
@@ -565,11 +566,12 @@ MAX_FORWARD_PLANS = 64
 
 
 def _forward_plan(h0, w_hh, y, reverse: bool):
-    """``(groups, bstep, width, kind, first, later, ts, prevs)`` for the native forward loops, made
-    as ``recurrent.scan_forward`` makes its products (``recurrent.unit_groups``' groups of
-    ``recurrent.column_block``'s blocks; ``bstep``: the elements between two columns of wt),
-    or None when NumPy's products are not one gemm or one gemv over wt each (the Python loop
-    runs then). Kept per shapes and dtype."""
+    """``(groups, bstep, width, kind, first, later, ts, prevs, full)`` for the native forward
+    loops, made as ``recurrent.scan_forward`` makes its products (``recurrent.unit_groups``'
+    groups of ``recurrent.column_block``'s blocks; ``bstep``: the elements between two columns
+    of wt; ``full``: the lengths of rows that all run every step, read only), or None when
+    NumPy's products are not one gemm or one gemv over wt each (the Python loop runs then).
+    Kept per shapes and dtype."""
     key = (h0.shape, w_hh.shape, y.shape, y.dtype.str, reverse)
     made = _FORWARD_PLANS.get(key, False)
     if made is not False:
@@ -584,7 +586,8 @@ def _forward_plan(h0, w_hh, y, reverse: bool):
     made = None
     if first is not None and later is not None and first[0] == later[0]:
         bstep = wt.strides[1] // wt.itemsize
-        made = (groups, bstep, width, first[0], first[1], later[1], *_orders(y.shape[0], reverse))
+        full = recurrent.full_lengths(None, *y.shape[:2])
+        made = (groups, bstep, width, first[0], first[1], later[1], *_orders(y.shape[0], reverse), full)
     if len(_FORWARD_PLANS) >= MAX_FORWARD_PLANS:
         _FORWARD_PLANS.clear()
     _FORWARD_PLANS[key] = made
@@ -598,11 +601,14 @@ def _native_forward(xp, h0, c0, b, w_hh, y, reverse: bool, cell: int, lengths, t
     made = _forward_plan(h0, w_hh, y, reverse)
     if made is None:
         return False
-    groups, bstep, width, kind, first, later, ts, prevs = made
+    groups, bstep, width, kind, first, later, ts, prevs, full = made
     wt = recurrent.recurrent_weight(w_hh, h0.shape[0], groups)
     hw = np.empty((h0.shape[0], w_hh.shape[0]), dtype=y.dtype)
-    lengths = recurrent.full_lengths(lengths, *y.shape[:2])
-    init = recurrent.lstm_init(h0, c0) if cell == LSTM else h0
+    if lengths is None:  # every row runs every step: no row holds a state (init is never read)
+        lengths, init = full, h0
+    else:
+        lengths = recurrent.full_lengths(lengths, *y.shape[:2])
+        init = recurrent.lstm_init(h0, c0) if cell == LSTM else h0
     loop = forward_loop_parallel if groups > 1 and on_team(team) else forward_loop
     with one_thread():
         loop(

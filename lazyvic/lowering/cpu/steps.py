@@ -528,6 +528,10 @@ class RecurrentStep:
     # Operands made of a scalar input (an initial state of zeros: h0 = zeros expanded, sliced
     # and reshaped), per position in args: (the scalar's value, its bits, the array made of it).
     filled: dict = field(default_factory=dict, repr=False, compare=False)
+    # Per operand: a pooled temporary of the plan (CpuPlan marks them, as MatmulStep's): its
+    # contiguous view (the input projection reshaped to (T, N, G*H)) is kept per array (``kept``).
+    pooled: tuple = ()
+    kept: dict = field(default_factory=dict, repr=False, compare=False)
 
     def writes(self):
         return (self.out,)
@@ -565,6 +569,11 @@ class RecurrentStep:
                     made = (value, bits, made[2])
                 self.filled[k] = made
             return made[2]
+        pooled = k < len(self.pooled) and self.pooled[k]
+        if pooled:
+            kept = self.kept.get(k)
+            if kept is not None and kept[0] is env[chain.base]:
+                return kept[1]
         ops = chain.ops
         if ops and ops[-1][0].name == "pad" and all(isinstance(v, int) for p in ops[-1][1]["pads"] for v in p):
             inner = view(env, scalars, chain._replace(ops=ops[:-1]))
@@ -576,7 +585,13 @@ class RecurrentStep:
             taken.append((key, buf))
             buf[tuple(slice(b, b + n) for n, (b, _) in zip(inner.shape, pads))] = inner
             return buf
-        return np.ascontiguousarray(view(env, scalars, chain))
+        base = env[chain.base] if chain.kind == "buffer" else None
+        v = np.ascontiguousarray(view(env, scalars, chain))
+        if pooled and v.base is not None and v.base is base.base:
+            # A view of the temporary's memory (not a copy, whose numbers would go stale), as
+            # MatmulStep keeps its operands' views. One tuple: a thread reads a whole pair.
+            self.kept[k] = (base, v)
+        return v
 
     def _run(self, env, arrays, lengths) -> None:
         if self.team:

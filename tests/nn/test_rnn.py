@@ -490,6 +490,29 @@ def test_initial_states_filled_from_a_scalar_follow_its_value(cls, fresh):
     assert got[0].tobytes() != got[1].tobytes()
 
 
+def test_compiled_layers_read_each_calls_inputs(fresh, monkeypatch):
+    """A compiled layer's scans keep their views of the plan's temporaries (the input
+    projection) from call to call: each call still reads its own inputs (alternating inputs
+    give the interpreter's bits every time)."""
+    from lazyvic.lowering.cpu.steps import RecurrentStep
+    from lazyvic.runtime.config import config
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    lazyvic.manual_seed(4)
+    layer = nn.LSTM(4, 8, num_layers=2).eval()
+    f = lazyvic.compile(lambda x: layer(x)[0])
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((6, 1, 4)).astype(np.float32) for _ in range(2)]
+    with lazyvic.no_grad():
+        got = [f(lazyvic.tensor(xs[k % 2])).numpy().copy() for k in range(6)]
+        scans = [s for s in plan_cache.last.plan.steps if isinstance(s, RecurrentStep)]
+        assert scans and all(s.kept for s in scans), "the scans did not keep a view of a temporary"
+        monkeypatch.setattr(config, "compile", "never")
+        want = [layer(lazyvic.tensor(x))[0].numpy() for x in xs]
+    for k, y in enumerate(got):
+        assert y.tobytes() == want[k % 2].tobytes(), k
+
+
 def test_packed_batches_of_other_lengths_are_one_plan(fresh):
     """A classifier over packed, unsorted batches whose lengths change every step (and whose
     longest sequence moves): pack_sequence and the layer give every batch the same trace

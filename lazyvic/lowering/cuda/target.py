@@ -127,7 +127,7 @@ class CudaTarget:
 
         tile = SIMULATOR_MATMUL_TILE if self.simulated else MATMUL_TILE
         if not tile:  # the simulator's default: no barriers (the same bits as the tiled kernel)
-            total = max(1, batch) * m * n
+            total = batch * m * n  # (none for an empty batch)
             blocks = min(SIMULATOR_MAX_BLOCKS, max(1, -(-total // SIMULATOR_THREADS)))
             args = (np.int64(m), np.int64(k), np.int64(n), np.int64(total))
             matmul_rows_kernel(np.dtype(dtype))[blocks, SIMULATOR_THREADS](c, a, b, *args)

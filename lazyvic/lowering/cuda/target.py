@@ -115,6 +115,8 @@ class CudaTarget:
         """``c = a @ b`` over flat C-contiguous (batch, m, k) and (batch, k, n) device arrays:
         CuPy (cuBLAS) when present, else the tiled kernel of the CUDA library (under the
         simulator, by default, its product without barriers: the same bits)."""
+        if batch * m * n == 0:  # no output to write (the tiled kernel's grid has at least one layer)
+            return
         cupy = self.cupy
         if cupy is not None:
             cupy.matmul(
@@ -127,7 +129,7 @@ class CudaTarget:
 
         tile = SIMULATOR_MATMUL_TILE if self.simulated else MATMUL_TILE
         if not tile:  # the simulator's default: no barriers (the same bits as the tiled kernel)
-            total = batch * m * n  # (none for an empty batch)
+            total = batch * m * n
             blocks = min(SIMULATOR_MAX_BLOCKS, max(1, -(-total // SIMULATOR_THREADS)))
             args = (np.int64(m), np.int64(k), np.int64(n), np.int64(total))
             matmul_rows_kernel(np.dtype(dtype))[blocks, SIMULATOR_THREADS](c, a, b, *args)

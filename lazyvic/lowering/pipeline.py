@@ -174,7 +174,7 @@ def plan_in_place(lowered: Lowered, generate) -> None:
         ks = lowered.sources.get(g.root)
         if ks is None or g.root not in pooled:
             continue
-        for q in getattr(ks, "identity_reads", ()):
+        for q in ks.identity_reads:
             if q in pooled and q not in taken and last.get(q) == s:
                 lowered.sources[g.root] = generate(entries, lowered.materialized, g, alias=frozenset([q]))
                 lowered.inplace[g.root] = q

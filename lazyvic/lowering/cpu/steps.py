@@ -127,7 +127,7 @@ class MatmulStep:
     # and kept (``memo``), not rebuilt through its movement ops at every run. Inputs' views are
     # not kept: that would keep a caller's old array alive after the caller dropped it.
     pooled: tuple = (False, False)
-    memo: list = field(default_factory=lambda: [None, None], init=False, repr=False, compare=False)
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # A float product in pieces (2-D: ops/blas.matmul_pieces, as the NumPy reference; batched: a
     # matrix per call), by ``run``: the backend's lowering/cpu/team.Team, on Numba's threads where
     # the plan runs BLAS on one.
@@ -144,16 +144,7 @@ class MatmulStep:
     def _operand(self, i, chain, env, scalars):
         if not self.pooled[i]:
             return view(env, scalars, chain)
-        base, kept = env[chain.base], self.memo[i]
-        if kept is not None and kept[0] is base:
-            return kept[1]
-        v = view(env, scalars, chain)
-        if v.base is not None and v.base is base.base:
-            # A view of the temporary's memory (not a copy that a reshape of a non-contiguous
-            # view makes, whose numbers would go stale): keep it. One tuple: a thread reads
-            # a whole pair or the previous one.
-            self.memo[i] = (base, v)
-        return v
+        return kept_view(self.memo, i, env, scalars, chain)
 
     def __call__(self, env, flat, scalars):
         a, b, out = self._operand(0, self.a, env, scalars), self._operand(1, self.b, env, scalars), env[self.out]
@@ -170,6 +161,23 @@ class MatmulStep:
 
 
 _PIECE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def kept_view(kept: dict, k, env, scalars, chain, contiguous: bool = False) -> np.ndarray:
+    """Operand ``chain``, a pooled temporary of the plan (whose array a run state keeps from
+    run to run), through its movement ops (made C-contiguous when ``contiguous``): made once per
+    array and kept in ``kept[k]``. Only a view of the temporary's memory is kept, not a copy (a
+    reshape of a non-contiguous view makes one), whose numbers would go stale. One tuple: a
+    thread reads a whole pair or the previous one."""
+    base, got = env[chain.base], kept.get(k)
+    if got is not None and got[0] is base:
+        return got[1]
+    v = view(env, scalars, chain)
+    if contiguous:
+        v = np.ascontiguousarray(v)
+    if v.base is not None and v.base is base.base:
+        kept[k] = (base, v)
+    return v
 
 
 def _base(env, chain, v: np.ndarray) -> np.ndarray:
@@ -529,7 +537,7 @@ class RecurrentStep:
     # and reshaped), per position in args: (the scalar's value, its bits, the array made of it).
     filled: dict = field(default_factory=dict, repr=False, compare=False)
     # Per operand: a pooled temporary of the plan (CpuPlan marks them, as MatmulStep's): its
-    # contiguous view (the input projection reshaped to (T, N, G*H)) is kept per array (``kept``).
+    # contiguous view (the input projection reshaped to (T, N, G*H)) is kept per array (kept_view).
     pooled: tuple = ()
     kept: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -569,11 +577,6 @@ class RecurrentStep:
                     made = (value, bits, made[2])
                 self.filled[k] = made
             return made[2]
-        pooled = k < len(self.pooled) and self.pooled[k]
-        if pooled:
-            kept = self.kept.get(k)
-            if kept is not None and kept[0] is env[chain.base]:
-                return kept[1]
         ops = chain.ops
         if ops and ops[-1][0].name == "pad" and all(isinstance(v, int) for p in ops[-1][1]["pads"] for v in p):
             inner = view(env, scalars, chain._replace(ops=ops[:-1]))
@@ -585,13 +588,9 @@ class RecurrentStep:
             taken.append((key, buf))
             buf[tuple(slice(b, b + n) for n, (b, _) in zip(inner.shape, pads))] = inner
             return buf
-        base = env[chain.base] if chain.kind == "buffer" else None
-        v = np.ascontiguousarray(view(env, scalars, chain))
-        if pooled and v.base is not None and v.base is base.base:
-            # A view of the temporary's memory (not a copy, whose numbers would go stale), as
-            # MatmulStep keeps its operands' views. One tuple: a thread reads a whole pair.
-            self.kept[k] = (base, v)
-        return v
+        if k < len(self.pooled) and self.pooled[k]:
+            return kept_view(self.kept, k, env, scalars, chain, contiguous=True)
+        return np.ascontiguousarray(view(env, scalars, chain))
 
     def _run(self, env, arrays, lengths) -> None:
         if self.team:

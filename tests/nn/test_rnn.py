@@ -490,6 +490,29 @@ def test_initial_states_filled_from_a_scalar_follow_its_value(cls, fresh):
     assert got[0].tobytes() != got[1].tobytes()
 
 
+def test_lstm_over_varying_batch_sizes_gives_the_interpreters_bits(fresh, monkeypatch):
+    """Inference on batches of other sizes through one plan of symbolic sizes: the zero
+    initial states the scans make of a scalar input (kept per value) are made per binding of
+    the sizes, never reused at another batch size."""
+    from lazyvic.runtime.config import config
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    lazyvic.manual_seed(0)
+    lstm = nn.LSTM(4, 8, num_layers=2).eval()
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((5, n, 4)).astype(np.float32) for n in (2, 3, 2, 6, 4, 6, 2)]
+
+    def outputs():
+        with lazyvic.no_grad():
+            return [lstm(lazyvic.tensor(x))[0].numpy().copy() for x in xs]
+
+    got = outputs()
+    assert plan_cache.last.plan is not None and plan_cache.last.plan.symbols
+    monkeypatch.setattr(config, "compile", "never")
+    for k, (a, b) in enumerate(zip(got, outputs())):
+        assert a.tobytes() == b.tobytes(), k
+
+
 def test_compiled_layers_read_each_calls_inputs(fresh, monkeypatch):
     """A compiled layer's scans keep their views of the plan's temporaries (the input
     projection) from call to call: each call still reads its own inputs (alternating inputs

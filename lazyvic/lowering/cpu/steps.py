@@ -535,11 +535,13 @@ class RecurrentStep:
     padded: list = field(default_factory=list, repr=False, compare=False)  # free (key, zeroed buffer) pairs
     # Operands made of a scalar input (an initial state of zeros: h0 = zeros expanded, sliced
     # and reshaped), per position in args: (the scalar's value, its bits, the array made of it).
-    filled: dict = field(default_factory=dict, repr=False, compare=False)
+    # Not an init field: the step a plan of symbolic sizes makes per binding of its sizes
+    # (dataclasses.replace) starts with its own, so an array of one batch size never serves another.
+    filled: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Per operand: a pooled temporary of the plan (CpuPlan marks them, as MatmulStep's): its
     # contiguous view (the input projection reshaped to (T, N, G*H)) is kept per array (kept_view).
     pooled: tuple = ()
-    kept: dict = field(default_factory=dict, repr=False, compare=False)
+    kept: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def writes(self):
         return (self.out,)

@@ -21,7 +21,8 @@ def set_num_threads(num_threads: int) -> None:
     """Set the threads lazyvic computes with: Numba's thread count for the parallel kernels
     (``numba.set_num_threads``, for the calling thread, capped at ``NUMBA_NUM_THREADS``, which is
     fixed when Numba starts) and the thread limit of the BLAS libraries loaded in the process
-    (through threadpoolctl; plans that run BLAS single-threaded still do, and restore this limit).
+    (through threadpoolctl: lazyvic's own products run BLAS on one thread whatever it is, and
+    restore it).
 
     Raises ValueError for a count that is not a positive integer (PyTorch raises RuntimeError)."""
     if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral) or num_threads < 1:

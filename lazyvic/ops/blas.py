@@ -1,7 +1,7 @@
 """The thread count of the BLAS libraries loaded in this process, set for the length of a call.
 
-CPU plans run their products on one thread when they are small (``lowering/cpu/plan.py``:
-``CpuPlan.single_thread_blas``), and the LSTM recurrence (``ops/recurrent.py``) runs its small
+CPU plans run their products on one BLAS thread (``lowering/cpu/plan.py``: ``CpuPlan.blas_threads``;
+large ones in pieces on Numba's threads), and the LSTM recurrence (``ops/recurrent.py``) runs its small
 per-step products on one thread in its reference and in its plan step alike: OpenBLAS's idle
 threads spin, and on a busy or virtual machine waking them cost up to half a millisecond per
 product (a 35-step two-layer LSTM language model's step: 70 ms instead of 10), and one thread
@@ -127,14 +127,12 @@ def product_pieces(m: int, n: int, k: int, max_pieces: int = MAX_PIECES) -> list
 # side by side (lowering/cpu/steps.MatmulStep), where the plan runs BLAS on one thread: the
 # products of a TinyGPT training step, (1024 x 128) @ (128 x 512) and the like, 21 of its 31 ms,
 # ran on one core of two. Pieces of at least MATMUL_PIECE_WORK multiply-adds, at most
-# MATMUL_MAX_PIECES; products of MATMUL_WHOLE_WORK or more stay whole (the plans run them on
-# OpenBLAS's own threads, CpuPlan.single_thread_blas). Split by rows when the output has at least
+# MATMUL_MAX_PIECES (the plans run BLAS on one thread, lowering/cpu/plan.py). Split by rows when the output has at least
 # as many rows as columns (each piece packs all of b: a weight), else by columns (each packs all
 # of a: a weight gradient's (128 x 1024) @ (1024 x 512) in 16-row pieces packed its 2 MB b eight
 # times). Fixed by the shape alone, in the NumPy reference too (ops/matmul.py).
 MATMUL_PIECE_WORK = 1 << 21
 MATMUL_MAX_PIECES = 4
-MATMUL_WHOLE_WORK = 1 << 27
 
 
 def matmul_pieces(m: int, n: int, k: int) -> list:
@@ -142,9 +140,8 @@ def matmul_pieces(m: int, n: int, k: int) -> list:
     (see MATMUL_PIECE_WORK): one BLAS call each; ``[(0, m, 0, n)]`` for one."""
     work = m * n * k
     p = 1
-    if work < MATMUL_WHOLE_WORK:
-        while 2 * p <= MATMUL_MAX_PIECES and work >= 2 * p * MATMUL_PIECE_WORK:
-            p *= 2
+    while 2 * p <= MATMUL_MAX_PIECES and work >= 2 * p * MATMUL_PIECE_WORK:
+        p *= 2
     while p > 1:
         if m >= n and m >= MIN_PIECE_ROWS * p:
             h = -(-m // p)

@@ -7,11 +7,10 @@ LAZYVIC_CACHE_DIR      where generated kernels and Numba's cache live
 LAZYVIC_DEBUG          0-4: 1 cache misses (with the reason: the nearest cached key and
                        what differs) and compile times, 2 fusion groups, 3 generated
                        kernel source, 4 per-step run times.
-LAZYVIC_DETERMINISTIC  1: BLAS products run on one thread (multithreaded OpenBLAS may
-                       round differently), so results do not depend on the thread count,
-                       and plans are compiled the first time their key is seen (the
-                       interpreter's products would use the process's BLAS threads). Also
-                       kept in the plan key. Everything else gives the same bits in every
+LAZYVIC_DETERMINISTIC  1: plans are compiled the first time their key is seen (no
+                       interpreted first run). Also kept in the plan key. BLAS runs on one
+                       thread in every mode, compiled or interpreted (multithreaded OpenBLAS
+                       may round differently from one thread). Everything else gives the same bits in every
                        mode already: interpreted and compiled runs agree (ops/numerics.py).
                        ``lazyvic.use_deterministic_algorithms(True)`` sets it at run time.
 LAZYVIC_CHECK          1: every compiled CPU plan also runs on the interpreter and the outputs

@@ -2,7 +2,9 @@
 
 It is the oracle of the tests, the first run of a plan in ``hot`` mode, and the
 fallback for what the code generator cannot compile. It reads the trace's named entries one
-at a time (``Trace.entry``).
+at a time (``Trace.entry``). Its products run on one BLAS thread, as the compiled plans' do
+(``lowering/cpu/plan.py``): OpenBLAS may round a product on two threads otherwise than on
+one (with its Haswell kernels, most float32 products of 100 x 100 x 100 and more).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from lazyvic import ops as optable
 from lazyvic.dtypes import get_dtype, scalar_value
 from lazyvic.lowering.passes import transpose_matmuls
 from lazyvic.lowering.reference import run_reference
+from lazyvic.ops.blas import one_thread
 
 
 def _rewritten(trace) -> tuple:
@@ -26,6 +29,11 @@ def _rewritten(trace) -> tuple:
 
 
 def _evaluate(entry, n: int, inputs: list, scalars: list) -> list:
+    with one_thread():
+        return _evaluate_entries(entry, n, inputs, scalars)
+
+
+def _evaluate_entries(entry, n: int, inputs: list, scalars: list) -> list:
     values: list = [None] * n
     for i in range(n):
         e = entry(i)  # one at a time: a run keeps nothing of the trace's

@@ -3,8 +3,7 @@
 In ``hot`` mode (default) a key seen for the first time runs on the NumPy
 interpreter; when it recurs its plan is compiled and every later run uses it. Both give the
 same bits (``ops/numerics.py``; ``LAZYVIC_CHECK=1`` verifies it for every compiled run,
-``runtime/check.py``). In deterministic mode a plan is compiled at first sight (its BLAS
-products run on one thread, the interpreter's on the process's). A plan that fails to compile is run by the interpreter and counted as a
+``runtime/check.py``). In deterministic mode a plan is compiled at first sight. A plan that fails to compile is run by the interpreter and counted as a
 fallback (``metrics.snapshot()["fallback_ops"]`` names why), never silently.
 
 A plan is compiled by the backend of the trace's device (``executor.backend(trace.device)``)

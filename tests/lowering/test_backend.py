@@ -231,34 +231,69 @@ def test_a_round_of_planning_again_keeps_the_kernels_it_did_not_change(monkeypat
     assert {k: s.source for k, s in kept.sources.items()} == {k: s.source for k, s in fresh.sources.items()}
 
 
-def test_parallel_kernels_keep_their_threads_in_plans_without_blas(tmp_path, monkeypatch):
-    """Plans whose products keep BLAS's threads run their parallel kernels on one thread (two
-    spinning thread teams); a plan with no product at all has no other team, and its parallel
-    kernels keep Numba's threads (they ran on one: an 8M-element chain took 8.6 ms, 4.5 on two)."""
+def test_parallel_kernels_keep_their_threads_beside_large_products(tmp_path, monkeypatch):
+    """Every plan that calls BLAS runs it on one thread, its large products in pieces on Numba's
+    threads, so its parallel kernels keep Numba's threads (until 2026-11-26 a plan with a product
+    of 2^28 flops or more kept OpenBLAS's two threads and ran its kernels on one); a plan with no
+    product leaves BLAS alone."""
     import numba
 
     from lazyvic.lowering.cpu import codegen
 
     x = lv.tensor(np.arange(codegen.PARALLEL_MIN_ELEMENTS, dtype=np.float32) / codegen.PARALLEL_MIN_ELEMENTS)
-    y = lv.tensor(np.ones((512, 512), np.float32))  # a product of 2.7e8 flops keeps BLAS's threads
+    from lazyvic.lowering.cpu.steps import MatmulStep
+    from lazyvic.runtime.config import config
+
+    rng = np.random.default_rng(5)
+    y_np = rng.standard_normal((512, 512)).astype(np.float32)
+    y = lv.tensor(y_np)  # a product of 2.7e8 flops
     chain = (x * 2 + 1).tanh()
     cuts = [cut(nodes) for nodes in ([chain._node], [chain._node, (y @ y)._node])]
     plans = [compile_trace(c[0], cache_dir=tmp_path) for c in cuts]
-    assert [p.parallel for p in plans] == [True, True]
-    assert [p.uses_blas for p in plans] == [False, True] and [p.blas_threads for p in plans] == [None, None]
+    assert [p.parallel for p in plans] == [True, True] and [p.blas_threads for p in plans] == [None, 1]
+    (step,) = [s for s in plans[1].steps if isinstance(s, MatmulStep)]
+    assert plans[1].team and step.run.team and step.in_pieces
     calls = []
     monkeypatch.setattr(numba, "set_num_threads", calls.append)
     got = [p.run(c[1], c[2]) for p, c in zip(plans, cuts)]
-    assert calls[:1] == [1] and len(calls) == 2  # the second plan's run only: one thread, then back
+    assert calls == []  # neither plan takes Numba's threads away from its kernels
     expected = np.tanh(np.arange(x.shape[0], dtype=np.float32) / x.shape[0] * 2 + 1)
     np.testing.assert_allclose(got[0][0], expected, rtol=1e-6)
+    np.testing.assert_array_equal(got[1][0], got[0][0])
+    monkeypatch.setattr(config, "compile", "never")
+    np.testing.assert_array_equal(got[1][1], (lv.tensor(y_np) @ lv.tensor(y_np)).numpy())  # the interpreter's bits
+    np.testing.assert_allclose(got[1][1], y_np.astype(np.float64) @ y_np, rtol=1e-4, atol=1e-3)
+
+
+def test_the_interpreter_runs_its_products_on_one_blas_thread(monkeypatch):
+    """The interpreter's products run on one BLAS thread, as the plans' do: OpenBLAS's Haswell
+    kernels round most float32 products of 100 x 100 x 100 and more otherwise on two threads,
+    so an interpreted first run and the compiled runs after it gave other bits there."""
+    import dataclasses
+
+    from lazyvic.ops.blas import blas_threads
+    from lazyvic.runtime.config import config
+
+    seen = []
+    opdef = optable.OPS["matmul"]
+
+    def reference(x, at):
+        blas_threads.limit(1)  # (found once: the functions getting each library's thread count)
+        blas_threads.restore()
+        seen.append([get() for get, _ in blas_threads.libs])
+        return opdef.reference(x, at)
+
+    monkeypatch.setitem(optable.OPS, "matmul", dataclasses.replace(opdef, reference=reference))
+    monkeypatch.setattr(config, "compile", "never")
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    np.testing.assert_array_equal((lv.tensor(a) @ lv.tensor(a)).numpy(), a @ a)
+    assert len(seen) == 1 and seen[0] and all(n == 1 for n in seen[0])
 
 
 def test_matmul_pieces_tile_the_output_by_the_shape_alone():
     """ops/blas.matmul_pieces: pieces that cover the output once, by rows when it has at least as
-    many rows as columns, else by columns; none for small products or ones large enough to keep
-    OpenBLAS's own threads."""
-    from lazyvic.ops.blas import MATMUL_MAX_PIECES, MATMUL_PIECE_WORK, MATMUL_WHOLE_WORK, matmul_pieces
+    many rows as columns, else by columns; none for small products."""
+    from lazyvic.ops.blas import MATMUL_MAX_PIECES, MATMUL_PIECE_WORK, matmul_pieces
 
     for m, n, k in [
         (1024, 512, 128),
@@ -277,7 +312,7 @@ def test_matmul_pieces_tile_the_output_by_the_shape_alone():
     assert [p[:2] for p in matmul_pieces(1024, 512, 128)] == [(0, 256), (256, 512), (512, 768), (768, 1024)]
     assert [p[2:] for p in matmul_pieces(128, 512, 1024)] == [(0, 128), (128, 256), (256, 384), (384, 512)]
     assert matmul_pieces(35, 512, 128) == [(0, 35, 0, 512)]  # 2.3e6 multiply-adds: one call
-    assert matmul_pieces(1024, 1024, 1024) == [(0, 1024, 0, 1024)] and 1 << 30 >= MATMUL_WHOLE_WORK
+    assert [p[:2] for p in matmul_pieces(1024, 1024, 1024)] == [(0, 256), (256, 512), (512, 768), (768, 1024)]
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["pieces", "per_matrix"])

@@ -333,23 +333,16 @@ class CpuBackend(Backend):
             native_background=self.native_background,
             cache_dir=lowered.cache_dir,
         )
-        # Deterministic mode: multithreaded OpenBLAS gives other last bits than one thread
-        # (measured on TinyGPT's products), so BLAS runs on one thread whatever the machine.
-        deterministic = "deterministic" in lowered.trace.flags
-        # A plan of symbolic sizes makes this choice per binding of its sizes, at run time (no
-        # guard: a loop over 20 batch sizes would need a plan per side of each threshold).
-        plan.threads_per_binding = not deterministic and any(
-            symbolic.contains_symbols(e.shape) for e in lowered.entries
-        )
-        if not plan.threads_per_binding:
-            plan.blas_threads = 1 if deterministic or plan.single_thread_blas() else None
-        # Products in pieces and depthwise convolutions run on Numba's threads only where BLAS
-        # runs on one thread or not at all: one thread team (lowering/cpu/team.py). A depthwise
-        # one then has scratch per thread.
+        # BLAS on one thread wherever a step calls it, products large enough for two threads in
+        # pieces on Numba's (the comment above plan.BLAS_KINDS): whatever the sizes, the machine
+        # or its load, so a plan of symbolic sizes makes no choice of threads per binding.
+        # Products in pieces and depthwise convolutions run on that one thread team
+        # (lowering/cpu/team.py); a depthwise one then has scratch per thread.
         teams = _teams(steps)
         blas = (MatmulStep, ConvStep, ConvTransposeStep, RecurrentStep)
-        plan.uses_blas = any(isinstance(s, blas) for s in steps) or any(isinstance(t, Team) for _, t in teams)
-        if teams and (plan.threads_per_binding or plan.blas_threads == 1 or not plan.uses_blas):
+        uses_blas = any(isinstance(s, blas) for s in steps) or any(isinstance(t, Team) for _, t in teams)
+        plan.blas_threads = 1 if uses_blas else None
+        if teams:
             plan.team = True
             for st, t in teams:
                 t.team = True

@@ -8,7 +8,6 @@ process holds a core, the calling thread alone.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -71,24 +70,8 @@ other_load = _OtherLoad()
 
 def on_team(flag: bool) -> bool:
     """Whether a step whose ``team`` flag is ``flag`` runs on Numba's threads now: the plan's
-    one thread team (flag set by ``CpuBackend``), not stood down for this run (:func:`team_off`)
-    and no other process busy (:class:`_OtherLoad`)."""
-    return flag and not getattr(_this_thread, "off", False) and not other_load()
-
-
-_this_thread = threading.local()
-
-
-@contextlib.contextmanager
-def team_off():
-    """Steps run by this thread inside the block keep their shares on it: a plan of symbolic
-    sizes whose binding runs BLAS on several threads (``CpuPlan.threads_per_binding``)."""
-    before = getattr(_this_thread, "off", False)
-    _this_thread.off = True
-    try:
-        yield
-    finally:
-        _this_thread.off = before
+    one thread team (flag set by ``CpuBackend``), and no other process busy (:class:`_OtherLoad`)."""
+    return flag and not other_load()
 
 
 # Work of fewer elements runs on the calling thread even on the team (a parallel region costs a

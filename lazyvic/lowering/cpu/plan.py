@@ -26,18 +26,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
-import numba
 import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic import ops as optable
 from lazyvic.lowering.backend import Plan
 from lazyvic.lowering.cpu import native
-from lazyvic.lowering.cpu.load import team_off
 from lazyvic.lowering.cpu.steps import (
-    ConvStep,
-    ConvTransposeStep,
-    DirectConvStep,
     KernelStep,
     MatmulStep,
     RecurrentStep,
@@ -46,24 +41,27 @@ from lazyvic.lowering.memory import ALIGN, aligned_empty, slot_sizes
 from lazyvic.ops.blas import blas_threads
 from lazyvic.trace import symbolic
 
-# Plans whose products are all below this many flops run BLAS on one thread (a TinyGPT step's
-# largest, 1024x128 @ 128x512, is 1.3e8): products large enough to gain from two threads run in
-# pieces on the plan's thread team instead (ops/blas.matmul_pieces, lowering/cpu/team.py), the
-# team the kernels use, so no two spinning pools wait for each other and, while other processes
-# are busy, the pieces run on the calling thread (lowering/cpu/load.py). TinyGPT's training step
-# (captured) took about the same quiet (27.1-27.6 ms against 25.7-29.0 with its products on two
-# OpenBLAS threads, alternated) and 41-43 ms against 49-57 with another process busy; LSTM 2 x 128
-# inference at batch 20 (input projections of 9.2e7 flops) 3.0-3.2 ms against 3.9-4.4.
-# Small products gain nothing from a second thread: the digits MLP step (products of at most
+# A plan that calls BLAS runs it on one thread (CpuPlan.blas_threads): its products large enough to
+# gain from two threads run in pieces on the plan's thread team instead (ops/blas.matmul_pieces,
+# product_pieces; lowering/cpu/team.py), the team its kernels use, so no two spinning pools wait
+# for each other, and while other processes are busy the pieces run on the calling thread
+# (lowering/cpu/load.py). Which thread runs a piece does not change its bits: a seeded run gives
+# the same bits on a quiet machine and a busy one.
+# Measured (lazyvic.compile, 2 cores, steady-state medians; before 2026-11-26 plans with a product
+# of 2^28 flops or more kept OpenBLAS's two threads whole and ran their kernels on one thread):
+# - MobileNetV2 / EfficientNet-B0 inference at batch 32, 224px: 196-203 / 260-318 ms a call
+#   against 221-237 / 430-515; with another process busy, 438-542 / 689-739 against 586-664 /
+#   1,002-1,063 (benchmarks/convnets.py, alternated);
+# - the pytorch/examples MNIST CNN training step (a 32->64 3x3 convolution of 64 26x26 images,
+#   1.4e9 flops): 46 ms against 52-76 quiet, 89-113 against 122-221 busy;
+# - BERT-style / GPT-2-style inference at batch 8 (products up to 2.4e9 flops): 44-47 / 177-191
+#   ms against 41-103 / 174-194 quiet, 76-80 / 333-374 against 84-85 / 402-407 busy
+#   (benchmarks/onnx_transformers.py).
+# Small products never gained from a second thread: the digits MLP step (products of at most
 # 2.1e6 flops) ran at 6,690 steps/s with two OpenBLAS threads and 7,070 with one on a quiet
-# machine, and with another process busy at 3,150 against 7,140 (benchmarks/captured_steps.py).
-# The 12-block residual MLP step (products of 1.7e7 flops) ran captured at 51 steps/s with two
-# OpenBLAS threads and 38 with one quiet, but at 16 against 38 with another process busy: a
-# product's second half waited a scheduler slice for the busy core.
-# At ResNet-18 batch 1 (products of at most 1.2e6 flops) two OpenBLAS threads gained nothing on
-# a quiet machine and, with another process busy, made a forward pass 12 ms instead of 1.3 ms.
-# (Fixed by the products' sizes, never by the load: a seeded run gives the same bits every time.)
-SINGLE_THREAD_BLAS_MAX_FLOPS = 1 << 28
+# machine, and with another process busy at 3,150 against 7,140 (benchmarks/captured_steps.py);
+# at ResNet-18 batch 1 two OpenBLAS threads made a forward pass 12 ms instead of 1.3 ms with
+# another process busy.
 BLAS_KINDS = ("matmul", "conv")  # their outputs are written by BLAS: 64-byte aligned
 # Sets of temporaries a plan keeps between runs: as many as threads ran it at once, up to this.
 MAX_FREE_RUN_STATES = 4
@@ -89,8 +87,6 @@ class _Binding:
     needed: list
     native: object = None  # its steps with native segments (lowering/cpu/native.py); False: none
     runs: int = 0  # runs at this binding (its native segments are made after native_after of them)
-    blas_threads: int | None = None  # as CpuPlan's, for these sizes (CpuPlan.threads_per_binding)
-    team: bool = True  # the plan's team runs at these sizes (CpuPlan.threads_per_binding)
 
 
 def _symbolic_fields(step) -> tuple:
@@ -169,15 +165,16 @@ class CpuPlan(Plan):
     groups: list = field(default_factory=list, repr=False)
     fallbacks: tuple = ()
     stats: dict = field(default_factory=dict)
-    # BLAS threads while the plan runs (None: leave BLAS alone); see single_thread_blas().
+    # BLAS threads while the plan runs: 1 where a step calls BLAS (a product, a convolution, a
+    # recurrent loop), None (BLAS left alone) where none does. Numba's OpenMP workers and
+    # OpenBLAS's threads both busy-wait after their work; on a 2-core machine a plan that
+    # alternated parallel kernels and BLAS calls had each pool waiting for the other's spinning
+    # threads (about 8 ms, a scheduler slice, per kernel: a TinyGPT step took 440 ms instead of
+    # 40). One pool, Numba's, runs both the kernels and the products' pieces (the comment
+    # above BLAS_KINDS).
     blas_threads: int | None = None
-    # A plan of symbolic sizes chooses its BLAS threads and its team per binding (_Binding).
-    threads_per_binding: bool = False
     # Steps run products in pieces or depthwise convolutions on Numba's threads (lowering/cpu/team.py).
     team: bool = False
-    # A step calls BLAS (a product, a convolution, a recurrent loop): else nothing limits the
-    # parallel kernels to one thread (see run).
-    uses_blas: bool = True
     # (shape, NumPy dtype, aligned) -> a new output array; the runtime's buffer pool.
     allocate: Callable = field(default=allocate_output, repr=False)
     free_states: list = field(default_factory=list, repr=False)  # RunStates not in use by a run
@@ -197,26 +194,6 @@ class CpuPlan(Plan):
 
     device = "cpu"
     concurrent_runs = True  # runs may overlap (lazyvic.runtime.executor): see the module docstring
-
-    def single_thread_blas(self, env: dict | None = None) -> bool:
-        """True when BLAS should run on one thread while this plan runs (for a plan of symbolic
-        sizes, at the binding ``env`` of its symbols: the choice is made per binding, never a
-        guard, as ``threads_per_binding`` says).
-
-        Numba's OpenMP workers and OpenBLAS's threads both busy-wait after their work;
-        on a 2-core machine a plan that alternates parallel kernels and BLAS calls had
-        each pool waiting for the other's spinning threads (about 8 ms, a scheduler slice,
-        per kernel: a TinyGPT step took 440 ms instead of 40). One pool at a time fixes it:
-        products below SINGLE_THREAD_BLAS_MAX_FLOPS run on one BLAS thread, in pieces on
-        Numba's team where they are large enough (ops/blas.matmul_pieces). Plans with a
-        larger product keep multithreaded BLAS, and their kernels run on one thread.
-        """
-        flops = [
-            symbolic.evaluate(2 * symbolic.prod(self.entries[s.out].shape) * s.k, env or {})
-            for s in self.steps
-            if isinstance(s, (MatmulStep, ConvStep, ConvTransposeStep, DirectConvStep))
-        ]
-        return bool(flops) and max(flops) < SINGLE_THREAD_BLAS_MAX_FLOPS
 
     @property
     def kernels(self) -> list:
@@ -253,40 +230,16 @@ class CpuPlan(Plan):
         except IndexError:  # a first run, or every state in use by runs in other threads
             state = self._new_state()
         try:
-            threads = self.blas_threads
-            if self.threads_per_binding:
-                b = self._bound(tuple(sizes))
-                threads = b.blas_threads
-                if self.team and not b.team:
-                    with team_off():
-                        return self._run_threads(threads, state, inputs, scalars, debug, sizes, observe)
-            return self._run_threads(threads, state, inputs, scalars, debug, sizes, observe)
-        finally:
-            if len(free) < MAX_FREE_RUN_STATES:
-                free.append(state)
-
-    def _run_threads(self, threads, state, inputs, scalars, debug, sizes, observe) -> list:
-        """:meth:`_run` with BLAS on ``threads`` threads (None: as BLAS is set)."""
-        if threads is None:
-            if not self.parallel or not self.uses_blas:
+            if self.blas_threads is None:
                 return self._run(state, inputs, scalars, debug, sizes, observe)
-            # Products large enough to keep BLAS's threads: the kernels run on one thread
-            # (numba.set_num_threads is per calling thread), never two spinning pools at
-            # once. The pytorch/examples MNIST CNN step (a 32->64 3x3 convolution of 64
-            # 26x26 images, 1.4e9 flops) took 160-300 ms with both pools, a trivial pad
-            # kernel 12 ms of it (waits for the other pool's spinning threads), and 73-83 ms so
-            # (both under load from other benchmarks).
-            kernel_threads = numba.get_num_threads()
-            numba.set_num_threads(1)
+            blas_threads.limit(self.blas_threads)
             try:
                 return self._run(state, inputs, scalars, debug, sizes, observe)
             finally:
-                numba.set_num_threads(kernel_threads)
-        blas_threads.limit(threads)
-        try:
-            return self._run(state, inputs, scalars, debug, sizes, observe)
+                blas_threads.restore()
         finally:
-            blas_threads.restore()
+            if len(free) < MAX_FREE_RUN_STATES:
+                free.append(state)
 
     def _mark_pooled_operands(self) -> None:
         """Tell each matrix product and recurrent loop which of its operands are pooled
@@ -349,9 +302,6 @@ class CpuPlan(Plan):
             ]
             # The slots' sizes from the entries made concrete above (no symbolic products).
             b = _Binding(entries, steps, new_outputs, slot_sizes(self.memory, entries, env))
-            if self.threads_per_binding:
-                b.blas_threads = 1 if self.single_thread_blas(env) else None
-                b.team = b.blas_threads == 1 or not self.uses_blas
             if len(self.bindings) >= MAX_BINDINGS:
                 self.bindings.pop(next(iter(self.bindings)))
             self.bindings[sizes] = b

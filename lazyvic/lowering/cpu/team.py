@@ -1,8 +1,8 @@
 """BLAS products run in pieces on Numba's thread team (the convolution steps of lowering/cpu/steps.py).
 
-A plan whose products are small runs BLAS on one thread (``CpuPlan.single_thread_blas``: two
-spinning thread teams, OpenBLAS's and Numba's, waited for each other, and on a busy machine a
-product's second half waited for a descheduled thread). Its products then used one core of two.
+A plan runs BLAS on one thread (``CpuPlan.blas_threads``: two spinning thread teams, OpenBLAS's
+and Numba's, waited for each other, and on a busy machine a product's second half waited for a
+descheduled thread). Its products then used one core of two.
 Here a product is split into pieces (``ops/blas.product_pieces``, fixed by its shape), and a
 parallel Numba loop calls OpenBLAS once per piece (on one thread each, the calls NumPy's
 ``matmul`` makes: ``native.matmul_call``), so the plan keeps one thread team: Numba's.

@@ -263,6 +263,14 @@ def test_parallel_kernels_keep_their_threads_beside_large_products(tmp_path, mon
     monkeypatch.setattr(config, "compile", "never")
     np.testing.assert_array_equal(got[1][1], (lv.tensor(y_np) @ lv.tensor(y_np)).numpy())  # the interpreter's bits
     np.testing.assert_allclose(got[1][1], y_np.astype(np.float64) @ y_np, rtol=1e-4, atol=1e-3)
+    # While another process is busy, each run's parallel kernels go to the calling thread alone
+    # (a region otherwise waits for a thread on the busy core), and back after: the same bits.
+    from lazyvic.lowering.cpu import load
+
+    monkeypatch.setattr(load, "other_load", lambda: True)
+    busy = plans[0].run(cuts[0][1], cuts[0][2])[0]
+    assert calls == ([1, numba.get_num_threads()] if numba.get_num_threads() > 1 else [])
+    np.testing.assert_array_equal(busy, got[0][0])
 
 
 def test_the_interpreter_runs_its_products_on_one_blas_thread(monkeypatch):

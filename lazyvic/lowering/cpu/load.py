@@ -1,9 +1,10 @@
 """Whether other processes are busy, for the steps that run on Numba's threads (lowering/cpu/team.py).
 
 The steps whose work is split among Numba's threads (products in pieces, depthwise convolutions,
-the convolutions' copies) compute the same bits whichever thread runs a share, so whether they
-split may follow the machine's load: on a quiet machine two threads, on one where another
-process holds a core, the calling thread alone.
+the convolutions' copies) and the parallel kernels (chunks fixed by the sizes) compute the same
+bits whichever thread runs a share, so whether they split may follow the machine's load: on a
+quiet machine two threads, on one where another process holds a core, the calling thread alone
+(the kernels: ``CpuPlan.run``).
 """
 
 from __future__ import annotations

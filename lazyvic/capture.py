@@ -23,7 +23,9 @@ Replay is used only where it is exact; otherwise the call runs as usual:
 The contract, as for ``torch.jit.trace``: with the same guards the call records the same
 program. Python values the call reads from elsewhere (a global, an attribute changed between
 calls) are frozen at the recording; tensors a plain function closes over are captured by
-value.
+value. What an inference call computes from those constants, parameters and buffers alone
+through elementwise ops, gathers and joins (an imported LSTM's gate reorder, a weight's cast)
+is computed once at the recording, not at every replay (``Compiled.hoisted``).
 
 Training steps (a call that updates state: ``optimizer.step()``, a parameter or buffer updated
 in place, ``.grad`` written by ``backward()``): the whole step is captured, as TinyJit and
@@ -70,6 +72,7 @@ import numpy as np
 
 from lazyvic import dtypes as dt
 from lazyvic import modes, recording
+from lazyvic import ops as optable
 from lazyvic.nn.module import Module
 from lazyvic.runtime import buffers, metrics, run
 from lazyvic.runtime.config import config
@@ -131,10 +134,11 @@ def _symbolic_replay(trace, slots, entry) -> _SymbolicReplay | None:
     """The symbolic replay of a recording whose trace a plan of symbolic sizes served, when every
     symbol of the plan is a dim of an argument (not of a captured constant, nor an attribute)."""
     template = entry.template
+    sites = family.input_sites(trace.key[0]).items()
+    if any(slots[slot][0] == "const" and not isinstance(template.exprs[site], int) for site, (slot, _) in sites):
+        return None  # a constant whose size varied (a value hoisted from a slice by a size)
     by_site = {  # input site -> (argument, axis), for the arguments' dims
-        site: (slots[slot][1], axis)
-        for site, (slot, axis) in family.input_sites(trace.key[0]).items()
-        if slots[slot][0] == "arg"
+        site: (slots[slot][1], axis) for site, (slot, axis) in sites if slots[slot][0] == "arg"
     }
     reads = []
     for sym_site, lower in template.symbols:
@@ -152,6 +156,8 @@ class Compiled:
         replays, recordings, fallbacks: counts of calls by path (also in ``lazyvic.metrics``
             as ``capture_replays`` ..., and ``capture_step_replays`` for training steps).
         reasons: a ``collections.Counter`` of why calls ran normally (the fallbacks).
+        hoisted: values of inference recordings computed once from constants, parameters and
+            buffers alone, not at every replay (``capture_hoisted``; see ``_hoist_constants``).
     """
 
     def __init__(self, fn):
@@ -160,7 +166,7 @@ class Compiled:
         # Per call structure (sizes left out): the last recording, and a symbolic replay once two
         # recordings of other sizes gave one plan of symbolic sizes and the same scalars.
         self._structures: dict = {}
-        self.replays = self.recordings = self.fallbacks = 0
+        self.replays = self.recordings = self.fallbacks = self.hoisted = 0
         self.reasons: collections.Counter = collections.Counter()  # why calls ran normally
         self._refusals: dict = {}
         functools.update_wrapper(self, fn, updated=())
@@ -284,15 +290,17 @@ class Compiled:
         side_effects = {id(t) for t in live.pending()} - {id(t) for t in items}
         if not _computed_outputs(items, roots) or _has_side_effects(side_effects, roots):
             return self._refuse(key, out, "outputs that are inputs or constants, or pending tensors beside them")
+        by_id = {}
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                by_id.setdefault(id(a._node.data), i)
+        if device == "cpu":
+            self.hoisted += _hoist_constants(roots, by_id)
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
         if any(e.op in ("rand", "randn") for e in trace.named):
             _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
             return self._refuse(key, out, "random ops in an inference call")
-        by_id = {}
-        for i, a in enumerate(args):
-            if isinstance(a, Tensor):
-                by_id.setdefault(id(a._node.data), i)
         slots = [("arg", by_id[id(a)]) if id(a) in by_id else ("const", a) for a in arrays]
         module = self._module()
         watched = []
@@ -635,6 +643,69 @@ def _has_side_effects(live_ids: set, roots: list) -> bool:
         reachable.add(id(n))
         stack.extend(i for i in n.inputs if i.pending)
     return any(id(t._node) not in reachable for t in live.pending() if id(t) in live_ids)
+
+
+# Ops whose values computed from constants alone a recording computes once (_hoist_constants):
+# the exact ones (elementwise ops round as in any plan, gathers and joins copy), never products,
+# reductions or random draws.
+_HOISTABLE = frozenset(("elementwise", "gather", "join", "movement"))
+
+
+def _hoist_constants(roots: list, arg_data: dict) -> int:
+    """Compute, once at an inference recording, the values of ``roots``' graph that depend on no
+    argument (``arg_data``: the ids of the arguments' arrays): the call's constants, parameters
+    and buffers through elementwise ops, gathers and joins (an imported LSTM's gate reorder, a
+    weight's cast). Each such value that an argument-dependent op reads becomes a realized buffer,
+    a constant input of the recorded trace, so replays no longer compute it (the recording is
+    valid only while the parameters and buffers are the ones it read: ``_Entry.valid``). Views
+    (movement ops) of constants stay in the trace, as do values larger than every constant they
+    are made of (a broadcast: the values it is made of are kept instead). Returns how many were computed. The same bits as computing them
+    in the plan: the same ops, each rounding as it does there."""
+    const: dict = {}  # pending node -> the largest constant (elements) it reads, when argument-free
+    stack = list(roots)
+    while stack:  # post-order over pending nodes
+        node = stack[-1]
+        if node in const:
+            stack.pop()
+            continue
+        waiting = [i for i in node.inputs if i.pending and i not in const]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        largest = 0 if node.inputs and optable.OPS[node.op].kind in _HOISTABLE else None
+        for i in node.inputs:
+            if largest is None:
+                break
+            if i.pending:
+                largest = None if const[i] is None else max(largest, const[i])
+            elif i.op == "buffer":
+                largest = None if id(i.data) in arg_data else max(largest, math.prod(i.shape))
+        const[node] = largest
+
+    def computed(node):  # the argument-free values to keep: below views and broadcasts
+        found, todo = [], [node]
+        while todo:
+            n = todo.pop()
+            if optable.OPS[n.op].kind != "movement" and math.prod(n.shape) <= const[n]:
+                found.append(n)
+            else:
+                todo.extend(i for i in n.inputs if i.pending)
+        return found
+
+    wanted: dict = {}
+    for node, largest in const.items():
+        if largest is None:
+            for i in node.inputs:
+                if i.pending and const[i] is not None:
+                    wanted.update(dict.fromkeys(computed(i)))
+    if not wanted:
+        return 0
+    nodes = list(wanted)
+    trace, arrays, scalars, out_nodes = cut(nodes, _flags("cpu"))
+    _realize(out_nodes, run(trace, arrays, scalars), "cpu")
+    metrics.add("capture_hoisted", len(out_nodes))
+    return len(out_nodes)
 
 
 def _realize(nodes, arrays, device: str) -> None:

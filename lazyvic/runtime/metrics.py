@@ -42,6 +42,7 @@ _COUNTERS = (
     "capture_recordings",
     "capture_replays",
     "capture_symbolic_replays",
+    "capture_hoisted",
     "capture_step_replays",
     "capture_fallbacks",
     "host_to_device_copies",

@@ -47,6 +47,47 @@ def test_new_shapes_and_new_parameter_values_record_again(mlp):
         assert cm.recordings == 4 and cm.replays == 0
 
 
+class _Reordered(nn.Module):
+    """Weights prepared at every call from parameters alone (as an imported LSTM reorders its
+    gates): gathered rows, a cast and a scaled bias, then a view of the weight beside them."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(lv.tensor(rand(8, 6, seed=1)))
+        self.b = nn.Parameter(lv.tensor(rand(8, seed=2)))
+        self.v = nn.Parameter(lv.tensor(rand(24, seed=3)))
+        self.register_buffer("order", lv.tensor(np.array([4, 5, 6, 7, 0, 1, 2, 3])))
+
+    def forward(self, x):
+        w = self.w.index_select(0, self.order)
+        b = (self.b.double() * 0.5).float().expand(x.shape[0], 8) + 1.0
+        return (x @ w.T + b) @ self.v.reshape(3, 8).T
+
+
+def test_values_of_parameters_alone_are_computed_once_and_follow_new_parameters():
+    lv.manual_seed(0)
+    m = _Reordered()
+    cm = lv.compile(m)
+    with lv.no_grad():
+        for seed in range(3):
+            x = rand(5, 6, seed=seed)
+            np.testing.assert_array_equal(cm(x).numpy(), m(lv.tensor(x)).numpy())
+        # the gather and the cast chain of b (8 elements: its expand to 5 x 8 stays in the
+        # trace, being larger than b); v's views of a parameter are no computation
+        assert (cm.recordings, cm.replays, cm.hoisted) == (1, 2, 2)
+        before = lv.metrics.snapshot()
+        np.testing.assert_array_equal(cm(x).numpy(), m(lv.tensor(x)).numpy())
+        after = lv.metrics.snapshot()
+        assert after["capture_hoisted"] == before["capture_hoisted"]
+        m.w.mul_(-1.0)  # a new parameter value: recorded again, the gather computed from it
+        np.testing.assert_array_equal(cm(x).numpy(), m(lv.tensor(x)).numpy())
+        m.load_state_dict({"b": np.zeros(8, np.float32)}, strict=False)
+        np.testing.assert_array_equal(cm(x).numpy(), m(lv.tensor(x)).numpy())
+        assert cm.recordings == 3 and cm.hoisted == 6
+        expected = x @ -rand(8, 6, seed=1)[[4, 5, 6, 7, 0, 1, 2, 3]].T + 1.0
+        np.testing.assert_allclose(cm(x).numpy(), expected @ rand(24, seed=3).reshape(3, 8).T, rtol=1e-5, atol=1e-5)
+
+
 def test_grad_mode_runs_normally_so_backward_works(mlp):
     cm = lv.compile(mlp)
     y = cm(rand(4, 6)).sum()
@@ -174,6 +215,26 @@ def test_other_sizes_replay_one_plan_of_symbolic_sizes():
     # Two recordings (4, then 5: the plan of symbolic sizes), then every other size replays it.
     assert f.recordings == 2 and f.replays == 4
     assert lv.metrics.snapshot()["capture_symbolic_replays"] == 4
+
+
+def test_a_constant_computed_at_the_recordings_size_is_not_replayed_at_other_sizes():
+    """A value computed once from a parameter sliced by an argument's size (hoisted at the
+    recording, _hoist_constants) has that recording's size: calls of other sizes record again
+    rather than replay a plan of symbolic sizes with it."""
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    plan_cache.clear_plans()
+    w = lv.tensor(rand(10, 4, seed=5))
+
+    def fn(x):
+        return x + w[: x.shape[0]] * 2.0
+
+    f = lv.compile(fn)
+    with lv.no_grad():
+        for n in (3, 4, 5, 6, 4):
+            x = rand(n, 4, seed=n)
+            np.testing.assert_array_equal(f(lv.tensor(x)).numpy(), fn(lv.tensor(x)).numpy())
+    assert f.recordings == 4 and f.replays == 1 and f.hoisted == 4
 
 
 def test_a_scalar_that_follows_the_size_records_every_size():

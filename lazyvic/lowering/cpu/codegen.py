@@ -20,11 +20,15 @@ from lazyvic.ops.numerics import LANES
 from lazyvic.trace import symbolic
 
 # Smaller kernels run serially. Measured on TinyGPT's training step (2 cores; kernels of
-# 131k-524k elements between BLAS calls): serial kernels with 2-thread BLAS ran the step in
-# 26 ms against 35 ms with parallel kernels (whose OpenMP team waited for cores held by
-# spinning BLAS threads), and a busy neighbouring process slowed parallel kernels 3x
-# (each parallel region waits for a descheduled worker) but serial ones 1.4-2x.
-PARALLEL_MIN_ELEMENTS = 1 << 20
+# 131k-524k elements between BLAS calls): when its products ran on OpenBLAS's own threads, serial
+# kernels ran the step in 26 ms against 35 ms with parallel ones (whose OpenMP team waited for
+# cores held by spinning BLAS threads), so the bound was 2^20. Since every plan runs BLAS on one
+# thread and its parallel kernels on the calling thread while other processes are busy
+# (lowering/cpu/plan.py), 2^17 (captured step, alternated, 2026-11-26): 19.7-19.9 ms against
+# 21.8-22.0 quiet, 32.4-32.6 against 32.4-32.6 (min) with another process busy; EfficientNet-B0
+# at batch 1 10.1-10.5 against 11.3-11.8 ms, the MNIST CNN step 40-42 against 42-45 ms,
+# ResNet-18's step and MobileNetV2 unchanged; 2^16 and 2^18 no better than 2^17.
+PARALLEL_MIN_ELEMENTS = 1 << 17
 PARALLEL_CHUNK_ELEMENTS = 1 << 14  # work per chunk handed to a thread
 # Kernels use strict IEEE arithmetic, so elementwise work rounds exactly as the NumPy
 # interpreter does (no FMA contraction, no reassociation): a seeded computation gives the

@@ -659,8 +659,9 @@ def _hoist_constants(roots: list, arg_data: dict) -> int:
     a constant input of the recorded trace, so replays no longer compute it (the recording is
     valid only while the parameters and buffers are the ones it read: ``_Entry.valid``). Views
     (movement ops) of constants stay in the trace, as do values larger than every constant they
-    are made of (a broadcast: the values it is made of are kept instead). Returns how many were computed. The same bits as computing them
-    in the plan: the same ops, each rounding as it does there."""
+    are made of (a broadcast) and the call's outputs: the values they are made of are kept
+    instead. Returns how many were computed. The same bits as computing them in the plan: the
+    same ops, each rounding as it does there."""
     const: dict = {}  # pending node -> the largest constant (elements) it reads, when argument-free
     stack = list(roots)
     while stack:  # post-order over pending nodes
@@ -683,11 +684,13 @@ def _hoist_constants(roots: list, arg_data: dict) -> int:
                 largest = None if id(i.data) in arg_data else max(largest, math.prod(i.shape))
         const[node] = largest
 
-    def computed(node):  # the argument-free values to keep: below views and broadcasts
+    outputs = set(roots)
+
+    def computed(node):  # the argument-free values to keep: below views, broadcasts and outputs
         found, todo = [], [node]
         while todo:
             n = todo.pop()
-            if optable.OPS[n.op].kind != "movement" and math.prod(n.shape) <= const[n]:
+            if n not in outputs and optable.OPS[n.op].kind != "movement" and math.prod(n.shape) <= const[n]:
                 found.append(n)
             else:
                 todo.extend(i for i in n.inputs if i.pending)

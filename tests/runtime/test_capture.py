@@ -88,6 +88,24 @@ def test_values_of_parameters_alone_are_computed_once_and_follow_new_parameters(
         np.testing.assert_allclose(cm(x).numpy(), expected @ rand(24, seed=3).reshape(3, 8).T, rtol=1e-5, atol=1e-5)
 
 
+def test_a_returned_value_of_parameters_alone_stays_an_output():
+    """A value of constants alone that the call also returns is an output of the trace: computed
+    at every replay, never taken out of it (the recording would lose an output)."""
+    w = lv.tensor(rand(4, 3, seed=7))
+
+    def fn(x):
+        scaled = w * 2.0
+        return x @ scaled, scaled, w.T * 3.0
+
+    f = lv.compile(fn)
+    with lv.no_grad():
+        for seed in range(3):
+            x = rand(2, 4, seed=seed)
+            for got, want in zip(f(lv.tensor(x)), fn(lv.tensor(x))):
+                np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert f.recordings == 1 and f.replays == 2 and f.hoisted == 0
+
+
 def test_grad_mode_runs_normally_so_backward_works(mlp):
     cm = lv.compile(mlp)
     y = cm(rand(4, 6)).sum()

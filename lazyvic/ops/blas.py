@@ -1,11 +1,12 @@
 """The thread count of the BLAS libraries loaded in this process, set for the length of a call.
 
-CPU plans run their products on one BLAS thread (``lowering/cpu/plan.py``: ``CpuPlan.blas_threads``;
-large ones in pieces on Numba's threads), and the LSTM recurrence (``ops/recurrent.py``) runs its small
-per-step products on one thread in its reference and in its plan step alike: OpenBLAS's idle
-threads spin, and on a busy or virtual machine waking them cost up to half a millisecond per
-product (a 35-step two-layer LSTM language model's step: 70 ms instead of 10), and one thread
-gives the same bits wherever the loop runs.
+CPU plans and the interpreter run their products on one BLAS thread (``lowering/cpu/plan.py``:
+``CpuPlan.blas_threads``, large ones in pieces on Numba's threads; ``runtime/interpreter.py``),
+and the LSTM recurrence (``ops/recurrent.py``) runs its small per-step products on one thread
+in its reference and in its plan step alike: OpenBLAS's idle threads spin, and on a busy or
+virtual machine waking them cost up to half a millisecond per product (a 35-step two-layer LSTM
+language model's step: 70 ms instead of 10), and one thread gives the same bits wherever the
+loop runs.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def product_pieces(m: int, n: int, k: int, max_pieces: int = MAX_PIECES) -> list
 # side by side (lowering/cpu/steps.MatmulStep), where the plan runs BLAS on one thread: the
 # products of a TinyGPT training step, (1024 x 128) @ (128 x 512) and the like, 21 of its 31 ms,
 # ran on one core of two. Pieces of at least MATMUL_PIECE_WORK multiply-adds, at most
-# MATMUL_MAX_PIECES (the plans run BLAS on one thread, lowering/cpu/plan.py). Split by rows when the output has at least
-# as many rows as columns (each piece packs all of b: a weight), else by columns (each packs all
-# of a: a weight gradient's (128 x 1024) @ (1024 x 512) in 16-row pieces packed its 2 MB b eight
-# times). Fixed by the shape alone, in the NumPy reference too (ops/matmul.py).
+# MATMUL_MAX_PIECES (the plans run BLAS on one thread, lowering/cpu/plan.py). Split by rows when
+# the output has at least as many rows as columns (each piece packs all of b: a weight), else by
+# columns (each packs all of a: a weight gradient's (128 x 1024) @ (1024 x 512) in 16-row pieces
+# packed its 2 MB b eight times). Fixed by the shape alone, in the NumPy reference too
+# (ops/matmul.py).
 MATMUL_PIECE_WORK = 1 << 21
 MATMUL_MAX_PIECES = 4
 

@@ -110,6 +110,10 @@ def get_dtype(x) -> DType:
     """
     if isinstance(x, DType):
         return x
+    if isinstance(x, np.dtype):  # an array's own (a plan's outputs, at every replay): a lookup
+        d = _BY_NP.get(x)
+        if d is not None:
+            return d
     if isinstance(x, str):
         d = _BY_NAME.get(x[6:] if x.startswith("torch.") else x)
         if d is not None:

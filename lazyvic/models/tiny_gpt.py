@@ -38,16 +38,21 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, kv_cache: F.KVCache | None = None, layer: int = 0, keep: int = 0) -> Tensor:
         """``keep`` > 0: the outputs of the last ``keep`` rows only (every row's key and value
-        is still computed): (B, keep, C)."""
+        is still computed, the queries of those rows only): (B, keep, C)."""
         B, T, C = x.shape
         H = self.n_head
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         L, mask = T, None
-        if 0 < keep < T:
-            q, L = q[:, :, T - keep :], keep
+        if 0 < keep < T:  # the queries of the last rows only: c_attn's rows for q, then for k and v
+            w, b = self.c_attn.weight, self.c_attn.bias
+            q = F.linear(x[:, T - keep :], w[:C], b[:C])
+            k, v = F.linear(x, w[C:], b[C:]).split(C, dim=2)
+            L = keep
             if kv_cache is None:  # the causal mask aligned to the end (the cache aligns its own)
                 mask = _end_causal_mask(L, T, x.device)
+        else:
+            q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.reshape(B, L, H, C // H).transpose(1, 2)  # (B, H, L, D)
+        k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (k, v))  # (B, H, T, D)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -271,15 +276,14 @@ class TinyGPT(nn.Module):
 
     def _generate_cached(self, ids, max_new_tokens: int, temperature: float, top_k, vocab: int, rng, device):
         W = self.block_size
-        decode, window = self._compiled_steps()
-        decode.train(self.training)  # the replays' guard reads the wrapper's mode
-        window.train(self.training)
+        prefill, decode, window = self._compiled_steps()
+        for step in (prefill, decode, window):
+            step.train(self.training)  # the replays' guard reads the wrapper's mode
         logits = state = None
         with autograd.no_grad():
             if ids.shape[1] < W:  # the prompt fills a static cache (the prefill)
-                cache = F.KVCache(max_length=W)
-                logits = self(Tensor(ids).to(device), kv_cache=cache, logits_to_keep=1)[:, -1, :].numpy()
-                state = cache.state()
+                logits, *state = prefill(Tensor(ids).to(device))
+                logits = logits.numpy()
             for i in range(max_new_tokens):
                 if logits is None:  # the window slides: every position changes, run it whole
                     logits = window(Tensor(ids[:, -W:]).to(device)).numpy()
@@ -294,11 +298,16 @@ class TinyGPT(nn.Module):
         return ids
 
     def _compiled_steps(self):
-        """The decoding step (one token through a static cache) and the sliding-window step, as
-        ``lazyvic.compile`` replays: fixed shapes, so each step runs its plan without recording."""
+        """The prefill (the prompt into a new static cache), the decoding step (one token through
+        the cache) and the sliding-window step, as ``lazyvic.compile`` replays: each runs its
+        plan without recording (the prefill once per prompt length)."""
         steps = self.__dict__.get("_steps")
         if steps is None:
-            steps = self.__dict__["_steps"] = (capture(_DecodeStep(self)), capture(_WindowStep(self)))
+            steps = self.__dict__["_steps"] = (
+                capture(_PrefillStep(self)),
+                capture(_DecodeStep(self)),
+                capture(_WindowStep(self)),
+            )
         return steps
 
     def __getstate__(self):  # copies and pickles leave the compiled steps behind
@@ -319,6 +328,20 @@ class TinyGPT(nn.Module):
         u = rng.random((logits.shape[0], 1))
         # Inverse-CDF draw: the first token whose cumulative probability exceeds u.
         return np.minimum((p.cumsum(axis=1) <= u).sum(axis=1), vocab - 1)[:, None]
+
+
+class _PrefillStep(nn.Module):
+    """The prompt ``idx`` (B, T), T < block_size, into a new static KV cache:
+    ``idx -> (logits of its last position (B, vocab), *cache state)``."""
+
+    def __init__(self, model: TinyGPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: Tensor):
+        cache = F.KVCache(max_length=self.model.block_size)
+        logits = self.model(idx, kv_cache=cache, logits_to_keep=1)[:, -1, :]
+        return (logits, *cache.state())
 
 
 class _DecodeStep(nn.Module):

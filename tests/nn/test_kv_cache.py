@@ -66,7 +66,9 @@ def test_tiny_gpt_cached_generation_equals_full_window_generation():
     misses = metrics.snapshot()["cache_misses"]
     full = model.generate(prompt, 20, temperature=0.0, kv_cache=False).numpy()
     np.testing.assert_array_equal(cached, full)
-    assert misses <= 5  # prompt, first decode, the plan of symbolic sizes, the sliding window
+    # the parameters' initialization; the prefill's constants (masks, positions, computed once)
+    # and its trace; the decoding step; the sliding window's constant and its trace
+    assert misses <= 6
 
 
 def test_tiny_gpt_cache_past_the_block_size_raises():
@@ -164,13 +166,18 @@ def test_tiny_gpt_generation_replays_compiled_steps_and_follows_new_weights():
     lv.manual_seed(4)
     model = TinyGPT(vocab_size=19, d_model=16, n_layer=2, n_head=2, block_size=10).eval()
     prompt = np.array([[1, 2], [3, 4]])
-    model.generate(prompt, 14, temperature=0.0)  # records the decoding and window steps
+    model.generate(prompt, 14, temperature=0.0)  # records the prefill, decoding and window steps
     metrics.reset()
     cached = model.generate(prompt, 14, temperature=0.0).numpy()
     snap = metrics.snapshot()
-    # 7 decoding steps (positions 2..8 fill the cache), then 6 steps on the sliding window
-    assert snap["capture_replays"] == 13 and snap.get("capture_recordings", 0) == 0
+    # the prefill, 7 decoding steps (positions 2..8 fill the cache), 6 steps on the sliding window
+    assert snap["capture_replays"] == 14 and snap.get("capture_recordings", 0) == 0
     np.testing.assert_array_equal(cached, model.generate(prompt, 14, temperature=0.0, kv_cache=False).numpy())
+    longer = np.array([[5, 1, 2, 7], [0, 3, 4, 4]])  # another prompt length: a prefill of its own
+    np.testing.assert_array_equal(
+        model.generate(longer, 9, temperature=0.0).numpy(),
+        model.generate(longer, 9, temperature=0.0, kv_cache=False).numpy(),
+    )
     # New weights (what an optimizer step or load_state_dict makes): the steps record again.
     state = {k: v * 1.5 if k.endswith("c_fc.weight") else v for k, v in model.state_dict().items()}
     model.load_state_dict(state)

@@ -296,15 +296,6 @@ class Emitter:
             res = (self.statement(opdef.expr([a[0] for a in args], in_dtypes, dtype), dtype, inner), inner)
         elif opdef.kind == "movement":
             res = self.emit_movement(i, idx, conds)
-        elif opdef.kind == "random":
-            # A counter-based generator: the value depends only on (seed, offset, element).
-            seed, _ = self.emit(e.inputs[0], [], conds)
-            offset, _ = self.emit(e.inputs[1], [], conds)
-            f = flat(idx, shape)
-            inner = self.depends_on_inner([f])
-            k = self.statement(self.lin_token(f), dt.int64, inner)
-            self.ops_used.append(op)
-            res = (self.statement(opdef.expr([seed, offset, k], [], dtype), dtype, inner), inner)
         elif opdef.kind == "gather":
             # out[idx] = x[idx with dim replaced by index[idx]]: a load at a loaded index.
             dim = e.attrs["dim"]

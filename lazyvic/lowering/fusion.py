@@ -69,13 +69,7 @@ def is_library(entries, i) -> bool:
     An index computed in the same trace is materialized first (``initial_materialized``), so
     the check reads it before the kernel that gathers.
     """
-    e = entries[i]
-    k = kind(e)
-    if k == "random":
-        return optable.OPS[e.op].expr is None  # rand has a kernel expression; randn not yet
-    if k in LIBRARY_KINDS:
-        return True
-    return False
+    return kind(entries[i]) in LIBRARY_KINDS
 
 
 def _operand_base(entries, m, i) -> int:

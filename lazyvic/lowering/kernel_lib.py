@@ -19,9 +19,10 @@ them against float64 libm over dense grids):
   ``(1 - e) / (1 + e)`` with ``e = exp(-2|x|)``; max abs error 4e-7, max relative
   error 5e-7 (the cancellation in 1 - e just above the Taylor range).
 - ``sigmoid_f32``: ``1 / (1 + exp(-x))``; max relative error 3 ulp.
-- ``rand_f32`` / ``rand_f64``: word ``offset + k`` of the Philox4x32-10 stream of
-  ``seed`` (Salmon et al., SC'11), as ``lazyvic.ops.source`` computes it in NumPy,
-  turned into [0, 1) exactly as there: bit-identical to the interpreter.
+- ``philox_block`` / ``philox_word``: the Philox4x32-10 stream of ``seed`` (Salmon et al.,
+  SC'11), as ``lazyvic.ops.source`` computes it in NumPy; ``uniform_f32`` / ``uniform_f64`` turn
+  a word into ``rand``'s [0, 1) exactly as there: bit-identical to the interpreter
+  (``lowering/cpu/random_kernels.py`` fills ``rand``'s outputs with them).
 - ``erf_f32``: ``x * P(x^2) / Q(x^2)`` on [-4, 4], the rational minimax
   coefficients of Eigen's ``generic_fast_erf_float``; max abs error 4.2e-7,
   max relative error 2.2e-7 near 0.
@@ -264,10 +265,10 @@ _TWO_M32 = f64(1.0 / 4294967296.0)
 
 
 @njit(inline="always", cache=True)
-def philox_word(seed, index):
-    """Word ``index`` of the Philox4x32-10 stream keyed by ``seed`` (both int64), as uint64."""
-    block = _U64(index) >> _U64(2)
-    lane = index & 3
+def philox_block(seed, block):
+    """Words ``4 * block`` .. ``4 * block + 3`` of the Philox4x32-10 stream keyed by ``seed``
+    (int64; ``block`` uint64): the generator's ten rounds on the counter ``block``, as four
+    uint64 (each below 2^32)."""
     c0 = block & _MASK32
     c1 = block >> _SH32
     c2 = _U64(0)
@@ -285,17 +286,27 @@ def philox_word(seed, index):
         c2 = n2
         k0 = (k0 + _PW0) & _MASK32
         k1 = (k1 + _PW1) & _MASK32
+    return c0, c1, c2, c3
+
+
+@njit(inline="always", cache=True)
+def philox_word(seed, index):
+    """Word ``index`` of the Philox4x32-10 stream keyed by ``seed`` (both int64), as uint64."""
+    c0, c1, c2, c3 = philox_block(seed, _U64(index) >> _U64(2))
+    lane = index & 3
     return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3
 
 
 @njit(inline="always", cache=True)
-def rand_f32(seed, offset, k):
-    return f32(philox_word(seed, offset + k) >> _SH8) * _TWO_M24
+def uniform_f32(word):
+    """A stream word as ``rand``'s float32 in [0, 1): its 24 high bits times 2^-24 (exact)."""
+    return f32(word >> _SH8) * _TWO_M24
 
 
 @njit(inline="always", cache=True)
-def rand_f64(seed, offset, k):
-    return f64(philox_word(seed, offset + k)) * _TWO_M32
+def uniform_f64(word):
+    """A stream word as ``rand``'s float64 in [0, 1): the word times 2^-32 (exact)."""
+    return f64(word) * _TWO_M32
 
 
 @njit(cache=True, error_model="numpy")

@@ -99,12 +99,9 @@ register(OpDef("buffer", "source", 0, _no_infer, lambda inputs, attrs: None, dif
 register(OpDef("scalar", "source", 0, _no_infer, lambda inputs, attrs: None, differentiable=False))
 
 
-def _rand_expr(args, in_dtypes, out_dtype):
-    """``args``: seed, offset, flat element index (the kernel's index into the output)."""
-    return f"rand_{'f32' if out_dtype.compute.name == 'float32' else 'f64'}({args[0]}, {args[1]}, {args[2]})"
-
-
-register(OpDef("rand", "random", 2, _random_infer, _rand_ref, expr=_rand_expr, differentiable=False))
+# Library ops: the CPU fills rand's output four words per generator block
+# (lowering/cpu/random_kernels.py), CUDA one word per thread (lowering/cuda/kernel_lib.rand_kernel).
+register(OpDef("rand", "random", 2, _random_infer, _rand_ref, differentiable=False))
 register(OpDef("randn", "random", 2, _random_infer, _randn_ref, differentiable=False))
 
 # Words of the stream used per element, so the front end can advance the offset.

@@ -886,6 +886,6 @@ def test_kernel_header_names_the_device_library():
 
     header = kernel_header()
     assert "from lazyvic.lowering.cuda.kernel_lib import (" in header
-    for name in ("f32", "b1", "exp_f32", "sigmoid_f64", "fmin", "acc_max", "rand_f64", "round_bf16_f32"):
+    for name in ("f32", "b1", "exp_f32", "sigmoid_f64", "fmin", "acc_max", "uniform_f64", "round_bf16_f32"):
         assert name in header and hasattr(kernel_lib, name)
     assert "scatter_add_into" not in header  # a CPU plan's kernel, not in the device library

@@ -120,7 +120,7 @@ def test_kernel_files_are_checked_and_rewritten(tmp_path, monkeypatch):
 
 def test_kernel_headers_name_the_library():
     names = library_names()
-    for name in ("f32", "b1", "exp_f32", "erf_f32", "fmax", "acc_add", "rand_f32", "round_bf16_f64"):
+    for name in ("f32", "b1", "exp_f32", "erf_f32", "fmax", "acc_add", "uniform_f32", "round_bf16_f64"):
         assert name in names
     assert "njit" not in names and "np" not in names and not any(n.startswith("_") for n in names)
     header = kernel_cache.kernel_header()

@@ -290,13 +290,23 @@ def test_an_embedding_checks_and_scatters_its_index_unexpanded():
         step(bad=57)
 
 
-def test_rand_in_kernels_is_bit_identical_to_the_interpreter():
+@pytest.mark.parametrize("busy", [False, True])
+def test_rand_draws_are_bit_identical_to_the_interpreter(monkeypatch, busy):
+    """rand runs as its own step (four words per Philox block, random_kernels.py), on the plan's
+    thread team or, while other processes are busy, on the calling thread: the interpreter's
+    bits either way, at offsets that are not multiples of four."""
+    from lazyvic.lowering.cpu import load
+    from lazyvic.lowering.cpu.steps import RandStep
+
+    lv.sync()
+    monkeypatch.setattr(load, "other_load", lambda: busy)
+
     def run(mode):
         config.compile = mode
         lv.manual_seed(1234)
-        a = lv.rand(37, 53)
+        a = lv.rand(37, 53)  # 1,961 words: the next draw starts inside a block
         b = lv.rand(1000, 40, dtype=lv.float64) * 2.0
-        c = lv.functional.dropout(lv.ones(300, 300), 0.3)  # large: a parallel kernel
+        c = lv.functional.dropout(lv.ones(300, 300), 0.3)  # large: on the team's threads
         lv.sync(a, b, c)
         return [t.numpy().copy() for t in (a, b, c)]
 
@@ -304,9 +314,31 @@ def test_rand_in_kernels_is_bit_identical_to_the_interpreter():
     lv.metrics.reset()
     got = run("always")
     assert lv.metrics.snapshot()["fallbacks"] == 0
+    assert sum(isinstance(s, RandStep) for s in _last_plan().steps) == 3
+    assert not any("rand" in getattr(s, "source", "") for s in _last_plan().steps)  # in no kernel
     for e, g in zip(expected, got):
         np.testing.assert_array_equal(g, e)
     assert abs((got[2] == 0).mean() - 0.3) < 0.01
+
+
+def test_rand_blocks_cover_every_offset_and_size():
+    """The fill kernels against the NumPy stream: partial first and last blocks, outputs shorter
+    than a block, float32 and float64, on one thread and split among several."""
+    from lazyvic.dtypes import float32, float64
+    from lazyvic.lowering.cpu import random_kernels
+    from lazyvic.ops.source import _rand_ref
+
+    for dtype in (float32, float64):
+        for n in (0, 1, 2, 3, 4, 5, 7, 8, 9, 61):
+            for offset in (0, 1, 2, 3, 5, 6, 2**40 + 7):
+                want = _rand_ref([987654321012, offset], {"shape": (n,), "dtype": dtype})
+                for threads in (1, 2, 3):
+                    out = np.full(n, -1.0, dtype.np)
+                    if threads == 1:
+                        random_kernels.fill(out, 987654321012, offset)
+                    else:
+                        random_kernels.fill_parallel(out, 987654321012, offset, threads)
+                    np.testing.assert_array_equal(out, want, err_msg=f"{dtype} n={n} offset={offset} threads={threads}")
 
 
 def test_compiled_argmax_keeps_the_first_nan():

@@ -34,6 +34,7 @@ from lazyvic.lowering.cpu.steps import (
     KernelStep,
     MatmulStep,
     PoolStep,
+    RandStep,
     RecurrentStep,
     ReferenceStep,
     ScatterAddStep,
@@ -218,6 +219,15 @@ def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:
     return ScatterAddStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["dim"], kernel_lib.scatter_add_into)
 
 
+def _random_step(lowered, root: int, args: list) -> RandStep | None:
+    """rand into a float32 or float64 buffer (random_kernels.py); randn, and rand of the half
+    types, run their NumPy reference (None)."""
+    e = lowered.entries[root]
+    if e.op != "rand" or e.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    return RandStep(f"{e.op}{e.shape}", root, args[0], args[1])
+
+
 def _cat_step(lowered, root: int, args: list) -> CatStep:
     e = lowered.entries[root]
     return CatStep(f"{e.op}{e.shape}", root, tuple(args), e.attrs["axis"])
@@ -234,6 +244,7 @@ LIBRARY_STEPS = {
     "scatter": _scatter_step,
     "join": _cat_step,
     "recurrent": _recurrent_step,
+    "random": _random_step,
     # A collective is its reference (it sends through lazyvic.distributed's transport): a step of
     # its own, not a fallback.
     "collective": lambda lowered, root, args: reference_step(lowered.entries, root, args),
@@ -358,7 +369,7 @@ def _teams(steps) -> list:
     """``(step, runner)`` of each step that can run on Numba's threads: its products' Team
     (lowering/cpu/team.py), its depthwise kernel (lowering/cpu/direct_conv.Depthwise), a
     recurrent forward (its groups of units: recurrent_kernels.forward_loop_parallel) or an LSTM's
-    backward (recurrent_kernels.lstm_backward_loop_parallel)."""
+    backward (recurrent_kernels.lstm_backward_loop_parallel), rand's draws (RandStep)."""
     found = []
     for st in steps:
         if isinstance(getattr(st, "run", None), Team) and getattr(st, "in_pieces", True):
@@ -367,6 +378,8 @@ def _teams(steps) -> list:
             runners = (Team, direct_conv.Depthwise, direct_conv.DepthwiseTranspose)
             found += [(st, t) for t in (st.kernel, *st.args) if isinstance(t, runners)]
         if isinstance(st, RecurrentStep) and not st.name.startswith(("gru_scan_backward", "rnn_scan_backward")):
+            found.append((st, st))
+        if isinstance(st, RandStep):
             found.append((st, st))
     return found
 

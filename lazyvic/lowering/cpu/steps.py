@@ -27,6 +27,7 @@ from numba import njit
 
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.lowering.cpu import im2col as kernels
+from lazyvic.lowering.cpu import random_kernels
 from lazyvic.lowering.cpu.load import shared
 from lazyvic.lowering.reference import ReferenceStep, view
 from lazyvic.ops.blas import MATMUL_PIECE_WORK, in_pieces, matmul_views, run_products
@@ -668,6 +669,31 @@ class ScatterAddStep:
             bad = self.kernel(out, index, src, self.dim)
         if bad != -1:
             raise LIndexError(f"scatter_add: index {int(bad)} out of range for dimension of size {out.shape[self.dim]}")
+
+
+@dataclass
+class RandStep:
+    """``rand``'s draws, four words per generator block (lowering/cpu/random_kernels.py): the
+    (seed, offset) operands are its scalar inputs. On Numba's threads in a plan whose thread
+    team it is (``team``, set by CpuBackend), while no other process is busy; the same words
+    whichever thread draws them."""
+
+    name: str
+    out: int
+    seed: tuple  # operand chains of the int64 (seed, offset) inputs
+    offset: tuple
+    team: bool = False
+
+    def writes(self):
+        return (self.out,)
+
+    def reads(self):
+        return tuple(c.base for c in (self.seed, self.offset) if c.kind == "buffer")
+
+    def __call__(self, env, flat, scalars):
+        seed, offset = (int(view(env, scalars, c)) for c in (self.seed, self.offset))
+        out = flat[self.out]
+        shared(self.team, random_kernels.fill, random_kernels.fill_parallel, out.size, out, seed, offset)
 
 
 @dataclass

@@ -5,7 +5,7 @@ The trace is lowered exactly as for the CPU (``lowering/pipeline.py``): the same
 same fusion groups, the same memory plan. Only code generation (``lowering/cuda/codegen.py``)
 and the steps differ: generated kernels (loaded by ``lowering/cuda/loader.py``), matmul and
 conv2d through ``CudaTarget.matmul``, max_pool2d, the average pools, cat, gathers at computed
-indices, scatter_add and randn through fixed kernels of the CUDA library; any other op runs its
+indices, scatter_add, rand and randn through fixed kernels of the CUDA library; any other op runs its
 NumPy reference on host copies (a HostStep, reported as a fallback).
 
 ``numba.cuda`` is imported only when a plan is compiled, so this module loads on machines
@@ -192,9 +192,9 @@ def _gather_step(entries, root: int, args: list) -> CudaGatherStep:
 
 def _random_step(entries, root: int, args: list) -> CudaRandnStep | None:
     e = entries[root]
-    if e.op != "randn" or not (args[0].kind == args[1].kind == "scalar"):
-        return None  # the device kernel draws normal numbers from scalar (seed, offset)
-    return CudaRandnStep(f"{e.op}{e.shape}", root, args[0], args[1])
+    if not (args[0].kind == args[1].kind == "scalar") or e.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None  # the device kernels draw float32 or float64 numbers from scalar (seed, offset)
+    return CudaRandnStep(f"{e.op}{e.shape}", root, args[0], args[1], normal=e.op == "randn")
 
 
 def _cat_step(entries, root: int, args: list) -> CudaCatStep:

@@ -10,10 +10,9 @@ CPU kernels (the op table's ``expr``), so this module defines the same names:
   approximations: on a GPU they are fast already. Results differ from the CPU's in
   the last bits (both are within a few ulp of the exact value);
 - ``fmax, fmin``: NaN-propagating maximum and minimum (``torch.maximum``);
-- ``rand_f32, rand_f64``: word ``offset + k`` of the Philox4x32-10 stream of
-  ``seed``, turned into [0, 1) as ``lazyvic.ops.source`` does. ``philox_word`` is
-  ``kernel_lib.philox_word``'s own Python body compiled for the device, so the CPU
-  and the GPU draw bit-identical numbers from one implementation.
+- ``philox_block``, ``uniform_f32``, ``uniform_f64``: ``kernel_lib``'s own Python bodies compiled
+  for the device (``philox_word`` picks a word of a block as the CPU's does), so the CPU and the
+  GPU draw bit-identical numbers from one implementation (``rand_kernel``, ``randn_kernel``).
 
 It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
 through movement ops, or im2col, made contiguous through an index map),
@@ -22,8 +21,8 @@ indices (``index_check``: into the plan's error buffer, read once after the plan
 step), ``gather_dim`` (a gather at an index computed in the trace),
 scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``),
 a cat's pieces placed in the output (``place_copy``),
-the average pools and their transposes (``avg_pool2d_kernel``, ``avg_pool2d_backward_kernel``)
-and ``randn_kernel``.
+the average pools and their transposes (``avg_pool2d_kernel``, ``avg_pool2d_backward_kernel``),
+``rand_kernel`` and ``randn_kernel``.
 
 The guards on out-of-range arguments (``exp`` of a large value, ``log`` of zero or a
 negative number) give the IEEE results where Python's ``math`` would raise: Numba's
@@ -59,9 +58,10 @@ __all__ = [
     "acc_add",
     "acc_max",
     "acc_min",
+    "philox_block",
     "philox_word",
-    "rand_f32",
-    "rand_f64",
+    "uniform_f32",
+    "uniform_f64",
     "max_pool2d_kernel",
 ]
 
@@ -71,8 +71,6 @@ _ZERO = f32(0.0)
 _ONE = f32(1.0)
 _INF = f32(np.inf)
 _NAN = f32(np.nan)
-_SH8 = np.uint64(8)
-_TWO_M24 = f32(1.0 / 16777216.0)
 _TWO_M32 = f64(1.0 / 4294967296.0)
 
 
@@ -237,17 +235,17 @@ def acc_add(a, b):
 
 acc_max, acc_min = fmax, fmin  # the CPU's reassociable accumulation steps; the tree fixes the order here
 
-philox_word = cuda.jit(device=True)(kernel_lib.philox_word.py_func)
+philox_block = cuda.jit(device=True)(kernel_lib.philox_block.py_func)
+uniform_f32 = cuda.jit(device=True)(kernel_lib.uniform_f32.py_func)
+uniform_f64 = cuda.jit(device=True)(kernel_lib.uniform_f64.py_func)
 
 
 @cuda.jit(device=True)
-def rand_f32(seed, offset, k):
-    return f32(philox_word(seed, offset + k) >> _SH8) * _TWO_M24
-
-
-@cuda.jit(device=True)
-def rand_f64(seed, offset, k):
-    return f64(philox_word(seed, offset + k)) * _TWO_M32
+def philox_word(seed, index):
+    """Word ``index`` of the stream: ``kernel_lib.philox_word``, on the device's philox_block."""
+    c0, c1, c2, c3 = philox_block(seed, np.uint64(index) >> np.uint64(2))
+    lane = index & 3
+    return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3
 
 
 # -- library kernels ------------------------------------------------------------------
@@ -495,6 +493,19 @@ def col2im_kernel(out, cols, dims, zero):
 
 _TWO_PI = f64(2.0 * np.pi)
 _INV_2P32_P1 = f64(1.0 / 4294967297.0)
+
+
+@cuda.jit(cache=True)
+def rand_kernel(out, seed, offset):
+    """rand (ops/source.py): element k is word ``offset + k`` of the Philox stream of ``seed``
+    in [0, 1) (float32 or float64 ``out``), one thread per element: the CPU's bits."""
+    wide = out.dtype.itemsize == 8
+    for k in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        w = philox_word(seed, offset + k)
+        if wide:
+            out[k] = uniform_f64(w)
+        else:
+            out[k] = uniform_f32(w)
 
 
 @cuda.jit(cache=True)

@@ -523,12 +523,14 @@ def source(chain, env, scalars, plan):
 
 @dataclass
 class CudaRandnStep:
-    """randn on the device (the CUDA library's randn_kernel): the CPU's Philox words and Box-Muller."""
+    """rand or randn on the device (the CUDA library's rand_kernel, randn_kernel): the CPU's
+    Philox words (and Box-Muller for randn)."""
 
     name: str
     out: int
     seed: tuple  # operand chains of the (seed, offset) scalars
     offset: tuple
+    normal: bool = True  # randn (a thread per pair of words); else rand (a thread per word)
 
     def writes(self):
         return (self.out,)
@@ -537,9 +539,10 @@ class CudaRandnStep:
         return ()
 
     def __call__(self, plan, env, scalars):
-        from lazyvic.lowering.cuda.kernel_lib import randn_kernel
+        from lazyvic.lowering.cuda.kernel_lib import rand_kernel, randn_kernel
 
         out = env[self.out]
-        blocks, threads = plan.target.launch(max(1, (out.size + 1) // 2))
+        kernel, work = (randn_kernel, (out.size + 1) // 2) if self.normal else (rand_kernel, out.size)
+        blocks, threads = plan.target.launch(max(1, work))
         seed, offset = (np.dtype(c.dtype).type(scalars[c.base]) for c in (self.seed, self.offset))
-        randn_kernel[blocks, threads](out, seed, offset)
+        kernel[blocks, threads](out, seed, offset)

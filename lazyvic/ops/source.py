@@ -100,7 +100,7 @@ register(OpDef("scalar", "source", 0, _no_infer, lambda inputs, attrs: None, dif
 
 
 # Library ops: the CPU fills rand's output four words per generator block
-# (lowering/cpu/random_kernels.py), CUDA one word per thread (lowering/cuda/kernel_lib.rand_kernel).
+# (lowering/cpu/random_kernels.py), CUDA one word per thread (lowering/cuda/kernel_lib.rand_kernel_f32).
 register(OpDef("rand", "random", 2, _random_infer, _rand_ref, differentiable=False))
 register(OpDef("randn", "random", 2, _random_infer, _randn_ref, differentiable=False))
 

@@ -12,7 +12,7 @@ CPU kernels (the op table's ``expr``), so this module defines the same names:
 - ``fmax, fmin``: NaN-propagating maximum and minimum (``torch.maximum``);
 - ``philox_block``, ``uniform_f32``, ``uniform_f64``: ``kernel_lib``'s own Python bodies compiled
   for the device (``philox_word`` picks a word of a block as the CPU's does), so the CPU and the
-  GPU draw bit-identical numbers from one implementation (``rand_kernel``, ``randn_kernel``).
+  GPU draw bit-identical numbers from one implementation (the rand and randn kernels).
 
 It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
 through movement ops, or im2col, made contiguous through an index map),
@@ -22,7 +22,7 @@ step), ``gather_dim`` (a gather at an index computed in the trace),
 scatter_add in a fixed order without atomics (``scatter_keys``, ``scatter_add_sorted``),
 a cat's pieces placed in the output (``place_copy``),
 the average pools and their transposes (``avg_pool2d_kernel``, ``avg_pool2d_backward_kernel``),
-``rand_kernel`` and ``randn_kernel``.
+``rand_kernel_f32``, ``rand_kernel_f64`` and ``randn_kernel``.
 
 The guards on out-of-range arguments (``exp`` of a large value, ``log`` of zero or a
 negative number) give the IEEE results where Python's ``math`` would raise: Numba's
@@ -496,16 +496,18 @@ _INV_2P32_P1 = f64(1.0 / 4294967297.0)
 
 
 @cuda.jit(cache=True)
-def rand_kernel(out, seed, offset):
-    """rand (ops/source.py): element k is word ``offset + k`` of the Philox stream of ``seed``
-    in [0, 1) (float32 or float64 ``out``), one thread per element: the CPU's bits."""
-    wide = out.dtype.itemsize == 8
+def rand_kernel_f32(out, seed, offset):
+    """rand (ops/source.py) into float32 ``out``: element k is word ``offset + k`` of the Philox
+    stream of ``seed`` in [0, 1), one thread per element: the CPU's bits."""
     for k in range(cuda.grid(1), out.size, cuda.gridsize(1)):
-        w = philox_word(seed, offset + k)
-        if wide:
-            out[k] = uniform_f64(w)
-        else:
-            out[k] = uniform_f32(w)
+        out[k] = uniform_f32(philox_word(seed, offset + k))
+
+
+@cuda.jit(cache=True)
+def rand_kernel_f64(out, seed, offset):
+    """:func:`rand_kernel_f32` into float64 ``out``."""
+    for k in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        out[k] = uniform_f64(philox_word(seed, offset + k))
 
 
 @cuda.jit(cache=True)

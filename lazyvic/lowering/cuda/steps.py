@@ -523,8 +523,8 @@ def source(chain, env, scalars, plan):
 
 @dataclass
 class CudaRandnStep:
-    """rand or randn on the device (the CUDA library's rand_kernel, randn_kernel): the CPU's
-    Philox words (and Box-Muller for randn)."""
+    """rand or randn on the device (the CUDA library's rand_kernel_f32 / _f64, randn_kernel):
+    the CPU's Philox words (and Box-Muller for randn)."""
 
     name: str
     out: int
@@ -539,10 +539,15 @@ class CudaRandnStep:
         return ()
 
     def __call__(self, plan, env, scalars):
-        from lazyvic.lowering.cuda.kernel_lib import rand_kernel, randn_kernel
+        from lazyvic.lowering.cuda import kernel_lib
 
         out = env[self.out]
-        kernel, work = (randn_kernel, (out.size + 1) // 2) if self.normal else (rand_kernel, out.size)
+        if self.normal:
+            kernel, work = kernel_lib.randn_kernel, (out.size + 1) // 2
+        elif out.dtype.itemsize == 8:
+            kernel, work = kernel_lib.rand_kernel_f64, out.size
+        else:
+            kernel, work = kernel_lib.rand_kernel_f32, out.size
         blocks, threads = plan.target.launch(max(1, work))
         seed, offset = (np.dtype(c.dtype).type(scalars[c.base]) for c in (self.seed, self.offset))
         kernel[blocks, threads](out, seed, offset)

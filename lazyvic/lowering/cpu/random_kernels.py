@@ -41,12 +41,24 @@ def _edge(out, seed, offset, b, wide):
 
 
 @njit(inline="always")
+def _whole_blocks(whole, seed, first, count, uniform):
+    """Blocks ``first`` .. ``first + count - 1`` into ``whole`` from its element 0 (its indices
+    counted from 0, so that LLVM vectorizes the loop: a store at an index that could be negative
+    keeps Numba's wraparound branch, which did not, 5x slower); ``uniform`` turns a word into
+    the output's dtype."""
+    for j in range(count):
+        w0, w1, w2, w3 = philox_block(seed, _U64(first + j))
+        whole[4 * j] = uniform(w0)
+        whole[4 * j + 1] = uniform(w1)
+        whole[4 * j + 2] = uniform(w2)
+        whole[4 * j + 3] = uniform(w3)
+
+
+@njit(inline="always")
 def _fill_blocks(out, seed, offset, lo, hi, wide):
     """Blocks ``lo`` .. ``hi - 1`` (absolute counters) of the stream into the elements of the
-    flat ``out`` they hold: the whole blocks in a loop of four stores each (one loop per dtype,
-    its indices counted from 0 in a view, so that LLVM vectorizes it: a store at an index that
-    could be negative keeps Numba's wraparound branch, which did not, 5x slower), the partial
-    ones apart."""
+    flat ``out`` they hold: the whole blocks in a view from the first of them, the partial ones
+    apart."""
     n = out.size
     first = max(lo, -(-offset // 4))  # the first block whose four words are all inside
     last = max(first, min(hi, (offset + n) // 4))  # past the last such block
@@ -54,19 +66,9 @@ def _fill_blocks(out, seed, offset, lo, hi, wide):
         _edge(out, seed, offset, b, wide)
     whole = out[4 * first - offset :] if last > first else out[:0]
     if wide:
-        for j in range(last - first):
-            w0, w1, w2, w3 = philox_block(seed, _U64(first + j))
-            whole[4 * j] = uniform_f64(w0)
-            whole[4 * j + 1] = uniform_f64(w1)
-            whole[4 * j + 2] = uniform_f64(w2)
-            whole[4 * j + 3] = uniform_f64(w3)
+        _whole_blocks(whole, seed, first, last - first, uniform_f64)
     else:
-        for j in range(last - first):
-            w0, w1, w2, w3 = philox_block(seed, _U64(first + j))
-            whole[4 * j] = uniform_f32(w0)
-            whole[4 * j + 1] = uniform_f32(w1)
-            whole[4 * j + 2] = uniform_f32(w2)
-            whole[4 * j + 3] = uniform_f32(w3)
+        _whole_blocks(whole, seed, first, last - first, uniform_f32)
     for b in range(max(last, lo), hi):
         _edge(out, seed, offset, b, wide)
 

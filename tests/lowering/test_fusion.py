@@ -321,6 +321,30 @@ def test_rand_draws_are_bit_identical_to_the_interpreter(monkeypatch, busy):
     assert abs((got[2] == 0).mean() - 0.3) < 0.01
 
 
+def test_rand_of_half_types_rounds_as_the_interpreter():
+    """float16 and bfloat16 draws: float32 draws rounded as the reference rounds them, by the
+    step (no fallback), with their float32 scratch in the plan's memory report."""
+    from lazyvic.lowering.cpu.steps import RandStep
+
+    def run(mode):
+        config.compile = mode
+        lv.manual_seed(77)
+        a, b = lv.rand(33, 7, dtype=lv.float16), lv.rand(5, 9, dtype=lv.bfloat16)
+        lv.sync(a, b)
+        return [t.numpy().astype(np.float32) for t in (a, b)]
+
+    expected = run("never")
+    lv.metrics.reset()
+    got = run("always")
+    assert lv.metrics.snapshot()["fallbacks"] == 0
+    plan = _last_plan()
+    assert [s.half for s in plan.steps if isinstance(s, RandStep)] == [True, True]
+    assert plan.memory.scratch_bytes == 4 * (33 * 7 + 5 * 9)
+    for e, g in zip(expected, got):
+        np.testing.assert_array_equal(g, e)
+    assert len(np.unique(got[0])) > 100  # draws, not one rounded value
+
+
 def test_rand_blocks_cover_every_offset_and_size():
     """The fill kernels against the NumPy stream: partial first and last blocks, outputs shorter
     than a block, float32 and float64, on one thread and split among several."""

@@ -58,11 +58,11 @@ def _matmul_step(lowered, root: int, args: list) -> MatmulStep | None:
 
 
 def _scratch_bytes(entries, steps) -> int:
-    """Bytes of the scratch buffers the plan's convolution and recurrent steps use per run, at
-    the sizes the plan is lowered with (a symbolic size at its hint)."""
+    """Bytes of the scratch buffers the plan's convolution, recurrent and half-type rand steps
+    use per run, at the sizes the plan is lowered with (a symbolic size at its hint)."""
     total = 0
     for st in steps:
-        if isinstance(st, (DirectConvStep, RecurrentStep)):
+        if isinstance(st, (DirectConvStep, RecurrentStep, RandStep)):
             total += st.scratch
         elif isinstance(st, (ConvStep, ConvTransposeStep)):
             e = entries[st.out]
@@ -220,12 +220,15 @@ def _scatter_step(lowered, root: int, args: list) -> ScatterAddStep:
 
 
 def _random_step(lowered, root: int, args: list) -> RandStep | None:
-    """rand into a float32 or float64 buffer (random_kernels.py); randn, and rand of the half
-    types, run their NumPy reference (None)."""
+    """rand into a float buffer (random_kernels.py; the half types through float32 scratch);
+    randn runs its NumPy reference (None)."""
     e = lowered.entries[root]
-    if e.op != "rand" or e.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if e.op != "rand" or e.dtype.category != 2:
         return None
-    return RandStep(f"{e.op}{e.shape}", root, args[0], args[1])
+    step = RandStep(f"{e.op}{e.shape}", root, args[0], args[1], half=e.dtype.is_half)
+    if step.half:
+        step.scratch = 4 * math.prod(symbolic.hint(v) for v in e.shape)
+    return step
 
 
 def _cat_step(lowered, root: int, args: list) -> CatStep:

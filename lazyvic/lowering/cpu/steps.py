@@ -676,13 +676,17 @@ class RandStep:
     """``rand``'s draws, four words per generator block (lowering/cpu/random_kernels.py): the
     (seed, offset) operands are its scalar inputs. On Numba's threads in a plan whose thread
     team it is (``team``, set by CpuBackend), while no other process is busy; the same words
-    whichever thread draws them."""
+    whichever thread draws them. A half-type output (``half``) gets float32 draws rounded to it
+    as the NumPy reference rounds them (``astype``), through a float32 scratch buffer of
+    ``scratch`` bytes (at the sizes the plan is lowered with)."""
 
     name: str
     out: int
     seed: tuple  # operand chains of the int64 (seed, offset) inputs
     offset: tuple
     team: bool = False
+    half: bool = False
+    scratch: int = 0
 
     def writes(self):
         return (self.out,)
@@ -693,7 +697,11 @@ class RandStep:
     def __call__(self, env, flat, scalars):
         seed, offset = (int(view(env, scalars, c)) for c in (self.seed, self.offset))
         out = flat[self.out]
-        shared(self.team, random_kernels.fill, random_kernels.fill_parallel, out.size, out, seed, offset)
+        draws = np.empty(out.size, np.float32) if self.half else out
+        shared(self.team, random_kernels.fill, random_kernels.fill_parallel, draws.size, draws, seed, offset)
+        if self.half:
+            whole = env[self.out]
+            whole.reshape(-1)[...] = draws.astype(whole.dtype)
 
 
 @dataclass

@@ -297,7 +297,7 @@ class Compiled:
         if device == "cpu":
             self.hoisted += _hoist_constants(roots, by_id)
         trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
-        if any(e.op in ("rand", "randn") for e in trace.named):
+        if any(e.op in _RANDOM_OPS for e in trace.named):
             _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
             return self._refuse(key, out, "random ops in an inference call")
@@ -649,6 +649,8 @@ def _has_side_effects(live_ids: set, roots: list) -> bool:
 # the exact ones (elementwise ops round as in any plan, gathers and joins copy), never products,
 # reductions or random draws.
 _HOISTABLE = frozenset(("elementwise", "gather", "join", "movement"))
+# An inference call that draws random numbers is not replayed (each call draws anew).
+_RANDOM_OPS = frozenset(("rand", "randn"))
 
 
 def _hoist_constants(roots: list, arg_data: dict) -> int:
@@ -660,8 +662,9 @@ def _hoist_constants(roots: list, arg_data: dict) -> int:
     valid only while the parameters and buffers are the ones it read: ``_Entry.valid``). Views
     (movement ops) of constants stay in the trace, as do values larger than every constant they
     are made of (a broadcast) and the call's outputs: the values they are made of are kept
-    instead. Returns how many were computed. The same bits as computing them in the plan: the
-    same ops, each rounding as it does there."""
+    instead. Returns how many were computed (none for a call that draws random numbers: it is
+    refused, so nothing would be reused). The same bits as computing them in the plan: the same
+    ops, each rounding as it does there."""
     const: dict = {}  # pending node -> the largest constant (elements) it reads, when argument-free
     stack = list(roots)
     while stack:  # post-order over pending nodes
@@ -674,6 +677,8 @@ def _hoist_constants(roots: list, arg_data: dict) -> int:
             stack.extend(waiting)
             continue
         stack.pop()
+        if node.op in _RANDOM_OPS:
+            return 0
         largest = 0 if node.inputs and optable.OPS[node.op].kind in _HOISTABLE else None
         for i in node.inputs:
             if largest is None:

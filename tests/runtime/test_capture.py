@@ -88,6 +88,17 @@ def test_values_of_parameters_alone_are_computed_once_and_follow_new_parameters(
         np.testing.assert_allclose(cm(x).numpy(), expected @ rand(24, seed=3).reshape(3, 8).T, rtol=1e-5, atol=1e-5)
 
 
+def test_a_call_refused_for_its_random_draws_computes_nothing_once():
+    """An inference call that draws random numbers runs normally at every call; the values of
+    its constants alone are not computed apart first (nothing would reuse them)."""
+    w = lv.tensor(rand(4, 3, seed=8))
+    f = lv.compile(lambda x: x @ (w * 2.0) + lv.rand(2, 3))
+    with lv.no_grad():
+        for seed in range(2):
+            f(lv.tensor(rand(2, 4, seed=seed))).numpy()
+    assert f.replays == 0 and f.hoisted == 0 and f.reasons["random ops in an inference call"] == 2
+
+
 def test_a_returned_value_of_parameters_alone_stays_an_output():
     """A value of constants alone that the call also returns is an output of the trace: computed
     at every replay, never taken out of it (the recording would lose an output)."""

@@ -19,7 +19,7 @@ them against float64 libm over dense grids):
   ``(1 - e) / (1 + e)`` with ``e = exp(-2|x|)``; max abs error 4e-7, max relative
   error 5e-7 (the cancellation in 1 - e just above the Taylor range).
 - ``sigmoid_f32``: ``1 / (1 + exp(-x))``; max relative error 3 ulp.
-- ``philox_block`` / ``philox_word``: the Philox4x32-10 stream of ``seed`` (Salmon et al.,
+- ``philox_block``: four words of the Philox4x32-10 stream of ``seed`` (Salmon et al.,
   SC'11), as ``lazyvic.ops.source`` computes it in NumPy; ``uniform_f32`` / ``uniform_f64`` turn
   a word into ``rand``'s [0, 1) exactly as there: bit-identical to the interpreter
   (``lowering/cpu/random_kernels.py`` fills ``rand``'s outputs with them).
@@ -287,14 +287,6 @@ def philox_block(seed, block):
         k0 = (k0 + _PW0) & _MASK32
         k1 = (k1 + _PW1) & _MASK32
     return c0, c1, c2, c3
-
-
-@njit(inline="always", cache=True)
-def philox_word(seed, index):
-    """Word ``index`` of the Philox4x32-10 stream keyed by ``seed`` (both int64), as uint64."""
-    c0, c1, c2, c3 = philox_block(seed, _U64(index) >> _U64(2))
-    lane = index & 3
-    return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3
 
 
 @njit(inline="always", cache=True)

@@ -36,7 +36,7 @@ from lazyvic.lowering.cuda.steps import (
     CudaKernelStep,
     CudaMatmulStep,
     CudaMaxPoolStep,
-    CudaRandnStep,
+    CudaRandomStep,
     HostStep,
     conv_dims,
     operand_map,
@@ -190,11 +190,11 @@ def _gather_step(entries, root: int, args: list) -> CudaGatherStep:
     )
 
 
-def _random_step(entries, root: int, args: list) -> CudaRandnStep | None:
+def _random_step(entries, root: int, args: list) -> CudaRandomStep | None:
     e = entries[root]
     if not (args[0].kind == args[1].kind == "scalar") or e.dtype.np not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None  # the device kernels draw float32 or float64 numbers from scalar (seed, offset)
-    return CudaRandnStep(f"{e.op}{e.shape}", root, args[0], args[1], normal=e.op == "randn")
+    return CudaRandomStep(f"{e.op}{e.shape}", root, args[0], args[1], normal=e.op == "randn")
 
 
 def _cat_step(entries, root: int, args: list) -> CudaCatStep:

@@ -11,8 +11,8 @@ CPU kernels (the op table's ``expr``), so this module defines the same names:
   the last bits (both are within a few ulp of the exact value);
 - ``fmax, fmin``: NaN-propagating maximum and minimum (``torch.maximum``);
 - ``philox_block``, ``uniform_f32``, ``uniform_f64``: ``kernel_lib``'s own Python bodies compiled
-  for the device (``philox_word`` picks a word of a block as the CPU's does), so the CPU and the
-  GPU draw bit-identical numbers from one implementation (the rand and randn kernels).
+  for the device (``philox_word`` picks one word of a block: the rand and randn kernels draw a
+  word per thread), so the CPU and the GPU draw bit-identical numbers from one implementation.
 
 It also holds the fixed kernels of the CUDA plans: ``gather_copy`` (an operand read
 through movement ops, or im2col, made contiguous through an index map),
@@ -242,7 +242,8 @@ uniform_f64 = cuda.jit(device=True)(kernel_lib.uniform_f64.py_func)
 
 @cuda.jit(device=True)
 def philox_word(seed, index):
-    """Word ``index`` of the stream: ``kernel_lib.philox_word``, on the device's philox_block."""
+    """Word ``index`` of the Philox stream keyed by ``seed`` (both int64), as uint64: lane
+    ``index % 4`` of block ``index // 4``."""
     c0, c1, c2, c3 = philox_block(seed, np.uint64(index) >> np.uint64(2))
     lane = index & 3
     return c0 if lane == 0 else c1 if lane == 1 else c2 if lane == 2 else c3

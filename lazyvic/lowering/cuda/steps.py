@@ -10,7 +10,7 @@
   :class:`CudaConvWeightStep` conv2d's weight gradient as the forward's columns times the
   gathered output gradient;
 - :class:`CudaCatStep` places each piece of a cat in its range of the output;
-- :class:`CudaMaxPoolStep`, :class:`CudaAvgPoolStep` and :class:`CudaRandnStep` run fixed
+- :class:`CudaMaxPoolStep`, :class:`CudaAvgPoolStep` and :class:`CudaRandomStep` run fixed
   kernels of the CUDA library (``lowering/cuda/kernel_lib.py``); the steps that read indices
   are in ``lowering/cuda/index_steps.py``;
 - :class:`HostStep` runs a ReferenceStep (``lowering/reference.py``: an op without a CUDA
@@ -522,7 +522,7 @@ def source(chain, env, scalars, plan):
 
 
 @dataclass
-class CudaRandnStep:
+class CudaRandomStep:
     """rand or randn on the device (the CUDA library's rand_kernel_f32 / _f64, randn_kernel):
     the CPU's Philox words (and Box-Muller for randn)."""
 

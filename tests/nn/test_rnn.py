@@ -691,6 +691,43 @@ def test_per_step_products_in_column_blocks_give_the_same_bits_on_every_tier():
     assert whole.tobytes() != blocked.tobytes()  # so a tier without the blocks would differ
 
 
+def test_python_loops_with_the_compiled_cells_give_the_reference_bits(monkeypatch):
+    """Where no native loop can be made (NumPy's product is not one gemm or gemv), the CPU step
+    runs ops/recurrent.py's Python loop with the compiled cells, passing them the whole range of
+    units (as a native loop does: called with those arguments left out, Numba's specialization
+    ran an LSTM cell 7x slower). Its bits are the NumPy reference's."""
+    from lazyvic.lowering.cpu import recurrent_kernels as rk
+    from lazyvic.ops import recurrent as R
+
+    monkeypatch.setattr(rk, "_forward_plan", lambda *a: None)
+    monkeypatch.setattr(rk, "_native_call", lambda *a: None)
+    rng = np.random.default_rng(5)
+    steps, rows, hidden = 3, 4, 32
+
+    def f(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    xp, h0, c0, w_hh = f(steps, rows, 4 * hidden), f(rows, hidden), f(rows, hidden), f(4 * hidden, hidden)
+    y = np.zeros((2, steps, rows, 6 * hidden), np.float32)
+    R.lstm_forward(xp, h0, c0, w_hh, y[0], R.numpy_forward_cell)
+    rk.lstm_forward(xp, h0, c0, w_hh, y[1], rk.lstm_forward_cell)
+    assert y[0].tobytes() == y[1].tobytes() and np.abs(y[0]).sum() > 0
+    gy, d = f(steps, rows, 6 * hidden), np.zeros((2, steps, rows, 6 * hidden), np.float32)
+    R.lstm_backward(gy, y[0], c0, w_hh, d[0], R.numpy_backward_cell)
+    rk.lstm_backward(gy, y[0], c0, w_hh, d[1], rk.lstm_backward_cell)
+    assert d[0].tobytes() == d[1].tobytes()
+    xg, wg, bg = f(steps, rows, 3 * hidden), f(3 * hidden, hidden), f(3 * hidden)
+    g = np.zeros((2, steps, rows, 5 * hidden), np.float32)
+    R.gru_forward(xg, h0, wg, bg, g[0], R.numpy_gru_forward_cell)
+    rk.gru_forward(xg, h0, wg, bg, g[1], rk.gru_forward_cell)
+    assert g[0].tobytes() == g[1].tobytes()
+    xr, wr = f(steps, rows, hidden), f(hidden, hidden)
+    r = np.zeros((2, steps, rows, hidden), np.float32)
+    R.rnn_forward(xr, h0, wr, r[0], R._numpy_rnn_forward_cell(R._tanh))
+    rk.rnn_forward(xr, h0, wr, r[1], False)
+    assert r[0].tobytes() == r[1].tobytes()
+
+
 @pytest.mark.parametrize(
     "cell, rows, hidden, reverse, lengths",
     [

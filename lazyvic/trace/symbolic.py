@@ -547,6 +547,51 @@ def substitute(value, env: dict, memo: dict | None = None):
     return value
 
 
+def substituter(value, found: dict):
+    """:func:`substitute` made once for a value substituted at many bindings: a function of
+    ``vals`` (each Sym's ``poly`` -> its value for the binding) that builds what
+    ``substitute(value, env)`` builds, walking only the parts that hold Syms; None when nothing
+    inside ``value`` is symbolic. Every Sym met goes into ``found`` (poly -> Sym), whose values
+    the caller computes once per binding. (A plan of symbolic sizes makes its steps concrete per
+    binding: a TinyGPT training step's 144 symbolic steps took 2 ms through substitute.)"""
+    if isinstance(value, Sym):
+        poly = value.poly
+        found.setdefault(poly, value)
+        return lambda vals: vals[poly]
+    if isinstance(value, (tuple, list)):
+        parts = [(k, substituter(v, found)) for k, v in enumerate(value)]
+        parts = [(k, f) for k, f in parts if f is not None]
+        if not parts:
+            return None
+        base, kind = list(value), type(value)
+        named = hasattr(value, "_fields")
+
+        def build(vals):
+            new = base.copy()
+            for k, f in parts:
+                new[k] = f(vals)
+            if kind is list:
+                return new
+            return kind(*new) if named else kind(new)
+
+        return build
+    if isinstance(value, dict):
+        parts = [(k, substituter(v, found)) for k, v in value.items()]
+        parts = [(k, f) for k, f in parts if f is not None]
+        if not parts:
+            return None
+        kind = type(value)
+
+        def build_dict(vals):
+            new = dict(value)
+            for k, f in parts:
+                new[k] = f(vals)
+            return new if kind is dict else kind(new)
+
+        return build_dict
+    return None
+
+
 __all__ = [
     "Guard",
     "Sym",
@@ -559,5 +604,6 @@ __all__ = [
     "prod",
     "recording",
     "substitute",
+    "substituter",
     "symbol",
 ]

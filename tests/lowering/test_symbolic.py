@@ -164,6 +164,59 @@ def test_moving_slice_is_one_plan(fresh):
     assert snap["cache_misses"] <= 2 and snap["symbolic_plans_compiled"] == 1
 
 
+def test_bindings_keep_the_pool_and_share_the_views_of_one_layout(fresh, monkeypatch):
+    """A plan of symbolic sizes sizes its temporaries per binding: a binding whose temporaries
+    fit runs in the pool as it is (it was made anew at every run: a slot of exactly the size
+    needed counted as too small), and bindings whose temporaries have the same shapes (a
+    slice's start moving, its length not) share one set of views."""
+    from lazyvic.lowering.cpu import plan as cpu_plan
+
+    layouts = []
+    real = cpu_plan.CpuPlan._layout
+    monkeypatch.setattr(cpu_plan.CpuPlan, "_layout", lambda self, e, p: layouts.append(1) or real(self, e, p))
+    base = np.arange(800, dtype=np.float32).reshape(200, 4) / 800
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    data, weight = lv.tensor(base), lv.tensor(w)
+
+    def step(i, n):  # the product's (n, 3) output and the exp's are temporaries of the pool
+        return ((data[i : i + n] * 2.0) @ weight).exp().sum(0).numpy()
+
+    for i, n in ((0, 9), (3, 12), (5, 12)):  # a fixed plan, then the family's plan at n = 12
+        step(i, n)
+    plan = _family_plan()
+    made = len(layouts)
+    pools = [id(p) for st in plan.free_states for p in st.pool]
+    for i in range(10, 150, 7):  # the start moves: one layout
+        np.testing.assert_allclose(step(i, 12), np.exp((base[i : i + 12] * 2.0) @ w).sum(0), rtol=1e-5)
+    assert len(layouts) == made
+    for n in (5, 12, 7, 5):  # smaller lengths fit the pool; each length's views made once
+        step(20, n)
+    assert len(layouts) == made + 2
+    assert [id(p) for st in plan.free_states for p in st.pool] == pools
+    assert metrics.snapshot()["symbolic_plans_compiled"] == 1
+
+
+def test_substituter_builds_what_substitute_builds():
+    """The substitution a plan makes per binding, made once (symbolic.substituter): the same
+    values and types as symbolic.substitute, the parts without symbols the same objects."""
+    import collections
+
+    Chain = collections.namedtuple("Chain", "kind shape ops")
+    t, u = symbolic.symbol("t_sub", 5), symbolic.symbol("u_sub", 7)
+    fixed = ("add", {"axis": 1})
+    value = Chain("buffer", (t, 4, u * 2), [fixed, ("slice", {"start": t - 1, "stop": t + u}), [t * u, 3]])
+    found: dict = {}
+    make = symbolic.substituter(value, found)
+    for a, b in ((5, 7), (9, 2)):
+        env = {"t_sub": a, "u_sub": b}
+        vals = {poly: sym.evaluate(env) for poly, sym in found.items()}
+        got, want = make(vals), symbolic.substitute(value, env)
+        assert got == want and type(got) is Chain and type(got.ops) is list
+        assert got.shape == (a, 4, 2 * b) and got.ops[1][1]["stop"] == a + b and got.ops[2] == [a * b, 3]
+        assert got.ops[0] is fixed and got.kind is value.kind
+    assert symbolic.substituter(("buffer", (3, 4), [fixed]), {}) is None
+
+
 def test_sizes_outside_lowering_are_not_ints():
     s = symbolic.symbol("t_test", 5)
     with pytest.raises(TypeError, match="outside lowering"):

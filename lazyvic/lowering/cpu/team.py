@@ -31,7 +31,7 @@ native.blas()  # NumPy's OpenBLAS bound as the symbols the loops call (any proce
 # element offsets of a, b and out in their flat arrays, and the kind (0 gemm, 1 gemv over b).
 _ROW = 12
 # Tables a kernel keeps, per shapes (a plan of symbolic sizes runs one step at many).
-MAX_TABLES = 16
+MAX_TABLES = 64
 
 
 @njit(cache=True, parallel=True, nogil=True)

@@ -74,7 +74,7 @@ from lazyvic import dtypes as dt
 from lazyvic import modes, recording
 from lazyvic import ops as optable
 from lazyvic.nn.module import Module
-from lazyvic.runtime import buffers, metrics, run
+from lazyvic.runtime import buffers, families, metrics, run
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import execute
 from lazyvic.runtime.plan_cache import plan_cache
@@ -110,16 +110,23 @@ class _Entry:
 
 class _SymbolicReplay:
     """How a call with other input sizes replays a plan of symbolic sizes: where each size symbol
-    is read (argument, axis) and which other argument dims the plan takes as given."""
+    is read (argument, axis), which other argument dims the plan takes as given, and, for a
+    training step, the symbols that follow another by a factor (``derived``: a bias gradient's
+    ones(1, B*T) row) and the constants made anew at each size (``remakes``: positions, causal
+    masks and those rows, :func:`_maker`)."""
 
-    __slots__ = ("plan", "reads", "checks")
+    __slots__ = ("plan", "reads", "checks", "derived", "remakes", "made")
 
-    def __init__(self, plan, reads: list, checks: list):
+    def __init__(self, plan, reads: list, checks: list, derived: list = (), remakes: list = ()):
         self.plan, self.reads, self.checks = plan, reads, checks
+        self.derived, self.remakes = derived, remakes
+        self.made: dict = {}  # sizes -> {slot: array} of the remade constants (the last few)
 
     def sizes(self, args) -> tuple | None:
         """The values of the plan's symbols for ``args``, or None when they do not fit."""
-        sizes = [args[a].shape[axis] for a, axis, _ in self.reads]
+        sizes = [args[a].shape[axis] if a is not None else 0 for a, axis, _ in self.reads]
+        for k, source, coef in self.derived:
+            sizes[k] = coef * sizes[source]
         if any(v < lower for v, (_, _, lower) in zip(sizes, self.reads)):
             return None
         for a, axis, expected in self.checks:
@@ -129,24 +136,115 @@ class _SymbolicReplay:
         sizes = tuple(sizes)
         return sizes if self.plan.admits(sizes) else None
 
+    def constants(self, sizes: tuple) -> dict | None:
+        """The constants of the step at ``sizes`` ({slot: array}), or None when one cannot be
+        made (a causal mask that would not be square)."""
+        made = self.made.get(sizes)
+        if made is None:
+            made = {}
+            for slot, dims, make in self.remakes:
+                shape = tuple(d if isinstance(d, int) else d(sizes) for d in dims)
+                a = make(shape)
+                if a is None:
+                    return None
+                made[slot] = a
+            if len(self.made) >= MAX_REMADE:
+                self.made.pop(next(iter(self.made)))
+            self.made[sizes] = made
+        return made
 
-def _symbolic_replay(trace, slots, entry) -> _SymbolicReplay | None:
+
+MAX_REMADE = 16
+
+
+def _maker(node):
+    """A function of a shape making the constant ``node`` holds at that shape, for the constants
+    whose values follow their sizes alone: ``arange(n)`` (positions), a square causal mask
+    (``band_mask(T, T)``, diagonal 0) and a bias gradient's ones row (ops/movement.py); else
+    None. (A constant made otherwise might hold values of its sizes, ``1 / T``: never remade.)"""
+    from lazyvic.creation import arange_onnx
+    from lazyvic.ops.movement import is_ones_row
+    from lazyvic.shaping import band_mask_onnx
+    from lazyvic.trace.composite import recipe_of
+
+    dtype = node.dtype.np
+    made = recipe_of(node)
+    if made is not None and made.op_type is arange_onnx:
+        at = made.attrs
+        if at["start"] == 0 and at["step"] == 1 and node.shape == (at["end"],):
+            return lambda shape: np.arange(shape[0], dtype=dtype)
+    if made is not None and made.op_type is band_mask_onnx:
+        at = made.attrs
+        if at["diagonal"] == 0 and at["lower"] and at["rows"] == at["cols"] and node.shape == (at["rows"], at["cols"]):
+            return lambda shape: np.tril(np.ones(shape, dtype=bool)) if shape[0] == shape[1] else None
+    if is_ones_row(node):
+        return lambda shape: np.ones(shape, dtype=dtype)
+    return None
+
+
+def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: list = ()) -> _SymbolicReplay | None:
     """The symbolic replay of a recording whose trace a plan of symbolic sizes served, when every
-    symbol of the plan is a dim of an argument (not of a captured constant, nor an attribute)."""
+    symbol of the plan is a dim of an argument (not of a captured constant, nor an attribute).
+    A training step's constants with a maker (``makers``: slot -> :func:`_maker`) may vary too:
+    they are made at each size, and a symbol read from one of them is a multiple of an
+    argument's (the factor found in the family's ``examples``, the same in each)."""
     template = entry.template
-    sites = family.input_sites(trace.key[0]).items()
-    if any(slots[slot][0] == "const" and not isinstance(template.exprs[site], int) for site, (slot, _) in sites):
-        return None  # a constant whose size varied (a value hoisted from a slice by a size)
+    makers = makers or {}
+    sites = list(family.input_sites(trace.key[0]).items())
+    remade: dict = {}  # slot -> [its sites]
+    for site, (slot, axis) in sites:
+        if slots[slot][0] != "arg" and not isinstance(template.exprs[site], int):
+            if slot not in makers:
+                return None  # a constant or a step's state whose size varied (a value hoisted from a slice by a size)
+            remade.setdefault(slot, []).append((axis, site))
     by_site = {  # input site -> (argument, axis), for the arguments' dims
         site: (slots[slot][1], axis) for site, (slot, axis) in sites if slots[slot][0] == "arg"
     }
-    reads = []
-    for sym_site, lower in template.symbols:
-        if sym_site not in by_site:
+    reads, derived, read_at = [], [], {}
+    for k, (sym_site, lower) in enumerate(template.symbols):
+        read_at[sym_site] = k
+        if sym_site in by_site:
+            reads.append((*by_site[sym_site], lower))
+            continue
+        factor = _factor(
+            sym_site, [(j, template.symbols[j][0]) for j, r in enumerate(reads) if r[0] is not None], examples
+        )
+        if factor is None or not any(sym_site in [s for _, s in v] for v in remade.values()):
             return None  # a symbol read from an attribute or a constant: the call must record again
-        reads.append((*by_site[sym_site], lower))
+        reads.append((None, 0, lower))
+        derived.append((k, *factor))
     checks = [(*by_site[s], template.exprs[s]) for s in by_site if template.exprs[s] is not None]
-    return _SymbolicReplay(entry.plan, reads, checks)
+    remakes = []
+    for slot, axes in remade.items():
+        dims = list(slots[slot][1].shape)
+        for axis, site in axes:
+            if site in read_at:
+                dims[axis] = _size_of(read_at[site])
+            elif isinstance(template.exprs[site], family.Expr):
+                dims[axis] = template.exprs[site]
+            else:
+                return None
+        remakes.append((slot, dims, makers[slot]))
+    return _SymbolicReplay(entry.plan, reads, checks, derived, remakes)
+
+
+def _size_of(k: int):
+    return lambda sizes: sizes[k]
+
+
+def _factor(site: int, candidates: list, examples: list) -> tuple | None:
+    """``(symbol, factor)``: the first candidate symbol (``(index, its site)``) whose value times
+    one integer factor gives the value at ``site`` in every example (at least two), or None."""
+    if len(examples) < 2:
+        return None
+    for k, at in candidates:
+        first = examples[0]
+        if first[at] <= 0 or first[site] % first[at]:
+            continue
+        coef = first[site] // first[at]
+        if all(ex[site] == coef * ex[at] for ex in examples):
+            return k, coef
+    return None
 
 
 class Compiled:
@@ -215,10 +313,21 @@ class Compiled:
         if entry is not None and entry.valid():
             return self._replay(entry, args)
         structure = self._structures.get((_structure(key_args),) + modes_key)
-        if entry is None and structure is not None and structure[1] is not None and structure[0].valid():
-            sizes = structure[1].sizes(args)
-            if sizes is not None:
-                return self._replay(structure[0], args, structure[1], sizes)
+        if entry is None and structure is not None and structure[0].valid():
+            known, replay = structure
+            if replay is not None:
+                sizes = replay.sizes(args)
+                if sizes is not None:
+                    if not isinstance(known, _StepEntry):
+                        return self._replay(known, args, replay, sizes)
+                    out = self._replay_step(known, args, replay, sizes)
+                    if out is not None:
+                        return out
+            elif isinstance(known, _StepEntry) and not known.direct:
+                # A step of other sizes: its state exists, so it is recorded now (its plan then
+                # one of symbolic sizes, which later sizes replay), not first run normally. Once:
+                # if no such plan came of it, later sizes are first run normally again.
+                return self._record_step(key, args, known.discovery, direct=True)
         return self._record(key, args)
 
     # -- paths -------------------------------------------------------------------------------
@@ -317,7 +426,7 @@ class Compiled:
         metrics.add("capture_recordings")
         return out
 
-    def _record_step(self, key, args, discovery: _Discovery):
+    def _record_step(self, key, args, discovery: _Discovery, direct: bool = False):
         """Record a training step (its second call: its state exists now), run it, and keep what a
         replay needs: the trace; where each input comes from (an argument, a cell, a constant); the
         per-step scalar inputs and the functions that give their next values; which cell each
@@ -362,8 +471,8 @@ class Compiled:
         held = {id(t) for t in (*items, *ends) if t is not None}
         if _has_side_effects({id(t) for t in live.pending()} - held, roots):
             return self._refuse(key, out, "pending tensors the step leaves beside its outputs and state")
-        scalar_nodes: list = []
-        trace, arrays, scalars, out_nodes = cut(roots, _flags(), scalar_nodes)
+        scalar_nodes, input_nodes = [], []
+        trace, arrays, scalars, out_nodes = cut(roots, _flags(), scalar_nodes, input_nodes)
         source = {}
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
@@ -375,6 +484,9 @@ class Compiled:
         entry.trace = trace
         entry.slots = [source.get(id(a), ("const", a)) for a in arrays]
         entry.shapes = [(a.shape, a.dtype) for a in arrays]
+        # The constants a call of other sizes makes anew (positions, masks: _maker).
+        makers = ((k, _maker(n)) for k, n in enumerate(input_nodes) if entry.slots[k][0] == "const")
+        entry.makers = {k: m for k, m in makers if m is not None}
         entry.scalars = tuple(scalars)
         slot_of = {id(n): k for k, n in enumerate(scalar_nodes)}
         entry.events = [(tuple(slot_of.get(id(n)) for n in nodes), fn) for nodes, fn in rec.events]
@@ -406,23 +518,31 @@ class Compiled:
             for k, (shape, dtype) in enumerate(entry.out_shapes)
             if math.prod(shape) * dtype.itemsize >= buffers.MIN_BYTES
         ]
+        entry.discovery, entry.direct = discovery, direct
         arrays_out = run(trace, arrays, scalars, at_once=True)  # compiled from its first run
         entry.plan = _served_plan()
         _realize(out_nodes, arrays_out, "cpu")
         self._entries[key] = entry
+        self._note_structure(key, entry)
         self.recordings += 1
         metrics.add("capture_recordings")
         return _restructure(entry, out_nodes)
 
-    def _replay_step(self, entry: _StepEntry, args):
+    def _replay_step(self, entry: _StepEntry, args, symbolic: _SymbolicReplay | None = None, sizes: tuple = ()):
         """Run a recorded step on the current arguments and state; None when a cell does not hold
-        what the recording read (the caller records again)."""
+        what the recording read (the caller records again). With ``symbolic``, the arguments have
+        other sizes (``sizes``, the values of the symbols of ``symbolic.plan``, which runs)."""
         if any(isinstance(a, Tensor) and a._node.pending for a in args):
             sync()
+        remade = {}
+        if symbolic is not None:
+            remade = symbolic.constants(sizes)
+            if remade is None:
+                return None
         inputs = []
-        for (kind, src), (shape, dtype) in zip(entry.slots, entry.shapes):
+        for k, ((kind, src), (shape, dtype)) in enumerate(zip(entry.slots, entry.shapes)):
             if kind == "const":
-                inputs.append(src)
+                inputs.append(remade.get(k, src))
                 continue
             t = args[src] if kind == "arg" else entry.cells[src].get()
             if t is None:
@@ -430,8 +550,8 @@ class Compiled:
             if t._node.pending:
                 sync()
             a = t._node.data
-            if a.shape != shape or a.dtype != dtype:
-                return None
+            if (a.shape != shape and (symbolic is None or kind != "arg")) or a.dtype != dtype:
+                return None  # (an argument's sizes: symbolic.sizes checked them)
             inputs.append(a)
         scalars = list(entry.scalars)
         for slots, fn in entry.events:  # the optimizers' bookkeeping, the schedulers, the RNG
@@ -439,13 +559,20 @@ class Compiled:
             for k, v in zip(slots, values or ()):
                 if k is not None:
                     scalars[k] = v
-        if entry.plan is not None:
-            arrays = execute(entry.plan, inputs, scalars, config.debug)
+        if symbolic is not None:
+            arrays = execute(symbolic.plan, inputs, scalars, config.debug, sizes)
+            metrics.add("capture_symbolic_replays")
+            nodes = [Node.buffer(a, dtype, "cpu", a.shape) for a, (_, dtype) in zip(arrays, entry.out_shapes)]
+            tracked = [k for k, a in enumerate(arrays) if a.nbytes >= buffers.MIN_BYTES]
         else:
-            arrays = run(entry.trace, inputs, scalars, at_once=True)
-            entry.plan = _served_plan()
-        nodes = [Node.buffer(a, dtype, "cpu", shape) for a, (shape, dtype) in zip(arrays, entry.out_shapes)]
-        for k in entry.tracked:
+            if entry.plan is not None:
+                arrays = execute(entry.plan, inputs, scalars, config.debug)
+            else:
+                arrays = run(entry.trace, inputs, scalars, at_once=True)
+                entry.plan = _served_plan()
+            nodes = [Node.buffer(a, dtype, "cpu", shape) for a, (shape, dtype) in zip(arrays, entry.out_shapes)]
+            tracked = entry.tracked
+        for k in tracked:
             buffers.track(nodes[k], arrays[k])
         for j, k in entry.writes:
             entry.cells[j].put(None if k is None else nodes[k])
@@ -464,14 +591,19 @@ class Compiled:
         previous = self._structures.get(skey)
         if (
             previous is not None
-            and previous[0].scalars == entry.scalars
+            and type(previous[0]) is type(entry)
+            and _fixed_scalars(previous[0]) == _fixed_scalars(entry)
             and served is not None
             and served.plan is not None
             and served.plan.symbols
             and served.template is not None
-            and entry.device == "cpu"
+            and getattr(entry, "device", "cpu") == "cpu"  # (a step runs on the CPU)
         ):
-            symbolic = _symbolic_replay(entry.trace, entry.slots, served)
+            if isinstance(entry, _StepEntry):
+                examples = families.examples(entry.trace)
+                symbolic = _symbolic_replay(entry.trace, entry.slots, served, entry.makers, examples)
+            else:
+                symbolic = _symbolic_replay(entry.trace, entry.slots, served)
         self._structures[skey] = (entry, symbolic)
 
 
@@ -587,6 +719,9 @@ class _StepEntry:
         "plan",
         "out_shapes",
         "tracked",
+        "discovery",  # the _Discovery it was recorded with (a step of other sizes records with it)
+        "makers",  # slot -> function making that constant at other sizes (_maker)
+        "direct",  # recorded at a call of new sizes without a first normal run
     )
 
     def valid(self) -> bool:
@@ -595,6 +730,13 @@ class _StepEntry:
         if any(_optimizer_guard(o) != g for o, g in zip(self.optimizers, self.guards)):
             return False
         return all(self.cells[j].get() is None for j in self.must_be_none)
+
+
+def _fixed_scalars(entry) -> tuple:
+    """The scalar inputs of a recording that no per-step event (an optimizer's step count, the
+    RNG) sets at a replay: two recordings of other sizes share a plan only if these agree."""
+    events = {k for slots, _ in getattr(entry, "events", ()) for k in slots if k is not None}
+    return tuple(v for k, v in enumerate(entry.scalars) if k not in events)
 
 
 def _served_plan():

@@ -94,6 +94,12 @@ _ones_rows: dict = {}  # (rows, dtype, device) -> ones(1, rows), the last MAX_ON
 MAX_ONES_ROWS = 64
 
 
+def is_ones_row(node) -> bool:
+    """Whether ``node`` holds one of the ones(1, M) rows :func:`_expand_vjp` makes (a captured
+    step makes them anew at other sizes: lazyvic/capture.py)."""
+    return node.op == "buffer" and any(t._node is node for t in _ones_rows.values())
+
+
 def _expand_vjp(g, x, out, at):
     if x[0].shape == ():
         return (g._reduce("sum", tuple(range(g.ndim))).reshape() if g.ndim else g,)

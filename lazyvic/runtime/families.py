@@ -99,6 +99,13 @@ def existing(trace):
     return family.find(structure[0].values)
 
 
+def examples(trace) -> list:
+    """The site values of the traces of ``trace``'s family seen so far (``[]`` without one)."""
+    structure = _structure(trace)
+    family = _families.get(structure[1]) if structure is not None else None
+    return list(family.examples) if family is not None else []
+
+
 def resolve(trace, compile_symbolic):
     """A symbolic plan for ``trace``, whose exact key missed the plan cache.
 

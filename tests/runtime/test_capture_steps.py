@@ -280,3 +280,45 @@ def test_a_compiled_model_inside_a_captured_step_is_part_of_it():
         assert step(m0, opt0, x, y).item() == f(x, y).item()
     assert f.replays == STEPS - 2 and inner.replays == 0
     np.testing.assert_array_equal(m0[3].weight.numpy(), m1[3].weight.numpy())
+
+
+def _gpt_steps(captured: bool, lengths: list) -> tuple:
+    """Losses and final parameters of a tiny TinyGPT trained on batches of other lengths."""
+    from lazyvic.models import TinyGPT
+
+    lv.manual_seed(0)
+    model = TinyGPT(vocab_size=11, d_model=16, n_layer=1, n_head=2, block_size=16)
+    opt = lv.optim.AdamW(model.parameters(), lr=1e-2)
+    r = np.random.default_rng(1)
+
+    def step(idx, tgt):
+        logits = model(idx)
+        loss = F.cross_entropy(logits.reshape(-1, 11), tgt.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        return loss
+
+    f = lv.compile(step) if captured else step
+    losses = []
+    for t in lengths:
+        idx, tgt = (lv.tensor(r.integers(0, 11, (2, t))) for _ in range(2))
+        losses.append(f(idx, tgt).item())
+    return losses, [p.numpy().copy() for p in model.parameters()], f
+
+
+def test_a_step_of_other_sizes_replays_one_plan_of_symbolic_sizes():
+    """A captured step called with other sequence lengths: the second length is recorded at once
+    (the state exists) and served by a plan of symbolic sizes, which every later length replays,
+    its positions, causal mask and bias-gradient rows made at each length, with the bits of the
+    steps run normally."""
+    lengths = [6, 6, 4, 7, 3, 5, 8, 4, 9]
+    want_losses, want_params, _ = _gpt_steps(False, lengths)
+    before = lv.metrics.snapshot()
+    losses, params, f = _gpt_steps(True, lengths)
+    after = lv.metrics.snapshot()
+    assert losses == want_losses
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(params, want_params))
+    assert f.recordings == 2 and f.fallbacks == 1 and f.replays == len(lengths) - 3
+    assert after["capture_symbolic_replays"] - before["capture_symbolic_replays"] == len(lengths) - 4

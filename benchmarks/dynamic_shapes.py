@@ -17,7 +17,9 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
   (``first_s``: the first, which records and compiles; ``second_s``: the second, where lazyvic
   compiles the prefill's plan, seen twice now; the third makes its native segment).
 - ``varlen_train``: TinyGPT training on 24 batches of about 20 distinct lengths; total time
-  including compiling, and steps/s once every length has been seen.
+  including compiling, and steps/s once every length has been seen. Also run (warm) with the
+  whole step through ``lazyvic.compile`` (``lazyvic_compile``: replays of one plan of symbolic
+  sizes from the third step on).
 - ``cnn_batches``: a small CNN (convolution, batch norm, depthwise and 1x1 convolutions, pooling,
   linear; SGD with momentum) trained on 30 batches of 20 distinct sizes (8..40 images of 32x32),
   as a loader with ``drop_last=False`` and a varying sampler gives them.
@@ -207,7 +209,7 @@ def run_generate(lib, quick: bool) -> dict:
     }
 
 
-def run_varlen_train(lib, quick: bool) -> dict:
+def run_varlen_train(lib, quick: bool, compiled: bool = False) -> dict:
     torch, nn, F = lib
     torch.manual_seed(0)
     model = _tiny_gpt(lib)
@@ -216,17 +218,22 @@ def run_varlen_train(lib, quick: bool) -> dict:
     lengths = [64, 64, 40, 17, 33, 64, 25, 48, 9, 60, 31, 12, 64, 40, 55, 21, 38, 44, 29, 50, 13, 19, 58, 36]
     if quick:
         lengths = lengths[:10]
-    t0, times = time.perf_counter(), []
-    for T in lengths:
-        s0 = time.perf_counter()
-        idx = torch.tensor(rng.integers(0, VOCAB, (8, T)))
-        tgt = torch.tensor(rng.integers(0, VOCAB, (8, T)))
+
+    def train_step(idx, tgt):
         logits = model(idx)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        loss.item()
+        return loss
+
+    step = torch.compile(train_step) if compiled else train_step  # (lazyvic.compile: the whole step)
+    t0, times = time.perf_counter(), []
+    for T in lengths:
+        s0 = time.perf_counter()
+        idx = torch.tensor(rng.integers(0, VOCAB, (8, T)))
+        tgt = torch.tensor(rng.integers(0, VOCAB, (8, T)))
+        step(idx, tgt).item()
         times.append(time.perf_counter() - s0)
     return {**_steps_summary(times, time.perf_counter() - t0), "distinct_lengths": len(set(lengths))}
 
@@ -296,6 +303,8 @@ def run_packed_lstm(lib, quick: bool) -> dict:
     return _train_steps(torch, F, forward, opt, batches)
 
 
+# Cases also run through lazyvic.compile (the whole training step captured), warm.
+COMPILED_CASES = ("varlen_train",)
 RUNNERS = {
     "moving_slice": run_moving_slice,
     "growing_context": run_growing_context,
@@ -323,7 +332,7 @@ def child(case: str, runtime: str, quick: bool) -> dict:
 
         lib = (torch, nn, F)
         torch.metrics.reset()
-    rec = RUNNERS[case](lib, quick)
+    rec = RUNNERS[case](lib, quick, compiled=True) if runtime == "lazyvic_compile" else RUNNERS[case](lib, quick)
     if runtime != "torch":
         snap = torch.metrics.snapshot()
         rec["lazyvic"] = {
@@ -340,6 +349,9 @@ def child(case: str, runtime: str, quick: bool) -> dict:
                 "compile_seconds",
                 "interpreted_runs",
                 "compiled_runs",
+                "capture_replays",
+                "capture_symbolic_replays",
+                "capture_fallbacks",
             )
         }
     return rec
@@ -372,6 +384,8 @@ def main(argv=None) -> None:
     for case in args.only or CASES:
         row = {"lazyvic_cold": run_child(case, "lazyvic", args.quick, cache)}
         row["lazyvic_warm"] = run_child(case, "lazyvic", args.quick, cache)  # kernels on disk now
+        if case in COMPILED_CASES:
+            row["lazyvic_compile"] = run_child(case, "lazyvic_compile", args.quick, cache)
         if not args.no_torch:
             row["torch"] = run_child(case, "torch", args.quick, cache)
         results[case] = row
@@ -404,6 +418,8 @@ def _print_row(case: str, row: dict) -> None:
                 f"{c['family_hits']}, compiled runs {c['compiled_runs']}, compile {c['compile_seconds']:.1f} s, "
                 f"kernels compiled {c['kernels_compiled']}"
             )
+            if c.get("capture_replays"):
+                extra += f", replays {c['capture_replays']} ({c['capture_symbolic_replays']} symbolic)"
         ratio = ""
         if name != "torch" and torch_rec and "error" not in torch_rec:
             ratio = f"  total time ratio {torch_rec['total_s'] / rec['total_s']:.2f}x"

@@ -58,6 +58,15 @@ followed the sizes, as ``1 / n`` in a mean would), later calls of other sizes re
 with their sizes bound, checked by its guards, without recording. The contract then extends to
 sizes: the call records the same program for every size its plan admits (a Python branch on a
 size, ``if T > 32``, breaks it: compile such a function per size class, or not at all).
+
+A training step of other sizes (a loop over sequence lengths) is recorded at its first call of
+the new sizes (its state exists: no normal run first); its plan is then one of symbolic sizes,
+and later sizes replay it as above, its per-step scalars left out of the comparison. Besides the
+arguments' dims, a step's constants may vary when their values follow from their sizes alone:
+positions ``arange(T)``, a square causal mask, a bias gradient's ones(1, B*T) row (its length a
+multiple of an argument's dim, the factor found in the examples of the trace's family); a replay
+makes them at its sizes. Any other constant whose size varied (a value computed in Python from a
+size) keeps the step recording, or running normally, at each new size.
 """
 
 from __future__ import annotations

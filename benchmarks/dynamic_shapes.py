@@ -11,7 +11,8 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
 - ``growing_context``: nanoGPT-style sampling: the README's TinyGPT called on ``idx[:, -64:]``
   as the context grows by one token per step (48 tokens), each token read (``.item()``) as it
   comes, as a program that streams its output does; tokens/s. (Without a read, lazyvic records
-  all 48 calls into one trace and runs them at the end.)
+  all 48 calls into one trace and runs them at the end.) Also run (warm) with the model through
+  ``lazyvic.compile`` (``lazyvic_compile``: replays of one plan of symbolic sizes).
 - ``generate``: ``TinyGPT.generate`` (KV cache) vs PyTorch's nanoGPT loop, 200 greedy tokens
   from the same prompt, generated 1 + REPEATS times: tokens/s of the median later generation
   (``first_s``: the first, which records and compiles; ``second_s``: the second, where lazyvic
@@ -144,10 +145,11 @@ def _tiny_gpt(lib):
     )
 
 
-def run_growing_context(lib, quick: bool) -> dict:
+def run_growing_context(lib, quick: bool, compiled: bool = False) -> dict:
     torch, nn, F = lib
     torch.manual_seed(0)
     model = _tiny_gpt(lib).eval()
+    call = torch.compile(model) if compiled else model  # (lazyvic.compile)
     n = 24 if quick else 48
     idx = torch.tensor(np.array([[1]]))
     t0 = time.perf_counter()
@@ -155,7 +157,7 @@ def run_growing_context(lib, quick: bool) -> dict:
     with torch.no_grad():
         for _ in range(n):
             s0 = time.perf_counter()
-            logits = model(idx[:, -BLOCK:])
+            logits = call(idx[:, -BLOCK:])
             nxt = logits[:, -1, :].argmax(-1, keepdim=True)
             idx = torch.cat((idx, nxt), dim=1)
             streamed.append(int(nxt.item()))  # each token shown as it comes: a sync per token
@@ -304,7 +306,7 @@ def run_packed_lstm(lib, quick: bool) -> dict:
 
 
 # Cases also run through lazyvic.compile (the whole training step captured), warm.
-COMPILED_CASES = ("varlen_train",)
+COMPILED_CASES = ("growing_context", "varlen_train")
 RUNNERS = {
     "moving_slice": run_moving_slice,
     "growing_context": run_growing_context,

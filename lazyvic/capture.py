@@ -62,11 +62,14 @@ size, ``if T > 32``, breaks it: compile such a function per size class, or not a
 A training step of other sizes (a loop over sequence lengths) is recorded at its first call of
 the new sizes (its state exists: no normal run first); its plan is then one of symbolic sizes,
 and later sizes replay it as above, its per-step scalars left out of the comparison. Besides the
-arguments' dims, a step's constants may vary when their values follow from their sizes alone:
-positions ``arange(T)``, a square causal mask, a bias gradient's ones(1, B*T) row (its length a
-multiple of an argument's dim, the factor found in the examples of the trace's family); a replay
-makes them at its sizes. Any other constant whose size varied (a value computed in Python from a
-size) keeps the step recording, or running normally, at each new size.
+arguments' dims, the constants of a call or a step may vary when their values follow from their
+sizes alone (:func:`_maker`): positions ``arange(T)``, a square causal mask, a bias gradient's
+ones(1, B*T) row (its length a multiple of an argument's dim, the factor found in the examples of
+the trace's family); a replay makes them at its sizes, and an inference recording does not hoist
+values computed from them. Any other constant whose size varied (a value computed in Python from
+a size) keeps the call recording, or the step running normally, at each new size. (nanoGPT-style
+sampling through a compiled TinyGPT, the context a token longer per call: one plan, every token
+a replay.)
 """
 
 from __future__ import annotations
@@ -98,10 +101,11 @@ from lazyvic.trace.node import Node, parameter_nodes
 class _Entry:
     """One recording: the trace and where each of its input slots comes from."""
 
-    __slots__ = ("trace", "slots", "scalars", "watched", "structure", "items", "device")
+    __slots__ = ("trace", "slots", "scalars", "watched", "structure", "items", "device", "makers")
 
-    def __init__(self, trace, slots, scalars, watched, structure, items, device: str = "cpu"):
+    def __init__(self, trace, slots, scalars, watched, structure, items, device: str = "cpu", makers=None):
         self.trace = trace
+        self.makers = makers or {}  # const slot -> function making it at other sizes (_maker)
         self.device = device  # where the outputs live
         self.slots = slots  # per input slot: ("arg", index) or ("const", array)
         self.scalars = scalars
@@ -215,6 +219,11 @@ def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: 
         if sym_site in by_site:
             reads.append((*by_site[sym_site], lower))
             continue
+        plain = family.Expr(1, ((k, 0, 1),), 0)  # an argument's dim that is the symbol itself
+        alt = next((site for site in by_site if template.exprs[site] == plain), None)
+        if alt is not None and sym_site in [s for v in remade.values() for _, s in v]:
+            reads.append((*by_site[alt], lower))
+            continue
         factor = _factor(
             sym_site, [(j, template.symbols[j][0]) for j, r in enumerate(reads) if r[0] is not None], examples
         )
@@ -327,9 +336,10 @@ class Compiled:
             if replay is not None:
                 sizes = replay.sizes(args)
                 if sizes is not None:
-                    if not isinstance(known, _StepEntry):
-                        return self._replay(known, args, replay, sizes)
-                    out = self._replay_step(known, args, replay, sizes)
+                    if isinstance(known, _StepEntry):
+                        out = self._replay_step(known, args, replay, sizes)
+                    else:
+                        out = self._replay(known, args, replay, sizes)
                     if out is not None:
                         return out
             elif isinstance(known, _StepEntry) and not known.direct:
@@ -366,6 +376,12 @@ class Compiled:
         if pending:
             sync(*pending)
         inputs = [args[src]._node.data if kind == "arg" else src for kind, src in entry.slots]
+        if symbolic is not None and entry.makers:
+            remade = symbolic.constants(sizes)
+            if remade is None:
+                return None
+            for k, a in remade.items():
+                inputs[k] = a
         if symbolic is None:
             arrays = run(entry.trace, inputs, list(entry.scalars))
         else:  # other sizes: the plan of symbolic sizes, bound to them (no trace, no key)
@@ -414,7 +430,8 @@ class Compiled:
                 by_id.setdefault(id(a._node.data), i)
         if device == "cpu":
             self.hoisted += _hoist_constants(roots, by_id)
-        trace, arrays, scalars, out_nodes = cut(roots, _flags(device))
+        input_nodes: list = []
+        trace, arrays, scalars, out_nodes = cut(roots, _flags(device), None, input_nodes)
         if any(e.op in _RANDOM_OPS for e in trace.named):
             _realize(out_nodes, run(trace, arrays, scalars), device)
             sync()
@@ -425,7 +442,9 @@ class Compiled:
         if module is not None:
             state = [*module.parameters(), *module.buffers()]
             watched = [(weakref.ref(t), t._node) for t in state if isinstance(t, Tensor)]
-        entry = _Entry(trace, slots, tuple(scalars), watched, structure, _layout(items, out_nodes), device)
+        makers = {k: _maker(n) for k, n in enumerate(input_nodes) if slots[k][0] == "const" and device == "cpu"}
+        makers = {k: m for k, m in makers.items() if m is not None}
+        entry = _Entry(trace, slots, tuple(scalars), watched, structure, _layout(items, out_nodes), device, makers)
         arrays_out = run(trace, arrays, scalars)
         _realize(out_nodes, arrays_out, device)
         sync()  # anything else pending (nothing, unless the call left unrelated work)
@@ -608,11 +627,8 @@ class Compiled:
             and served.template is not None
             and getattr(entry, "device", "cpu") == "cpu"  # (a step runs on the CPU)
         ):
-            if isinstance(entry, _StepEntry):
-                examples = families.examples(entry.trace)
-                symbolic = _symbolic_replay(entry.trace, entry.slots, served, entry.makers, examples)
-            else:
-                symbolic = _symbolic_replay(entry.trace, entry.slots, served)
+            examples = families.examples(entry.trace)
+            symbolic = _symbolic_replay(entry.trace, entry.slots, served, entry.makers, examples)
         self._structures[skey] = (entry, symbolic)
 
 
@@ -837,7 +853,10 @@ def _hoist_constants(roots: list, arg_data: dict) -> int:
             if i.pending:
                 largest = None if const[i] is None else max(largest, const[i])
             elif i.op == "buffer":
-                largest = None if id(i.data) in arg_data else max(largest, math.prod(i.shape))
+                # (A constant a replay at other sizes makes anew, _maker, follows the sizes as an
+                # argument does: a position embedding stays in the trace.)
+                varies = id(i.data) in arg_data or _maker(i) is not None
+                largest = None if varies else max(largest, math.prod(i.shape))
         const[node] = largest
 
     outputs = set(roots)

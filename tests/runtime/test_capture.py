@@ -266,6 +266,28 @@ def test_a_constant_computed_at_the_recordings_size_is_not_replayed_at_other_siz
     assert f.recordings == 4 and f.replays == 1 and f.hoisted == 4
 
 
+def test_a_growing_context_replays_with_its_positions_and_mask_made_at_each_length():
+    """nanoGPT-style sampling through a compiled TinyGPT, the context one token longer per call:
+    after two recordings every length replays the plan of symbolic sizes, its positions
+    (arange(T)) and causal mask (T x T) made at that length, with the logits of the plain model."""
+    from lazyvic.models import TinyGPT
+    from lazyvic.runtime.plan_cache import plan_cache
+
+    plan_cache.clear_plans()
+    lv.manual_seed(0)
+    model = TinyGPT(vocab_size=13, d_model=16, n_layer=1, n_head=2, block_size=16).eval()
+    f = lv.compile(model)
+    idx = np.array([[3]])
+    lv.metrics.reset()
+    with lv.no_grad():
+        for _ in range(8):
+            got = f(lv.tensor(idx)).numpy()
+            np.testing.assert_array_equal(got, model(lv.tensor(idx)).numpy())
+            idx = np.concatenate([idx, got[:, -1:].argmax(-1)], axis=1)
+    assert f.recordings <= 3 and f.replays == 8 - f.recordings
+    assert lv.metrics.snapshot()["capture_symbolic_replays"] == f.replays
+
+
 def test_a_scalar_that_follows_the_size_records_every_size():
     f = lv.compile(lambda x: x.mean(0) * 2.0)  # the mean's 1/n is a Python scalar of the call
     with lv.no_grad():

@@ -322,3 +322,36 @@ def test_a_step_of_other_sizes_replays_one_plan_of_symbolic_sizes():
     assert all(a.tobytes() == b.tobytes() for a, b in zip(params, want_params))
     assert f.recordings == 2 and f.fallbacks == 1 and f.replays == len(lengths) - 3
     assert after["capture_symbolic_replays"] - before["capture_symbolic_replays"] == len(lengths) - 4
+
+
+def test_a_step_with_a_constant_of_its_sizes_values_never_replays_it_at_other_sizes():
+    """A constant computed in Python from a size (weights ``arange(n) / n``) has no maker: calls
+    of other sizes must not replay a plan with the recording's values. They run normally or
+    record; every loss and parameter is the plain steps'."""
+
+    def run(captured: bool):
+        lv.manual_seed(0)
+        m = nn.Linear(6, 3)
+        opt = lv.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x, y):
+            w = lv.tensor((np.arange(x.shape[0], dtype=np.float32) + 1.0) / x.shape[0])
+            opt.zero_grad()
+            loss = (F.cross_entropy(m(x), y, reduction="none") * w).sum()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = lv.compile(step) if captured else step
+        r = np.random.default_rng(2)
+        losses = []
+        for n in (4, 4, 6, 5, 7, 6, 3):
+            x, y = r.standard_normal((n, 6)).astype(np.float32), r.integers(0, 3, n)
+            losses.append(f(lv.tensor(x), lv.tensor(y)).item())
+        return losses, [p.numpy().copy() for p in m.parameters()], f
+
+    want, want_params, _ = run(False)
+    before = lv.metrics.snapshot()["capture_symbolic_replays"]
+    got, params, f = run(True)
+    assert got == want and all(a.tobytes() == b.tobytes() for a, b in zip(params, want_params))
+    assert lv.metrics.snapshot()["capture_symbolic_replays"] == before

@@ -7,7 +7,8 @@ Cases (each runtime in a fresh child process, so one's thread pools do not slow 
 
 - ``moving_slice``: a word_language_model-style training loop: an embedding + 2-layer LSTM +
   linear language model trained with truncated backprop over ``source[i:i+bptt]`` as ``i``
-  moves (40 batches; the last, shorter batch included when the data ends).
+  moves (40 batches; the last, shorter batch included when the data ends). Also run (warm) with
+  the whole step through ``lazyvic.compile`` (``lazyvic_compile``, its second process).
 - ``growing_context``: nanoGPT-style sampling: the README's TinyGPT called on ``idx[:, -64:]``
   as the context grows by one token per step (48 tokens), each token read (``.item()``) as it
   comes, as a program that streams its output does; tokens/s. (Without a read, lazyvic records
@@ -88,7 +89,7 @@ def _lm_data(n_tokens=12000, batch=8):
     return np.random.default_rng(0).integers(0, VOCAB, (n_tokens // batch, batch))
 
 
-def run_moving_slice(lib, quick: bool) -> dict:
+def run_moving_slice(lib, quick: bool, compiled: bool = False) -> dict:
     torch, nn, F = lib
     torch.manual_seed(0)
     data = torch.tensor(_lm_data())
@@ -109,18 +110,24 @@ def run_moving_slice(lib, quick: bool) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     hidden = (torch.zeros(2, data.shape[1], nhid), torch.zeros(2, data.shape[1], nhid))
     steps = 12 if quick else 40
+
+    def train_step(x, y, h, c):
+        out, hidden = model(x, (h, c))
+        loss = F.cross_entropy(out.reshape(-1, VOCAB), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        opt.step()
+        return loss, hidden
+
+    step = torch.compile(train_step) if compiled else train_step  # (lazyvic.compile: the whole step)
     t0, times = time.perf_counter(), []
     for i in range(0, min(steps * bptt, data.shape[0] - 1), bptt):  # 1,500 rows: 40 full slices
         s0 = time.perf_counter()
         seq_len = min(bptt, data.shape[0] - 1 - i)
         x, y = data[i : i + seq_len], data[i + 1 : i + 1 + seq_len].reshape(-1)
         hidden = tuple(h.detach() for h in hidden)
-        out, hidden = model(x, hidden)
-        loss = F.cross_entropy(out.reshape(-1, VOCAB), y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        opt.step()
+        loss, hidden = step(x, y, *hidden)
         loss.item()
         times.append(time.perf_counter() - s0)
     total = time.perf_counter() - t0
@@ -307,7 +314,7 @@ def run_packed_lstm(lib, quick: bool) -> dict:
 
 
 # Cases also run through lazyvic.compile (the whole training step captured), warm.
-COMPILED_CASES = ("growing_context", "varlen_train")
+COMPILED_CASES = ("moving_slice", "growing_context", "varlen_train")
 RUNNERS = {
     "moving_slice": run_moving_slice,
     "growing_context": run_growing_context,

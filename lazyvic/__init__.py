@@ -115,6 +115,7 @@ from lazyvic import (  # noqa: E402, I001
     nn,
     onnx,
     optim,
+    special,
     utils,
     viz,
 )

@@ -230,6 +230,113 @@ def vstack(tensors) -> Tensor:
     return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
 
 
+def dstack(tensors) -> Tensor:
+    """Concatenation along axis 2 (``np.dstack``): 1-D (n,) tensors taken as (1, n, 1), 2-D
+    (m, n) as (m, n, 1)."""
+
+    def deep(t):
+        return t.reshape(1, -1, 1) if t.ndim <= 1 else t.reshape(*t.shape, 1) if t.ndim == 2 else t
+
+    return cat([deep(t) for t in tensors], 2)
+
+
+def tensordot(a: Tensor, b: Tensor, dims=2) -> Tensor:
+    """``torch.tensordot``: the sum of products over ``dims`` axes, the last ``dims`` of ``a``
+    with the first ``dims`` of ``b`` (an int), or the axes listed (a pair of lists or ints).
+    Shape: a's free axes, then b's. Computed as one matrix product of the permuted, flattened
+    operands (its VJP is theirs). Raises ShapeError for axes of other sizes, ArgumentError for
+    a negative count or lists of other lengths."""
+    if isinstance(dims, (int, np.integer)):
+        most = a.ndim if a.ndim < b.ndim else b.ndim  # (this module's min is the tensor function)
+        if dims < 0 or dims > most:
+            raise ArgumentError(f"tensordot: dims must be in 0..{most}, got {dims}")
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = ([d] if isinstance(d, (int, np.integer)) else list(d) for d in dims)
+        if len(da) != len(db):
+            raise ArgumentError(f"tensordot: both dim lists must have one length, got {da} and {db}")
+        da, db = [d % a.ndim if a.ndim else d for d in da], [d % b.ndim if b.ndim else d for d in db]
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise ShapeError(
+                f"tensordot: contracted axis {i} of {a.shape} ({a.shape[i]}) and axis {j} of {b.shape} "
+                f"({b.shape[j]}) differ"
+            )
+    free_a = [i for i in range(a.ndim) if i not in da]
+    free_b = [j for j in range(b.ndim) if j not in db]
+    k = int(np.prod([a.shape[i] for i in da], dtype=np.int64))
+    ma = int(np.prod([a.shape[i] for i in free_a], dtype=np.int64))
+    nb = int(np.prod([b.shape[j] for j in free_b], dtype=np.int64))
+    left = a.permute(*free_a, *da).reshape(ma, k)
+    right = b.permute(*db, *free_b).reshape(k, nb)
+    return (left @ right).reshape(*[a.shape[i] for i in free_a], *[b.shape[j] for j in free_b])
+
+
+def _triangle_indices(row: int, col: int, offset: int, dtype, device, lower: bool, name: str) -> Tensor:
+    if row < 0 or col < 0:
+        raise ArgumentError(f"{name}: row and col must be non-negative, got {row} and {col}")
+    rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    d = dt.get_dtype(dtype) if dtype is not None else dt.int64
+    t = Tensor(np.stack([rows, cols]).astype(d.np), dtype=d)
+    return t.to(device) if device is not None else t
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None) -> Tensor:
+    """(2, N) int64: the row and column indices of the lower triangle of a (row, col) matrix
+    (``j - i <= offset``), row by row as ``np.tril_indices`` lists them."""
+    return _triangle_indices(row, col, offset, dtype, device, True, "tril_indices")
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None) -> Tensor:
+    """(2, N) int64: the indices of the upper triangle of a (row, col) matrix (``j - i >= offset``)."""
+    return _triangle_indices(row, col, offset, dtype, device, False, "triu_indices")
+
+
+def searchsorted(sorted_sequence, values, *, out_int32: bool = False, right: bool = False, side=None, sorter=None):
+    """``torch.searchsorted``: for each value, the index where it would be inserted to keep the
+    last axis of ``sorted_sequence`` sorted: the number of its elements below the value
+    (``right`` / ``side="right"``: at most the value). ``sorted_sequence`` 1-D, or with the
+    leading axes of ``values``; ``sorter``: indices that sort it. int64 (``out_int32``: int32),
+    the shape of ``values``. Computed as a comparison with every element (memory and time of
+    ``values.numel() * sorted_sequence.shape[-1]``), on any device, lazily. Raises ShapeError
+    for leading axes that differ, ArgumentError for a ``side`` other than left or right."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise ArgumentError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise ArgumentError("searchsorted: side='left' and right=True disagree")
+        right = side == "right"
+    seq = sorted_sequence if isinstance(sorted_sequence, Tensor) else Tensor(sorted_sequence)
+    scalar = not isinstance(values, Tensor) and np.ndim(values) == 0
+    vals = values if isinstance(values, Tensor) else Tensor(np.asarray(values))
+    if sorter is not None:
+        seq = seq.gather(-1, sorter if isinstance(sorter, Tensor) else Tensor(np.asarray(sorter)))
+    if seq.ndim == 1:
+        x, s = vals.unsqueeze(-1), seq
+    else:
+        if seq.shape[:-1] != vals.shape[:-1]:
+            raise ShapeError(
+                f"searchsorted: sorted_sequence {seq.shape} and values {vals.shape} must share their "
+                "leading axes (all but the last)"
+            )
+        x, s = vals.unsqueeze(-1), seq.unsqueeze(-2)
+    below = (s <= x) if right else (s < x)
+    out = below.to(dt.int32 if out_int32 else dt.int64).sum(-1)
+    out = out.to(dt.int32) if out_int32 else out
+    return out.reshape(()) if scalar else out
+
+
+def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False):  # noqa: A002
+    """``torch.bucketize``: the bucket of each element of ``input`` among the sorted 1-D
+    ``boundaries``: i with ``boundaries[i-1] < x <= boundaries[i]`` (``right``:
+    ``boundaries[i-1] <= x < boundaries[i]``); int64 (``out_int32``: int32), ``input``'s shape.
+    Raises ShapeError when ``boundaries`` is not 1-D."""
+    b = boundaries if isinstance(boundaries, Tensor) else Tensor(np.asarray(boundaries))
+    if b.ndim != 1:
+        raise ShapeError(f"bucketize: boundaries must be 1-D, got shape {b.shape}")
+    return searchsorted(b, input, out_int32=out_int32, right=right)
+
+
 def where(condition, input=None, other=None):  # noqa: A002
     """``torch.where``: ``input`` where ``condition`` is true, else ``other`` (broadcast together);
     with ``condition`` alone, the indices of its true elements, one int64 tensor per axis
@@ -255,6 +362,12 @@ __all__ = list(_TWINS) + [
     "block_diag",
     "hstack",
     "vstack",
+    "dstack",
+    "tensordot",
+    "tril_indices",
+    "triu_indices",
+    "searchsorted",
+    "bucketize",
     "einsum",
     "where",
     "concat",

@@ -53,7 +53,7 @@ from lazyvic.functional.distance import (
     pairwise_distance,
     triplet_margin_loss,
 )
-from lazyvic.functional.linear import dropout, dropout1d, dropout2d, dropout3d, linear
+from lazyvic.functional.linear import bilinear, dropout, dropout1d, dropout2d, dropout3d, linear
 from lazyvic.functional.loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -130,6 +130,7 @@ __all__ = [
     "log_softmax",
     # linear, dropout, lookups
     "linear",
+    "bilinear",
     "dropout",
     "dropout1d",
     "dropout2d",

@@ -1,4 +1,4 @@
-"""Linear and dropout functions (``torch.nn.functional.linear``, ``dropout``, ``dropout1d/2d/3d``)."""
+"""Linear and dropout functions (``torch.nn.functional.linear``, ``bilinear``, ``dropout``, ``dropout1d/2d/3d``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,28 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.ndim == 2 and weight.ndim == 2 and x.dtype.is_floating_point:
         return mark(y, "Gemm", (x, weight, bias), transB=1)
     return y
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``y[..., o] = sum_ij x1[..., i] * weight[o, i, j] * x2[..., j] + bias[o]``
+    (``torch.nn.functional.bilinear``); x1 (..., in1), x2 (..., in2) with the same leading axes,
+    weight (out, in1, in2), bias (out,) -> (..., out). Computed as one product
+    x1 @ weight (in1, out * in2), then a sum of products with x2 over in2. Raises ShapeError for
+    operands that do not fit."""
+    if weight.ndim != 3:
+        raise ShapeError(f"bilinear: expected a weight of shape (out, in1, in2), got {weight.shape}")
+    out, n1, n2 = weight.shape
+    if input1.shape[-1:] != (n1,) or input2.shape[-1:] != (n2,) or input1.shape[:-1] != input2.shape[:-1]:
+        raise ShapeError(
+            f"bilinear: inputs {input1.shape} and {input2.shape} do not fit weight {weight.shape} "
+            "(expected (..., in1) and (..., in2) with the same leading axes)"
+        )
+    lead = input1.shape[:-1]
+    x1, x2 = input1.reshape(-1, n1), input2.reshape(-1, n2)
+    t = (x1 @ weight.permute(1, 0, 2).reshape(n1, out * n2)).reshape(-1, out, n2)
+    y = (t * x2.unsqueeze(1)).sum(-1)
+    y = y + bias if bias is not None else y
+    return y.reshape(*lead, out)
 
 
 def _check_p(name: str, p: float) -> None:

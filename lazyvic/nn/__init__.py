@@ -1,7 +1,7 @@
 """Neural-network modules (PyTorch names): Module, Parameter, layers, activations and losses."""
 
 from lazyvic import functional
-from lazyvic.nn import init, parallel, utils
+from lazyvic.nn import init, parallel, parameter, utils
 from lazyvic.nn.activation import (
     CELU,
     ELU,
@@ -32,6 +32,7 @@ from lazyvic.nn.attention import KVCache, MultiheadAttention
 from lazyvic.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from lazyvic.nn.distance import CosineEmbeddingLoss, CosineSimilarity, PairwiseDistance, TripletMarginLoss
 from lazyvic.nn.layers import (
+    Bilinear,
     Dropout,
     Dropout1d,
     Dropout2d,
@@ -111,10 +112,12 @@ from lazyvic.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNear
 __all__ = [
     "functional",
     "init",
+    "parameter",
     "utils",
     "Module",
     "Parameter",
     # containers and basic layers
+    "Bilinear",
     "Linear",
     "Sequential",
     "ModuleList",

@@ -48,6 +48,35 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class Bilinear(Module):
+    """``y = x1^T A x2 + b`` per output feature (``F.bilinear``); x1 (..., in1_features), x2 (...,
+    in2_features) -> (..., out_features). Initialization as PyTorch: weight (out, in1, in2) and
+    bias (out,) ~ U(-1/sqrt(in1), 1/sqrt(in1))."""
+
+    def __init__(
+        self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None, dtype=None
+    ):
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        bound = 1.0 / math.sqrt(in1_features) if in1_features > 0 else 0.0
+        self.weight = Parameter(empty(out_features, in1_features, in2_features, dtype=dtype, device=device))
+        init.uniform_(self.weight, -bound, bound)
+        if bias:
+            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
+            init.uniform_(self.bias, -bound, bound)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+
 class Sequential(Module):
     def __init__(self, *modules):
         super().__init__()

@@ -1,0 +1,6 @@
+"""``lazyvic.nn.parameter``: PyTorch's ``torch.nn.parameter`` module path
+(``from torch.nn.parameter import Parameter`` in real scripts)."""
+
+from lazyvic.nn.module import Parameter
+
+__all__ = ["Parameter"]

@@ -108,6 +108,7 @@ from lazyvic import (  # noqa: E402, I001
     cuda,
     data,
     distributed,
+    distributions,
     functional,
     linalg,
     metrics,

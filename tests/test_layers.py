@@ -60,6 +60,8 @@ LAYERS = [
             "lazyvic.data",
             "lazyvic.capture",
             "lazyvic.models",
+            "lazyvic.special",
+            "lazyvic.distributions",
             "lazyvic.distributed.process_group",
             "lazyvic.distributed.collectives",
             "lazyvic.distributed.nccl",

@@ -413,6 +413,8 @@ class Compiled:
             return out
         if synced:
             return self._refuse(key, out, "a sync point inside the call (.item(), .numpy(), print)")
+        if rec.refused:
+            return self._refuse(key, out, rec.refused)
         items, structure = _flatten(out)
         if not items or structure is None:
             return self._refuse(key, out, _NOT_TENSORS)

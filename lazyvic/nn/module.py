@@ -48,6 +48,32 @@ class Parameter(Tensor):
         return new
 
 
+class RemovableHandle:
+    """What ``register_forward_hook`` and ``register_forward_pre_hook`` return (PyTorch's
+    ``torch.utils.hooks.RemovableHandle``): ``remove()`` drops the hook; also a context manager
+    that removes it on exit."""
+
+    _next_id = 0
+
+    def __init__(self, module: "Module", store: str):
+        RemovableHandle._next_id += 1
+        self.id = RemovableHandle._next_id
+        self._module, self._store = module, store
+
+    def remove(self) -> None:
+        hooks = self._module.__dict__.get(self._store)
+        if hooks is not None:
+            hooks.pop(self.id, None)
+            if not hooks:  # (no hooks left: calls take the plain path again)
+                del self._module.__dict__[self._store]
+
+    def __enter__(self) -> "RemovableHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
 class Module:
     """Base class of every layer and model.
 
@@ -122,11 +148,75 @@ class Module:
         # The nodes recorded inside carry this module's dotted path (lazyvic.trace.scope).
         if recording.active:  # a captured step: its modules' tensors are read at each replay
             recording.note_module(self)
+        d = self.__dict__
+        if "_forward_pre_hooks" in d or "_forward_hooks" in d:
+            return self._call_with_hooks(args, kwargs)
         prev = scope.enter_module(self)
         try:
             return self.forward(*args, **kwargs)
         finally:
             scope.leave_module(prev)
+
+    # ------------------------------------------------------------ hooks
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False) -> "RemovableHandle":
+        """Call ``hook(module, args)`` before each ``forward`` (``with_kwargs``:
+        ``hook(module, args, kwargs)``); a result other than None replaces the arguments (a
+        tuple, or one value; with kwargs an ``(args, kwargs)`` pair), as in PyTorch. Hooks run
+        in registration order (``prepend``: first). Returns a handle whose ``remove()`` drops it.
+        A call or step through ``lazyvic.compile`` that reaches a module with hooks runs normally
+        (a replay runs no Python: its hooks would not run), counted in ``Compiled.reasons``."""
+        return self._add_hook("_forward_pre_hooks", (hook, with_kwargs, False), prepend)
+
+    def register_forward_hook(
+        self, hook, *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
+    ) -> "RemovableHandle":
+        """Call ``hook(module, args, output)`` after each ``forward`` (``with_kwargs``:
+        ``hook(module, args, kwargs, output)``); a result other than None replaces the output.
+        ``always_call``: also called when ``forward`` raised (the error is raised after).
+        Returns a handle whose ``remove()`` drops it (see :meth:`register_forward_pre_hook`)."""
+        return self._add_hook("_forward_hooks", (hook, with_kwargs, always_call), prepend)
+
+    def _add_hook(self, store: str, entry: tuple, prepend: bool) -> "RemovableHandle":
+        hooks = self.__dict__.setdefault(store, OrderedDict())
+        handle = RemovableHandle(self, store)
+        hooks[handle.id] = entry
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def _call_with_hooks(self, args: tuple, kwargs: dict):
+        rec = recording.current()
+        if rec is not None:  # a captured call replays no Python: the hooks would not run
+            rec.refuse(f"a forward hook on {type(self).__name__} (Python that runs at every call)")
+        for hook, with_kwargs, _ in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
+            if with_kwargs:
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2):
+                        raise RuntimeError(
+                            f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), got {result!r}"
+                        )
+                    args, kwargs = result
+            else:
+                result = hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        post = list(self.__dict__.get("_forward_hooks", {}).values())
+        prev = scope.enter_module(self)
+        try:
+            out = self.forward(*args, **kwargs)
+        except BaseException:
+            for hook, with_kwargs, always in post:
+                if always:
+                    hook(self, args, kwargs, None) if with_kwargs else hook(self, args, None)
+            raise
+        finally:
+            scope.leave_module(prev)
+        for hook, with_kwargs, _ in post:
+            result = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
+            if result is not None:
+                out = result
+        return out
 
     # ------------------------------------------------------------ traversal
     def named_modules(self, prefix: str = "", memo=None) -> Iterator:

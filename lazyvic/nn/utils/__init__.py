@@ -1,9 +1,10 @@
-"""``torch.nn.utils``: gradient clipping, parameters as one vector, and (in :mod:`.rnn`)
-variable-length sequences."""
+"""``torch.nn.utils``: gradient clipping, parameters as one vector, weight normalization, and (in
+:mod:`.rnn`) variable-length sequences."""
 
 from lazyvic.nn.utils import rnn
 from lazyvic.nn.utils.clip_grad import clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm
 from lazyvic.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
+from lazyvic.nn.utils.weight_norm import remove_weight_norm, weight_norm
 
 __all__ = [
     "clip_grad_norm_",
@@ -11,6 +12,8 @@ __all__ = [
     "clip_grads_with_norm_",
     "get_total_norm",
     "parameters_to_vector",
+    "remove_weight_norm",
     "rnn",
     "vector_to_parameters",
+    "weight_norm",
 ]

@@ -187,7 +187,14 @@ class Module:
     def _call_with_hooks(self, args: tuple, kwargs: dict):
         rec = recording.current()
         if rec is not None:  # a captured call replays no Python: the hooks would not run
-            rec.refuse(f"a forward hook on {type(self).__name__} (Python that runs at every call)")
+            hooks = [
+                *self.__dict__.get("_forward_pre_hooks", {}).values(),
+                *self.__dict__.get("_forward_hooks", {}).values(),
+            ]
+            # (A hook marked ``_lazyvic_pure`` only records ops on the module's tensors, which the
+            # trace then holds: weight_norm's.)
+            if not all(getattr(h[0], "_lazyvic_pure", False) for h in hooks):
+                rec.refuse(f"a forward hook on {type(self).__name__} (Python that runs at every call)")
         for hook, with_kwargs, _ in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
             if with_kwargs:
                 result = hook(self, args, kwargs)

@@ -22,6 +22,10 @@ def _norm_except_dim(v, dim):
 
 
 class _WeightNorm:
+    # Its work is ops on the module's parameters, recorded into the call's trace: a call through
+    # lazyvic.compile replays them (lazyvic.nn.Module._call_with_hooks).
+    _lazyvic_pure = True
+
     def __init__(self, name: str, dim):
         self.name, self.dim = name, dim
 

@@ -86,10 +86,12 @@ from lazyvic.functional.pooling import (
 from lazyvic.functional.sparse import embedding, one_hot
 from lazyvic.functional.vision import (
     channel_shuffle,
+    fold,
     interpolate,
     pad,
     pixel_shuffle,
     pixel_unshuffle,
+    unfold,
     upsample,
     upsample_bilinear,
     upsample_nearest,
@@ -182,6 +184,8 @@ __all__ = [
     "upsample",
     "upsample_nearest",
     "upsample_bilinear",
+    "unfold",
+    "fold",
     "pixel_shuffle",
     "pixel_unshuffle",
     "channel_shuffle",

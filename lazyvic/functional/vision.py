@@ -1,5 +1,5 @@
 """Vision functions: ``pad``, ``interpolate`` (and the older ``upsample*`` spellings),
-``pixel_shuffle``, ``pixel_unshuffle`` and ``channel_shuffle``."""
+``pixel_shuffle``, ``pixel_unshuffle``, ``channel_shuffle``, ``unfold`` and ``fold``."""
 
 from __future__ import annotations
 
@@ -326,3 +326,69 @@ def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:
     """Deprecated: ``interpolate(input, size, scale_factor, mode='bilinear', align_corners=True)``."""
     warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+# ------------------------------------------------------------------ unfold / fold (im2col)
+def _pair(opname: str, name: str, v, least: int) -> tuple:
+    t = (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(a) for a in v)
+    if len(t) != 2 or min(t) < least:
+        raise ArgumentError(f"{opname}: {name} must be an int or a pair of ints >= {least}, got {v!r}")
+    return t
+
+
+def _patches(opname, size_hw, kernel_size, dilation, padding, stride) -> tuple:
+    """``(padded (Hp, Wp), the flat index (kh*kw*L,) of each patch element in the padded plane,
+    kernel (kh, kw), padding, L)``; raises ShapeError when no block fits."""
+    (kh, kw), (dh, dw) = _pair(opname, "kernel_size", kernel_size, 1), _pair(opname, "dilation", dilation, 1)
+    (ph, pw), (sh, sw) = _pair(opname, "padding", padding, 0), _pair(opname, "stride", stride, 1)
+    hp, wp = size_hw[0] + 2 * ph, size_hw[1] + 2 * pw
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ShapeError(
+            f"{opname}: no {kh}x{kw} block (dilation {(dh, dw)}) fits a {size_hw[0]}x{size_hw[1]} plane "
+            f"padded by {(ph, pw)}"
+        )
+    rows = (np.arange(kh)[:, None] * dh)[:, :, None, None] + (np.arange(oh) * sh)[None, None, :, None]
+    cols = (np.arange(kw)[None, :] * dw)[:, :, None, None] + (np.arange(ow) * sw)[None, None, None, :]
+    flat = (rows * wp + cols).reshape(-1)  # (kh, kw, oh, ow): kernel offsets major, blocks minor
+    return (hp, wp), flat, (kh, kw), (ph, pw), oh * ow
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """Sliding blocks as columns (im2col, ``torch.nn.functional.unfold``): (N, C, H, W) ->
+    (N, C * kh * kw, L), L the number of blocks; an unbatched (C, H, W) -> (C * kh * kw, L). Row
+    c * kh * kw + i * kw + j of a column holds channel c at kernel offset (i, j). A gather of the
+    zero-padded input (its VJP an index_add). Raises ShapeError for another rank or when no block
+    fits, ArgumentError for bad sizes."""
+    if input.ndim not in (3, 4):
+        raise ShapeError(f"unfold: expected a (N, C, H, W) or (C, H, W) input, got shape {input.shape}")
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    n, c, h, w = x.shape
+    (hp, wp), flat, (kh, kw), (ph, pw), blocks = _patches("unfold", (h, w), kernel_size, dilation, padding, stride)
+    if ph or pw:
+        x = pad(x, (pw, pw, ph, ph))
+    cols = x.reshape(n, c, hp * wp).index_select(2, _index(x, flat)).reshape(n, c * kh * kw, blocks)
+    return cols if input.ndim == 4 else cols.squeeze(0)
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """The adjoint of :func:`unfold` (col2im, ``torch.nn.functional.fold``): (N, C * kh * kw, L)
+    -> (N, C, H, W) with ``output_size`` (H, W), each column's values added into its block
+    (overlaps sum); unbatched (C * kh * kw, L) -> (C, H, W). An index_add into a zero-padded
+    plane, then the padding cropped. Raises ShapeError when the columns do not match the blocks
+    of ``output_size``."""
+    if input.ndim not in (2, 3):
+        raise ShapeError(f"fold: expected a (N, C*kh*kw, L) or (C*kh*kw, L) input, got shape {input.shape}")
+    cols = input if input.ndim == 3 else input.unsqueeze(0)
+    h, w = _pair("fold", "output_size", output_size, 1)
+    (hp, wp), flat, (kh, kw), (ph, pw), blocks = _patches("fold", (h, w), kernel_size, dilation, padding, stride)
+    n, rows, length = cols.shape
+    if rows % (kh * kw) or length != blocks:
+        raise ShapeError(
+            f"fold: input {input.shape} does not match {kh}x{kw} blocks over {(h, w)}: expected "
+            f"(N, C*{kh * kw}, {blocks})"
+        )
+    c = rows // (kh * kw)
+    plane = cols.new_zeros(n, c, hp * wp).index_add(2, _index(cols, flat), cols.reshape(n, c, kh * kw * blocks))
+    out = plane.reshape(n, c, hp, wp)[:, :, ph : ph + h, pw : pw + w]
+    return out if input.ndim == 3 else out.squeeze(0)

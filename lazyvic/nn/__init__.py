@@ -39,6 +39,7 @@ from lazyvic.nn.layers import (
     Dropout3d,
     Embedding,
     Flatten,
+    Fold,
     Identity,
     Linear,
     ModuleDict,
@@ -47,6 +48,7 @@ from lazyvic.nn.layers import (
     ParameterList,
     Sequential,
     Unflatten,
+    Unfold,
 )
 from lazyvic.nn.loss import (
     BCELoss,
@@ -126,6 +128,8 @@ __all__ = [
     "ParameterDict",
     "Identity",
     "Flatten",
+    "Unfold",
+    "Fold",
     "Unflatten",
     "Dropout",
     "Dropout1d",

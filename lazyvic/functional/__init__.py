@@ -85,8 +85,10 @@ from lazyvic.functional.pooling import (
 )
 from lazyvic.functional.sparse import embedding, one_hot
 from lazyvic.functional.vision import (
+    affine_grid,
     channel_shuffle,
     fold,
+    grid_sample,
     interpolate,
     pad,
     pixel_shuffle,
@@ -186,6 +188,8 @@ __all__ = [
     "upsample_bilinear",
     "unfold",
     "fold",
+    "affine_grid",
+    "grid_sample",
     "pixel_shuffle",
     "pixel_unshuffle",
     "channel_shuffle",

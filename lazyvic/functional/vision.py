@@ -1,5 +1,6 @@
 """Vision functions: ``pad``, ``interpolate`` (and the older ``upsample*`` spellings),
-``pixel_shuffle``, ``pixel_unshuffle``, ``channel_shuffle``, ``unfold`` and ``fold``."""
+``pixel_shuffle``, ``pixel_unshuffle``, ``channel_shuffle``, ``unfold``, ``fold``, ``affine_grid``
+and ``grid_sample``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.functional.pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
 from lazyvic.tensor import Tensor, where
@@ -392,3 +394,86 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     plane = cols.new_zeros(n, c, hp * wp).index_add(2, _index(cols, flat), cols.reshape(n, c, kh * kw * blocks))
     out = plane.reshape(n, c, hp, wp)[:, :, ph : ph + h, pw : pw + w]
     return out if input.ndim == 3 else out.squeeze(0)
+
+
+# ------------------------------------------------------------------ affine_grid / grid_sample
+def _base_coords(n: int, align_corners: bool, np_float) -> np.ndarray:
+    """The normalized coordinates [-1, 1] of ``n`` pixel centers (align_corners: of the corner
+    pixels' centers at -1 and 1; else of the pixels' edges at -1 and 1)."""
+    if align_corners:
+        return np.linspace(-1.0, 1.0, n).astype(np_float) if n > 1 else np.zeros(1, np_float)
+    return ((np.arange(n) * 2 + 1) / n - 1).astype(np_float)
+
+
+def affine_grid(theta: Tensor, size, align_corners: bool = False) -> Tensor:
+    """The sampling grid of a batch of 2-D affine maps (``torch.nn.functional.affine_grid``, the
+    spatial transformer's): theta (N, 2, 3), size (N, C, H, W) -> (N, H, W, 2), each output pixel's
+    normalized (x, y) = theta @ (x, y, 1) of its own normalized coordinates. Differentiable in
+    theta. Raises ShapeError for theta not (N, 2, 3) or a size not 4 long with theta's N."""
+    size = tuple(int(v) for v in size)
+    if theta.ndim != 3 or theta.shape[1:] != (2, 3) or len(size) != 4 or size[0] != theta.shape[0]:
+        raise ShapeError(
+            f"affine_grid: expected theta (N, 2, 3) and size (N, C, H, W) with the same N, got {theta.shape} and {size}"
+        )
+    if not theta.dtype.is_floating_point:
+        raise DTypeError(f"affine_grid: expected a floating-point theta, got {theta.dtype}")
+    n, _, h, w = size
+    np_float = theta.dtype.np
+    xs, ys = _base_coords(w, align_corners, np_float), _base_coords(h, align_corners, np_float)
+    base = np.stack([np.broadcast_to(xs, (h, w)), np.broadcast_to(ys[:, None], (h, w)), np.ones((h, w), np_float)], -1)
+    base = Tensor(np.ascontiguousarray(base.reshape(1, h * w, 3))).to(theta.device)
+    return (base @ theta.transpose(1, 2)).reshape(n, h, w, 2)
+
+
+def _unnormalize(coord: Tensor, size: int, align_corners: bool) -> Tensor:
+    return (coord + 1.0) * ((size - 1) / 2.0) if align_corners else ((coord + 1.0) * size - 1.0) / 2.0
+
+
+def grid_sample(
+    input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros", align_corners=None
+) -> Tensor:
+    """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) of normalized (x, y) in [-1, 1]
+    (``torch.nn.functional.grid_sample``) -> (N, C, Ho, Wo). ``mode`` "bilinear" (the four
+    neighbours weighted; differentiable in input and grid) or "nearest" (the nearest pixel,
+    halves to even; no gradient to the grid); ``padding_mode`` "zeros" (outside pixels read 0) or
+    "border" (coordinates clamped to the edge). ``align_corners`` as PyTorch (default False).
+    Computed as gathers of the flattened planes, so the input's gradient is their scatter-add.
+    Raises ShapeError for shapes that do not fit, UnsupportedOpError for another mode (bicubic)
+    or padding (reflection)."""
+    if mode not in ("bilinear", "nearest"):
+        raise UnsupportedOpError(f"grid_sample: mode {mode!r} is not supported (bilinear, nearest)")
+    if padding_mode not in ("zeros", "border"):
+        raise UnsupportedOpError(f"grid_sample: padding_mode {padding_mode!r} is not supported (zeros, border)")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+        raise ShapeError(
+            f"grid_sample: expected input (N, C, H, W) and grid (N, Ho, Wo, 2) with the same N, got {input.shape} and {grid.shape}"
+        )
+    align = bool(align_corners)
+    n, c, h, w = input.shape
+    _, ho, wo, _ = grid.shape
+    g = grid.to(input.dtype) if grid.dtype != input.dtype else grid
+    ix, iy = _unnormalize(g[..., 0], w, align), _unnormalize(g[..., 1], h, align)
+    if padding_mode == "border":
+        ix, iy = ix.clamp(0.0, w - 1.0), iy.clamp(0.0, h - 1.0)
+    planes = input.reshape(n, c, h * w)
+
+    def tap(xi: Tensor, yi: Tensor) -> Tensor:
+        """The input at integer coordinates (float tensors), 0 outside the plane: (N, C, Ho*Wo)."""
+        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
+        flat = (yi.clamp(0.0, h - 1.0) * w + xi.clamp(0.0, w - 1.0)).to(dt.int64).reshape(n, 1, ho * wo)
+        vals = planes.gather(2, flat.expand(n, c, ho * wo))
+        return where(inside.reshape(n, 1, ho * wo), vals, 0.0)
+
+    if mode == "nearest":
+        out = tap(ix.round(), iy.round())
+    else:
+        x0, y0 = ix.floor(), iy.floor()
+        wx1, wy1 = (ix - x0).reshape(n, 1, ho * wo), (iy - y0).reshape(n, 1, ho * wo)
+        wx0, wy0 = 1.0 - wx1, 1.0 - wy1
+        out = (
+            tap(x0, y0) * (wx0 * wy0)
+            + tap(x0 + 1.0, y0) * (wx1 * wy0)
+            + tap(x0, y0 + 1.0) * (wx0 * wy1)
+            + tap(x0 + 1.0, y0 + 1.0) * (wx1 * wy1)
+        )
+    return out.reshape(n, c, ho, wo)

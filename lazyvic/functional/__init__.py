@@ -83,7 +83,7 @@ from lazyvic.functional.pooling import (
     max_pool1d,
     max_pool2d,
 )
-from lazyvic.functional.sparse import embedding, one_hot
+from lazyvic.functional.sparse import embedding, embedding_bag, one_hot
 from lazyvic.functional.vision import (
     affine_grid,
     channel_shuffle,
@@ -141,6 +141,7 @@ __all__ = [
     "dropout3d",
     "one_hot",
     "embedding",
+    "embedding_bag",
     # losses
     "nll_loss",
     "cross_entropy",

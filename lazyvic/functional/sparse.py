@@ -141,6 +141,89 @@ def embedding(
     return mark(rows.reshape(*input.shape, weight.shape[1]), "Gather", (weight, input), axis=0)
 
 
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """Sums, means or maxima of bags of embeddings (``torch.nn.functional.embedding_bag``) ->
+    (B, embedding_dim). ``input`` (B, N): B bags of N indices; or 1-D with ``offsets`` (B,) (with
+    ``include_last_offset``: B + 1, the last the input's length), bag b holding
+    ``input[offsets[b]:offsets[b + 1]]``. ``per_sample_weights`` (``input``'s shape; "sum" only)
+    scale each embedding; indices equal to ``padding_idx`` are left out (of the count of a mean
+    too); an empty bag gives zeros. ``max_norm``, ``norm_type`` and ``scale_grad_by_freq`` as
+    :func:`embedding`. Computed as the lookup, then an index_add into the bags (``max``: a masked
+    maximum over a (B, total) mask). Raises ShapeError for inputs or offsets of other ranks,
+    ValueError for a bad ``mode``, per-sample weights outside "sum", or realized offsets that do
+    not start at 0 and increase."""
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+    if per_sample_weights is not None and mode != "sum":
+        raise ValueError(f"embedding_bag: per_sample_weights is only supported for mode='sum', got {mode!r}")
+    if not isinstance(input, Tensor):
+        input = Tensor(np.asarray(input))
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("embedding_bag: offsets must be None when input is 2-D (B, N)")
+        bags, per = input.shape
+        seg = Tensor(np.repeat(np.arange(bags, dtype=np.int64), per)).to(input.device)
+    elif input.ndim == 1:
+        if offsets is None:
+            raise ValueError("embedding_bag: a 1-D input needs offsets")
+        off = offsets if isinstance(offsets, Tensor) else Tensor(np.asarray(offsets, dtype=np.int64))
+        if off.ndim != 1:
+            raise ShapeError(f"embedding_bag: offsets must be 1-D, got shape {off.shape}")
+        starts = off[:-1] if include_last_offset else off
+        known = off._node.data if off._node.op == "buffer" and off.device == "cpu" else None
+        if known is not None and len(known) and (known[0] != 0 or np.any(np.diff(known) < 0)):
+            raise ValueError(f"embedding_bag: offsets must start at 0 and not decrease, got {known.tolist()[:8]}")
+        bags = starts.shape[0]
+        seg = _bag_of(starts, input.shape[0], input.device)
+    else:
+        raise ShapeError(f"embedding_bag: input must be 1-D (with offsets) or 2-D, got shape {input.shape}")
+    flat = input.reshape(-1)
+    rows = embedding(flat, weight, None, max_norm, norm_type, scale_grad_by_freq)
+    keep = None if padding_idx is None else flat != (padding_idx % weight.shape[0])
+    dim = weight.shape[1]
+    if mode == "max":
+        mask = seg.unsqueeze(0) == arange(bags, device=input.device).unsqueeze(1)  # (B, total)
+        if keep is not None:
+            mask = mask & keep.unsqueeze(0)
+        picked = where(mask.unsqueeze(2), rows.unsqueeze(0), -np.inf).amax(1)
+        return where(mask.any(1).unsqueeze(1), picked, 0.0)
+    scale = None if keep is None else keep.to(weight.dtype)
+    if per_sample_weights is not None:
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ShapeError(
+                f"embedding_bag: per_sample_weights {per_sample_weights.shape} must have the input's shape {input.shape}"
+            )
+        psw = per_sample_weights.reshape(-1).to(weight.dtype)
+        scale = psw if scale is None else scale * psw
+    if scale is not None:
+        rows = rows * scale.unsqueeze(1)
+    total = weight.new_zeros(bags, dim).index_add(0, seg, rows)
+    if mode == "sum":
+        return total
+    ones = flat.ones_like().to(weight.dtype) if keep is None else keep.to(weight.dtype)
+    count = weight.new_zeros(bags).index_add(0, seg, ones)
+    return total / count.clamp(min=1.0).unsqueeze(1)
+
+
+def _bag_of(starts: Tensor, total: int, device) -> Tensor:
+    """The bag of each of ``total`` positions, for bags starting at ``starts`` (increasing, the
+    first 0): the number of starts at or before the position, less one."""
+    positions = arange(total, device=device)
+    return (starts.unsqueeze(0) <= positions.unsqueeze(1)).long().sum(1) - 1
+
+
 def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float) -> None:
     """PyTorch's ``embedding_renorm_``: the picked rows of norm > max_norm scaled to max_norm, in place."""
     with modes.no_grad():

@@ -445,6 +445,52 @@ class Identity(Module):
         return x
 
 
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embeddings (``F.embedding_bag``): ``forward(input,
+    offsets=None, per_sample_weights=None)`` -> (B, embedding_dim). Initialization as PyTorch:
+    N(0, 1), the ``padding_idx`` row zeroed; ``_weight`` gives the table instead."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        table = Embedding(num_embeddings, embedding_dim, padding_idx, _weight=_weight, device=device, dtype=dtype)
+        self.weight = table.weight
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, table.padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.mode, self.sparse, self.include_last_offset = mode, sparse, include_last_offset
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None, per_sample_weights: Tensor | None = None) -> Tensor:  # noqa: A002
+        return F.embedding_bag(
+            input,
+            self.weight,
+            offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.mode,
+            self.sparse,
+            per_sample_weights,
+            self.include_last_offset,
+            self.padding_idx,
+        )
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+
+
 class Unfold(Module):
     """Sliding blocks as columns (``F.unfold``): (N, C, H, W) -> (N, C * kh * kw, L)."""
 

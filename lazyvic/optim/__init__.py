@@ -12,6 +12,7 @@ from lazyvic.optim.adagrad import Adagrad
 from lazyvic.optim.adam import Adam
 from lazyvic.optim.adamax import Adamax
 from lazyvic.optim.adamw import AdamW
+from lazyvic.optim.lbfgs import LBFGS
 from lazyvic.optim.nadam import NAdam
 from lazyvic.optim.optimizer import Optimizer
 from lazyvic.optim.radam import RAdam
@@ -24,6 +25,7 @@ __all__ = [
     "Adam",
     "AdamW",
     "Adamax",
+    "LBFGS",
     "NAdam",
     "Optimizer",
     "RAdam",

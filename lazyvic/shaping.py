@@ -267,6 +267,27 @@ def roll(x, shifts, dims=None):
     return out if out is not x else x.clone()
 
 
+def unfold(x, dimension: int, size: int, step: int):
+    """``Tensor.unfold``: every slice of ``size`` elements along ``dimension``, ``step`` apart
+    (windows, frames). The axis becomes the number of slices, ``(n - size) // step + 1``, and a
+    new last axis of length ``size`` holds each slice. A gather (its VJP a scatter-add: windows
+    that overlap add their gradients). Raises ShapeError when ``size`` exceeds the axis,
+    ArgumentError for a step below 1 or a negative size."""
+    d = norm_axis(dimension, x.ndim, "unfold") if x.ndim else 0
+    n = x.shape[d] if x.ndim else 1
+    if step < 1 or size < 0:
+        raise ArgumentError(f"unfold: step must be at least 1 and size non-negative, got step {step}, size {size}")
+    if size > n:
+        raise ShapeError(f"unfold: size {size} exceeds the size {n} of dimension {dimension} of {x.shape}")
+    count = (n - size) // step + 1
+    base = x if x.ndim else x.reshape(1)
+    idx = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1).astype(np.int64)
+    picked = base.index_select(d, type(x)(idx).to(x.device))  # (..., count * size, ...)
+    shape = base.shape[:d] + (count, size) + base.shape[d + 1 :]
+    out = picked.reshape(*shape).movedim(d + 1, -1)
+    return out if x.ndim else out.reshape(size)
+
+
 def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
     """The ``n``-th forward difference along ``dim``: ``out[i] = x[i + 1] - x[i]``, applied ``n``
     times (``torch.diff``); ``prepend`` / ``append`` are concatenated to ``x`` along ``dim`` first

@@ -1000,7 +1000,7 @@ class Tensor:
     flip, fliplr, flipud, roll = shaping.flip, shaping.fliplr, shaping.flipud, shaping.roll
     repeat, tile = shaping.repeat, shaping.tile
     diag, diagonal, trace, tril, triu = shaping.diag, shaping.diagonal, shaping.trace, shaping.tril, shaping.triu
-    diff, tensor_split = shaping.diff, shaping.tensor_split
+    diff, tensor_split, unfold = shaping.diff, shaping.tensor_split, shaping.unfold
 
     def _slice(self, starts, stops, steps) -> "Tensor":
         if tuple(starts) == (0,) * self.ndim and tuple(stops) == self.shape and set(steps) <= {1}:

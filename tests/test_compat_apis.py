@@ -156,3 +156,18 @@ def test_the_parameter_module_path():
     from lazyvic.nn.parameter import Parameter
 
     assert Parameter is lv.nn.Parameter and lv.nn.parameter.Parameter is lv.nn.Parameter
+
+
+def test_tensor_unfold_takes_windows_as_numpy_and_adds_overlapping_gradients():
+    x = np.arange(2 * 7 * 3, dtype=np.float64).reshape(2, 7, 3)
+    for dim, size, step in ((1, 3, 2), (-1, 2, 1), (0, 1, 1), (1, 7, 3)):
+        ref = np.lib.stride_tricks.sliding_window_view(x, size, axis=dim)
+        index = [slice(None)] * 3
+        index[dim] = slice(None, None, step)
+        np.testing.assert_array_equal(lv.tensor(x).unfold(dim, size, step).numpy(), ref[tuple(index)])
+    check_vjp(lambda t: t.unfold(1, 3, 1), _r(2, 5))
+    assert lv.tensor(5.0).unfold(0, 1, 1).shape == (1,)
+    with pytest.raises(errors.ShapeError, match="size 8 exceeds"):
+        lv.tensor(x).unfold(1, 8, 1)
+    with pytest.raises(errors.ArgumentError, match="step must be at least 1"):
+        lv.tensor(x).unfold(1, 2, 0)

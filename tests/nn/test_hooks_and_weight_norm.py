@@ -148,30 +148,8 @@ def test_a_compiled_model_with_hooks_runs_them_at_every_call(monkeypatch):
 def test_a_captured_step_with_weight_norm_replays_with_the_plain_steps_bits(monkeypatch):
     """weight_norm's hook records ops on the module's parameters only: a training step through
     lazyvic.compile replays it (g and v are read at each replay) with the bits of plain steps."""
+    from _steps import plain_and_captured
+
     monkeypatch.setattr(config, "compile", "hot")
-
-    def run(captured: bool):
-        lv.manual_seed(0)
-        m = nn.utils.weight_norm(nn.Linear(4, 3))
-        opt = lv.optim.SGD(m.parameters(), lr=0.1)
-
-        def step(x):
-            opt.zero_grad()
-            loss = (m(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-
-        f = lv.compile(step) if captured else step
-        x = lv.tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
-        losses = [f(x).item() for _ in range(5)]
-        return losses, m.weight_g.numpy().copy(), m.weight_v.numpy().copy(), f
-
-    lv.use_deterministic_algorithms(True)
-    try:
-        want, g, v, _ = run(False)
-        got, g2, v2, f = run(True)
-    finally:
-        lv.use_deterministic_algorithms(False)
-    assert got == want and g.tobytes() == g2.tobytes() and v.tobytes() == v2.tobytes()
-    assert f.replays == 3 and f.fallbacks == 1
+    plain, captured, f = plain_and_captured(lambda: nn.utils.weight_norm(nn.Linear(4, 3)))
+    assert captured == plain and f.replays == 3 and f.fallbacks == 1

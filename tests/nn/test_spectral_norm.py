@@ -62,30 +62,9 @@ def test_spectral_norm_errors():
 
 def test_a_captured_step_with_spectral_norm_replays_its_power_iteration(monkeypatch):
     """The hook's power iteration updates the buffers in place: a captured step replays it and
-    writes them back, with the bits of plain steps."""
+    writes them back (weight_u, weight_v in the state compared), with the bits of plain steps."""
+    from _steps import plain_and_captured
+
     monkeypatch.setattr(config, "compile", "hot")
-
-    def run(captured: bool):
-        lv.manual_seed(0)
-        m = nn.utils.spectral_norm(nn.Linear(4, 3))
-        opt = lv.optim.SGD(m.parameters(), lr=0.1)
-
-        def step(x):
-            opt.zero_grad()
-            loss = (m(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-
-        f = lv.compile(step) if captured else step
-        x = lv.tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
-        return [f(x).item() for _ in range(5)], m.weight_u.numpy().copy(), m.weight_orig.numpy().copy(), f
-
-    lv.use_deterministic_algorithms(True)
-    try:
-        want, u, w, _ = run(False)
-        got, u2, w2, f = run(True)
-    finally:
-        lv.use_deterministic_algorithms(False)
-    assert got == want and u.tobytes() == u2.tobytes() and w.tobytes() == w2.tobytes()
-    assert f.replays == 3
+    plain, captured, f = plain_and_captured(lambda: nn.utils.spectral_norm(nn.Linear(4, 3)))
+    assert captured == plain and f.replays == 3

@@ -123,10 +123,10 @@ class _Entry:
 
 class _SymbolicReplay:
     """How a call with other input sizes replays a plan of symbolic sizes: where each size symbol
-    is read (argument, axis), which other argument dims the plan takes as given, and, for a
-    training step, the symbols that follow another by a factor (``derived``: a bias gradient's
-    ones(1, B*T) row) and the constants made anew at each size (``remakes``: positions, causal
-    masks and those rows, :func:`_maker`)."""
+    is read (argument, axis), which other argument dims the plan takes as given, the symbols
+    that follow another by a factor (``derived``: a bias gradient's ones(1, B*T) row) and the
+    constants made anew at each size (``remakes``: positions, causal masks and those rows,
+    :func:`_maker`)."""
 
     __slots__ = ("plan", "reads", "checks", "derived", "remakes", "made")
 
@@ -150,8 +150,8 @@ class _SymbolicReplay:
         return sizes if self.plan.admits(sizes) else None
 
     def constants(self, sizes: tuple) -> dict | None:
-        """The constants of the step at ``sizes`` ({slot: array}), or None when one cannot be
-        made (a causal mask that would not be square)."""
+        """The constants of the call or step at ``sizes`` ({slot: array}), or None when one
+        cannot be made (a causal mask that would not be square)."""
         made = self.made.get(sizes)
         if made is None:
             made = {}
@@ -198,9 +198,9 @@ def _maker(node):
 def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: list = ()) -> _SymbolicReplay | None:
     """The symbolic replay of a recording whose trace a plan of symbolic sizes served, when every
     symbol of the plan is a dim of an argument (not of a captured constant, nor an attribute).
-    A training step's constants with a maker (``makers``: slot -> :func:`_maker`) may vary too:
-    they are made at each size, and a symbol read from one of them is a multiple of an
-    argument's (the factor found in the family's ``examples``, the same in each)."""
+    Constants with a maker (``makers``: slot -> :func:`_maker`) may vary too: they are made at
+    each size, and a symbol read from one of them is an argument's dim equal to it, or a
+    multiple of an argument's (the factor found in the family's ``examples``, the same in each)."""
     template = entry.template
     makers = makers or {}
     sites = list(family.input_sites(trace.key[0]).items())

@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from lazyvic import dtypes as dt
-from lazyvic.errors import ArgumentError, DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.indexing import cat, stack
 from lazyvic.products import einsum  # noqa: F401 (lazyvic.einsum)
 from lazyvic.settings import get_default_dtype
@@ -95,6 +95,7 @@ _TWINS = (
     "mm", "bmm", "mv", "dot", "outer", "ger", "addmm", "addmv", "baddbmm", "kron", "cross",
     # the rest
     "clone", "detach", "numel", "is_floating_point",
+    "addcmul", "addcdiv", "nansum", "nanmean", "inner", "vdot", "rot90",
 )
 # fmt: on
 
@@ -337,6 +338,108 @@ def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False
     return searchsorted(b, input, out_int32=out_int32, right=right)
 
 
+def diagflat(input: Tensor, offset: int = 0) -> Tensor:  # noqa: A002
+    """A 2-D tensor with the flattened input on its ``offset`` diagonal (``torch.diagflat``)."""
+    return input.reshape(-1).diag(offset)
+
+
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: A002
+    """(..., n) -> (..., m, m), m = n + |offset|: the last axis on the ``offset`` diagonal of the
+    two new last axes, zeros elsewhere (``torch.diag_embed``; ``dim1``/``dim2`` other than the
+    last two raise UnsupportedOpError)."""
+    if (dim1, dim2) not in ((-2, -1), (input.ndim - 1, input.ndim)):
+        raise UnsupportedOpError(f"diag_embed: dim1={dim1}, dim2={dim2} (only the last two axes)")
+    n = input.shape[-1]
+    m = n + (offset if offset >= 0 else -offset)  # (this module's abs is the tensor function)
+    x = input._pad(((0, 0),) * (input.ndim - 1) + (((offset, 0) if offset >= 0 else (0, -offset)),))
+    mask = Tensor(np.eye(m, k=offset, dtype=bool)).to(input.device)
+    return x.unsqueeze(-2).expand(*input.shape[:-1], m, m).where(mask, 0)
+
+
+def _at_least(rank: int, tensors):
+    out = []
+    for t in tensors:
+        if t.ndim == 0:
+            t = t.reshape(*([1] * rank))
+        elif t.ndim == 1 and rank >= 2:
+            t = t.unsqueeze(0) if rank == 2 else t.reshape(1, -1, 1)
+        elif t.ndim == 2 and rank == 3:
+            t = t.unsqueeze(-1)
+        out.append(t)
+    return out
+
+
+def atleast_1d(*tensors):
+    """Each tensor with at least one axis (0-d -> (1,)); one tensor, or a tuple of them."""
+    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    out = _at_least(1, items)
+    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+
+
+def atleast_2d(*tensors):
+    """Each tensor with at least two axes ((n,) -> (1, n)); one tensor, or a tuple of them."""
+    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    out = _at_least(2, items)
+    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+
+
+def atleast_3d(*tensors):
+    """Each tensor with at least three axes ((n,) -> (1, n, 1), (m, n) -> (m, n, 1))."""
+    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    out = _at_least(3, items)
+    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+
+
+def promote_types(type1, type2):
+    """The dtype PyTorch's promotion gives two dtypes (``torch.promote_types``)."""
+    return dt.promote(dt.get_dtype(type1), dt.get_dtype(type2))
+
+
+def result_type(tensor1, tensor2):
+    """The dtype an elementwise op of the two operands (tensors or Python numbers) gives
+    (``torch.result_type``): tensors promote as ``promote_types``; a number joins a tensor's
+    category (an int tensor and a float number: the default float); two numbers give bool,
+    int64 or the default float."""
+    a, b = (tensor1, tensor2) if isinstance(tensor1, Tensor) or not isinstance(tensor2, Tensor) else (tensor2, tensor1)
+    if isinstance(a, Tensor):
+        return dt.promote(a.dtype, b.dtype) if isinstance(b, Tensor) else dt.scalar_dtype_for(a.dtype, b)
+    if isinstance(a, bool) and isinstance(b, bool):
+        return dt.bool_
+    if isinstance(a, float) or isinstance(b, float):
+        return get_default_dtype()
+    return dt.int64
+
+
+def can_cast(from_, to) -> bool:
+    """Whether ``torch.can_cast`` allows the cast: not to a lower category (float -> int,
+    int -> bool); within one category any width."""
+    return dt.get_dtype(from_).category <= dt.get_dtype(to).category
+
+
+def is_complex(input) -> bool:  # noqa: A002
+    """False: lazyvic has no complex dtypes."""
+    return False
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """How tensors print (``torch.set_printoptions``), through NumPy's print options, which
+    ``repr`` uses: ``profile`` "default", "short" or "full"; ``sci_mode`` True / False / None
+    (automatic)."""
+    opts = {}
+    if profile == "default":
+        opts.update(precision=4, threshold=1000, edgeitems=3, linewidth=80)
+    elif profile == "short":
+        opts.update(precision=2, threshold=1000, edgeitems=2, linewidth=80)
+    elif profile == "full":
+        opts.update(precision=4, threshold=np.iinfo(np.int64).max, edgeitems=3, linewidth=80)
+    for k, v in dict(precision=precision, threshold=threshold, edgeitems=edgeitems, linewidth=linewidth).items():
+        if v is not None:
+            opts[k] = v
+    if sci_mode is not None:
+        opts["suppress"] = not sci_mode
+    np.set_printoptions(**opts)
+
+
 def where(condition, input=None, other=None):  # noqa: A002
     """``torch.where``: ``input`` where ``condition`` is true, else ``other`` (broadcast together);
     with ``condition`` alone, the indices of its true elements, one int64 tensor per axis
@@ -363,6 +466,16 @@ __all__ = list(_TWINS) + [
     "hstack",
     "vstack",
     "dstack",
+    "diagflat",
+    "diag_embed",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "promote_types",
+    "result_type",
+    "can_cast",
+    "is_complex",
+    "set_printoptions",
     "tensordot",
     "tril_indices",
     "triu_indices",

@@ -46,7 +46,7 @@ from lazyvic import (
 from lazyvic import dtypes as dt
 from lazyvic import generator as _rng  # the seeded stream of the in-place random methods
 from lazyvic import ops as optable
-from lazyvic.errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
+from lazyvic.errors import ArgumentError, DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
 from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
 from lazyvic.runtime import device as _dev
@@ -396,7 +396,7 @@ class Tensor:
         a = self.numpy()
         if self.dtype.is_half:  # printed as PyTorch prints them: their values, at float32's precision
             a = a.astype(np.float32)
-        body = np.array2string(a, separator=", ", prefix="tensor(", threshold=1000)
+        body = np.array2string(a, separator=", ", prefix="tensor(")  # (NumPy's print options: set_printoptions)
         extra = ""
         if self.dtype not in (dt.float32, dt.int64, dt.bool_):
             extra += f", dtype={self.dtype!r}"
@@ -553,6 +553,92 @@ class Tensor:
 
     def masked_fill_(self, mask, value) -> "Tensor":
         return self._assign(self.masked_fill(mask, value))
+
+    def clip_(self, min=None, max=None) -> "Tensor":
+        return self.clamp_(min, max)
+
+    def lerp_(self, end, weight) -> "Tensor":
+        return self._assign(self.lerp(end, weight))
+
+    def triu_(self, diagonal: int = 0) -> "Tensor":
+        return self._assign(self.triu(diagonal))
+
+    def tril_(self, diagonal: int = 0) -> "Tensor":
+        return self._assign(self.tril(diagonal))
+
+    def addcmul(self, tensor1, tensor2, *, value=1) -> "Tensor":
+        """``self + value * tensor1 * tensor2`` (broadcast together)."""
+        return self + (tensor1 * tensor2) * value if value != 1 else self + tensor1 * tensor2
+
+    def addcdiv(self, tensor1, tensor2, *, value=1) -> "Tensor":
+        """``self + value * tensor1 / tensor2`` (broadcast together)."""
+        return self + (tensor1 / tensor2) * value if value != 1 else self + tensor1 / tensor2
+
+    def addcmul_(self, tensor1, tensor2, *, value=1) -> "Tensor":
+        return self._assign(self.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1) -> "Tensor":
+        return self._assign(self.addcdiv(tensor1, tensor2, value=value))
+
+    def nansum(self, dim=None, keepdim: bool = False, *, dtype=None) -> "Tensor":
+        """The sum with NaNs counted as zero."""
+        x = self.where(~self.isnan(), 0) if self.dtype.is_floating_point else self
+        return x.sum(dim, keepdim=keepdim, dtype=dtype)
+
+    def nanmean(self, dim=None, keepdim: bool = False, *, dtype=None) -> "Tensor":
+        """The mean of the elements that are not NaN (NaN where all are); float dtypes only."""
+        if not self.dtype.is_floating_point:
+            raise DTypeError(f"nanmean: expected a floating-point tensor, got {self.dtype}")
+        x = self if dtype is None else self.to(dtype)
+        keep = ~x.isnan()
+        return x.where(keep, 0).sum(dim, keepdim=keepdim) / keep.to(x.dtype).sum(dim, keepdim=keepdim)
+
+    def inner(self, other) -> "Tensor":
+        """Sum of products over the last axis of both (``torch.inner``); a 0-d operand scales."""
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        k = self.shape[-1]
+        if other.shape[-1] != k:
+            raise ShapeError(f"inner: last axes differ: {self.shape} and {other.shape}")
+        product = self.reshape(-1, k) @ other.reshape(-1, k).T
+        return product.reshape(*self.shape[:-1], *other.shape[:-1])
+
+    def vdot(self, other) -> "Tensor":
+        """The dot product of two 1-D tensors (real: ``dot``)."""
+        if self.ndim != 1 or other.ndim != 1:
+            raise ShapeError(f"vdot: expected 1-D tensors, got {self.shape} and {other.shape}")
+        return self.dot(other)
+
+    def rot90(self, k: int = 1, dims=(0, 1)) -> "Tensor":
+        """Rotation by 90 degrees ``k`` times in the plane of ``dims``, from the first axis
+        towards the second (``torch.rot90``)."""
+        d0, d1 = (norm_axis(d, self.ndim, "rot90") for d in dims)
+        if d0 == d1:
+            raise ArgumentError(f"rot90: dims must be two different axes, got {tuple(dims)}")
+        k %= 4
+        if k == 1:
+            return self.flip(d1).transpose(d0, d1)
+        if k == 2:
+            return self.flip((d0, d1))
+        if k == 3:
+            return self.flip(d0).transpose(d0, d1)
+        return self.clone()
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        """Always True: a lazy tensor has no layout of its own (its values are made C-contiguous)."""
+        return True
+
+    def stride(self, dim: int | None = None):
+        """The strides, in elements, of the tensor as C-contiguous values (what ``numpy()`` gives)."""
+        strides, step = [], 1
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= max(n, 1)
+        strides = tuple(reversed(strides))
+        return strides if dim is None else strides[norm_axis(dim, self.ndim, "stride")]
+
+    def ndimension(self) -> int:
+        return self.ndim
 
     def scatter_(self, dim, index, src=None, *, value=None, reduce=None) -> "Tensor":
         return self._assign(self.scatter(dim, index, src, value=value, reduce=reduce))

@@ -171,3 +171,81 @@ def test_tensor_unfold_takes_windows_as_numpy_and_adds_overlapping_gradients():
         lv.tensor(x).unfold(1, 8, 1)
     with pytest.raises(errors.ArgumentError, match="step must be at least 1"):
         lv.tensor(x).unfold(1, 2, 0)
+
+
+def test_more_tensor_methods_match_numpy():
+    x, t1, t2 = _r(3, 4), _r(3, 4, seed=1), _r(4, seed=2) + 3.0
+    a = lv.tensor(x)
+    np.testing.assert_allclose(a.addcmul(lv.tensor(t1), lv.tensor(t2), value=0.5).numpy(), x + 0.5 * t1 * t2)
+    np.testing.assert_allclose(lv.addcdiv(a, lv.tensor(t1), lv.tensor(t2)).numpy(), x + t1 / t2)
+    b = lv.tensor(x)
+    b.addcmul_(lv.tensor(t1), lv.tensor(t2), value=2)
+    np.testing.assert_allclose(b.numpy(), x + 2 * t1 * t2)
+    nan = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
+    np.testing.assert_array_equal(lv.tensor(nan).nansum(1).numpy(), np.nansum(nan, 1))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        want = np.nanmean(nan, 1)
+    np.testing.assert_array_equal(lv.nanmean(lv.tensor(nan), 1).numpy(), want)
+    m = np.arange(12.0).reshape(3, 4)
+    for k in range(-3, 6):
+        np.testing.assert_array_equal(lv.rot90(lv.tensor(m), k).numpy(), np.rot90(m, k))
+    np.testing.assert_array_equal(lv.tensor(_r(2, 3, 4)).rot90(1, (2, 0)).numpy(), np.rot90(_r(2, 3, 4), 1, (2, 0)))
+    np.testing.assert_allclose(lv.inner(lv.tensor(x), lv.tensor(t1)).numpy(), np.inner(x, t1))
+    np.testing.assert_allclose(lv.vdot(lv.tensor(t2), lv.tensor(t2)).numpy(), np.vdot(t2, t2))
+    c = lv.tensor(m)
+    c.triu_(1)
+    np.testing.assert_array_equal(c.numpy(), np.triu(m, 1))
+    c.clip_(2, 5)
+    np.testing.assert_array_equal(c.numpy(), np.clip(np.triu(m, 1), 2, 5))
+    assert lv.tensor(_r(2, 3, 4)).stride() == (12, 4, 1) and lv.tensor(m).is_contiguous()
+    assert lv.tensor(m).ndimension() == 2
+    check_vjp(lambda p, q: lv.inner(p, q).rot90() * p.addcdiv(q, q * q + 1.0).sum(), _r(3, 2), _r(3, 2, seed=3))
+    with pytest.raises(errors.ArgumentError, match="rot90: dims"):
+        lv.tensor(m).rot90(1, (0, 0))
+
+
+def test_more_module_level_functions():
+    x = np.array([1.0, 2.0, 3.0])
+    for off in (0, 2, -1):
+        np.testing.assert_array_equal(lv.diag_embed(lv.tensor(x), off).numpy(), np.diag(x, off))
+    batch = _r(2, 3)
+    np.testing.assert_array_equal(lv.diag_embed(lv.tensor(batch)).numpy()[1], np.diag(batch[1]))
+    np.testing.assert_array_equal(
+        lv.diagflat(lv.tensor(np.arange(4.0).reshape(2, 2)), 1).numpy(), np.diagflat(np.arange(4.0), 1)
+    )
+    for fn, ref in ((lv.atleast_1d, np.atleast_1d), (lv.atleast_2d, np.atleast_2d), (lv.atleast_3d, np.atleast_3d)):
+        for v in (np.float64(2.0), x, batch):
+            assert fn(lv.tensor(v)).shape == ref(v).shape
+        assert [t.shape for t in fn(lv.tensor(x), lv.tensor(batch))] == [a.shape for a in ref(x, batch)]
+    assert lv.promote_types(lv.int32, lv.float16) is lv.float16 and lv.promote_types(lv.uint8, lv.int8) is lv.int16
+    assert lv.result_type(lv.tensor([1, 2]), 2.5) is lv.float32 and lv.result_type(1, 2) is lv.int64
+    assert lv.result_type(lv.tensor([1.0], dtype=lv.float64), lv.tensor([1], dtype=lv.int32)) is lv.float64
+    assert lv.result_type(True, False) is lv.bool and lv.result_type(2, 0.5) is lv.float32
+    assert (
+        lv.can_cast(lv.int8, lv.float16)
+        and not lv.can_cast(lv.float64, lv.int32)
+        and not lv.can_cast(lv.int32, lv.bool)
+    )
+    assert not lv.is_complex(lv.tensor(x))
+    with pytest.raises(errors.UnsupportedOpError, match="diag_embed"):
+        lv.diag_embed(lv.tensor(batch), 0, 0, 1)
+    saved = np.get_printoptions()
+    try:
+        lv.set_printoptions(precision=2)
+        assert "1.23" in repr(lv.tensor([1.23456])) and "1.2346" not in repr(lv.tensor([1.23456]))
+        lv.set_printoptions(profile="full")
+        assert "..." not in repr(lv.tensor(np.arange(2000.0)))
+    finally:
+        np.set_printoptions(**saved)  # (the other tests in this process print as before)
+
+
+def test_module_get_submodule_and_get_parameter():
+    net = lv.nn.Sequential(lv.nn.Linear(2, 3), lv.nn.Sequential(lv.nn.Linear(3, 1)))
+    assert net.get_submodule("1.0") is net[1][0] and net.get_submodule("") is net
+    assert net.get_parameter("1.0.bias") is net[1][0].bias
+    net.register_module("head", lv.nn.ReLU())
+    assert isinstance(net.get_submodule("head"), lv.nn.ReLU)
+    with pytest.raises(AttributeError, match="no submodule '2'"):
+        net.get_submodule("2")
+    with pytest.raises(AttributeError, match="no parameter 'scale'"):
+        net.get_parameter("0.scale")

@@ -141,6 +141,28 @@ class Module:
     def add_module(self, name: str, module: "Module") -> None:
         self._modules[name] = module
 
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> "Module":
+        """The module at dotted path ``target`` ("" is this one); AttributeError naming the
+        missing part otherwise, as PyTorch."""
+        mod = self
+        for part in target.split(".") if target else ():
+            child = mod._modules.get(part)
+            if child is None:
+                raise AttributeError(f"{type(mod).__name__} has no submodule {part!r} (looking up {target!r})")
+            mod = child
+        return mod
+
+    def get_parameter(self, target: str) -> "Parameter":
+        """The parameter at dotted path ``target`` (``"layer.0.weight"``); AttributeError
+        otherwise."""
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if name not in mod._parameters or mod._parameters[name] is None:
+            raise AttributeError(f"{type(mod).__name__} has no parameter {name!r} (looking up {target!r})")
+        return mod._parameters[name]
+
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 

@@ -85,15 +85,19 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic import modes, recording
 from lazyvic import ops as optable
+from lazyvic.creation import arange_onnx
 from lazyvic.nn.module import Module
+from lazyvic.ops.movement import is_ones_row
 from lazyvic.runtime import buffers, families, metrics, run
 from lazyvic.runtime.config import config
 from lazyvic.runtime.executor import execute
 from lazyvic.runtime.plan_cache import plan_cache
+from lazyvic.shaping import band_mask_onnx
 from lazyvic.sync import live, sync, trace_flags, traces_run
 from lazyvic.tensor import Tensor
 from lazyvic.trace import family
 from lazyvic.trace import node as _node_mod
+from lazyvic.trace.composite import recipe_of
 from lazyvic.trace.cut import cut
 from lazyvic.trace.node import Node, parameter_nodes
 
@@ -175,11 +179,6 @@ def _maker(node):
     whose values follow their sizes alone: ``arange(n)`` (positions), a square causal mask
     (``band_mask(T, T)``, diagonal 0) and a bias gradient's ones row (ops/movement.py); else
     None. (A constant made otherwise might hold values of its sizes, ``1 / T``: never remade.)"""
-    from lazyvic.creation import arange_onnx
-    from lazyvic.ops.movement import is_ones_row
-    from lazyvic.shaping import band_mask_onnx
-    from lazyvic.trace.composite import recipe_of
-
     dtype = node.dtype.np
     made = recipe_of(node)
     if made is not None and made.op_type is arange_onnx:
@@ -193,6 +192,12 @@ def _maker(node):
     if is_ones_row(node):
         return lambda shape: np.ones(shape, dtype=dtype)
     return None
+
+
+def _makers(input_nodes: list, slots: list) -> dict:
+    """``{slot: _maker}`` of the constant slots (``slots[k] == ("const", array)``) whose node has one."""
+    found = ((k, _maker(n)) for k, n in enumerate(input_nodes) if slots[k][0] == "const")
+    return {k: m for k, m in found if m is not None}
 
 
 def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: list = ()) -> _SymbolicReplay | None:
@@ -210,6 +215,7 @@ def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: 
             if slot not in makers:
                 return None  # a constant or a step's state whose size varied (a value hoisted from a slice by a size)
             remade.setdefault(slot, []).append((axis, site))
+    remade_sites = {site for axes in remade.values() for _, site in axes}
     by_site = {  # input site -> (argument, axis), for the arguments' dims
         site: (slots[slot][1], axis) for site, (slot, axis) in sites if slots[slot][0] == "arg"
     }
@@ -221,13 +227,13 @@ def _symbolic_replay(trace, slots, entry, makers: dict | None = None, examples: 
             continue
         plain = family.Expr(1, ((k, 0, 1),), 0)  # an argument's dim that is the symbol itself
         alt = next((site for site in by_site if template.exprs[site] == plain), None)
-        if alt is not None and sym_site in [s for v in remade.values() for _, s in v]:
+        if alt is not None and sym_site in remade_sites:
             reads.append((*by_site[alt], lower))
             continue
         factor = _factor(
             sym_site, [(j, template.symbols[j][0]) for j, r in enumerate(reads) if r[0] is not None], examples
         )
-        if factor is None or not any(sym_site in [s for _, s in v] for v in remade.values()):
+        if factor is None or sym_site not in remade_sites:
             return None  # a symbol read from an attribute or a constant: the call must record again
         reads.append((None, 0, lower))
         derived.append((k, *factor))
@@ -444,8 +450,7 @@ class Compiled:
         if module is not None:
             state = [*module.parameters(), *module.buffers()]
             watched = [(weakref.ref(t), t._node) for t in state if isinstance(t, Tensor)]
-        makers = {k: _maker(n) for k, n in enumerate(input_nodes) if slots[k][0] == "const" and device == "cpu"}
-        makers = {k: m for k, m in makers.items() if m is not None}
+        makers = _makers(input_nodes, slots) if device == "cpu" else {}
         entry = _Entry(trace, slots, tuple(scalars), watched, structure, _layout(items, out_nodes), device, makers)
         arrays_out = run(trace, arrays, scalars)
         _realize(out_nodes, arrays_out, device)
@@ -514,9 +519,7 @@ class Compiled:
         entry.trace = trace
         entry.slots = [source.get(id(a), ("const", a)) for a in arrays]
         entry.shapes = [(a.shape, a.dtype) for a in arrays]
-        # The constants a call of other sizes makes anew (positions, masks: _maker).
-        makers = ((k, _maker(n)) for k, n in enumerate(input_nodes) if entry.slots[k][0] == "const")
-        entry.makers = {k: m for k, m in makers if m is not None}
+        entry.makers = _makers(input_nodes, entry.slots)  # the constants a call of other sizes makes anew
         entry.scalars = tuple(scalars)
         slot_of = {id(n): k for k, n in enumerate(scalar_nodes)}
         entry.events = [(tuple(slot_of.get(id(n)) for n in nodes), fn) for nodes, fn in rec.events]

@@ -308,7 +308,6 @@ def searchsorted(sorted_sequence, values, *, out_int32: bool = False, right: boo
             raise ArgumentError("searchsorted: side='left' and right=True disagree")
         right = side == "right"
     seq = sorted_sequence if isinstance(sorted_sequence, Tensor) else Tensor(sorted_sequence)
-    scalar = not isinstance(values, Tensor) and np.ndim(values) == 0
     vals = values if isinstance(values, Tensor) else Tensor(np.asarray(values))
     if sorter is not None:
         seq = seq.gather(-1, sorter if isinstance(sorter, Tensor) else Tensor(np.asarray(sorter)))
@@ -323,8 +322,7 @@ def searchsorted(sorted_sequence, values, *, out_int32: bool = False, right: boo
         x, s = vals.unsqueeze(-1), seq.unsqueeze(-2)
     below = (s <= x) if right else (s < x)
     out = below.to(dt.int32 if out_int32 else dt.int64).sum(-1)
-    out = out.to(dt.int32) if out_int32 else out
-    return out.reshape(()) if scalar else out
+    return out.to(dt.int32) if out_int32 else out
 
 
 def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False):  # noqa: A002
@@ -357,8 +355,12 @@ def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -
 
 
 def _at_least(rank: int, tensors):
+    """``tensors`` (one tensor, several, or one list of them) each with at least ``rank`` axes,
+    as NumPy's ``atleast_Nd`` adds them; one tensor for one, else a tuple."""
+    one = len(tensors) == 1 and isinstance(tensors[0], Tensor)
+    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
     out = []
-    for t in tensors:
+    for t in items:
         if t.ndim == 0:
             t = t.reshape(*([1] * rank))
         elif t.ndim == 1 and rank >= 2:
@@ -366,28 +368,22 @@ def _at_least(rank: int, tensors):
         elif t.ndim == 2 and rank == 3:
             t = t.unsqueeze(-1)
         out.append(t)
-    return out
+    return out[0] if one else tuple(out)
 
 
 def atleast_1d(*tensors):
     """Each tensor with at least one axis (0-d -> (1,)); one tensor, or a tuple of them."""
-    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
-    out = _at_least(1, items)
-    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+    return _at_least(1, tensors)
 
 
 def atleast_2d(*tensors):
     """Each tensor with at least two axes ((n,) -> (1, n)); one tensor, or a tuple of them."""
-    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
-    out = _at_least(2, items)
-    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+    return _at_least(2, tensors)
 
 
 def atleast_3d(*tensors):
     """Each tensor with at least three axes ((n,) -> (1, n, 1), (m, n) -> (m, n, 1))."""
-    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
-    out = _at_least(3, items)
-    return out[0] if len(tensors) == 1 and isinstance(tensors[0], Tensor) else tuple(out)
+    return _at_least(3, tensors)
 
 
 def promote_types(type1, type2):

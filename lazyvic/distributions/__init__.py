@@ -187,11 +187,8 @@ class Bernoulli(Distribution):
     def log_prob(self, value) -> Tensor:
         """``-BCEWithLogits(logits, value)``, elementwise."""
         v = _tensor(value, self.logits)
-        logits, v = (
-            self.logits.expand(*broadcast_shapes(self.logits.shape, v.shape)),
-            v.expand(*broadcast_shapes(self.logits.shape, v.shape)),
-        )
-        return -binary_cross_entropy_with_logits(logits, v, reduction="none")
+        shape = broadcast_shapes(self.logits.shape, v.shape)
+        return -binary_cross_entropy_with_logits(self.logits.expand(*shape), v.expand(*shape), reduction="none")
 
     def entropy(self) -> Tensor:
         return binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")

@@ -10,6 +10,7 @@ from lazyvic import ops as optable
 from lazyvic.creation import arange
 from lazyvic.errors import DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
+from lazyvic.functions import searchsorted
 from lazyvic.tensor import Tensor, check_index_bounds, where
 from lazyvic.trace.composite import mark
 
@@ -186,7 +187,7 @@ def embedding_bag(
         if known is not None and len(known) and (known[0] != 0 or np.any(np.diff(known) < 0)):
             raise ValueError(f"embedding_bag: offsets must start at 0 and not decrease, got {known.tolist()[:8]}")
         bags = starts.shape[0]
-        seg = _bag_of(starts, input.shape[0], input.device)
+        seg = searchsorted(starts, arange(input.shape[0], device=input.device), right=True) - 1  # each position's bag
     else:
         raise ShapeError(f"embedding_bag: input must be 1-D (with offsets) or 2-D, got shape {input.shape}")
     flat = input.reshape(-1)
@@ -215,13 +216,6 @@ def embedding_bag(
     ones = flat.ones_like().to(weight.dtype) if keep is None else keep.to(weight.dtype)
     count = weight.new_zeros(bags).index_add(0, seg, ones)
     return total / count.clamp(min=1.0).unsqueeze(1)
-
-
-def _bag_of(starts: Tensor, total: int, device) -> Tensor:
-    """The bag of each of ``total`` positions, for bags starting at ``starts`` (increasing, the
-    first 0): the number of starts at or before the position, less one."""
-    positions = arange(total, device=device)
-    return (starts.unsqueeze(0) <= positions.unsqueeze(1)).long().sum(1) - 1
 
 
 def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float) -> None:

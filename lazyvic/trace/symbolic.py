@@ -519,39 +519,12 @@ def contains_symbols(value) -> bool:
     return False
 
 
-def substitute(value, env: dict, memo: dict | None = None):
-    """``value`` with every Sym inside replaced by its value for binding ``env``: walks tuples
-    (named tuples too), lists and dicts (their own types kept); other objects are returned as
-    they are. Returns ``value`` itself when nothing inside is symbolic. ``memo`` (a dict kept
-    by the caller for one ``env``) keeps the values of the Syms met, which recur in a plan."""
-    if isinstance(value, (int, str)):
-        return value
-    if isinstance(value, Sym):
-        if memo is None:
-            return value.evaluate(env)
-        v = memo.get(value.poly)  # keyed by the expression: a Sym's == would record a guard
-        if v is None:
-            v = memo[value.poly] = value.evaluate(env)
-        return v
-    if isinstance(value, tuple):
-        new = [substitute(v, env, memo) for v in value]
-        if all(a is b for a, b in zip(new, value)):
-            return value
-        return type(value)(*new) if hasattr(value, "_fields") else type(value)(new)
-    if isinstance(value, list):
-        new = [substitute(v, env, memo) for v in value]
-        return value if all(a is b for a, b in zip(new, value)) else new
-    if isinstance(value, dict):
-        new = {k: substitute(v, env, memo) for k, v in value.items()}
-        return value if all(new[k] is v for k, v in value.items()) else type(value)(new)
-    return value
-
-
 def substituter(value, found: dict):
-    """:func:`substitute` made once for a value substituted at many bindings: a function of
-    ``vals`` (each Sym's ``poly`` -> its value for the binding) that builds what
-    ``substitute(value, env)`` builds, walking only the parts that hold Syms; None when nothing
-    inside ``value`` is symbolic. Every Sym met goes into ``found`` (poly -> Sym), whose values
+    """``value`` with every Sym inside replaced by its value, made once for a value substituted at
+    many bindings: a function of ``vals`` (each Sym's ``poly`` -> its value for the binding) that
+    rebuilds the tuples (named tuples too), lists and dicts on the way to a Sym (their own types
+    kept) and keeps every other part as the same object; None when nothing inside ``value`` is
+    symbolic. Every Sym met goes into ``found`` (poly -> Sym), whose values
     the caller computes once per binding. (A plan of symbolic sizes makes its steps concrete per
     binding: a TinyGPT training step's 144 symbolic steps took 2 ms through substitute.)"""
     if isinstance(value, Sym):
@@ -603,7 +576,6 @@ __all__ = [
     "is_symbolic",
     "prod",
     "recording",
-    "substitute",
     "substituter",
     "symbol",
 ]

@@ -426,7 +426,15 @@ def _remove_stale_temporaries(directory: str, base: str) -> None:
 
 
 def load(path, model: Module | None = None, map_location=None, weights_only: bool | None = None):
-    """Read a lazyvic format v1 file written by :func:`save`.
+    """Read a lazyvic format v1 file written by :func:`save`, or a checkpoint written by
+    ``torch.save`` (so that ``torch.load`` works under ``import lazyvic as torch``).
+
+    A ``torch.save`` file (a zip archive or the legacy format, told by its first bytes) is read by
+    :func:`lazyvic.interop.torch.load` with ``map_location`` as given (its restricted unpickler
+    admits tensors, containers and NumPy arrays whatever ``weights_only`` says; a file holding
+    other objects raises CheckpointError naming the refused global). With ``model``, the
+    checkpoint must be a state_dict, loaded with ``model.load_state_dict`` (strict), and
+    ``model`` is returned.
 
     ``weights_only`` is accepted for ``torch.load``'s signature and changes nothing: a lazyvic
     file is JSON and raw bytes, and loading it never runs code from it.
@@ -473,19 +481,54 @@ def load(path, model: Module | None = None, map_location=None, weights_only: boo
     """
     source = path
     path = _describe(path) if hasattr(path, "read") else os.fspath(path)
+    blob = None
+    if hasattr(source, "read"):
+        blob = _read(source, path)
+        head = blob[:16]
+    else:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(16)
+        except OSError:
+            head = b""  # _read names the problem
+    if _torch_format().is_checkpoint(head):
+        return _load_torch(source if blob is None else blob, path, model, map_location)
     if isinstance(map_location, dict):
         map_location = map_location.get("cpu", "cpu")  # a lazyvic file holds host tensors
     device = canonical(map_location, "load") if map_location is not None else "cpu"
     try:
-        return _load(source, path, model, device)
+        return _load(source if blob is None else blob, path, model, device)
     except MemoryError:
         raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
     except RecursionError:
         raise _corrupt(path, "its structure is nested too deeply for Python (RecursionError)") from None
 
 
+def _torch_format():
+    """``lazyvic.interop.torch``, imported when first needed (it imports this module)."""
+    return importlib.import_module("lazyvic.interop.torch")
+
+
+def _load_torch(source, path: str, model: Module | None, map_location):
+    """:func:`load` of a ``torch.save`` file (``source``: its path or its bytes)."""
+    fmt = _torch_format()
+    obj = (
+        fmt._load_bytes(path, source, map_location, False, None)
+        if isinstance(source, bytes)
+        else fmt.load(path, map_location)
+    )
+    if model is None:
+        return obj
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(
+            f"{path}: a PyTorch checkpoint holding a {type(obj).__name__}, not a state_dict for model="
+        )
+    model.load_state_dict(obj)
+    return model
+
+
 def _load(source, path: str, model: Module | None, device: str):
-    blob = _read(source, path)
+    blob = source if isinstance(source, bytes) else _read(source, path)
     metadata = _parse_header(path, blob)
     kind = metadata["kind"]
     dtype_names = _json_field(path, metadata, "dtypes")

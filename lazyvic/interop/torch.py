@@ -51,7 +51,8 @@ Dtypes
 Security
     ``data.pkl`` is decoded by :class:`RestrictedUnpickler`, which admits only the
     globals in :data:`ADMITTED_GLOBALS` (the rebuild functions, storage types, dtypes,
-    ``collections.OrderedDict`` and a few builtins for plain containers); any other
+    ``collections.OrderedDict``, a few builtins for plain containers, and NumPy's arrays, dtypes
+    and scalars, which come back as NumPy objects, as ``torch.load`` returns them); any other
     global (``os.system``, ``builtins.eval``, ...) and any persistent id that is not a
     storage tuple raises :class:`CheckpointError` before anything is called.
 
@@ -92,6 +93,7 @@ from lazyvic.tensor import Tensor
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
 ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_HEAD = pickle.dumps(LEGACY_MAGIC_NUMBER, protocol=2)  # how a legacy file starts (16 bytes)
 WRITE_VERSION = "3"  # the <archive>/version torch 1.6 .. 2.x writes
 ALIGNMENT = 64  # data records start on a 64-byte boundary, as torch >= 2.4 writes them
 
@@ -240,6 +242,28 @@ ADMITTED_GLOBALS.update(
 )
 ADMITTED_GLOBALS.update((f"torch.{name}", _TorchDType(name)) for name in (*_STORAGE_NP, *_UNSUPPORTED_DTYPES))
 
+
+def _numpy_reconstruct(subtype, shape, dtype):
+    """NumPy's ``_reconstruct`` as its pickles call it: an empty ndarray that the pickle's BUILD
+    fills (``ndarray.__setstate__`` copies the array's bytes, already read from the pickle)."""
+    if subtype is not np.ndarray or tuple(shape) != (0,):
+        raise pickle.UnpicklingError(
+            f"numpy _reconstruct({_short(subtype)}, {_short(shape)}): expected (ndarray, (0,))"
+        )
+    return np.ndarray.__new__(np.ndarray, (0,), dtype)
+
+
+_NUMPY_SCALAR = np.float64(0).__reduce__()[0]  # numpy's scalar(dtype, bytes), where numpy 1 and 2 keep it
+
+# NumPy arrays, dtypes and scalars in a pickle (``torch.save(array)``, a NumPy number in a
+# training checkpoint): they build plain data, and the objects of an object array are unpickled
+# by the same rules. numpy 2 writes ``numpy._core``, numpy 1 ``numpy.core``.
+for _module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+    ADMITTED_GLOBALS[f"{_module}._reconstruct"] = _numpy_reconstruct
+    ADMITTED_GLOBALS[f"{_module}.scalar"] = _NUMPY_SCALAR
+ADMITTED_GLOBALS["numpy.ndarray"] = np.ndarray
+ADMITTED_GLOBALS["numpy.dtype"] = np.dtype
+
 # --------------------------------------------------------------------- reading
 
 
@@ -297,7 +321,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _StorageType(found.qualname, found.dtype_name, found.supported)
         if isinstance(found, _TorchDType):
             return _TorchDType(found.name)
-        if found is _decode_latin1 or found is _torch_size:
+        if found is _decode_latin1 or found is _torch_size or found is _numpy_reconstruct or found is _NUMPY_SCALAR:
             return _AdmittedFunction(found)
         return found  # types (OrderedDict, set, ...) whose attributes cannot be set
 
@@ -397,6 +421,9 @@ def load(
 ) -> object:
     """Read a checkpoint written by ``torch.save`` (zip or legacy format), without PyTorch.
 
+    ``path``: a file path, a binary file object open for reading (read to its end) or the
+    file's bytes. A path is memory-mapped; the other two are read whole first.
+
     Returns the saved object — dicts, ``OrderedDict``, lists, tuples, sets and scalars as
     pickled — with each tensor replaced by a lazyvic :class:`~lazyvic.Tensor` (a copy, in
     the lazyvic dtype of the table in the module docstring: float16/bfloat16 become
@@ -441,6 +468,15 @@ def load(
             deeply for Python (``RecursionError``).
         DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
     """
+    if isinstance(path, (bytes, bytearray, memoryview)) or hasattr(path, "read"):
+        label = getattr(path, "name", None)
+        label = str(label) if isinstance(label, (str, os.PathLike)) else f"<{type(path).__name__} object>"
+        blob = path if isinstance(path, (bytes, bytearray, memoryview)) else path.read()
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise CheckpointError(
+                f"{label}: the file object gave {type(blob).__name__}, not bytes; open it in binary mode ('rb')"
+            )
+        return _load_bytes(label, bytes(blob), map_location, as_numpy, max_bytes)
     path = os.fspath(path)
     place = _placement(path, map_location)
     try:
@@ -450,31 +486,48 @@ def load(
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read the file: {e}") from None
     with f:
-        head = f.read(len(ZIP_MAGIC))
-        f.seek(0)
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise CheckpointError(f"{path} is not a PyTorch checkpoint: the file is empty")
-        budget = LoadBudget(load_limit(size, max_bytes), path)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        reader = None
         try:
-            reader = _Reader(path, mm, as_numpy, place, budget)
-            if head == ZIP_MAGIC:
-                return reader.load_zip()
-            return reader.load_legacy(f)
-        except MemoryError:
-            raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
-        except RecursionError:
-            raise CheckpointError(
-                f"{path}: corrupt checkpoint: its objects are nested too deeply for Python (RecursionError)"
-            ) from None
+            return _read_checkpoint(path, mm, f, place, as_numpy, LoadBudget(load_limit(size, max_bytes), path))
         finally:
-            reader = None
             try:
                 mm.close()
             except BufferError:  # a view still refers to it; the garbage collector closes it
                 pass
+
+
+def _load_bytes(label: str, blob: bytes, map_location, as_numpy: bool, max_bytes: float | None):
+    """:func:`load` of a checkpoint's bytes (a file object's, read to its end); ``label`` names it
+    in errors."""
+    if not blob:
+        raise CheckpointError(f"{label} is not a PyTorch checkpoint: the file is empty")
+    budget = LoadBudget(load_limit(len(blob), max_bytes), label)
+    return _read_checkpoint(label, blob, io.BytesIO(blob), _placement(label, map_location), as_numpy, budget)
+
+
+def _read_checkpoint(path: str, data, f, place, as_numpy: bool, budget: LoadBudget):
+    """The object of the checkpoint whose bytes are ``data`` (a mmap or bytes) and ``f`` (a
+    seekable binary file over them, at offset 0)."""
+    try:
+        reader = _Reader(path, data, as_numpy, place, budget)
+        if bytes(data[: len(ZIP_MAGIC)]) == ZIP_MAGIC:
+            return reader.load_zip()
+        return reader.load_legacy(f)
+    except MemoryError:
+        raise CheckpointError(f"{path}: ran out of memory while loading it (MemoryError)") from None
+    except RecursionError:
+        raise CheckpointError(
+            f"{path}: corrupt checkpoint: its objects are nested too deeply for Python (RecursionError)"
+        ) from None
+
+
+def is_checkpoint(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes (at least 15), starts a ``torch.save`` file: a zip
+    archive, or the legacy format's pickled magic number."""
+    return head[: len(ZIP_MAGIC)] == ZIP_MAGIC or head[: len(_LEGACY_HEAD)] == _LEGACY_HEAD
 
 
 class _Reader:

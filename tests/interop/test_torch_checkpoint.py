@@ -4,6 +4,7 @@ The fixtures in tests/fixtures/torch_ckpt/ come from tests/fixtures/make_torch_c
 the live tests at the end need torch and are skipped without it.
 """
 
+import functools
 import io
 import json
 import os
@@ -21,12 +22,18 @@ from lazyvic.interop import torch as torch_io
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_ckpt"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
-NAMES = ("views", "dtypes", "training")
+NAMES = ("views", "dtypes", "training", "numpy")
 
 
 def _comparable(array: np.ndarray) -> np.ndarray:
     """expected.npz holds bfloat16 tensors as float32 (exact): compare them in float32."""
     return array.astype(np.float32) if array.dtype.name == "bfloat16" else array
+
+
+@functools.cache
+def _expected_npz() -> dict:
+    with np.load(FIXTURES / "expected.npz") as f:
+        return {k: f[k] for k in f.files}
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +50,11 @@ def walk(node, value, visit):
     """Check ``value`` against a structure node of expected.json; call visit(path, value, node) per tensor."""
     if "tensor" in node:
         visit(node["tensor"], value, node)
+    elif "numpy" in node:  # a NumPy array or number comes back as itself, as torch.load gives it
+        want = _expected_npz()[node["numpy"]]
+        assert isinstance(value, np.generic if node["scalar"] else np.ndarray), type(value)
+        assert value.dtype == want.dtype and np.shape(value) == want.shape
+        np.testing.assert_array_equal(value, want)
     elif "value" in node:
         expected = tuple(node["value"]) if isinstance(value, tuple) else node["value"]
         assert value == expected and type(value) is type(expected)
@@ -125,6 +137,32 @@ def test_training_checkpoint_structure():
     layer = lv.nn.Linear(3, 2)
     layer.load_state_dict(ckpt["model"])
     np.testing.assert_array_equal(layer.weight.numpy(), ckpt["model"]["weight"].numpy())
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_lazyvic_load_reads_torch_checkpoints(legacy, expected_arrays, tmp_path):
+    """``torch.load`` under ``import lazyvic as torch``: lazyvic.load tells a torch.save file by
+    its first bytes and reads it (from a path, a file object or a BytesIO) as interop.torch.load
+    does; with ``model=`` the state_dict is loaded into it."""
+    path = fixture_path("numpy", legacy)
+    info = EXPECTED["numpy"]
+    with open(path, "rb") as f:
+        data = f.read()
+    for source in (path, str(path), open(path, "rb"), io.BytesIO(data)):
+        loaded = lv.load(source, weights_only=False)
+        walk(info["structure"], loaded, lambda p, t, node: np.testing.assert_array_equal(t.numpy(), expected_arrays[p]))
+    # pytorch/examples' time_sequence_prediction: torch.save(array) then torch.from_numpy(torch.load(...))
+    wave = lv.from_numpy(lv.load(path, weights_only=False)["wave"])
+    np.testing.assert_array_equal(wave.numpy(), expected_arrays["numpy/wave"])
+    # A state_dict written by torch.save (our writer writes torch's format) into model=.
+    state = lv.load(fixture_path("training", legacy), map_location="cpu")["model"]
+    torch_io.save(state, tmp_path / "linear.pt")
+    layer = lv.nn.Linear(3, 2)
+    assert lv.load(tmp_path / "linear.pt", model=layer) is layer
+    np.testing.assert_array_equal(layer.weight.numpy(), state["weight"].numpy())
+    torch_io.save([state["weight"]], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="list.pt: a PyTorch checkpoint holding a list, not a state_dict"):
+        lv.load(tmp_path / "list.pt", model=layer)
 
 
 def test_torch_writes_what_the_docstring_says():
@@ -227,7 +265,8 @@ def test_persistent_id_must_be_a_storage_tuple(tmp_path):
 def test_admitted_globals_are_only_torch_rebuild_storage_dtype_and_containers():
     for qualname in torch_io.ADMITTED_GLOBALS:
         module = qualname.rpartition(".")[0]
-        assert module in ("torch", "torch._utils", "torch.storage", "collections", "builtins", "_codecs"), qualname
+        admitted = ("torch", "torch._utils", "torch.storage", "collections", "builtins", "_codecs", "numpy")
+        assert module in (*admitted, "numpy.core.multiarray", "numpy._core.multiarray"), qualname
     assert "builtins.eval" not in torch_io.ADMITTED_GLOBALS and "builtins.getattr" not in torch_io.ADMITTED_GLOBALS
 
 

@@ -17,6 +17,7 @@ and a reduced-shape consumer (``mean = sum * 1/n``) is fused behind its reductio
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from lazyvic import ops as optable
@@ -27,6 +28,9 @@ LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort", "join", 
 # 640-op elementwise chain compiled in 3.4 s, a 3,300-op one in 41 s (12 ms per op). Longer
 # chains are cut into kernels of at most this many ops (the cut values get buffers).
 MAX_KERNEL_OPS = 256
+# Waves of plan_groups' materialization decided exactly (see there); the README's TinyGPT step
+# takes 8, an unrolled loop about two per step.
+EXACT_WAVES = 16
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,52 @@ def reach(entries, m, roots, stages_of, consumers=None) -> dict:
     return r
 
 
+def _update_reach(entries, m, root_set: set, stages_of: dict, consumers: list, r: dict, nodes: set) -> None:
+    """Recompute :func:`reach`'s entries of ``nodes`` in place, by its rule, after buffers were
+    added above them: ``nodes`` must hold every node whose kernels changed (those below a new
+    buffer, down to the buffers); every other entry of ``r`` is still right, so the result equals
+    a fresh :func:`reach`."""
+    stage_of: dict = {}
+    for k in root_set:
+        for s in stages_of.get(k, ()):
+            stage_of.setdefault(s, set()).add(k)
+    for i in sorted(nodes, reverse=True):  # readers before the nodes they read
+        r.pop(i, None)
+        ks = set(stage_of[i]) if i in stage_of else None
+        if i in m:
+            if ks is not None:
+                r[i] = ks
+            continue
+        for c in consumers[i]:
+            if c in root_set:
+                found = (c,)
+            elif c in m:
+                continue
+            else:
+                found = r.get(c)
+                if not found:
+                    continue
+            if ks is None:
+                ks = set()
+            ks.update(found)
+        if ks is not None:
+            r[i] = ks
+
+
+def _below(entries, m, tops) -> set:
+    """The nodes inlined below any of ``tops`` (down to buffers): their regions' union, in one
+    pass."""
+    out: set = set()
+    stack = [j for i in tops for j in entries[i].inputs]
+    while stack:
+        j = stack.pop()
+        if j in out or j in m:
+            continue
+        out.add(j)
+        stack.extend(entries[j].inputs)
+    return out
+
+
 def _region(entries, m, i, include_root: bool = True) -> set:
     """Node i and the nodes inlined below it (down to buffers)."""
     out, stack = set(), list(entries[i].inputs)
@@ -257,29 +307,44 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     # as one loop count as one (an LSTM cell's c and h read the gates in one loop).
     # A value of at most one op stays so as buffers are added (its region only shrinks): it is
     # set aside once, not weighed again at every wave (an LSTM's unrolled step had a thousand).
+    # A value's cost is weighed only once it is read by several loops (the cheaper test).
     cheap: set = set()
+
+    def costly(i: int) -> bool:
+        if _cost(entries, m, i) > 1:
+            return True
+        cheap.add(i)
+        return False
+
+    # Past EXACT_WAVES waves (a long unrolled loop: a recurrence's values wait one wave per
+    # step, each wave a pass over the whole trace), a wave materializes every candidate, the
+    # shadowed too: a few buffers more than the waves would leave, in a few waves.
+    library = {i for i in m if is_library(entries, i)}
+    waves = 0
     while True:
-        several = []
-        for i, ks in r.items():
-            if len(ks) > 1 and i not in stage_owner and i not in m and i not in cheap:
-                if _cost(entries, m, i) > 1:
-                    several.append(i)
-                else:
-                    cheap.add(i)
+        several = [i for i, ks in r.items() if len(ks) > 1 and i not in stage_owner and i not in m and i not in cheap]
         if not several:
             break
-        loop = _loops(entries, m, r, space)
-        multi = sorted((i for i in several if len({loop(k) for k in r[i]}) > 1), reverse=True)
+        loop = _loops(entries, m, r, space, library)
+        multi = sorted((i for i in several if _several_loops(r[i], loop) and costly(i)), reverse=True)
         if not multi:
             break
+        waves += 1
+        exact = waves <= EXACT_WAVES
         shadowed: set = set()
         for i in multi:
-            if i in shadowed:
+            if exact and i in shadowed:
                 continue
             m.add(i)
             space[i] = (entries[i].shape, ())
-            shadowed |= _region(entries, m, i, include_root=False)
-        r = reach(entries, m, _roots(entries, m, chain), stages_of, readers)
+            if exact:
+                shadowed |= _region(entries, m, i, include_root=False)
+            r.pop(i, None)  # a buffer now: reach keeps no entry for it
+        if not exact:
+            shadowed = _below(entries, m, multi)
+        # Only the nodes below a new buffer change kernels: update those (a full reach per wave
+        # was quadratic in an unrolled loop's length, whose waves grow with its steps).
+        _update_reach(entries, m, set(_roots(entries, m, chain)), stages_of, readers, r, shadowed)
     r = _split_large(
         entries, m, space, r, stage_owner, lambda: reach(entries, m, _roots(entries, m, chain), stages_of, readers)
     )
@@ -307,7 +372,7 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     return merge_outputs(entries, groups, m), m, chain
 
 
-def _loops(entries, m, r, space):
+def _loops(entries, m, r, space, library: set):
     """kernel root -> the root of the loop that will compute it: merge_outputs' rule, foreseen
     before the groups exist (an elementwise kernel goes into its first reader when that reader
     is an elementwise kernel of the same shape reading it at its own index). A wrong guess costs
@@ -317,17 +382,19 @@ def _loops(entries, m, r, space):
         for i in entries[j].inputs:
             if i in space:
                 readers.setdefault(i, set()).update(ks)
-    for k in range(len(entries)):
-        if k in space or (k in m and is_library(entries, k)):
-            for i in entries[k].inputs:
-                i = _operand_base(entries, m, i) if is_library(entries, k) else i
-                if i in space:
-                    readers.setdefault(i, set()).add(k)
-    size: dict = {}
+    for k in space:  # kernels (``library``: the library ops, all among the buffers)
+        for i in entries[k].inputs:
+            if i in space:
+                readers.setdefault(i, set()).add(k)
+    for k in library:
+        for i in entries[k].inputs:
+            i = _operand_base(entries, m, i)
+            if i in space:
+                readers.setdefault(i, set()).add(k)
+    size: Counter = Counter()  # kernel -> the non-movement ops it inlines
     for j, ks in r.items():
         if kind(entries[j]) != "movement":
-            for k in ks:
-                size[k] = size.get(k, 0) + 1
+            size.update(ks)  # (counted in C: a long unrolled trace's kernels inline many nodes)
     into: dict = {}
     for a, ks in readers.items():
         c = min(ks)
@@ -350,12 +417,38 @@ def _loops(entries, m, r, space):
     # few ops costs less than a buffer (an LSTM language model's training step, paired runs of
     # its plan: 17.0 and 18.4 ms with each step's gates computed in its c and h kernels, 17.4
     # and 19.0 ms with them stored between; 691 steps against 761).
+    # Memoized with path compression: a wave asks for the loops of every kernel reaching every
+    # candidate, and an unrolled recurrence makes the chains long (time_sequence_prediction's
+    # 100-step LSTMCell loop: 73 million steps along chains in 11 s of 110 s of lowering).
+    ends: dict = {}
+
     def loop(k: int) -> int:
+        path = []
         while k in into:
+            end = ends.get(k)
+            if end is not None:
+                k = end
+                break
+            path.append(k)
             k = into[k]
+        for j in path:
+            ends[j] = k
         return k
 
     return loop
+
+
+def _several_loops(kernels: set, loop) -> bool:
+    """Whether the ``kernels`` run in more than one loop (stops at the second: a node low in an
+    unrolled recurrence is inlined by hundreds of kernels)."""
+    first = None
+    for k in kernels:
+        end = loop(k)
+        if first is None:
+            first = end
+        elif end != first:
+            return True
+    return False
 
 
 def _split_large(entries, m, space, r, stage_owner, recompute) -> dict:

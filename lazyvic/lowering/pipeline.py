@@ -188,10 +188,19 @@ def _check_in_place(lowered: Lowered, steps: list) -> None:
     """Each in-place kernel's buffer is read by no step after it (what plan_in_place read
     off the groups, checked against the steps built): else the lowering is wrong, never the
     results."""
+    # One pass over the steps (a search per in-place kernel was quadratic: 5 of 24 s lowering an
+    # unrolled 100-step LSTMCell loop, 834 kernels in place among 3,600).
+    first_write: dict = {}
+    last_read: dict = {}
+    for k, st in enumerate(steps):
+        for w in st.writes():
+            first_write.setdefault(w, k)
+        for q in st.reads():
+            last_read[q] = k
     for root, q in lowered.inplace.items():
-        at = next(k for k, st in enumerate(steps) if root in st.writes())
-        later = [st.name for st in steps[at + 1 :] if q in st.reads()]
-        if later or q in steps[at].writes():
+        at = first_write[root]
+        if last_read.get(q, -1) > at or q in steps[at].writes():
+            later = [st.name for st in steps[at + 1 :] if q in st.reads()]
             raise RuntimeError(f"lowering: kernel writing node {root} over node {q}, read later by {later}")
 
 

@@ -508,14 +508,15 @@ def _reach_by_search(entries, m, roots, stages_of):
 
 
 def test_reach_in_one_pass_is_the_search_from_every_root(monkeypatch):
-    """fusion.reach (one pass over the entries, readers first) gives, at every call while an
-    LSTM's and a small GPT's training steps are planned, what a search down from every root gives."""
+    """fusion.reach (one pass over the entries, readers first), and its update after each wave
+    of new buffers (fusion._update_reach), give, at every call while an LSTM's and a small GPT's
+    training steps are planned, what a search down from every root gives."""
     from lazyvic.lowering import fusion, pipeline
     from lazyvic.lowering.cpu import codegen
     from lazyvic.trace import cut
 
-    calls = []
-    one_pass = fusion.reach
+    calls, updates = [], []
+    one_pass, update = fusion.reach, fusion._update_reach
 
     def compared(entries, m, roots, stages_of, consumers=None):
         got = one_pass(entries, m, roots, stages_of, consumers)
@@ -523,7 +524,14 @@ def test_reach_in_one_pass_is_the_search_from_every_root(monkeypatch):
         calls.append(len(got))
         return got
 
+    def compared_update(entries, m, root_set, stages_of, consumers, r, nodes):
+        # Updated in place after a wave's new buffers: what a fresh search gives.
+        update(entries, m, root_set, stages_of, consumers, r, nodes)
+        assert r == _reach_by_search(entries, m, sorted(root_set), stages_of)
+        updates.append(len(nodes))
+
     monkeypatch.setattr(fusion, "reach", compared)
+    monkeypatch.setattr(fusion, "_update_reach", compared_update)
     lv.manual_seed(0)
     lstm, head = lv.nn.LSTM(4, 6, 2), lv.nn.Linear(6, 3)
     x = lv.tensor(rng.standard_normal((5, 2, 4)).astype(np.float32))
@@ -536,7 +544,8 @@ def test_reach_in_one_pass_is_the_search_from_every_root(monkeypatch):
         total.backward()
         trace = cut([total._node] + [p.grad._node for p in params])[0]
         pipeline.lower(trace, codegen.generate)
-    assert len(calls) >= 4 and max(calls) > 50
+    assert len(calls) >= 2 and max(calls) > 50
+    assert len(updates) >= 4 and max(updates) > 10
 
 
 def test_a_gather_index_read_through_other_movement_is_checked_as_a_view():
@@ -551,3 +560,50 @@ def test_a_gather_index_read_through_other_movement_is_checked_as_a_view():
     np.testing.assert_array_equal(y, np.take_along_axis(table, ids[1:].T, 1) * 2)
     checks = [s for s in plan.steps if isinstance(s, IndexCheckStep)]
     assert checks and not any(s.whole_buffer for s in checks)
+
+
+def test_a_long_unrolled_recurrence_is_planned_in_a_bounded_number_of_waves(monkeypatch):
+    """A recurrence unrolled in Python (pytorch/examples' time_sequence_prediction runs two
+    LSTMCells over 999 steps) leaves one value per step to materialize, each below the next:
+    fusion's exact waves took one wave per step, each a pass over the whole trace (a 100-step
+    loop: 202 waves, 110 s of planning). Past EXACT_WAVES waves a wave takes every candidate:
+    the forward and backward of 40 steps plan in a few waves more, with the interpreter's bits."""
+    from lazyvic.lowering import fusion
+
+    waves = []
+    loops = fusion._loops
+
+    def counted(*args):
+        waves[-1] += 1
+        return loops(*args)
+
+    groups = fusion.plan_groups
+
+    def planned(*args):
+        waves.append(0)
+        return groups(*args)
+
+    monkeypatch.setattr(fusion, "_loops", counted)
+    monkeypatch.setattr("lazyvic.lowering.pipeline.plan_groups", planned)
+    lv.manual_seed(0)
+    cell = lv.nn.LSTMCell(1, 3).double()
+    lv.sync(*cell.parameters())
+    x = rng.standard_normal((2, 40)).astype(np.float64)
+
+    def step(x):
+        h = c = lv.zeros(2, 3, dtype=lv.float64)
+        outs = []
+        for t in x.split(1, dim=1):
+            h, c = cell(t, (h, c))
+            outs.append(h)
+        loss = lv.stack(outs).square().mean()
+        loss.backward()
+        grads = tuple(p.grad for p in cell.parameters())
+        cell.zero_grad()
+        return (loss, *grads)
+
+    got, _ = _compiled(step, x)
+    assert waves and max(waves) <= 20, waves  # exact: 82 (two a step)
+    want = _interpreted(step, x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -581,6 +581,35 @@ def _():
     return lv.tensor(a).expm1(), _f64_then_f32(np.expm1, a)
 
 
+def _f64_then_f32_unary(name: str, fn, low: float, high: float):
+    def build():
+        a = _f32(2, 3, low=low, high=high)
+        return getattr(lv.tensor(a), name)(), _f64_then_f32(fn, a)
+
+    PRIMITIVE_CASES[name] = build
+
+
+# inverse trigonometric and hyperbolic functions (one libm call each: float64 NumPy rounded once is
+# within their tolerance); edge values: tests/test_trig.py
+for _name, _fn, _low, _high in (
+    ("atan", np.arctan, -3.0, 3.0),
+    ("asin", np.arcsin, -1.0, 1.0),
+    ("acos", np.arccos, -1.0, 1.0),
+    ("sinh", np.sinh, -3.0, 3.0),
+    ("cosh", np.cosh, -3.0, 3.0),
+    ("asinh", np.arcsinh, -3.0, 3.0),
+    ("acosh", np.arccosh, 1.0, 4.0),
+    ("atanh", np.arctanh, -0.99, 0.99),
+):
+    _f64_then_f32_unary(_name, _fn, _low, _high)
+
+
+@_case("atan2")
+def _():
+    y, x = _f32(2, 3, low=-3, high=3), _f32(2, 3, seed=1, low=-3, high=3)
+    return lv.atan2(lv.tensor(y), lv.tensor(x)), np.arctan2(y.astype(np.float64), x).astype(np.float32)
+
+
 @_case("prod")
 def _():
     a = _f32(2, 3, low=0.5, high=2.0)

@@ -80,6 +80,8 @@ _TWINS = (
     "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "isnan",
     "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "isclose", "logical_not", "logical_and",
     "logical_or", "logical_xor", "masked_fill", "lerp", "hypot", "heaviside",
+    "atan", "arctan", "asin", "arcsin", "acos", "arccos", "sinh", "cosh", "asinh", "arcsinh", "acosh", "arccosh",
+    "atanh", "arctanh", "atan2", "arctan2", "logaddexp", "logaddexp2", "deg2rad", "rad2deg",
     # reductions, scans and order statistics
     "sum", "mean", "var", "std", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "softmax",
     "log_softmax", "cumsum", "cumprod", "all", "any", "count_nonzero", "norm", "argsort", "sort", "msort", "topk",

@@ -1,13 +1,15 @@
 """Elementwise functions built on the op table's primitives: rounding (``floor``, ``ceil``,
-``trunc``, ``frac``, ``round``), ``sign``, trigonometry (``sin``, ``cos``, ``tan``), logarithms
-and exponentials (``log1p``, ``expm1``, ``log2``, ``log10``, ``exp2``), ``clamp``, floor division
-and remainders, tests (``isnan``, ``isinf``, ``isfinite``, ``isclose``), ``nan_to_num``, the
-logical functions, and ``lerp``, ``hypot``, ``heaviside`` (PyTorch's names, dtypes and special
-values).
+``trunc``, ``frac``, ``round``), ``sign``, trigonometry (``sin``, ``cos``, ``tan``, the inverse
+and hyperbolic functions, ``atan2``, ``deg2rad``, ``rad2deg``), logarithms and exponentials
+(``log1p``, ``expm1``, ``log2``, ``log10``, ``exp2``, ``logaddexp``, ``logaddexp2``), ``clamp``,
+floor division and remainders, tests (``isnan``, ``isinf``, ``isfinite``, ``isclose``),
+``nan_to_num``, the logical functions, and ``lerp``, ``hypot``, ``heaviside`` (PyTorch's names,
+dtypes and special values).
 
 Written over the tensors they are handed (their methods and ``Tensor.apply``), so this module sits
 below :mod:`lazyvic.tensor`, whose methods these functions are. ``floor``, ``round``, ``sin``,
-``cos``, ``log1p`` and ``expm1`` are primitives (lazyvic/ops/elementwise.py); the rest are
+``cos``, ``log1p``, ``expm1``, ``atan``, ``asin``, ``acos``, ``sinh``, ``cosh``, ``asinh``, ``acosh``,
+``atanh`` and ``atan2`` are primitives (lazyvic/ops/elementwise.py); the rest are
 compositions that fusion turns back into one loop.
 """
 
@@ -148,6 +150,39 @@ def tan(x):
     """Tangent: ``sin(x) / cos(x)`` (within a few ulp of libm's tan away from its poles)."""
     x = _float(x)
     return x.sin() / x.cos()
+
+
+def _libm_unary(op: str, doc: str):
+    """The function recording unary primitive ``op`` (integer and bool inputs give the default
+    float dtype, as PyTorch's)."""
+
+    def function(x):
+        x = _float(x)
+        return x.apply(op, x)
+
+    function.__name__ = function.__qualname__ = op
+    function.__doc__ = doc + " (C's ``" + op + "``; integer and bool inputs give the default float dtype)."
+    return function
+
+
+atan = arctan = _libm_unary("atan", "Inverse tangent, in (-pi/2, pi/2)")
+asin = arcsin = _libm_unary("asin", "Inverse sine, in [-pi/2, pi/2]; NaN outside [-1, 1]")
+acos = arccos = _libm_unary("acos", "Inverse cosine, in [0, pi]; NaN outside [-1, 1]")
+sinh = _libm_unary("sinh", "Hyperbolic sine; +-inf where it overflows")
+cosh = _libm_unary("cosh", "Hyperbolic cosine; +inf where it overflows")
+asinh = arcsinh = _libm_unary("asinh", "Inverse hyperbolic sine")
+acosh = arccosh = _libm_unary("acosh", "Inverse hyperbolic cosine; NaN below 1")
+atanh = arctanh = _libm_unary("atanh", "Inverse hyperbolic tangent; +-inf at +-1, NaN outside [-1, 1]")
+
+
+def deg2rad(x):
+    """Degrees to radians: ``x * (pi / 180)`` (integer and bool inputs give the default float dtype)."""
+    return _float(x) * (math.pi / 180.0)
+
+
+def rad2deg(x):
+    """Radians to degrees: ``x * (180 / pi)`` (integer and bool inputs give the default float dtype)."""
+    return _float(x) * (180.0 / math.pi)
 
 
 def log1p(x):
@@ -444,6 +479,68 @@ def hypot(x, other):
         a64, b64 = a.to(dt.float64), b.to(dt.float64)
         out = (a64 * a64 + b64 * b64).sqrt().to(d)
     return out.where(~((a == math.inf) | (b == math.inf)), math.inf)
+
+
+def _float_pair(opname: str, x, other, integers: bool):
+    """``x`` and tensor ``other`` broadcast-checked and cast to their promoted dtype (the default
+    float dtype for integer or bool operands when ``integers``, else a DTypeError)."""
+    if not _is_tensor(other):
+        raise DTypeError(f"{opname}: argument 'other' must be a Tensor, not {type(other).__name__}")
+    broadcast_shapes(x.shape, other.shape, opname)
+    d = _result_dtype(x, other)
+    if not d.is_floating_point:
+        if not integers:
+            raise DTypeError(f"{opname}: expected floating-point operands, got {x.dtype.name} and {other.dtype.name}")
+        d = dt.default_float
+    return x.to(d), other.to(d)
+
+
+def atan2(x, other):
+    """The angle of the point ``(other, x)``: ``atan(x / other)`` in the right quadrant, in [-pi, pi]
+    (C's ``atan2``, with its signs of zeros and infinities: ``atan2(0.0, -0.0)`` is pi,
+    ``atan2(-0.0, -0.0)`` is -pi). The operands broadcast and promote; integer and bool operands
+    give the default float dtype (``torch.atan2``).
+
+    Raises:
+        DTypeError: ``other`` not a tensor.
+    """
+    y, x_ = _float_pair("atan2", x, other, integers=True)
+    return y._binary("atan2", x_)
+
+
+arctan2 = atan2
+
+
+def _logaddexp(opname: str, x, other, base2: bool):
+    # PyTorch's kernel (ATen/native/cpu/BinaryOpsKernel.cpp): max(a, b) + log1p(exp(-|a - b|)), and
+    # a where a == b is infinite (inf - inf would be NaN).
+    a, b = _float_pair(opname, x, other, integers=False)
+    top, gap = a.maximum(b), -(a - b).abs()
+    if base2:
+        out = top + (2.0**gap).log1p() * (1.0 / math.log(2.0))
+    else:
+        out = top + gap.exp().log1p()
+    return out.where(~((a == b) & (a.abs() == math.inf)), a)
+
+
+def logaddexp(x, other):
+    """``log(exp(x) + exp(other))`` without overflow, elementwise (``torch.logaddexp``); the
+    operands broadcast and promote. Gradients: ``sigmoid(x - other)`` and ``sigmoid(other - x)``.
+
+    Raises:
+        DTypeError: ``other`` not a tensor, or integer/bool operands (as PyTorch).
+    """
+    return _logaddexp("logaddexp", x, other, base2=False)
+
+
+def logaddexp2(x, other):
+    """``log2(2**x + 2**other)`` without overflow, elementwise (``torch.logaddexp2``); the operands
+    broadcast and promote.
+
+    Raises:
+        DTypeError: ``other`` not a tensor, or integer/bool operands (as PyTorch).
+    """
+    return _logaddexp("logaddexp2", x, other, base2=True)
 
 
 def heaviside(x, values):

@@ -662,6 +662,12 @@ class Tensor:
         _in_place(n) for n in ("floor", "ceil", "round", "trunc", "sign", "sin", "cos")
     )
     clamp_min_, clamp_max_, nan_to_num_ = (_in_place(n) for n in ("clamp_min", "clamp_max", "nan_to_num"))
+    atan_, asin_, acos_, sinh_, cosh_, asinh_, acosh_, atanh_, atan2_ = (
+        _in_place(n) for n in ("atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2")
+    )
+    arctan_, arcsin_, arccos_, arctan2_ = atan_, asin_, acos_, atan2_
+    arcsinh_, arccosh_, arctanh_ = asinh_, acosh_, atanh_
+    hypot_, deg2rad_, rad2deg_ = (_in_place(n) for n in ("hypot", "deg2rad", "rad2deg"))
 
     def __setitem__(self, index, value) -> None:
         """``x[index] = value`` (and ``x[index] += v``): lazy, see :func:`lazyvic.indexing.setitem`.
@@ -898,6 +904,16 @@ class Tensor:
     logical_not, logical_and = pointwise.logical_not, pointwise.logical_and
     logical_or, logical_xor = pointwise.logical_or, pointwise.logical_xor
     lerp, hypot, heaviside = pointwise.lerp, pointwise.hypot, pointwise.heaviside
+    atan = arctan = pointwise.atan
+    asin = arcsin = pointwise.asin
+    acos = arccos = pointwise.acos
+    sinh, cosh = pointwise.sinh, pointwise.cosh
+    asinh = arcsinh = pointwise.asinh
+    acosh = arccosh = pointwise.acosh
+    atanh = arctanh = pointwise.atanh
+    atan2 = arctan2 = pointwise.atan2
+    logaddexp, logaddexp2 = pointwise.logaddexp, pointwise.logaddexp2
+    deg2rad, rad2deg = pointwise.deg2rad, pointwise.rad2deg
 
     def where(self, condition, other):
         """PyTorch's ``x.where(condition, y)``: x where condition is true, else y."""

@@ -581,6 +581,40 @@ def _():
     return lv.tensor(a).expm1(), _f64_then_f32(np.expm1, a)
 
 
+def _f64_then_f32_unary(name: str, fn, edges: list, low: float, high: float):
+    """A case of unary primitive ``name``: a row of edge values (outside the domain, its ends,
+    overflow, infinities, NaN: the guards of the kernel expression) and a row inside the domain."""
+
+    def build():
+        a = np.stack([np.array(edges, np.float32), _f32(3, low=low, high=high)])
+        with np.errstate(all="ignore"):
+            return getattr(lv.tensor(a), name)(), _f64_then_f32(fn, a)
+
+    PRIMITIVE_CASES[name] = build
+
+
+# inverse trigonometric and hyperbolic functions (one libm call each: float64 NumPy rounded once is
+# within their tolerance); more edge values: tests/test_trig.py
+for _name, _fn, _edges, _low, _high in (
+    ("atan", np.arctan, [np.inf, -np.inf, np.nan], -3.0, 3.0),
+    ("asin", np.arcsin, [1.0, -2.0, np.nan], -1.0, 1.0),
+    ("acos", np.arccos, [-1.0, 2.0, np.nan], -1.0, 1.0),
+    ("sinh", np.sinh, [800.0, -800.0, np.nan], -3.0, 3.0),
+    ("cosh", np.cosh, [800.0, -np.inf, np.nan], -3.0, 3.0),
+    ("asinh", np.arcsinh, [np.inf, -np.inf, -0.0], -3.0, 3.0),
+    ("acosh", np.arccosh, [0.5, 1.0, np.inf], 1.0, 4.0),
+    ("atanh", np.arctanh, [1.0, -1.0, 2.0], -0.99, 0.99),
+):
+    _f64_then_f32_unary(_name, _fn, _edges, _low, _high)
+
+
+@_case("atan2")
+def _():
+    y, x = _f32(2, 3, low=-3, high=3), _f32(2, 3, seed=1, low=-3, high=3)
+    y[0], x[0] = [0.0, -0.0, np.inf], [-0.0, -0.0, -np.inf]  # pi, -pi, 3 pi / 4 (C99's signs)
+    return lv.atan2(lv.tensor(y), lv.tensor(x)), np.arctan2(y.astype(np.float64), x).astype(np.float32)
+
+
 @_case("prod")
 def _():
     a = _f32(2, 3, low=0.5, high=2.0)

@@ -277,6 +277,16 @@ VJP_CASES = [
     ("round", lambda x: (x * 2.0).round() + x, [_r(2, 3, low=-3, high=3) + 0.13]),
     ("log1p", lambda x: x.log1p(), [_r(2, 3, low=-0.5, high=2)]),
     ("expm1", lambda x: x.expm1(), [_r(2, 3)]),
+    # inverse trigonometric and hyperbolic functions, inside their domains (away from the poles)
+    ("atan", lambda x: x.atan(), [_r(2, 3, low=-3, high=3)]),
+    ("asin", lambda x: x.asin(), [_r(2, 3, low=-0.9, high=0.9)]),
+    ("acos", lambda x: x.acos(), [_r(2, 3, low=-0.9, high=0.9)]),
+    ("sinh", lambda x: x.sinh(), [_r(2, 3, low=-3, high=3)]),
+    ("cosh", lambda x: x.cosh(), [_r(2, 3, low=-3, high=3)]),
+    ("asinh", lambda x: x.asinh(), [_r(2, 3, low=-3, high=3)]),
+    ("acosh", lambda x: x.acosh(), [_r(2, 3, low=1.2, high=4)]),
+    ("atanh", lambda x: x.atanh(), [_r(2, 3, low=-0.9, high=0.9)]),
+    ("atan2", lambda y, x: lv.atan2(y, x), [_r(2, 3), _away_from_zero(2, 3, seed=1)]),
     ("prod_dim", lambda x: x.prod(1), [_r(2, 3)]),
     ("prod_all_with_a_zero", lambda x: x.prod(), [np.array([[0.5, 0.0, -1.5], [1.2, 0.7, -0.9]])]),
     ("cumsum", lambda x: x.cumsum(1), [_r(2, 5)]),
@@ -312,6 +322,7 @@ def _set(y, index, value):
 # Cases that also run through the compiler.
 COMPILED = {
     "sin",
+    "atan2",
     "cumprod_with_a_zero",
     "matmul_batched_broadcast",
     "conv2d_stride_pad",

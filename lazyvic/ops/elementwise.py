@@ -336,6 +336,121 @@ unary(
 )
 
 
+# --- inverse trigonometric and hyperbolic functions ---------------------------
+# libm calls, as sin: ``math.asin`` of a float32 is ``asinf`` on the CPU (libdevice's ``__nv_asinf`` on
+# CUDA), and the references call the same C functions (ops/libm.py). The guards give the C results
+# where Python's ``math`` raises instead (the CUDA simulator runs kernels as Python): outside the
+# domain (NaN; atanh(+-1) is +-inf) and where sinh/cosh overflow. Each guard agrees with libm, so
+# it changes no value; the references apply the same guards.
+#
+# The largest |x| whose sinh and cosh are finite (the C library's; tests/test_trig.py checks them).
+_HYPERBOLIC_MAX = {"float32": 89.41598510742188, "float64": 710.4758600739439}
+
+
+def _guarded(fn: str, guard):
+    """``math.fn(x)`` where it is defined, else the C result: ``guard(x, dtype)`` gives the
+    kernel-language condition and the value where it fails."""
+
+    def expr(a, di, do):
+        cond, other = guard(a[0], do)
+        return f"math.{fn}({a[0]}) if {cond} else {other}"
+
+    return expr
+
+
+def _in_unit_interval(x, do):
+    return f"abs({x}) <= {const(do, 1)}", _nan(do)
+
+
+def _hyperbolic_finite(odd: bool):
+    def guard(x, do):
+        big = const(do, _HYPERBOLIC_MAX[do.compute.name])
+        overflow = f"({_inf(do)} if {x} > {const(do, 0)} else {_inf(do, '-')})" if odd else _inf(do)
+        return f"not (abs({x}) > {big})", overflow
+
+    return guard
+
+
+def _hyperbolic_ref(name: str, odd: bool):
+    def guard(x, y):
+        big = _HYPERBOLIC_MAX[x.dtype.name] if x.dtype.name in _HYPERBOLIC_MAX else np.inf
+        return np.where(np.abs(x) > big, np.copysign(np.inf, x) if odd else np.inf, y)
+
+    return _libm_ref(name, guard)
+
+
+def _atanh_expr(a, di, do):
+    x, one = a[0], const(do, 1)
+    edge = f"({_inf(do)} if {x} == {one} else ({_inf(do, '-')} if {x} == {const(do, -1)} else {_nan(do)}))"
+    return f"math.atanh({x}) if abs({x}) < {one} else {edge}"
+
+
+def _atanh_guard(x, y):
+    return np.where(np.abs(x) < 1, y, np.where(np.abs(x) == 1, np.copysign(np.inf, x), np.nan))
+
+
+def _unit_interval_ref(name: str):
+    return _libm_ref(name, lambda x, y: np.where(np.abs(x) <= 1, y, np.nan))
+
+
+unary(
+    "atan",
+    _libm_ref("atan"),
+    lambda a, di, do: f"math.atan({a[0]})",
+    lambda g, x, out, at: (g / (x[0] * x[0] + 1.0),),
+    onnx=onnx_node("Atan", since=(7, 22)),
+)
+unary(
+    "asin",
+    _unit_interval_ref("asin"),
+    _guarded("asin", _in_unit_interval),
+    lambda g, x, out, at: (g / (1.0 - x[0] * x[0]).sqrt(),),
+    onnx=onnx_node("Asin", since=(7, 22)),
+)
+unary(
+    "acos",
+    _unit_interval_ref("acos"),
+    _guarded("acos", _in_unit_interval),
+    lambda g, x, out, at: (-g / (1.0 - x[0] * x[0]).sqrt(),),
+    onnx=onnx_node("Acos", since=(7, 22)),
+)
+unary(
+    "sinh",
+    _hyperbolic_ref("sinh", odd=True),
+    _guarded("sinh", _hyperbolic_finite(odd=True)),
+    lambda g, x, out, at: (g * x[0].cosh(),),
+    onnx=onnx_node("Sinh", since=(9, 22)),
+)
+unary(
+    "cosh",
+    _hyperbolic_ref("cosh", odd=False),
+    _guarded("cosh", _hyperbolic_finite(odd=False)),
+    lambda g, x, out, at: (g * x[0].sinh(),),
+    onnx=onnx_node("Cosh", since=(9, 22)),
+)
+unary(
+    "asinh",
+    _libm_ref("asinh"),
+    lambda a, di, do: f"math.asinh({a[0]})",
+    lambda g, x, out, at: (g / (x[0] * x[0] + 1.0).sqrt(),),
+    onnx=onnx_node("Asinh", since=(9, 22)),
+)
+unary(
+    "acosh",
+    _libm_ref("acosh", lambda x, y: np.where(x >= 1, y, np.nan)),
+    _guarded("acosh", lambda x, do: (f"{x} >= {const(do, 1)}", _nan(do))),
+    lambda g, x, out, at: (g / (x[0] * x[0] - 1.0).sqrt(),),
+    onnx=onnx_node("Acosh", since=(9, 22)),
+)
+unary(
+    "atanh",
+    _libm_ref("atanh", _atanh_guard),
+    _atanh_expr,
+    lambda g, x, out, at: (g / (1.0 - x[0] * x[0]),),
+    onnx=onnx_node("Atanh", since=(9, 22)),
+)
+
+
 def _not_infer(shapes, dtypes, attrs):
     if dtypes[0] is not dt.bool_:
         raise DTypeError(f"logical_not: expected a bool input, got {dtypes[0].name}")
@@ -607,6 +722,29 @@ binary(
     lambda g, x, out, at: (g, -g * x[0].floor_divide(x[1])),
     infer=_float_only("remainder"),
     onnx=_remainder_onnx,
+)
+
+
+def _atan2_reference(y, x):
+    with np.errstate(all="ignore"):
+        return numerics.libm("atan2")(y, x)
+
+
+def _atan2_vjp(g, x, out, at):
+    # PyTorch's atan2_backward: d/dy = x / (x^2 + y^2), d/dx = -y / (x^2 + y^2).
+    y, x_ = x
+    scale = g / (x_ * x_ + y * y)
+    return scale * x_, -scale * y
+
+
+# atan2(y, x): C's atan2 (the signs of zeros and infinities as C99 Annex F), no guard needed (Python's
+# math.atan2 raises for no input). ONNX has no Atan2: no export.
+binary(
+    "atan2",
+    _atan2_reference,
+    lambda a, di, do: f"math.atan2({a[0]}, {a[1]})",
+    _atan2_vjp,
+    infer=_float_only("atan2"),
 )
 
 

@@ -39,6 +39,53 @@ def expm1(x):
     return math.expm1(x)
 
 
+# Inverse trigonometric and hyperbolic functions: ``asinf``/``asin`` ... as Numba lowers ``math.asin``
+# (numba/cpython/mathimpl.py: float32 calls the C library's float32 function, not a float64 one).
+@vectorize(_BOTH, cache=True)
+def atan(x):
+    return math.atan(x)
+
+
+@vectorize(_BOTH, cache=True)
+def asin(x):
+    return math.asin(x)
+
+
+@vectorize(_BOTH, cache=True)
+def acos(x):
+    return math.acos(x)
+
+
+@vectorize(_BOTH, cache=True)
+def sinh(x):
+    return math.sinh(x)
+
+
+@vectorize(_BOTH, cache=True)
+def cosh(x):
+    return math.cosh(x)
+
+
+@vectorize(_BOTH, cache=True)
+def asinh(x):
+    return math.asinh(x)
+
+
+@vectorize(_BOTH, cache=True)
+def acosh(x):
+    return math.acosh(x)
+
+
+@vectorize(_BOTH, cache=True)
+def atanh(x):
+    return math.atanh(x)
+
+
+@vectorize(["float32(float32, float32)", "float64(float64, float64)"], cache=True)
+def atan2(y, x):
+    return math.atan2(y, x)
+
+
 @njit(error_model="numpy", cache=True)  # as kernels: 0.0 ** -1 is inf, not ZeroDivisionError
 def _power(a, b):
     return a**b

@@ -30,6 +30,7 @@ R = np.random.default_rng(0)
 F32 = np.float32
 X = R.normal(size=(2, 3, 4)).astype(F32)  # the usual data input
 POS = np.abs(X) + 0.5  # for Log, Sqrt, Reciprocal, ReduceLogSum
+TRIG_OPSET9 = ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
 IMG = R.normal(size=(1, 2, 5, 5)).astype(F32)
 M34, M45 = R.normal(size=(3, 4)).astype(F32), R.normal(size=(4, 5)).astype(F32)
 I64 = np.int64
@@ -114,6 +115,8 @@ CASES = [
         )
     ),
     *(C(f"{op}-opset9", 9, op, [X]) for op in ("Erf", "Sign", "Shrink")),
+    *(C(f"{op}-opset7", 7, op, [np.tanh(X)]) for op in ("Atan", "Asin", "Acos")),
+    *(C(f"{op}-opset9", 9, op, [POS + 0.5 if op == "Acosh" else np.tanh(X)]) for op in TRIG_OPSET9),
     C("IsNaN-opset9", 9, "IsNaN", [np.array([1.0, np.nan, 0.0], F32)]),
     C("IsInf-opset10", 10, "IsInf", [np.array([1.0, np.inf, -np.inf], F32)]),
     C("ThresholdedRelu-opset10", 10, "ThresholdedRelu", [X], alpha=0.3),

@@ -4,7 +4,7 @@ such as Softmax-1 or Split-2, are implemented beside the newer ones).
 
 - ``optable.py``     derived from the op table: Neg Abs Relu Sqrt Exp Log Sigmoid Tanh Erf Not Add
                      Sub Mul Equal Less LessOrEqual Greater GreaterOrEqual Where MatMul Transpose
-                     Sin Cos Floor Round
+                     Sin Cos Floor Round Atan Asin Acos Sinh Cosh Asinh Acosh Atanh
 - ``elementwise.py`` Div Pow Mod Reciprocal Clip Max Min Sum Mean And Or Xor IsNaN IsInf Identity
                      Dropout Cast CastLike Ceil
 - ``activation.py``  LeakyRelu PRelu Sign Softplus Softsign Elu Selu Celu HardSigmoid HardSwish

@@ -4,7 +4,8 @@ A primitive declared with ``onnx=onnx_node(op_type, since=...)`` in ``lazyvic/op
 :class:`~lazyvic.ops.opdef.OnnxNode`) is exported as that node and imported from it through the
 same declaration: no converter is written for it here. Today that is Neg Abs Relu Sqrt Exp Log
 Sigmoid Tanh Erf Not Add Sub Mul Equal Less LessOrEqual Greater GreaterOrEqual Where MatMul
-Transpose (``supported_ops()`` lists them with their versions).
+Transpose Sin Cos Floor Round Atan Asin Acos Sinh Cosh Asinh Acosh Atanh (``supported_ops()`` lists them
+with their versions).
 
 How a derived node runs depends on the primitive's kind:
 

@@ -52,6 +52,19 @@ from lazyvic.dtypes import (
 from lazyvic.functions import *  # noqa: F403 (PyTorch's module-level twins of the Tensor methods; functions.__all__)
 from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
+from lazyvic.legacy import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+    range,  # noqa: A004 (torch.range, deprecated: an inclusive end)
+)
 from lazyvic.modes import (
     enable_grad,
     inference_mode,

@@ -53,6 +53,7 @@ from lazyvic.runtime import device as _dev
 from lazyvic.runtime.config import config as _config
 from lazyvic.selection import check_index_bounds  # noqa: F401 (re-exported for lazyvic.functional)
 from lazyvic.shapes import broadcast_shapes, norm_axis, shape_arg
+from lazyvic.size import Size
 from lazyvic.sync import live, sync
 from lazyvic.trace.node import Node, parameter_nodes
 
@@ -227,7 +228,9 @@ class Tensor:
     """A lazy n-dimensional array.
 
     Construct with :func:`lazyvic.tensor`; ``Tensor(data, dtype=None,
-    requires_grad=False)`` is the same. Shapes are tuples of ints; dtypes are
+    requires_grad=False)`` is the same. PyTorch's legacy sizes form ``Tensor(2, 3)`` (ints, or a
+    ``Size``) makes zeros of the default float dtype of those sizes (PyTorch leaves them
+    uninitialized), ``Tensor()`` an empty (0,) one. Shapes are tuples of ints; dtypes are
     ``lazyvic.float32`` (default for Python floats), ``float64``, ``float16``, ``bfloat16``,
     ``int64`` (default for Python ints), ``int32``, ``int16``, ``int8``, ``uint8``, ``uint16``,
     ``uint32``, ``uint64`` and ``bool`` (:mod:`lazyvic.dtypes`).
@@ -240,9 +243,14 @@ class Tensor:
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     _is_parameter = False  # nn.Parameter: its values are counted as parameters in memory plans
 
-    def __init__(self, data=None, dtype=None, requires_grad: bool = False, _node: Node | None = None):
+    def __init__(self, data=None, *sizes, dtype=None, requires_grad: bool = False, _node: Node | None = None):
+        if sizes and type(sizes[0]) is not int:  # the positional form Tensor(data, dtype[, requires_grad])
+            dtype, requires_grad, sizes = sizes[0], sizes[1] if len(sizes) > 1 else requires_grad, ()
         if _node is None:
-            _node = Node.buffer(*_to_array(data, dtype))
+            if (type(data) is int and dtype is None) or sizes or data is None or isinstance(data, Size):
+                _node = Node.buffer(*_to_array(np.zeros(_legacy_sizes(data, sizes), dt.default_float.np), None))
+            else:
+                _node = Node.buffer(*_to_array(data, dtype))
         self._node = _node
         self.requires_grad = bool(requires_grad)
         self.grad = None
@@ -946,8 +954,18 @@ class Tensor:
     def pin_memory(self, device=None) -> "Tensor":
         return transfer.pin_memory(self)  # self: nothing to pin (see there)
 
-    def type(self, dtype):
-        return self.to(dtype)
+    def type(self, dtype=None, non_blocking: bool = False):
+        """``type()``: PyTorch's legacy name of this tensor's type (``"torch.FloatTensor"``);
+        ``type(dtype)``: this tensor cast to a dtype, a legacy type (``lazyvic.LongTensor``) or
+        its name (``"torch.LongTensor"``)."""
+        if dtype is None:
+            return f"torch.{dt.LEGACY_TENSOR_TYPES.get(self.dtype, self.dtype.name)}"
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            names = {v: k for k, v in dt.LEGACY_TENSOR_TYPES.items()}
+            if dtype.rpartition(".")[2] not in names:
+                raise DTypeError(f"type: unknown tensor type {dtype!r}")
+            dtype = names[dtype.rpartition(".")[2]]
+        return self.to(getattr(dtype, "legacy_dtype", dtype))
 
     def float(self):
         return self.to(dt.float32)
@@ -1277,6 +1295,16 @@ def _to_array(data, dtype) -> tuple:
             arr = np.asarray(arr, dtype=np.float32)  # through float32, as the cast op rounds
         arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
+
+
+def _legacy_sizes(data, sizes: tuple) -> tuple:
+    """The sizes of PyTorch's legacy ``Tensor(*sizes)`` / ``Tensor(Size)`` / ``Tensor()``."""
+    shape = () if data is None else tuple(data) if isinstance(data, Size) else (data, *sizes)
+    if data is None and not sizes:
+        shape = (0,)
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise ArgumentError(f"Tensor(*sizes): expected non-negative int sizes, got {shape}")
+    return shape
 
 
 def _flat(data) -> list:

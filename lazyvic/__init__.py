@@ -103,6 +103,7 @@ from lazyvic.size import Size
 from lazyvic.sync import are_deterministic_algorithms_enabled, sync, use_deterministic_algorithms
 from lazyvic.tensor import Tensor, matmul
 from lazyvic.transfer import device
+from lazyvic.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 
 bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
 float = float32  # noqa: A001
@@ -129,7 +130,9 @@ from lazyvic import (  # noqa: E402, I001
     nn,
     onnx,
     optim,
+    sparse,
     special,
+    testing,
     utils,
     viz,
 )
@@ -137,6 +140,7 @@ from lazyvic.amp import autocast  # noqa: E402
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.functional.distance import cdist  # noqa: E402
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
+from lazyvic.sparse import sparse_coo_tensor, spmm  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402
 
 __version__ = "0.1.0"

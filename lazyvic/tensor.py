@@ -31,21 +31,26 @@ import numpy as np
 
 from lazyvic import (
     autograd,
+    counting,
     indexing,
     linalg,
     modes,
     ordering,
     pointwise,
     products,
+    products_extra,
     recording,
     reductions,
     selection,
     shaping,
+    splitting,
+    statistics,
     transfer,
 )
 from lazyvic import dtypes as dt
 from lazyvic import generator as _rng  # the seeded stream of the in-place random methods
 from lazyvic import ops as optable
+from lazyvic import pointwise_composites as pc
 from lazyvic.errors import ArgumentError, DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
 from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
@@ -1253,6 +1258,50 @@ class Tensor:
     def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None) -> "Tensor":
         """int64 category indices drawn from the rows of this (C,) or (R, C) tensor of weights (a sync point)."""
         return _rng.multinomial_(self, num_samples, replacement, generator)
+
+    # ============================================== statistics, counting, splits (their own rooms)
+    # lazyvic/statistics.py, counting.py, splitting.py, products_extra.py, pointwise_composites.py.
+    logit, xlogy, sinc, copysign = pc.logit, pc.xlogy, pc.sinc, pc.copysign
+    signbit = pc.signbit
+    logit_, xlogy_, sinc_, copysign_ = (_in_place(n) for n in ("logit", "xlogy", "sinc", "copysign"))
+    aminmax, cov, corrcoef = statistics.aminmax, statistics.cov, statistics.corrcoef
+    quantile, nanquantile, nanmedian, mode = (
+        statistics.quantile,
+        statistics.nanquantile,
+        statistics.nanmedian,
+        statistics.mode,
+    )
+    dist, renorm = statistics.dist, statistics.renorm
+    renorm_ = _in_place("renorm")
+    cummax, cummin, logcumsumexp = statistics.cummax, statistics.cummin, statistics.logcumsumexp
+    bincount, histc, histogram = counting.bincount, counting.histc, counting.histogram
+    hsplit, vsplit, dsplit, narrow_copy = splitting.hsplit, splitting.vsplit, splitting.dsplit, splitting.narrow_copy
+    addbmm, addr = products_extra.addbmm, products_extra.addr
+    addbmm_, addr_ = _in_place("addbmm"), _in_place("addr")
+
+    def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim=None):
+        """Each run of equal consecutive elements once (and inverse indices, run lengths). A sync
+        point (see lazyvic/counting.py)."""
+        return counting.unique_consecutive(self, return_inverse, return_counts, dim)
+
+    # lazyvic has no sparse layout (lazyvic/sparse.py): a "sparse" tensor is the dense one.
+    is_sparse = False
+
+    def to_dense(self, dtype=None, *, masked_grad=None) -> "Tensor":
+        """This tensor (every lazyvic tensor is dense); ``dtype`` casts."""
+        return self if dtype is None else self.to(dtype)
+
+    def to_sparse(self, *args, **kwargs) -> "Tensor":
+        """This tensor: lazyvic has no sparse layout, so the "sparse" tensor is the dense one
+        (``is_sparse`` stays False; see lazyvic/sparse.py)."""
+        return self
+
+    def coalesce(self) -> "Tensor":
+        """This tensor (dense: nothing to coalesce)."""
+        return self
+
+    def is_coalesced(self) -> bool:
+        return True
 
 
 # ============================================================ module functions

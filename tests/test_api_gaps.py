@@ -402,3 +402,25 @@ def _t(*shape, dtype=lazyvic.float32):
 def test_errors_are_typed_and_name_the_function(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ============================================================== compiled tier
+def test_compiled_plans_give_the_interpreters_bits():
+    """The compositions compile, and give the interpreter's bits. (A gather whose index is a
+    reduction in the same plan, as cummax's and mode's values and x.gather(1, x.argmax(1,
+    keepdim=True)), failed compiled: fusion folded the index into the gathering kernel, so the
+    range check before it read a missing buffer.)"""
+    a = _r(3, 5, seed=5).astype(np.float32)
+    fns = (
+        lambda x: x.gather(1, x.argmax(1, keepdim=True)),
+        lambda x: lazyvic.cummax(x, 1).values,
+        lambda x: lazyvic.mode((x * 2).round(), 1).values,
+        lambda x: lazyvic.quantile(x, 0.3, dim=1),
+        lambda x: lazyvic.logcumsumexp(x, 1),
+        lambda x: lazyvic.histc(x, 4),
+    )
+    want = [f(lazyvic.tensor(a)).numpy() for f in fns]
+    config.compile = "always"
+    got = [f(lazyvic.tensor(a)).numpy() for f in fns]
+    for k, (w, g) in enumerate(zip(want, got)):
+        np.testing.assert_array_equal(g, w, err_msg=f"function {k}")

@@ -1274,10 +1274,15 @@ class Tensor:
     dist, renorm = statistics.dist, statistics.renorm
     renorm_ = _in_place("renorm")
     cummax, cummin, logcumsumexp = statistics.cummax, statistics.cummin, statistics.logcumsumexp
-    bincount, histc, histogram = counting.bincount, counting.histc, counting.histogram
+    histc, histogram = counting.histc, counting.histogram
     hsplit, vsplit, dsplit, narrow_copy = splitting.hsplit, splitting.vsplit, splitting.dsplit, splitting.narrow_copy
     addbmm, addr = products_extra.addbmm, products_extra.addr
     addbmm_, addr_ = _in_place("addbmm"), _in_place("addr")
+
+    def bincount(self, weights=None, minlength: int = 0) -> "Tensor":
+        """Occurrences of each value 0, 1, ... (weighted). A sync point: its length is the
+        maximum's (see lazyvic/counting.py)."""
+        return counting.bincount(self, weights, minlength)
 
     def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim=None):
         """Each run of equal consecutive elements once (and inverse indices, run lengths). A sync

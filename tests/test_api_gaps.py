@@ -53,6 +53,7 @@ _LOOSE = {
     "jvp": dict(rtol=1e-7, atol=1e-12),
     "hvp_vhp": dict(rtol=1e-7, atol=1e-12),
     "histogram": dict(rtol=1e-6, atol=1e-6),
+    "gcn_example_steps": dict(rtol=1e-5, atol=1e-6),
 }
 
 
@@ -164,6 +165,19 @@ def test_legacy_types_answer_isinstance_and_type():
 def test_legacy_constructor_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_tensor_sizes_form_and_size_keyword():
+    assert lazyvic.Tensor(2, 3).shape == (2, 3) and lazyvic.Tensor(2, 3).dtype is lazyvic.float32
+    assert lazyvic.Tensor(4).shape == (4,) and lazyvic.Tensor().shape == (0,)
+    assert lazyvic.Tensor(lazyvic.Size([2, 1])).shape == (2, 1)
+    assert lazyvic.tensor(5).shape == () and lazyvic.tensor(5).dtype is lazyvic.int64
+    assert lazyvic.Tensor([1.0, 2.0], lazyvic.float64).dtype is lazyvic.float64  # (data, dtype) positionally
+    assert lazyvic.empty(size=(2, 3)).shape == (2, 3) and lazyvic.zeros(size=[4]).shape == (4,)
+    with pytest.raises(errors.ArgumentError, match="sizes given twice"):
+        lazyvic.ones(2, size=(2,))
+    with pytest.raises(errors.ArgumentError, match="expected non-negative int sizes"):
+        lazyvic.Tensor(2, -1)
 
 
 def test_range_warns_and_includes_the_end():

@@ -52,6 +52,19 @@ from lazyvic.dtypes import (
 from lazyvic.functions import *  # noqa: F403 (PyTorch's module-level twins of the Tensor methods; functions.__all__)
 from lazyvic.generator import Generator, default_generator
 from lazyvic.indexing import cat, stack
+from lazyvic.legacy import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+    range,  # noqa: A004 (torch.range, deprecated: an inclusive end)
+)
 from lazyvic.modes import (
     enable_grad,
     inference_mode,
@@ -90,6 +103,7 @@ from lazyvic.size import Size
 from lazyvic.sync import are_deterministic_algorithms_enabled, sync, use_deterministic_algorithms
 from lazyvic.tensor import Tensor, matmul
 from lazyvic.transfer import device
+from lazyvic.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 
 bool = bool_  # noqa: A001  (PyTorch spells it lazyvic.bool)
 float = float32  # noqa: A001
@@ -116,7 +130,9 @@ from lazyvic import (  # noqa: E402, I001
     nn,
     onnx,
     optim,
+    sparse,
     special,
+    testing,
     utils,
     viz,
 )
@@ -124,6 +140,7 @@ from lazyvic.amp import autocast  # noqa: E402
 from lazyvic.capture import compile  # noqa: E402, A004 - PyTorch's name
 from lazyvic.functional.distance import cdist  # noqa: E402
 from lazyvic.interop.format_v1 import load, save  # noqa: E402
+from lazyvic.sparse import sparse_coo_tensor, spmm  # noqa: E402
 from lazyvic.tools.explain import explain  # noqa: E402
 
 __version__ = "0.1.0"

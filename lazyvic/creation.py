@@ -40,16 +40,26 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
     return out
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(shape_arg(size), 0, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
+def _sizes(sizes: tuple, size) -> tuple:
+    """The shape from ``*sizes`` or PyTorch's keyword ``size=`` (``torch.empty(size=(2, 3))``)."""
+    if size is not None:
+        if sizes:
+            raise ArgumentError(f"sizes given twice: positionally {sizes} and as size={size}")
+        sizes = (size,)
+    return shape_arg(sizes)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(shape_arg(size), 1, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
+def zeros(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_sizes(sizes, size), 0, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
+def ones(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_sizes(sizes, size), 1, dtype=dtype or dt.default_float, requires_grad=requires_grad, device=device)
+
+
+def empty(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """``zeros`` (lazyvic has no uninitialized memory); sizes positionally or as ``size=``."""
+    return zeros(*sizes, size=size, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
 def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
@@ -77,6 +87,8 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     """
     if isinstance(data, np.generic):  # a NumPy scalar: its dtype, as a 0-d array's
         data = np.asarray(data)
+    if type(data) is int and dtype is None:  # (Tensor(5) alone is PyTorch's legacy sizes form)
+        dtype = dt.int64
     return placed(Tensor(data, dtype=dtype, requires_grad=requires_grad), device_arg(device, "tensor"))
 
 

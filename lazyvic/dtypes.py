@@ -311,3 +311,18 @@ class iinfo:  # noqa: N801 - PyTorch's name
 
     def __repr__(self) -> str:
         return f"iinfo(min={float(self.min):g}, max={float(self.max):g}, dtype={self.dtype})"
+
+
+# PyTorch's legacy tensor type names (``x.type()``, ``torch.FloatTensor`` ...: lazyvic/legacy.py).
+LEGACY_TENSOR_TYPES = {
+    float32: "FloatTensor",
+    float64: "DoubleTensor",
+    float16: "HalfTensor",
+    bfloat16: "BFloat16Tensor",
+    int64: "LongTensor",
+    int32: "IntTensor",
+    int16: "ShortTensor",
+    int8: "CharTensor",
+    uint8: "ByteTensor",
+    bool_: "BoolTensor",
+}

@@ -21,9 +21,12 @@ import numpy as np
 from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.indexing import cat, stack
+from lazyvic.pointwise_composites import isin, xlogy  # noqa: F401 (lazyvic.isin, lazyvic.xlogy: a number may come first)
 from lazyvic.products import einsum  # noqa: F401 (lazyvic.einsum)
+from lazyvic.products_extra import chain_matmul  # noqa: F401 (lazyvic.chain_matmul)
 from lazyvic.settings import get_default_dtype
 from lazyvic.shapes import broadcast_shapes
+from lazyvic.splitting import column_stack, combinations, row_stack  # noqa: F401 (module-level only, as PyTorch)
 from lazyvic.tensor import Tensor
 from lazyvic.tensor import where as _where
 
@@ -98,6 +101,10 @@ _TWINS = (
     # the rest
     "clone", "detach", "numel", "is_floating_point",
     "addcmul", "addcdiv", "nansum", "nanmean", "inner", "vdot", "rot90",
+    # statistics, counting, splits, products (lazyvic/statistics.py, counting.py, splitting.py ...)
+    "logit", "sinc", "copysign", "signbit", "aminmax", "cov", "corrcoef", "quantile", "nanquantile", "nanmedian",
+    "mode", "dist", "renorm", "cummax", "cummin", "logcumsumexp", "bincount", "histc", "histogram",
+    "unique_consecutive", "hsplit", "vsplit", "dsplit", "narrow_copy", "addbmm", "addr",
 )
 # fmt: on
 
@@ -480,6 +487,12 @@ __all__ = list(_TWINS) + [
     "searchsorted",
     "bucketize",
     "einsum",
+    "xlogy",
+    "isin",
+    "chain_matmul",
+    "column_stack",
+    "row_stack",
+    "combinations",
     "where",
     "concat",
     "concatenate",

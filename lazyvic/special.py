@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lazyvic.functional.activation import sigmoid
 from lazyvic.functions import expm1, log1p, log_softmax, logsumexp, softmax  # (lazyvic's own, as torch.special's)
+from lazyvic.functions import xlogy as _xlogy
 from lazyvic.tensor import Tensor
 
 
@@ -26,17 +27,13 @@ def erfc(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def logit(input: Tensor, eps: float | None = None) -> Tensor:  # noqa: A002
-    """``log(p / (1 - p))``; with ``eps``, p clamped to [eps, 1 - eps] first (PyTorch's rule)."""
-    p = input if eps is None else input.clamp(eps, 1.0 - eps)
-    return (p / (1.0 - p)).log()
+    """``log(p / (1 - p))``; with ``eps``, p clamped to [eps, 1 - eps] first (``Tensor.logit``)."""
+    return input.logit(eps)
 
 
 def xlogy(input, other) -> Tensor:  # noqa: A002
-    """``x * log(y)``, 0 where x is 0 (also where y is 0 or nan there, as PyTorch)."""
-    x = input if isinstance(input, Tensor) else Tensor(input)
-    y = other if isinstance(other, Tensor) else Tensor(other)
-    safe = y.where(x != 0, 1.0)
-    return (x * safe.log()).where(x != 0, 0.0)
+    """``x * log(y)``: 0 where x is 0, NaN where y is NaN (``lazyvic.xlogy``, PyTorch's rule)."""
+    return _xlogy(input, other)
 
 
 __all__ = ["expit", "erf", "erfc", "logit", "xlogy", "expm1", "log1p", "logsumexp", "softmax", "log_softmax"]

@@ -31,21 +31,26 @@ import numpy as np
 
 from lazyvic import (
     autograd,
+    counting,
     indexing,
     linalg,
     modes,
     ordering,
     pointwise,
     products,
+    products_extra,
     recording,
     reductions,
     selection,
     shaping,
+    splitting,
+    statistics,
     transfer,
 )
 from lazyvic import dtypes as dt
 from lazyvic import generator as _rng  # the seeded stream of the in-place random methods
 from lazyvic import ops as optable
+from lazyvic import pointwise_composites as pc
 from lazyvic.errors import ArgumentError, DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from lazyvic.products import autocast_operands, matmul  # noqa: F401 (re-exported: lazyvic.tensor.matmul)
 from lazyvic.reductions import ValuesIndices  # noqa: F401 (lazyvic.tensor.ValuesIndices, as before)
@@ -53,6 +58,7 @@ from lazyvic.runtime import device as _dev
 from lazyvic.runtime.config import config as _config
 from lazyvic.selection import check_index_bounds  # noqa: F401 (re-exported for lazyvic.functional)
 from lazyvic.shapes import broadcast_shapes, norm_axis, shape_arg
+from lazyvic.size import Size
 from lazyvic.sync import live, sync
 from lazyvic.trace.node import Node, parameter_nodes
 
@@ -227,7 +233,9 @@ class Tensor:
     """A lazy n-dimensional array.
 
     Construct with :func:`lazyvic.tensor`; ``Tensor(data, dtype=None,
-    requires_grad=False)`` is the same. Shapes are tuples of ints; dtypes are
+    requires_grad=False)`` is the same. PyTorch's legacy sizes form ``Tensor(2, 3)`` (ints, or a
+    ``Size``) makes zeros of the default float dtype of those sizes (PyTorch leaves them
+    uninitialized), ``Tensor()`` an empty (0,) one. Shapes are tuples of ints; dtypes are
     ``lazyvic.float32`` (default for Python floats), ``float64``, ``float16``, ``bfloat16``,
     ``int64`` (default for Python ints), ``int32``, ``int16``, ``int8``, ``uint8``, ``uint16``,
     ``uint32``, ``uint64`` and ``bool`` (:mod:`lazyvic.dtypes`).
@@ -240,9 +248,14 @@ class Tensor:
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     _is_parameter = False  # nn.Parameter: its values are counted as parameters in memory plans
 
-    def __init__(self, data=None, dtype=None, requires_grad: bool = False, _node: Node | None = None):
+    def __init__(self, data=None, *sizes, dtype=None, requires_grad: bool = False, _node: Node | None = None):
+        if sizes and type(sizes[0]) is not int:  # the positional form Tensor(data, dtype[, requires_grad])
+            dtype, requires_grad, sizes = sizes[0], sizes[1] if len(sizes) > 1 else requires_grad, ()
         if _node is None:
-            _node = Node.buffer(*_to_array(data, dtype))
+            if (type(data) is int and dtype is None) or sizes or data is None or isinstance(data, Size):
+                _node = Node.buffer(*_to_array(np.zeros(_legacy_sizes(data, sizes), dt.default_float.np), None))
+            else:
+                _node = Node.buffer(*_to_array(data, dtype))
         self._node = _node
         self.requires_grad = bool(requires_grad)
         self.grad = None
@@ -962,8 +975,18 @@ class Tensor:
     def pin_memory(self, device=None) -> "Tensor":
         return transfer.pin_memory(self)  # self: nothing to pin (see there)
 
-    def type(self, dtype):
-        return self.to(dtype)
+    def type(self, dtype=None, non_blocking: bool = False):
+        """``type()``: PyTorch's legacy name of this tensor's type (``"torch.FloatTensor"``);
+        ``type(dtype)``: this tensor cast to a dtype, a legacy type (``lazyvic.LongTensor``) or
+        its name (``"torch.LongTensor"``)."""
+        if dtype is None:
+            return f"torch.{dt.LEGACY_TENSOR_TYPES.get(self.dtype, self.dtype.name)}"
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            names = {v: k for k, v in dt.LEGACY_TENSOR_TYPES.items()}
+            if dtype.rpartition(".")[2] not in names:
+                raise DTypeError(f"type: unknown tensor type {dtype!r}")
+            dtype = names[dtype.rpartition(".")[2]]
+        return self.to(getattr(dtype, "legacy_dtype", dtype))
 
     def float(self):
         return self.to(dt.float32)
@@ -1252,6 +1275,55 @@ class Tensor:
         """int64 category indices drawn from the rows of this (C,) or (R, C) tensor of weights (a sync point)."""
         return _rng.multinomial_(self, num_samples, replacement, generator)
 
+    # ============================================== statistics, counting, splits (their own rooms)
+    # lazyvic/statistics.py, counting.py, splitting.py, products_extra.py, pointwise_composites.py.
+    logit, xlogy, sinc, copysign = pc.logit, pc.xlogy, pc.sinc, pc.copysign
+    signbit = pc.signbit
+    logit_, xlogy_, sinc_, copysign_ = (_in_place(n) for n in ("logit", "xlogy", "sinc", "copysign"))
+    aminmax, cov, corrcoef = statistics.aminmax, statistics.cov, statistics.corrcoef
+    quantile, nanquantile, nanmedian, mode = (
+        statistics.quantile,
+        statistics.nanquantile,
+        statistics.nanmedian,
+        statistics.mode,
+    )
+    dist, renorm = statistics.dist, statistics.renorm
+    renorm_ = _in_place("renorm")
+    cummax, cummin, logcumsumexp = statistics.cummax, statistics.cummin, statistics.logcumsumexp
+    histc, histogram = counting.histc, counting.histogram
+    hsplit, vsplit, dsplit, narrow_copy = splitting.hsplit, splitting.vsplit, splitting.dsplit, splitting.narrow_copy
+    addbmm, addr = products_extra.addbmm, products_extra.addr
+    addbmm_, addr_ = _in_place("addbmm"), _in_place("addr")
+
+    def bincount(self, weights=None, minlength: int = 0) -> "Tensor":
+        """Occurrences of each value 0, 1, ... (weighted). A sync point: its length is the
+        maximum's (see lazyvic/counting.py)."""
+        return counting.bincount(self, weights, minlength)
+
+    def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim=None):
+        """Each run of equal consecutive elements once (and inverse indices, run lengths). A sync
+        point (see lazyvic/counting.py)."""
+        return counting.unique_consecutive(self, return_inverse, return_counts, dim)
+
+    # lazyvic has no sparse layout (lazyvic/sparse.py): a "sparse" tensor is the dense one.
+    is_sparse = False
+
+    def to_dense(self, dtype=None, *, masked_grad=None) -> "Tensor":
+        """This tensor (every lazyvic tensor is dense); ``dtype`` casts."""
+        return self if dtype is None else self.to(dtype)
+
+    def to_sparse(self, *args, **kwargs) -> "Tensor":
+        """This tensor: lazyvic has no sparse layout, so the "sparse" tensor is the dense one
+        (``is_sparse`` stays False; see lazyvic/sparse.py)."""
+        return self
+
+    def coalesce(self) -> "Tensor":
+        """This tensor (dense: nothing to coalesce)."""
+        return self
+
+    def is_coalesced(self) -> bool:
+        return True
+
 
 # ============================================================ module functions
 def _to_array(data, dtype) -> tuple:
@@ -1293,6 +1365,16 @@ def _to_array(data, dtype) -> tuple:
             arr = np.asarray(arr, dtype=np.float32)  # through float32, as the cast op rounds
         arr = np.array(arr, dtype=d.np, order="C", copy=True)
     return arr, d
+
+
+def _legacy_sizes(data, sizes: tuple) -> tuple:
+    """The sizes of PyTorch's legacy ``Tensor(*sizes)`` / ``Tensor(Size)`` / ``Tensor()``."""
+    shape = () if data is None else tuple(data) if isinstance(data, Size) else (data, *sizes)
+    if data is None and not sizes:
+        shape = (0,)
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise ArgumentError(f"Tensor(*sizes): expected non-negative int sizes, got {shape}")
+    return shape
 
 
 def _flat(data) -> list:

@@ -7,7 +7,7 @@
   ``inference_mode``) live in :mod:`lazyvic.modes`, below the front end, and are re-exported here.
 """
 
-from lazyvic.autograd import function
+from lazyvic.autograd import function, functional
 from lazyvic.autograd.engine import RemovableHandle, backward, grad
 from lazyvic.autograd.function import Function, FunctionCtx, once_differentiable
 from lazyvic.modes import (
@@ -27,6 +27,7 @@ __all__ = [
     "backward",
     "enable_grad",
     "function",
+    "functional",
     "grad",
     "in_backward",
     "inference_mode",

@@ -264,6 +264,9 @@ def plan_groups(entries, outputs, forced=frozenset()) -> tuple[list, set, set]:
     fixed |= {
         movement_base(entries, j) for i in range(len(entries)) if is_library(entries, i) for j in entries[i].inputs
     }
+    # Nor may a gather's index: its range is checked before the kernel that gathers runs, so it
+    # must be in a buffer by then (x.gather(1, x.argmax(1, keepdim=True)) read a missing buffer).
+    fixed |= {movement_base(entries, e.inputs[1]) for e in entries if kind(e) == "gather"}
     r = reach(entries, m, _roots(entries, m, chain), stages_of, readers)
     for red in sorted((i for i in m if kind(entries[i]) == "reduce" and i not in fixed), reverse=True):
         users = set()

@@ -49,6 +49,8 @@ _SYNC_POINTS = {
     "nonzero": "nonzero",
     "masked_select": "masked_select",
     "unique": "unique",
+    "unique_consecutive": "unique_consecutive",
+    "bincount": "bincount",
     "repeat_interleave": "repeat_interleave",
 }
 # Collectives (lazyvic.distributed.collectives) cut the trace before they send: "collective <name>".

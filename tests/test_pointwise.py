@@ -118,6 +118,9 @@ def test_exact_logs_and_small_arguments(mode):
     edge = lv.tensor([-1.0, -2.0, np.inf, np.nan, 800.0], dtype=lv.float64)
     np.testing.assert_array_equal(edge.log1p().numpy(), [-np.inf, np.nan, np.inf, np.nan, math.log1p(800.0)])
     np.testing.assert_array_equal(edge.expm1().numpy(), [math.expm1(-1), math.expm1(-2), np.inf, np.nan, np.inf])
+    # Finite up to the largest float64 whose expm1 is (a guard at 709.0 gave inf there).
+    top = np.array([709.5, 709.782712893384, np.nextafter(709.782712893384, 800.0)])
+    np.testing.assert_array_equal(lv.tensor(top).expm1().numpy(), [math.expm1(709.5), math.expm1(top[1]), np.inf])
     np.testing.assert_array_equal(lv.tensor([np.inf, -np.inf, np.nan]).sin().numpy(), [np.nan] * 3)
 
 

@@ -253,8 +253,14 @@ def _log1p_expr(a, di, do):
     return f"math.log1p({x}) if {x} > {const(do, -1)} else ({_inf(do, '-')} if {x} == {const(do, -1)} else {_nan(do)})"
 
 
+# The largest float64 whose expm1 is finite (1.797e308): above it C's expm1 overflows to inf
+# and Python's math.expm1 (the CUDA simulator's) raises, hence the guard. It was 709.0, which
+# gave inf for finite results (expm1(709.5) = 1.355e308). float32 overflows far below it.
+EXPM1_FINITE_UP_TO = 709.782712893384
+
+
 def _expm1_expr(a, di, do):
-    return f"{_inf(do)} if {a[0]} > {const(do, 709.0)} else math.expm1({a[0]})"
+    return f"{_inf(do)} if {a[0]} > {const(do, EXPM1_FINITE_UP_TO)} else math.expm1({a[0]})"
 
 
 # 2**23 (float32) and 2**52 (float64): from there on every value is an integer, and below it
@@ -329,7 +335,7 @@ unary(
 )
 unary(
     "expm1",
-    _libm_ref("expm1", lambda x, y: np.where(x > 709.0, np.inf, y)),
+    _libm_ref("expm1", lambda x, y: np.where(x > EXPM1_FINITE_UP_TO, np.inf, y)),
     _expm1_expr,
     lambda g, x, out, at: (g * (out + 1.0),),
     onnx=_add_const_onnx("Exp", None, -1),

@@ -576,7 +576,7 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
     empty = A.new_zeros(0)
     rank = matrix_rank(a, rtol=rcond if rcond is not None and rcond >= 0 else None) if driver != "gels" else None
     residuals = empty
-    if driver != "gelsy" and m > n and not vector:
+    if driver != "gelsy" and m > n:  # (a vector B's residuals keep their axis of 1, as PyTorch's)
         full = bool((matrix_rank(a) == n).all()) if rank is None else bool((rank == n).all())  # a sync, as PyTorch's
         if full:
             residuals = ((a @ x - b) ** 2).sum(-2)

@@ -156,7 +156,8 @@ def test_rank_lstsq_and_pinv_of_rank_deficient_matrices(mode):
     np.testing.assert_allclose(gelsd.residuals.numpy()[0], res, **TOL["float64"])
     np.testing.assert_allclose(gelsd.singular_values.numpy()[0], sv, **TOL["float64"])
     gels = L.lstsq(F, lv.tensor(rhs[..., 0]), driver="gels")  # one vector per matrix
-    assert gels.solution.shape == (2, 3) and gels.rank.shape == (0,) and gels.residuals.shape == (0,)
+    assert gels.solution.shape == (2, 3) and gels.rank.shape == (0,) and gels.residuals.shape == (2, 1)
+    assert L.lstsq(F, lv.tensor(rhs[..., 0])).residuals.shape == (0,)  # gelsy: none
 
 
 def test_ex_variants_report_instead_of_raising(mode):

@@ -203,6 +203,11 @@ def _info(x, at):
     factor, failed = (np.linalg.inv, _zero_pivot) if at["of"] == "inv" else (np.linalg.cholesky, _not_positive_definite)
     info = np.zeros(a.shape[:-2], dtype=np.int32)
     with one_thread():
+        try:
+            factor(a)  # the whole batch at once: matrix by matrix only when one fails
+            return info
+        except np.linalg.LinAlgError:
+            pass
         for index in np.ndindex(a.shape[:-2]):
             try:
                 factor(a[index])

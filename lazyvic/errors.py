@@ -31,6 +31,13 @@ class UnsupportedOpError(LazyvicError, NotImplementedError):
     """An op (or an ONNX node) has no implementation in lazyvic."""
 
 
+class LinAlgError(LazyvicError, RuntimeError):
+    """A linear-algebra routine could not factor its input: a singular matrix for ``inv`` or
+    ``solve``, one that is not positive definite for ``cholesky``, an iteration that did not
+    converge (names the op, the shape and the batch element). Raised at the sync that computes
+    it; a ``RuntimeError``, as PyTorch's ``torch.linalg.LinAlgError``."""
+
+
 class AutogradError(LazyvicError, RuntimeError):
     """Autograd was asked for something it cannot do (e.g. backward() on a non-scalar)."""
 
@@ -63,6 +70,7 @@ __all__ = [
     "IndexError",
     "ArgumentError",
     "UnsupportedOpError",
+    "LinAlgError",
     "AutogradError",
     "CheckpointError",
     "OnnxError",

@@ -98,6 +98,9 @@ _TWINS = (
     "take_along_dim", "masked_select", "nonzero", "argwhere", "unique",
     # products
     "mm", "bmm", "mv", "dot", "outer", "ger", "addmm", "addmv", "baddbmm", "kron", "cross",
+    # linear algebra (lazyvic/linalg.py)
+    "inverse", "det", "logdet", "slogdet", "matrix_power", "cholesky", "cholesky_solve", "cholesky_inverse",
+    "pinverse", "svd", "qr",
     # the rest
     "clone", "detach", "numel", "is_floating_point",
     "addcmul", "addcdiv", "nansum", "nanmean", "inner", "vdot", "rot90",

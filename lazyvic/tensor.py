@@ -1191,6 +1191,19 @@ class Tensor:
     addmm, addmv, baddbmm = products.addmm, products.addmv, products.baddbmm
     norm = linalg.tensor_norm
     kron, cross = products.kron, linalg.tensor_cross
+    inverse, det, logdet, slogdet, matrix_power = (
+        linalg.inv,
+        linalg.det,
+        linalg.logdet,
+        linalg.slogdet,
+        linalg.matrix_power,
+    )
+    cholesky, cholesky_solve, cholesky_inverse = (
+        linalg.tensor_cholesky,
+        linalg.tensor_cholesky_solve,
+        linalg.cholesky_inverse,
+    )
+    pinverse, svd, qr = linalg.tensor_pinverse, linalg.tensor_svd, linalg.tensor_qr
 
     def __matmul__(self, other):
         return matmul(self, other)

@@ -44,6 +44,7 @@ def test_error_hierarchy():
     assert issubclass(errors.IndexError, IndexError)
     assert issubclass(errors.AutogradError, RuntimeError)
     assert issubclass(errors.UnsupportedOpError, NotImplementedError)
+    assert issubclass(errors.LinAlgError, RuntimeError) and lv.linalg.LinAlgError is errors.LinAlgError
     for e in (errors.ShapeError, errors.DTypeError, errors.IndexError, errors.AutogradError):
         assert issubclass(e, errors.LazyvicError)
 
@@ -446,8 +447,10 @@ def test_unsupported_indexing_and_devices():
     # Boolean masks and several index tensors are supported now (tests/test_indexing.py).
     with raises_at_op(errors.UnsupportedOpError, "scatter", "multiply", pending=(x,)):
         x.scatter(0, lv.tensor([[0, 1, 2]]), lv.ones(1, 3), reduce="multiply")
-    with raises_at_op(errors.UnsupportedOpError, "linalg.inv"):
-        lv.linalg.inv(x)
+    with raises_at_op(errors.UnsupportedOpError, "linalg.eig", "complex", pending=(x,)):
+        lv.linalg.eig(x)
+    with raises_at_op(errors.ShapeError, "linalg.inv", "(3, 2)", pending=(x,)):
+        lv.linalg.inv(x[:, :2])
     if not lv.cuda.is_available():
         with raises_at_op(errors.DeviceError, "not available"):
             x.to("cuda")

@@ -831,6 +831,75 @@ def _():
     return lv.tensor(a).argsort(1, descending=True), np.array(rows, np.int64)
 
 
+# Linear algebra (lazyvic/ops/linalg.py): float32 LAPACK against NumPy's float64 on matrices far
+# from singular, through the public functions that record each primitive (factors whose signs
+# LAPACK chooses are compared up to sign).
+def _linalg_operand(*shape, seed=80):
+    a = _rng(seed).uniform(-1, 1, size=shape) + 2.5 * np.eye(shape[-1])
+    return a.astype(np.float32), a.astype(np.float32).astype(np.float64)
+
+
+@_case("linalg_inv")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    return lv.linalg.inv(lv.tensor(a)), np.linalg.inv(a64).astype(np.float32)
+
+
+@_case("linalg_det")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    return lv.linalg.det(lv.tensor(a)), np.linalg.det(a64).astype(np.float32)
+
+
+@_case("linalg_slogdet")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    a, a64 = -a, -a64  # negative determinants
+    sign, logabs = lv.linalg.slogdet(lv.tensor(a))
+    return lv.stack([sign, logabs]), np.stack(np.linalg.slogdet(a64)).astype(np.float32)
+
+
+@_case("linalg_solve")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    b = _f32(2, 3, 2, seed=81)
+    return lv.linalg.solve(lv.tensor(a), lv.tensor(b)), np.linalg.solve(a64, b.astype(np.float64)).astype(np.float32)
+
+
+@_case("linalg_cholesky")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    s, s64 = a @ a.transpose(0, 2, 1), a64 @ a64.transpose(0, 2, 1)
+    return lv.linalg.cholesky(lv.tensor(s)), np.linalg.cholesky(s64).astype(np.float32)
+
+
+@_case("linalg_eigh")
+def _():
+    a, a64 = _linalg_operand(2, 3, 3)
+    return lv.linalg.eigvalsh(lv.tensor(a + a.transpose(0, 2, 1))), np.linalg.eigvalsh(
+        a64 + a64.transpose(0, 2, 1)
+    ).astype(np.float32)
+
+
+@_case("linalg_svd")
+def _():
+    a = _f32(2, 4, 3, seed=82)
+    return lv.linalg.svdvals(lv.tensor(a)), np.linalg.svd(a.astype(np.float64), compute_uv=False).astype(np.float32)
+
+
+@_case("linalg_qr")
+def _():
+    a = _f32(2, 4, 3, seed=83)
+    return lv.linalg.qr(lv.tensor(a)).R.abs(), np.abs(np.linalg.qr(a.astype(np.float64))[1]).astype(np.float32)
+
+
+@_case("linalg_info")
+def _():
+    # The second matrix is singular: its LU factorization's second pivot is exactly zero.
+    a = np.array([[[2.0, 1.0], [1.0, 3.0]], [[1.0, 2.0], [2.0, 4.0]]], np.float32)
+    return lv.linalg.inv_ex(lv.tensor(a)).info, np.array([0, 2], np.int32)
+
+
 @pytest.mark.parametrize("opname", sorted(OPS))
 def test_primitive_forward(opname, mode):
     """Every primitive in the op table has a forward case, and it matches NumPy."""

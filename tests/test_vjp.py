@@ -43,6 +43,27 @@ _TARGET = np.array([2, 0, 3, 1])
 _TARGET_IGNORED = np.array([2, -100, 3, 1])
 _IDX_DUP = np.array([[1, 1, 0], [2, 0, 0]])
 
+
+def _well_conditioned(*shape, seed=0):
+    """Square matrices far from singular: uniform entries plus 2.5 on the diagonal."""
+    return _r(*shape, seed=seed) + 2.5 * np.eye(shape[-1])
+
+
+def _spd(x):
+    """A symmetric positive-definite matrix made of x: x x^T + I."""
+    return x @ x.mT + lv.tensor(np.eye(x.shape[-1]))
+
+
+def _squared_vectors(factors):
+    """Each factor of a decomposition squared elementwise: invariant under the signs of the
+    singular vectors and eigenvectors, which LAPACK chooses."""
+    return [f * f for f in factors]
+
+
+def _flat(*tensors):
+    return lv.cat([t.reshape(-1) for t in tensors])
+
+
 # (id, function of lazyvic tensors, input arrays)
 VJP_CASES = [
     # elementwise unary
@@ -301,6 +322,20 @@ VJP_CASES = [
     ("einsum_batched", lambda a, b: lv.einsum("bij,bkj->bik", a, b), [_r(2, 2, 3), _r(2, 4, 3, seed=1)]),
     ("diag_roll_flip", lambda x: x.diag(1).roll(1, 0).flip(1), [_r(3)]),
     ("vector_norm", lambda x: lv.linalg.vector_norm(x, 3, dim=1), [_away_from_zero(2, 3)]),
+    # linear algebra (lazyvic/ops/linalg.py): sign-invariant functions of the factors whose signs
+    # LAPACK chooses (squared singular vectors and eigenvectors), symmetric inputs built from x
+    ("linalg_inv", lambda x: lv.linalg.inv(x), [_well_conditioned(2, 3, 3)]),
+    ("linalg_det", lambda x: lv.linalg.det(x), [_well_conditioned(2, 3, 3)]),
+    ("linalg_slogdet", lambda x: lv.linalg.slogdet(x).logabsdet, [_r(2, 3, 3)]),
+    ("linalg_solve_vector_broadcast", lambda a, b: lv.linalg.solve(a, b), [_well_conditioned(2, 3, 3), _r(3, seed=1)]),
+    ("linalg_cholesky", lambda x: lv.linalg.cholesky(_spd(x)), [_r(2, 3, 3)]),
+    ("linalg_eigh", lambda x: _flat(*_squared_vectors(lv.linalg.eigh(x + x.mT))), [_r(2, 3, 3)]),
+    ("linalg_svd_tall", lambda x: _flat(*_squared_vectors(lv.linalg.svd(x, full_matrices=False))), [_r(2, 4, 3)]),
+    ("linalg_svd_wide", lambda x: _flat(*_squared_vectors(lv.linalg.svd(x, full_matrices=False))), [_r(3, 4)]),
+    ("linalg_svdvals", lambda x: lv.linalg.svdvals(x), [_r(2, 4, 3)]),
+    ("linalg_qr_tall", lambda x: _flat(*lv.linalg.qr(x)), [_r(2, 4, 3)]),
+    ("linalg_qr_wide", lambda x: _flat(*lv.linalg.qr(x)), [_r(3, 4)]),
+    ("linalg_pinv", lambda x: lv.linalg.pinv(x), [_r(2, 4, 3)]),
 ]
 
 
@@ -343,6 +378,8 @@ COMPILED = {
     "where",
     "amax_dim",
     "gather_dup",
+    "linalg_eigh",
+    "linalg_svd_tall",
 }
 
 

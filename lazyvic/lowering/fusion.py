@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from lazyvic import ops as optable
 from lazyvic.trace.symbolic import identical as same
 
-LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort", "join", "collective", "recurrent")
+LIBRARY_KINDS = ("matmul", "conv", "pool", "scatter", "random", "sort", "join", "collective", "recurrent", "linalg")
 # The most ops one kernel computes. Numba/LLVM compile time grows faster than the body: a
 # 640-op elementwise chain compiled in 3.4 s, a 3,300-op one in 41 s (12 ms per op). Longer
 # chains are cut into kernels of at most this many ops (the cut values get buffers).

@@ -26,6 +26,8 @@ Kinds:
                  BLAS product and one cell kernel per step; ops/recurrent.py)
     sort         the stable sorting permutation along one axis (ops/sort.py; no kernel yet:
                  it runs as its NumPy reference, a reported step)
+    linalg       matrix decompositions and solvers (inv, det, solve, cholesky, eigh, svd, qr;
+                 ops/linalg.py): LAPACK through NumPy, a library step of CPU plans
 
 Each entry may also carry its ONNX rule (``onnx``), which the exporter
 (lazyvic/interop/onnx/export.py) calls; a primitive that is one ONNX node declares it with
@@ -49,6 +51,7 @@ from lazyvic.ops import (  # noqa: E402,F401
     elementwise,
     index,
     join,
+    linalg,
     matmul,
     movement,
     pool,

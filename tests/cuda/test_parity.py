@@ -44,8 +44,10 @@ NOT_COVERED: dict = {}
 # A collective (ops/collective.py) sends from host memory through MPI: a host step on CUDA.
 # The RNN, LSTM and GRU recurrences (ops/recurrent.py) have CPU steps only; on CUDA, nn.RNN, nn.LSTM and nn.GRU
 # unroll their steps instead (functional/recurrent._scans), so only a direct use of the primitives
-# runs them on the host.
+# runs them on the host. The decompositions and solvers (ops/linalg.py) are LAPACK through NumPy: on CUDA,
+# host steps.
 ALLOWED_FALLBACKS: set = {
+    *(op for op, d in OPS.items() if d.kind == "linalg"),
     "argsort",
     "collective",
     "lstm_scan",

@@ -384,6 +384,8 @@ CASES = [
         coordinate_transformation_mode="asymmetric",
         nearest_mode="floor",
     ),
+    # ---------------------------------------------------------------- linear algebra
+    C("Det-opset11", 11, "Det", [(R.uniform(-1, 1, size=(2, 3, 3)) + 2.5 * np.eye(3)).astype(F32)]),
 ]
 
 

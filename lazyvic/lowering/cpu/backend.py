@@ -2,8 +2,8 @@
 
 Library groups: matmul (BLAS), conv2d and its weight gradient (im2col copies and one BLAS
 product), max_pool2d and the average pools (window kernels), scatter_add (a compiled kernel),
-cat (NumPy copies of the pieces) and the LSTM and GRU recurrences (a BLAS product and a cell
-kernel per time step); any other op without a kernel runs its NumPy reference inside the plan
+cat (NumPy copies of the pieces), the LSTM and GRU recurrences (a BLAS product and a cell
+kernel per time step) and the linear-algebra decompositions (LAPACK through NumPy); any other op without a kernel runs its NumPy reference inside the plan
 and is reported as a fallback.
 """
 
@@ -251,6 +251,9 @@ LIBRARY_STEPS = {
     # A collective is its reference (it sends through lazyvic.distributed's transport): a step of
     # its own, not a fallback.
     "collective": lambda lowered, root, args: reference_step(lowered.entries, root, args),
+    # Decompositions and solvers (ops/linalg.py): LAPACK through NumPy is their implementation, so
+    # their reference is their step, not a fallback.
+    "linalg": lambda lowered, root, args: reference_step(lowered.entries, root, args),
 }
 
 

@@ -4,8 +4,8 @@ A primitive declared with ``onnx=onnx_node(op_type, since=...)`` in ``lazyvic/op
 :class:`~lazyvic.ops.opdef.OnnxNode`) is exported as that node and imported from it through the
 same declaration: no converter is written for it here. Today that is Neg Abs Relu Sqrt Exp Log
 Sigmoid Tanh Erf Not Add Sub Mul Equal Less LessOrEqual Greater GreaterOrEqual Where MatMul
-Transpose Sin Cos Floor Round Atan Asin Acos Sinh Cosh Asinh Acosh Atanh (``supported_ops()`` lists them
-with their versions).
+Transpose Sin Cos Floor Round Atan Asin Acos Sinh Cosh Asinh Acosh Atanh Det (``supported_ops()`` lists
+them with their versions).
 
 How a derived node runs depends on the primitive's kind:
 
@@ -15,7 +15,8 @@ How a derived node runs depends on the primitive's kind:
 - matmul: ONNX MatMul is NumPy's matmul (1-D operands, broadcast batch axes), which the front
   end's ``matmul`` implements in front of the primitive (with autocast, and one BLAS call for a
   2-D right operand); integer operands are multiplied in floating point and cast back;
-- movement: the primitive's attributes come from the rule's ``from_onnx`` (Transpose's perm).
+- movement: the primitive's attributes come from the rule's ``from_onnx`` (Transpose's perm);
+- linalg: the primitive on its one input (Det).
 
 When every input is a constant the node folds with the primitive's NumPy reference
 (``OpDef.reference``) instead, as the interpreter runs it (``lowering.reference.run_reference``:
@@ -130,6 +131,7 @@ _BY_KIND = {
     "elementwise": (_elementwise, _fold_elementwise),
     "matmul": (_matmul, _fold_as_given),
     "movement": (_movement, _fold_as_given),
+    "linalg": (_movement, _fold_as_given),  # Det: one input, no attributes
 }
 
 

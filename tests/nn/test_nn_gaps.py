@@ -252,3 +252,28 @@ def test_compiled_tier_gives_the_interpreters_bits(mode):
     if not hasattr(test_compiled_tier_gives_the_interpreters_bits, key):
         setattr(test_compiled_tier_gives_the_interpreters_bits, key, got)
     np.testing.assert_array_equal(got, getattr(test_compiled_tier_gives_the_interpreters_bits, key))
+
+
+def _random_training(captured: bool) -> list:
+    lv.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.RReLU(), nn.AlphaDropout(0.3), nn.Linear(6, 1))
+    opt = lv.optim.SGD(model.parameters(), lr=0.1)
+    x = lv.ones(5, 4)
+
+    def step():
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = lv.compile(step) if captured else step
+    return [run().item() for _ in range(4)]
+
+
+def test_random_modules_in_a_captured_step():
+    """RReLU's slopes and AlphaDropout's masks are drawn afresh at every replay of a
+    ``lazyvic.compile``d step, as in the plain steps (same seed, same bits)."""
+    plain = _random_training(False)
+    assert len(set(plain)) == 4
+    assert _random_training(True) == plain

@@ -12,8 +12,8 @@ The parameters are filled in place: an optimizer made before the first call hold
 parameter objects, and once the first forward has run it updates them with their real shapes
 (its per-parameter state is made at their first step). PyTorch's documentation asks for a dry
 run (one forward) before making the optimizer; that order works here as well and is the portable
-one. Before the first call the parameters are empty: ``parameters()`` counts zero elements, and
-clipping or initializing them does nothing.
+one. Before the first call the parameters are empty (shape (0,)): ``parameters()`` counts zero
+elements, and ``Module.to`` casts them in place, so a ``LazyLinear(4).double()`` is made float64.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ AdaptiveMaxPool1d/2d/3d, LPPool1d/2d/3d, MaxUnpool1d/2d/3d (see ``F.*_pool*``, `
 from __future__ import annotations
 
 from lazyvic import functional as F
+from lazyvic.functional.convolution import _tuple
 from lazyvic.nn.module import Module
 from lazyvic.tensor import Tensor
 
@@ -217,13 +218,17 @@ class LPPool3d(_LPPoolNd):
 
 
 class _MaxUnpoolNd(Module):
+    """Sizes stored as tuples of the module's rank, as PyTorch's (``MaxUnpool2d(2).stride == (2, 2)``)."""
+
     _fn = None
+    _nd = 1
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if stride is not None else kernel_size
-        self.padding = padding
+        name, nd = type(self).__name__, self._nd
+        self.kernel_size = _tuple(kernel_size, nd, name, "kernel_size")
+        self.stride = _tuple(stride if stride is not None else kernel_size, nd, name, "stride")
+        self.padding = _tuple(padding, nd, name, "padding")
 
     def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return type(self)._fn(input, indices, self.kernel_size, self.stride, self.padding, output_size)
@@ -242,9 +247,11 @@ class MaxUnpool2d(_MaxUnpoolNd):
     """The partial inverse of MaxPool2d: values written at their indices in zeros (``F.max_unpool2d``)."""
 
     _fn = staticmethod(F.max_unpool2d)
+    _nd = 2
 
 
 class MaxUnpool3d(_MaxUnpoolNd):
     """The partial inverse of MaxPool3d: values written at their indices in zeros (``F.max_unpool3d``)."""
 
     _fn = staticmethod(F.max_unpool3d)
+    _nd = 3

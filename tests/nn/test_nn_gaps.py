@@ -235,7 +235,7 @@ def test_errors():
         nn.CircularPad1d(4)(lv.ones(1, 2, 3))
     assert repr(nn.LPPool2d(2, 3)) == "LPPool2d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False)"
     assert repr(nn.LocalResponseNorm(2)) == "LocalResponseNorm(2, alpha=0.0001, beta=0.75, k=1.0)"
-    assert repr(nn.MaxUnpool2d(2)) == "MaxUnpool2d(kernel_size=2, stride=2, padding=0)"
+    assert repr(nn.MaxUnpool2d(2)) == "MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))"
     assert repr(nn.RReLU()) == "RReLU(lower=0.125, upper=0.3333333333333333)"
     assert repr(nn.CircularPad2d(1)) == "CircularPad2d((1, 1, 1, 1))"
 

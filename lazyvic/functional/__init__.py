@@ -3,7 +3,8 @@
 Formulas follow PyTorch's documentation for the function of the same name. The functions live in
 one module per family, as PyTorch's documentation groups them: ``activation``, ``linear``
 (linear, dropout), ``sparse`` (one_hot, embedding), ``attention``, ``convolution`` (1-D and 2-D),
-``convolution3d`` (3-D, built on the 2-D primitives), ``pooling``,
+``convolution3d`` (3-D, built on the 2-D primitives), ``pooling``, ``pooling_composite`` (3-D,
+power-average and unpooling, built from the 2-D pools),
 ``normalization``, ``loss``, ``distance`` (cosine_similarity, pairwise_distance, cdist and their losses), ``distance`` (cosine_similarity, pairwise_distance, cdist and
 their losses), ``vision`` (pad, interpolate) and ``recurrent`` (the RNN, LSTM and
 GRU cells and the loops that step them; used by ``nn.RNN``/``LSTM``/``GRU``, not exported here,
@@ -30,6 +31,8 @@ from lazyvic.functional.activation import (
     relu,
     relu6,
     relu_,
+    rrelu,
+    rrelu_,
     selu,
     selu_,
     sigmoid,
@@ -53,7 +56,16 @@ from lazyvic.functional.distance import (
     pairwise_distance,
     triplet_margin_loss,
 )
-from lazyvic.functional.linear import bilinear, dropout, dropout1d, dropout2d, dropout3d, linear
+from lazyvic.functional.linear import (
+    alpha_dropout,
+    bilinear,
+    dropout,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    feature_alpha_dropout,
+    linear,
+)
 from lazyvic.functional.loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -66,13 +78,22 @@ from lazyvic.functional.loss import (
     margin_ranking_loss,
     mse_loss,
     multi_margin_loss,
+    multilabel_margin_loss,
     multilabel_soft_margin_loss,
     nll_loss,
     poisson_nll_loss,
     smooth_l1_loss,
     soft_margin_loss,
 )
-from lazyvic.functional.normalization import batch_norm, group_norm, instance_norm, layer_norm, normalize, rms_norm
+from lazyvic.functional.normalization import (
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    local_response_norm,
+    normalize,
+    rms_norm,
+)
 from lazyvic.functional.pooling import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
@@ -82,6 +103,18 @@ from lazyvic.functional.pooling import (
     avg_pool2d,
     max_pool1d,
     max_pool2d,
+)
+from lazyvic.functional.pooling_composite import (
+    adaptive_avg_pool3d,
+    adaptive_max_pool3d,
+    avg_pool3d,
+    lp_pool1d,
+    lp_pool2d,
+    lp_pool3d,
+    max_pool3d,
+    max_unpool1d,
+    max_unpool2d,
+    max_unpool3d,
 )
 from lazyvic.functional.sparse import embedding, embedding_bag, one_hot
 from lazyvic.functional.vision import (
@@ -104,6 +137,8 @@ __all__ = [
     "relu",
     "relu_",
     "relu6",
+    "rrelu",
+    "rrelu_",
     "elu",
     "elu_",
     "celu",
@@ -139,6 +174,8 @@ __all__ = [
     "dropout1d",
     "dropout2d",
     "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
     "one_hot",
     "embedding",
     "embedding_bag",
@@ -157,6 +194,7 @@ __all__ = [
     "soft_margin_loss",
     "multilabel_soft_margin_loss",
     "multi_margin_loss",
+    "multilabel_margin_loss",
     "gaussian_nll_loss",
     "poisson_nll_loss",
     # attention, convolution, pooling, normalization, vision
@@ -176,12 +214,23 @@ __all__ = [
     "adaptive_avg_pool2d",
     "adaptive_max_pool1d",
     "adaptive_max_pool2d",
+    "max_pool3d",
+    "avg_pool3d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool3d",
+    "lp_pool1d",
+    "lp_pool2d",
+    "lp_pool3d",
+    "max_unpool1d",
+    "max_unpool2d",
+    "max_unpool3d",
     "batch_norm",
     "layer_norm",
     "group_norm",
     "instance_norm",
     "normalize",
     "rms_norm",
+    "local_response_norm",
     "pad",
     "interpolate",
     "upsample",

@@ -19,6 +19,7 @@ import warnings
 
 from lazyvic import dtypes as dt
 from lazyvic.errors import ArgumentError, DTypeError, ShapeError
+from lazyvic.random import rand
 from lazyvic.shapes import norm_axis
 from lazyvic.tensor import Tensor, where
 from lazyvic.trace.composite import mark
@@ -293,3 +294,30 @@ dt.widen_halves(
         "elu", "celu", "selu", "mish", "glu", "softmax", "log_softmax", "softmin",
     ),
 )  # fmt: skip
+
+
+def rrelu(
+    input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """Randomized leaky ReLU (Xu et al. 2015, "Empirical Evaluation of Rectified Activations"), as
+    ``torch.nn.functional.rrelu``: ``x`` for x >= 0, else ``a * x``. When ``training``, ``a`` is
+    drawn per element from U(lower, upper) by lazyvic's seeded generator (the same seed gives the
+    same slopes, inside ``lazyvic.compile``d steps too; PyTorch's generator draws other numbers);
+    otherwise ``a = (lower + upper) / 2``, PyTorch's bits. Any shape, floating point.
+
+    Raises:
+        ArgumentError: ``lower > upper``. DTypeError: a non-floating input.
+    """
+    if lower > upper:
+        raise ArgumentError(f"rrelu: lower bound {lower} must be at most upper bound {upper}")
+    if not input.dtype.is_floating_point:
+        raise DTypeError(f"rrelu: expected a floating-point input, got {input.dtype.name}")
+    if not training:
+        return _inplace(input, where(input >= 0, input, input * ((lower + upper) / 2)), inplace)
+    slope = rand(*input.shape, dtype=input.dtype, device=input.device) * (upper - lower) + lower
+    return _inplace(input, where(input >= 0, input, input * slope), inplace)
+
+
+def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
+    """In-place :func:`rrelu`."""
+    return rrelu(input, lower, upper, training, inplace=True)

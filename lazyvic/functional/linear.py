@@ -95,3 +95,44 @@ def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 
 # On half tensors: the product and the bias in float32, rounded once (PyTorch's addmm).
 dt.widen_halves(globals(), ("linear",))
+
+
+# SELU's saturation value -scale * alpha (Klambauer et al. 2017), PyTorch's constant in Dropout.cpp.
+_ALPHA_PRIME = 1.7580993408473766
+
+
+def _alpha_dropped(name: str, input: Tensor, p: float, training: bool, inplace: bool, mask_shape: tuple) -> Tensor:
+    """PyTorch's ``_dropout_impl`` with alpha: keep with probability 1 - p, set dropped elements to
+    SELU's saturation ``-alpha'``, then the affine map ``a * x + b`` that restores zero mean and
+    unit variance: ``a = ((1 - p) (1 + p alpha'^2))^-1/2``, ``b = a alpha' p`` (``y = a x + b`` where
+    kept, ``a alpha' (p - 1)`` where dropped)."""
+    _check_p(name, p)
+    if not training or p == 0 or input.numel() == 0:
+        return input
+    if p == 1:
+        y = input * 0.0
+    else:
+        a = 1.0 / ((_ALPHA_PRIME * _ALPHA_PRIME * p + 1) * (1 - p)) ** 0.5
+        keep = rand(*mask_shape, dtype=input.dtype, device=input.device) >= p
+        y = where(keep, input * a + _ALPHA_PRIME * a * p, _ALPHA_PRIME * a * (p - 1))
+    return input._assign(y) if inplace else y
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """Alpha dropout (Klambauer et al. 2017, "Self-Normalizing Neural Networks"), as
+    ``torch.nn.functional.alpha_dropout``: when ``training``, each element is dropped with
+    probability ``p`` to SELU's saturation value, then all are scaled and shifted so that a
+    zero-mean unit-variance input keeps its mean and variance (see ``_alpha_dropped``); the identity
+    otherwise (PyTorch's default ``training=False``). Any shape; the mask comes from lazyvic's seeded
+    generator. Raises ValueError for p outside [0, 1]."""
+    return _alpha_dropped("alpha_dropout", input, p, training, inplace, input.shape)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """:func:`alpha_dropout` of whole channels, as ``torch.nn.functional.feature_alpha_dropout``:
+    input (N, C, *) with at least 2 axes; one draw per (n, c). Raises ShapeError for fewer axes,
+    ValueError for p outside [0, 1]."""
+    if input.ndim < 2:
+        raise ShapeError(f"feature_alpha_dropout: expected an input (N, C, *) of at least 2-D, got shape {input.shape}")
+    mask = input.shape[:2] + (1,) * (input.ndim - 2)
+    return _alpha_dropped("feature_alpha_dropout", input, p, training, inplace, mask)

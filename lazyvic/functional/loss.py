@@ -698,3 +698,44 @@ dt.widen_halves(
         "poisson_nll_loss",
     ),
 )  # fmt: skip
+
+
+def multilabel_margin_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
+) -> Tensor:
+    """Multi-label margin (hinge) loss, as ``torch.nn.functional.multilabel_margin_loss``:
+    ``l_n = (1/C) * sum_{j} sum_{i not a target} max(0, 1 - (x[n, y[n, j]] - x[n, i]))``, where
+    ``j`` runs over the target indices of row n up to its first -1 (the rest of the row is
+    ignored; a repeated index counts again, as in PyTorch's kernel).
+
+    input (N, C) or (C,) floating; target of the same shape, integer class indices padded with
+    -1. ``'none'`` gives (N,), or () for an unbatched input; ``'mean'`` divides by N.
+
+    Raises ShapeError for an input that is not (C,) or (N, C) or a target of another shape,
+    DTypeError for a non-integer target, IndexError for an index outside [-1, C).
+    """
+    name = "multilabel_margin_loss"
+    reduction = _reduction(name, size_average, reduce, reduction)
+    _check_float(name, "input", input)
+    if not isinstance(target, Tensor) or target.dtype.category != 1:
+        what = target.dtype.name if isinstance(target, Tensor) else type(target).__name__
+        raise DTypeError(f"{name}: target must be an integer tensor of class indices, got {what}")
+    if input.ndim not in (1, 2) or input.shape[-1] == 0 or target.shape != input.shape:
+        raise ShapeError(
+            f"{name}: expected a non-empty input (C,) or (N, C) and a target of its shape, "
+            f"got input {input.shape} and target {target.shape}"
+        )
+    c = input.shape[-1]
+    rows, t = input.reshape(-1, c), target.reshape(-1, c)
+    # Positions before the first -1 are the row's targets; -1 itself is mapped to class 0 and masked.
+    valid = (t == -1).to(dt.int64).cumsum(1) == 0
+    classes = checked_classes(name, where(valid, t, 0).reshape(-1), c).reshape(t.shape)
+    oh = one_hot_checked(classes, c, input.dtype) > 0  # (M, J, C)
+    is_target = (oh & valid.unsqueeze(2)).any(1)  # (M, C)
+    scores = rows.gather(1, classes)  # (M, J): x[y_j]
+    z = 1.0 - scores.unsqueeze(2) + rows.unsqueeze(1)  # (M, J, C)
+    h = where((z > 0) & valid.unsqueeze(2) & ~is_target.unsqueeze(1), z, 0.0)
+    losses = h.sum((1, 2)) * (1.0 / c)
+    if reduction == "none":
+        return losses if input.ndim == 2 else losses.reshape(())
+    return _reduce(losses, reduction)

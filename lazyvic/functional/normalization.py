@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from lazyvic import dtypes as dt
 from lazyvic import modes
-from lazyvic.errors import DTypeError, ShapeError
+from lazyvic.errors import ArgumentError, DTypeError, ShapeError
+from lazyvic.functional.pooling import avg_pool2d
 from lazyvic.tensor import Tensor
 from lazyvic.trace.composite import mark
 
@@ -234,3 +235,31 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
 
 # Composites computed in float32 on half tensors and rounded once (PyTorch's opmath).
 dt.widen_halves(globals(), ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize"))
+
+
+def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> Tensor:
+    """Local response normalization across channels (Krizhevsky et al. 2012, AlexNet), with
+    PyTorch's formula (``torch.nn.functional.local_response_norm``):
+    ``y = x / (k + alpha * avg) ** beta``, where ``avg`` at channel c is the mean of ``x**2`` over
+    the ``size`` channels c - size//2 .. c + (size-1)//2, zero padded (so always divided by
+    ``size``, as PyTorch's average pool).
+
+    input (N, C, *) with at least 3 axes, floating point -> the same shape and dtype.
+
+    Raises:
+        ShapeError: an input of fewer than 3 axes. ArgumentError: a size below 1.
+        DTypeError: a non-floating input.
+    """
+    if input.ndim < 3:
+        raise ShapeError(
+            f"local_response_norm: expected an input (N, C, *) of 3 or more dimensions, got shape {input.shape}"
+        )
+    if not isinstance(size, int) or size < 1:
+        raise ArgumentError(f"local_response_norm: size must be a positive int, got {size!r}")
+    if not input.dtype.is_floating_point:
+        raise DTypeError(f"local_response_norm: expected a floating-point input, got {input.dtype.name}")
+    n, c = input.shape[:2]
+    sq = (input * input).reshape(n, 1, c, -1)
+    sq = sq._pad(((0, 0), (0, 0), (size // 2, (size - 1) // 2), (0, 0)))
+    avg = avg_pool2d(sq, (size, 1), stride=1).reshape(input.shape)
+    return input / (avg * alpha + k) ** beta

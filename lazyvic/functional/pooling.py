@@ -156,13 +156,16 @@ def max_pool1d(
     return_indices: bool = False,
 ) -> Tensor:
     """Maximum over windows of ``kernel_size``, as ``torch.nn.functional.max_pool1d``: input (N, C, L)
-    or (C, L) -> (N, C, (L + 2*padding - kernel_size) // stride + 1). Options as :func:`max_pool2d`."""
-    _unsupported(
-        "max_pool1d", dilation=(dilation, 1), ceil_mode=(ceil_mode, False), return_indices=(return_indices, False)
-    )
+    or (C, L) -> (N, C, (L + 2*padding - kernel_size) // stride + 1). Options as :func:`max_pool2d`;
+    ``return_indices=True`` also returns each maximum's position along L (int64, for ``max_unpool1d``)."""
+    _unsupported("max_pool1d", dilation=(dilation, 1), ceil_mode=(ceil_mode, False))
     unbatched = _check_rank("max_pool1d", input, 1)
     x = input.unsqueeze(0) if unbatched else input
     kernel, stride, padding = _pool1d_args("max_pool1d", kernel_size, stride, padding)
+    if return_indices:  # over a height of 1 the 2-D index h * W + w is the position along L
+        y, idx = max_pool2d(x.unsqueeze(2), kernel, stride, padding, return_indices=True)
+        y, idx = y.squeeze(2), idx.squeeze(2)
+        return (y.squeeze(0), idx.squeeze(0)) if unbatched else (y, idx)
     y = max_pool2d(x.unsqueeze(2), kernel, stride, padding).squeeze(2)
     return y.squeeze(0) if unbatched else y
 

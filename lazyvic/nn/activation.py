@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lazyvic import functional as F
 from lazyvic.creation import full
+from lazyvic.errors import ShapeError
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor
 
@@ -255,3 +256,29 @@ class LogSoftmax(Softmax):
 class Softmin(Softmax):
     def forward(self, input: Tensor) -> Tensor:
         return F.softmin(input, self.dim)
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of each location, as ``torch.nn.Softmax2d``: input (N, C, H, W) or
+    (C, H, W) -> the same shape, ``F.softmax(input, dim=-3)``. Raises ShapeError for other ranks."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        if input.ndim not in (3, 4):
+            raise ShapeError(f"Softmax2d: expected input (N, C, H, W) or (C, H, W), got shape {input.shape}")
+        return F.softmax(input, -3)
+
+
+class RReLU(Module):
+    """Randomized leaky ReLU (``F.rrelu``; Xu et al. 2015): in training each negative element is
+    multiplied by a slope drawn from U(lower, upper) with lazyvic's seeded generator; in eval mode
+    by (lower + upper) / 2. Any shape."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")

@@ -577,3 +577,16 @@ class Dropout3d(Dropout):
     """Zero whole channels of (N, C, D, H, W) or (C, D, H, W) in training (``F.dropout3d``)."""
 
     _fn = staticmethod(F.dropout3d)
+
+
+class AlphaDropout(Dropout):
+    """Alpha dropout in training (``F.alpha_dropout``; Klambauer et al. 2017): keeps a zero-mean,
+    unit-variance input's mean and variance, for SELU networks. The identity in eval mode."""
+
+    _fn = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    """Alpha dropout of whole channels of (N, C, *) in training (``F.feature_alpha_dropout``)."""
+
+    _fn = staticmethod(F.feature_alpha_dropout)

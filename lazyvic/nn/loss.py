@@ -250,3 +250,11 @@ class PoissonNLLLoss(_Loss):
         return F.poisson_nll_loss(
             log_input, target, log_input=self.log_input, full=self.full, eps=self.eps, reduction=self.reduction
         )
+
+
+class MultiLabelMarginLoss(_Loss):
+    """Multi-label hinge loss (``F.multilabel_margin_loss``): input (N, C) or (C,), target of the
+    same shape holding each row's class indices, ended by -1."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)

@@ -389,6 +389,10 @@ class Module:
         with both shapes. Values are cast to the dtype of the parameter or buffer they
         replace. Returns ``(missing_keys, unexpected_keys)``.
         """
+        for prefix, m in self.named_modules():  # lazy modules (nn.LazyLinear) take the checkpoint's shapes
+            materialize = getattr(m, "_materialize_from_state_dict", None)
+            if materialize is not None and m.has_uninitialized_params():
+                materialize(state_dict, f"{prefix}." if prefix else "")
         own = self.state_dict()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

@@ -1,4 +1,5 @@
-"""Normalization modules: BatchNorm1d/2d/3d, LayerNorm, RMSNorm, GroupNorm, InstanceNorm1d/2d/3d.
+"""Normalization modules: BatchNorm1d/2d/3d, SyncBatchNorm, LayerNorm, RMSNorm, GroupNorm,
+InstanceNorm1d/2d/3d, LocalResponseNorm.
 
 PyTorch's parameter and buffer names (``weight``, ``bias``, ``running_mean``, ``running_var``,
 ``num_batches_tracked``) and initial values (ones, zeros, zeros, ones, 0), so state_dicts load
@@ -12,7 +13,8 @@ import warnings
 from lazyvic import dtypes, modes
 from lazyvic import functional as F
 from lazyvic.creation import ones, zeros
-from lazyvic.errors import ShapeError
+from lazyvic.distributed import process_group
+from lazyvic.errors import ShapeError, UnsupportedOpError
 from lazyvic.functional.normalization import rms_norm
 from lazyvic.nn.module import Module, Parameter
 from lazyvic.tensor import Tensor
@@ -270,3 +272,81 @@ class InstanceNorm3d(_InstanceNorm):
     """Instance normalization of (N, C, D, H, W) or (C, D, H, W) over (D, H, W)."""
 
     _spatial = 3
+
+
+class LocalResponseNorm(Module):
+    """Local response normalization across channels (``F.local_response_norm``; Krizhevsky et al.
+    2012): ``x / (k + alpha * mean of x**2 over size neighbouring channels) ** beta``. Input
+    (N, C, *) of 3 or more axes. No parameters."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class SyncBatchNorm(_BatchNorm):
+    """``torch.nn.SyncBatchNorm`` in one process: batch normalization over every axis but 1 of
+    (N, C, *) inputs, exactly :class:`BatchNorm1d`/``2d``/``3d`` (the statistics of one process
+    are the whole batch's). Parameters and buffers have PyTorch's names, so state_dicts load both
+    ways. ``process_group`` is kept and unused.
+
+    Raises:
+        ShapeError: an input of fewer than 2 axes or with another number of channels.
+        UnsupportedOpError: training while a ``lazyvic.distributed`` process group of more than
+            one process is initialized (the statistics would not be synchronized across them).
+    """
+
+    _ranks, _layout = (2, 3, 4, 5, 6, 7, 8), "(N, C, *)"
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group=None,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        self.process_group = process_group
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training and process_group.is_initialized() and process_group.get_world_size(self.process_group) > 1:
+            raise UnsupportedOpError(
+                "SyncBatchNorm: synchronizing batch statistics across "
+                f"{process_group.get_world_size(self.process_group)} processes is not supported; "
+                "use BatchNorm (per-process statistics) or evaluation mode"
+            )
+        return super().forward(x)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
+        """``module`` with every BatchNorm1d/2d/3d inside (or itself) replaced by a SyncBatchNorm
+        that shares its parameters and buffers and keeps its training flag, as PyTorch's
+        classmethod; other modules are returned as they are, with their children converted."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
+            out = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+                process_group,
+            )
+            if module.affine:
+                out.weight, out.bias = module.weight, module.bias
+            out.running_mean, out.running_var = module.running_mean, module.running_var
+            out.num_batches_tracked = module.num_batches_tracked
+            out.training = module.training
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out

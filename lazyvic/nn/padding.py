@@ -1,6 +1,6 @@
-"""Padding modules (PyTorch's names): ``ZeroPad1d``/``2d``, ``ConstantPad1d``/``2d``,
-``ReflectionPad1d``/``2d`` and ``ReplicationPad1d``/``2d``, each ``F.pad`` with a fixed
-``padding`` and mode.
+"""Padding modules (PyTorch's names): ``ZeroPad1d``/``2d``/``3d``, ``ConstantPad1d``/``2d``/``3d``,
+``ReflectionPad1d``/``2d``/``3d``, ``ReplicationPad1d``/``2d``/``3d`` and ``CircularPad1d``/``2d``/``3d``,
+each ``F.pad`` with a fixed ``padding`` and mode.
 
 ``padding`` is an int (the same size on every side) or a tuple of (left, right) for the 1d
 modules and (left, right, top, bottom) for the 2d ones, stored as a tuple as PyTorch stores it;
@@ -119,3 +119,57 @@ class ReplicationPad2d(_EdgePadNd):
 
     _sides = 4
     _mode = "replicate"
+
+
+class ConstantPad3d(_ConstantPadNd):
+    """Pad the last three axes with ``value``: (*, D, H, W) -> (*, D + front + back, H + top + bottom,
+    W + left + right); ``padding`` (left, right, top, bottom, front, back) or an int."""
+
+    _sides = 6
+
+    def __init__(self, padding, value: float):
+        super().__init__(padding, value)
+
+
+class ZeroPad3d(ConstantPad3d):
+    """Pad the last three axes with zeros (see :class:`ConstantPad3d`)."""
+
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class ReflectionPad3d(_EdgePadNd):
+    """Pad the last three axes of (C, D, H, W) or (N, C, D, H, W) with their reflection."""
+
+    _sides = 6
+
+
+class ReplicationPad3d(_EdgePadNd):
+    """Pad the last three axes of (C, D, H, W) or (N, C, D, H, W) with copies of their edge elements."""
+
+    _sides = 6
+    _mode = "replicate"
+
+
+class CircularPad1d(_EdgePadNd):
+    """Pad the last axis of (C, W) or (N, C, W) with its other end (wrapped around; each size at
+    most W), as ``torch.nn.CircularPad1d``: ``F.pad(x, padding, mode="circular")``."""
+
+    _mode = "circular"
+
+
+class CircularPad2d(_EdgePadNd):
+    """Pad the last two axes of (C, H, W) or (N, C, H, W), wrapped around (``F.pad`` circular)."""
+
+    _sides = 4
+    _mode = "circular"
+
+
+class CircularPad3d(_EdgePadNd):
+    """Pad the last three axes of (C, D, H, W) or (N, C, D, H, W), wrapped around (``F.pad`` circular)."""
+
+    _sides = 6
+    _mode = "circular"

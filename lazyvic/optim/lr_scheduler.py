@@ -381,6 +381,93 @@ class OneCycleLR(LRScheduler):
         return lrs
 
 
+class CyclicLR(LRScheduler):
+    """Cyclical learning rates (Smith 2017, "Cyclical Learning Rates for Training Neural
+    Networks"), stepped after every batch, as ``torch.optim.lr_scheduler.CyclicLR``: the rate
+    goes from ``base_lr`` up to ``max_lr`` in ``step_size_up`` steps and back in
+    ``step_size_down`` (default: the same), the amplitude scaled by ``mode``: ``"triangular"``
+    (1), ``"triangular2"`` (halved each cycle) or ``"exp_range"`` (``gamma ** step``), or by
+    ``scale_fn(cycle)`` / ``scale_fn(step)`` (``scale_mode`` "cycle" / "iterations"). With
+    ``cycle_momentum`` the momentum (SGD's ``momentum``, or Adam's ``beta1``) moves inversely,
+    between ``max_momentum`` and ``base_momentum``. Construction sets each group's rate to its
+    ``base_lr`` (and momentum to ``max_momentum``). Rates are PyTorch's closed form of the step.
+
+    Raises:
+        ValueError: an unknown mode (without scale_fn), a list of base_lr, max_lr or momenta of
+            another length than the groups, cycle_momentum for an optimizer without momentum.
+    """
+
+    def __init__(
+        self,
+        optimizer,
+        base_lr,
+        max_lr,
+        step_size_up: int = 2000,
+        step_size_down: int | None = None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn: Callable | None = None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum=0.8,
+        max_momentum=0.9,
+        last_epoch: int = -1,
+    ):
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, g in zip(base_lrs, optimizer.param_groups):
+                g["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError(f"CyclicLR: mode must be 'triangular', 'triangular2' or 'exp_range', got {mode!r}")
+        self.mode, self.gamma = mode, gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else ("iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    f"CyclicLR: cycle_momentum needs an optimizer with momentum or betas, "
+                    f"{type(optimizer).__name__} has neither"
+                )
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for top, base, g in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                    self._set_momentum(g, top)
+                    g["max_momentum"], g["base_momentum"] = top, base
+        self._cyclic_base_lrs = base_lrs
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    _set_momentum = OneCycleLR._set_momentum
+
+    def scale_fn(self, x: float) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        if self.mode == "exp_range":
+            return self.gamma**x
+        return 1.0
+
+    def lr_at(self, epoch):
+        cycle = math.floor(1 + epoch / self.total_size)
+        x = 1.0 + epoch / self.total_size - cycle
+        factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else epoch)
+        lrs = [base + (top - base) * factor * scale for base, top in zip(self._cyclic_base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for g, base, top in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                self._set_momentum(g, top - (top - base) * factor * scale)
+        return lrs
+
+
 class ReduceLROnPlateau(LRScheduler):
     """Multiply the rates by ``factor`` when a metric has stopped improving for more than
     ``patience`` epochs (``step(metric)``, once per epoch); then wait ``cooldown`` epochs
@@ -477,6 +564,7 @@ __all__ = [
     "CosineAnnealingLR",
     "CosineAnnealingWarmRestarts",
     "OneCycleLR",
+    "CyclicLR",
     "ReduceLROnPlateau",
     "SequentialLR",
 ]

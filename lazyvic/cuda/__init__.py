@@ -3,11 +3,13 @@
 lazyvic runs on one GPU (``"cuda"`` = ``"cuda:0"``) through numba-cuda, with CuPy for
 storage and cuBLAS when it is installed (``pip install lazyvic[cuda]``). Without a GPU,
 ``NUMBA_ENABLE_CUDASIM=1`` (set before anything imports Numba) runs the same kernels on
-Numba's CUDA simulator: slow, for tests.
+Numba's CUDA simulator: slow, for tests. ``lazyvic.cuda.amp`` holds PyTorch's deprecated
+``torch.cuda.amp`` spellings of ``lazyvic.amp.autocast`` and ``GradScaler``.
 """
 
 from __future__ import annotations
 
+from lazyvic.cuda import amp
 from lazyvic.errors import DeviceError
 from lazyvic.runtime import device as _device
 

@@ -100,7 +100,7 @@ def max(x, dim=None, keepdim: bool = False):  # noqa: A001
         return x.maximum(dim)
     if dim is None:
         return x.amax()
-    return ValuesIndices(x.amax(dim, keepdim), x.argmax(dim, keepdim))
+    return _selected(x, dim, keepdim, x.argmax, "max")
 
 
 def min(x, dim=None, keepdim: bool = False):  # noqa: A001
@@ -109,7 +109,22 @@ def min(x, dim=None, keepdim: bool = False):  # noqa: A001
         return x.minimum(dim)
     if dim is None:
         return x.amin()
-    return ValuesIndices(x.amin(dim, keepdim), x.argmin(dim, keepdim))
+    return _selected(x, dim, keepdim, x.argmin, "min")
+
+
+def _selected(x, dim, keepdim: bool, arg, name: str) -> ValuesIndices:
+    """``max(dim)`` / ``min(dim)``: the values gathered at the index ``arg`` (argmax or argmin)
+    finds, so that, as in PyTorch, the whole gradient goes to the returned index (``amax``
+    shares it among ties). A 0-d ``x`` (dim 0 or -1) is its own value, at index 0."""
+    if x.ndim == 0:
+        norm_axis(dim, 1, name)
+        return ValuesIndices(x.clone(), arg())
+    index = arg(dim, True)
+    dim = norm_axis(dim, x.ndim, name)
+    values = x.gather(dim, index)
+    if not keepdim:
+        values, index = values.squeeze(dim), index.squeeze(dim)
+    return ValuesIndices(values, index)
 
 
 def argmax(x, dim=None, keepdim: bool = False):

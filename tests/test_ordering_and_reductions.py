@@ -100,6 +100,31 @@ def test_order_statistic_gradients_go_to_the_picked_elements():
     np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 0]])
 
 
+def test_max_and_min_over_a_dim_give_the_gradient_to_the_returned_index(mode):
+    """PyTorch 2.13 (torch.max(x, 1) / torch.min(y, 0, keepdim=True) on these tensors): the
+    whole gradient goes to the index returned, the first of tied values, where ``amax`` shares
+    it (lazyvic's max(dim) shared it too)."""
+    x = lv.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], requires_grad=True)
+    values, indices = x.max(1)
+    (values * lv.tensor([1.0, 2.0])).sum().backward()
+    np.testing.assert_array_equal(values.numpy(), [3, 2])
+    np.testing.assert_array_equal(indices.numpy(), [1, 0])
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 0], [2, 0, 0]])
+    y = lv.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], requires_grad=True)
+    values, indices = lv.min(y, 0, keepdim=True)
+    values.sum().backward()
+    np.testing.assert_array_equal(values.numpy(), [[1, 2, 0]])
+    np.testing.assert_array_equal(indices.numpy(), [[0, 1, 1]])
+    np.testing.assert_array_equal(y.grad.numpy(), [[1, 0, 0], [0, 1, 1]])
+    z = lv.tensor([[1.0, 3.0, 3.0]], requires_grad=True)
+    z.amax(1).sum().backward()  # amax shares a tie, as PyTorch's
+    np.testing.assert_array_equal(z.grad.numpy(), [[0, 0.5, 0.5]])
+    s = lv.max(lv.tensor(5.0), 0)  # a 0-d tensor is its own maximum, at index 0
+    assert (s.values.item(), s.indices.item(), s.indices.dtype) == (5.0, 0, lv.int64)
+    with pytest.raises(errors.IndexError_, match="min: dim 1 out of range"):
+        lv.min(lv.tensor(5.0), 1)
+
+
 # ================================================================ reductions
 @pytest.mark.parametrize("mode", ["never"], indirect=True)  # compiled: test_long_scans_and_products
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "bool"])

@@ -426,11 +426,6 @@ def test_amax_and_max_split_the_gradient_among_ties():
     np.testing.assert_allclose(z.grad.numpy(), [[1, 0, 0], [0, 1, 1]])
 
 
-@pytest.mark.xfail(
-    reason="max(dim).values is amax(dim), which splits a tie's gradient; PyTorch's max(dim) "
-    "sends it all to the returned index",
-    strict=True,
-)
 def test_max_with_dim_sends_the_gradient_to_the_returned_index():
     x = lv.tensor([[1.0, 3.0, 3.0]], dtype=lv.float64, requires_grad=True)
     x.max(1).values.sum().backward()

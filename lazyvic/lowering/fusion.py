@@ -142,29 +142,8 @@ def reach(entries, m, roots, stages_of, consumers=None) -> dict:
     model's unrolled training step, with fusion's waves, 19 of 33 s of lowering.)"""
     if consumers is None:
         consumers = consumers_of(entries)
-    root_set = set(roots)
     r: dict = {}
-    for k in roots:
-        for s in stages_of.get(k, ()):
-            r.setdefault(s, set()).add(k)
-    for i in range(len(entries) - 1, -1, -1):
-        if i in m:
-            continue
-        ks = None
-        for c in consumers[i]:
-            if c in root_set:
-                found = (c,)
-            elif c in m:
-                continue
-            else:
-                found = r.get(c)
-                if not found:
-                    continue
-            if ks is None:
-                ks = r.get(i)
-                if ks is None:
-                    ks = r[i] = set()
-            ks.update(found)
+    _reach_into(r, range(len(entries) - 1, -1, -1), m, set(roots), stages_of, consumers)
     return r
 
 
@@ -173,11 +152,17 @@ def _update_reach(entries, m, root_set: set, stages_of: dict, consumers: list, r
     added above them: ``nodes`` must hold every node whose kernels changed (those below a new
     buffer, down to the buffers); every other entry of ``r`` is still right, so the result equals
     a fresh :func:`reach`."""
+    _reach_into(r, sorted(nodes, reverse=True), m, root_set, stages_of, consumers)
+
+
+def _reach_into(r: dict, order, m, root_set: set, stages_of: dict, consumers: list) -> None:
+    """:func:`reach`'s rule for the nodes of ``order`` (readers before the nodes they read), their
+    entries of ``r`` made anew from their readers' entries."""
     stage_of: dict = {}
     for k in root_set:
         for s in stages_of.get(k, ()):
             stage_of.setdefault(s, set()).add(k)
-    for i in sorted(nodes, reverse=True):  # readers before the nodes they read
+    for i in order:
         r.pop(i, None)
         ks = set(stage_of[i]) if i in stage_of else None
         if i in m:

@@ -12,7 +12,11 @@ Cases:
   AdamW, clipping), run plainly: the time of the first step that compiles (the third step;
   the first two run on the interpreter) and the kernels it compiled;
 - ``chain``: a 3,333-op elementwise chain on 4,096 floats (multiply, add, tanh, ...): one
-  kernel before ``MAX_KERNEL_OPS`` cut it, 14 since (6 distinct).
+  kernel before ``MAX_KERNEL_OPS`` cut it, 14 since (6 distinct);
+- ``unrolled``: pytorch/examples' time_sequence_prediction model (two ``LSTMCell``s, 1->51->51,
+  and a ``Linear``, float64) unrolled in Python over 100 steps of 97 sequences, MSE loss and
+  backward: the first compiled run (the third closure) and its kernels. Fusion planned such a
+  trace with one wave per step (110 s at 100 steps) before its waves were bounded.
 
 Each measurement is a fresh process with its own temporary cache directories
 (``NUMBA_CACHE_DIR``, ``LAZYVIC_CACHE_DIR``); the warm process reuses the cold one's.
@@ -33,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _common import busy_process  # noqa: E402
 
-CASES = ("tinygpt", "chain")
+CASES = ("tinygpt", "chain", "unrolled")
 
 
 def _tinygpt():
@@ -82,8 +86,40 @@ def _chain():
     return time.perf_counter() - t0
 
 
+def _unrolled():
+    import numpy as np
+
+    import lazyvic as lv
+
+    lv.manual_seed(0)
+    cell1, cell2, head = lv.nn.LSTMCell(1, 51).double(), lv.nn.LSTMCell(51, 51).double(), lv.nn.Linear(51, 1).double()
+    params = [*cell1.parameters(), *cell2.parameters(), *head.parameters()]
+    t = np.arange(101) + np.random.default_rng(0).integers(-80, 80, (97, 1))
+    data = lv.tensor(np.sin(t / 20.0))
+    x, y = data[:, :-1], data[:, 1:]
+
+    def closure():  # the script's Sequence.forward and closure
+        for p in params:
+            p.grad = None
+        h, c, h2, c2 = (lv.zeros(97, 51, dtype=lv.float64) for _ in range(4))
+        outs = []
+        for x_t in x.split(1, dim=1):
+            h, c = cell1(x_t, (h, c))
+            h2, c2 = cell2(h, (h2, c2))
+            outs.append(head(h2))
+        loss = lv.nn.MSELoss()(lv.cat(outs, dim=1), y)
+        loss.backward()
+        return loss.item()
+
+    closure()
+    closure()  # interpreted runs; the third compiles
+    t0 = time.perf_counter()
+    closure()
+    return time.perf_counter() - t0
+
+
 def child(case: str) -> dict:
-    seconds = {"tinygpt": _tinygpt, "chain": _chain}[case]()
+    seconds = {"tinygpt": _tinygpt, "chain": _chain, "unrolled": _unrolled}[case]()
     import lazyvic as lv
 
     s = lv.metrics.snapshot()

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import pytest
 from _oracle import check_vjp
+from _pytorch_cases import GRAD_TOLERANCE, run_case
 from _torch_fixtures import arrays, spec
 
 import lazyvic
@@ -65,47 +66,14 @@ def _interpreted():
     config.compile = prev
 
 
-def _flatten(out) -> list:
-    if isinstance(out, (tuple, list)):
-        return [v for o in out for v in _flatten(o)]
-    return [out]
-
-
-def run_case(case: dict, data: dict) -> None:
-    """Run one fixture case with ``torch`` bound to lazyvic; compare outputs and gradients."""
-    name = case["name"]
-    env = {"torch": lazyvic}
-    for k in case["inputs"]:
-        env[k] = lazyvic.tensor(data[f"{name}.in.{k}"], requires_grad=k in case["grad"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # range and chain_matmul warn (tested below)
-        exec(case["code"], env)
-    outs = _flatten(env["out"])
-    assert len(outs) == case["outputs"], f"{name}: {len(outs)} outputs, PyTorch gave {case['outputs']}"
-    for k, got in enumerate(outs):
-        want = data[f"{name}.out.{k}"]
-        where = f"{name} output {k}"
-        assert isinstance(got, lazyvic.Tensor), f"{where}: a {type(got).__name__}"
-        assert got.shape == want.shape, f"{where}: shape {got.shape}, PyTorch {want.shape}"
-        assert got.dtype.np == want.dtype, f"{where}: dtype {got.dtype}, PyTorch {want.dtype}"
-        if want.dtype.kind == "f":
-            tol = _LOOSE.get(name, _TOL[want.dtype])
-            np.testing.assert_allclose(got.numpy(), want, equal_nan=True, err_msg=where, **tol)
-        else:
-            np.testing.assert_array_equal(got.numpy(), want, err_msg=where)
-    if case["grad"]:
-        out = env["out"]
-        w = lazyvic.linspace(0.5, 1.5, out.numel(), dtype=out.dtype).reshape(*out.shape)
-        (out * w).sum().backward()
-        tol = _LOOSE.get(name, dict(rtol=1e-10, atol=1e-12))
-        for k in case["grad"]:
-            want = data[f"{name}.grad.{k}"]
-            np.testing.assert_allclose(env[k].grad.numpy(), want, err_msg=f"{name} grad {k}", **tol)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pytorch_code_gives_pytorch_results(name):
-    run_case(CASES[name], DATA)
+    run_case(
+        CASES[name],
+        DATA,
+        lambda name, dtype: _LOOSE.get(name, _TOL[dtype]),
+        lambda name: _LOOSE.get(name, GRAD_TOLERANCE),
+    )
 
 
 def _r(*shape, seed=0):

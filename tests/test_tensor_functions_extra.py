@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 from _oracle import check_vjp
+from _pytorch_cases import run_case
 from _torch_fixtures import arrays, spec
 
 import lazyvic
@@ -38,44 +39,9 @@ def _interpreted():
     config.compile = prev
 
 
-def _flatten(out) -> list:
-    if isinstance(out, (tuple, list)):
-        return [v for o in out for v in _flatten(o)]
-    return [out]
-
-
-def run_case(case: dict, data: dict) -> None:
-    """Run one fixture case with ``torch`` bound to lazyvic; compare outputs and gradients."""
-    name = case["name"]
-    env = {"torch": lazyvic}
-    for k in case["inputs"]:
-        env[k] = lazyvic.tensor(data[f"{name}.in.{k}"], requires_grad=k in case["grad"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.cross without dim warns (tested below)
-        exec(case["code"], env)
-    outs = _flatten(env["out"])
-    assert len(outs) == case["outputs"], f"{name}: {len(outs)} outputs, PyTorch gave {case['outputs']}"
-    for k, got in enumerate(outs):
-        want = data[f"{name}.out.{k}"]
-        where = f"{name} output {k}"
-        assert got.shape == want.shape, f"{where}: shape {got.shape}, PyTorch {want.shape}"
-        assert got.dtype.np == want.dtype, f"{where}: dtype {got.dtype}, PyTorch {want.dtype}"
-        if want.dtype.kind == "f":
-            np.testing.assert_allclose(got.numpy(), want, equal_nan=True, err_msg=where, **_TOL[want.dtype])
-        else:
-            np.testing.assert_array_equal(got.numpy(), want, err_msg=where)
-    if case["grad"]:
-        out = env["out"]
-        w = lazyvic.linspace(0.5, 1.5, out.numel(), dtype=out.dtype).reshape(*out.shape)
-        (out * w).sum().backward()
-        for k in case["grad"]:
-            want = data[f"{name}.grad.{k}"]
-            np.testing.assert_allclose(env[k].grad.numpy(), want, rtol=1e-10, atol=1e-12, err_msg=f"{name} grad {k}")
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pytorch_code_gives_pytorch_results(name):
-    run_case(CASES[name], DATA)
+    run_case(CASES[name], DATA, lambda name, dtype: _TOL[dtype])
 
 
 def _r(*shape, seed=0):

@@ -86,20 +86,34 @@ def median(x, dim=None, keepdim: bool = False):
     """
     if dim is None:
         return x.reshape(-1).median(0).values
-    d = norm_axis(dim, x.ndim, "median")
+    return sorted_pick(x, dim, keepdim, "median", _median_position)
+
+
+def _median_position(x, order, d: int, n: int):
+    if x.dtype.is_floating_point:
+        # NaNs sort last: the first of them is at position n - (number of NaNs).
+        nans = (x != x).sum(d, keepdim=True)
+        return (n - nans).where(nans > 0, (n - 1) // 2)
+    return order.narrow(d, 0, 1).zeros_like() + (n - 1) // 2
+
+
+def sorted_pick(x, dim: int, keepdim: bool, name: str, position) -> ValuesIndices:
+    """The element of each slice along ``dim`` at ``position(x, order, d, n)`` (an int64 tensor of
+    x's shape with ``dim`` of size 1: a place in the slice sorted ascending, ``order`` its
+    ``argsort``), as (values, indices into ``x``): the medians' common part. A 0-d ``x`` is its
+    own value, at index 0.
+
+    Raises:
+        lazyvic.errors.IndexError: an empty dimension (naming ``name``).
+    """
+    d = norm_axis(dim, x.ndim, name)
     if x.ndim == 0:
         return ValuesIndices(x.clone(), x.argsort(0))
     n = x.shape[d]
     if n == 0:
-        raise LIndexError(f"median: cannot take the median of an empty dimension {d} (shape {x.shape})")
+        raise LIndexError(f"{name}: cannot take the median of an empty dimension {d} (shape {x.shape})")
     order = x.argsort(d)
-    if x.dtype.is_floating_point:
-        # NaNs sort last: the first of them is at position n - (number of NaNs).
-        nans = (x != x).sum(d, keepdim=True)
-        position = (n - nans).where(nans > 0, (n - 1) // 2)
-    else:
-        position = order.narrow(d, 0, 1).zeros_like() + (n - 1) // 2
-    indices = order.gather(d, position)
+    indices = order.gather(d, position(x, order, d, n))
     values = x.gather(d, indices)
     if not keepdim:
         values, indices = values.squeeze(d), indices.squeeze(d)

@@ -21,6 +21,7 @@ from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.errors import IndexError as LIndexError
 from lazyvic.indexing import _host_data
 from lazyvic.linalg import vector_norm
+from lazyvic.ordering import sorted_pick
 from lazyvic.reductions import ValuesIndices, _scan
 from lazyvic.shapes import norm_axis
 
@@ -214,20 +215,12 @@ def nanmedian(x, dim=None, keepdim: bool = False):
         return nanmedian(x.reshape(-1), 0).values
     if not x.dtype.is_floating_point:
         return x.median(dim, keepdim)
-    d = norm_axis(dim, x.ndim, "nanmedian")
-    if x.ndim == 0:
-        return ValuesIndices(x.clone(), x.argsort(0))
-    n = x.shape[d]
-    if n == 0:
-        raise LIndexError(f"nanmedian: cannot take the median of an empty dimension {d} (shape {x.shape})")
-    order = x.argsort(d)  # NaN last
-    count = (x == x).sum(d, keepdim=True)
-    position = ((count - 1) // 2).where(count > 0, (n - 1) // 2)  # all NaN: the middle one, as PyTorch
-    indices = order.gather(d, position)
-    values = x.gather(d, indices)
-    if not keepdim:
-        values, indices = values.squeeze(d), indices.squeeze(d)
-    return ValuesIndices(values, indices)
+    return sorted_pick(x, dim, keepdim, "nanmedian", _nanmedian_position)
+
+
+def _nanmedian_position(x, order, d: int, n: int):
+    count = (x == x).sum(d, keepdim=True)  # NaNs sort last, after the count numbers
+    return ((count - 1) // 2).where(count > 0, (n - 1) // 2)  # all NaN: the middle one, as PyTorch
 
 
 def mode(x, dim: int = -1, keepdim: bool = False) -> ValuesIndices:

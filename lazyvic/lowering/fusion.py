@@ -201,15 +201,9 @@ def _below(entries, m, tops) -> set:
 
 def _region(entries, m, i, include_root: bool = True) -> set:
     """Node i and the nodes inlined below it (down to buffers)."""
-    out, stack = set(), list(entries[i].inputs)
+    out = _below(entries, m, (i,))
     if include_root:
         out.add(i)
-    while stack:
-        j = stack.pop()
-        if j in out or j in m:
-            continue
-        out.add(j)
-        stack.extend(entries[j].inputs)
     return out
 
 

@@ -85,7 +85,7 @@ import safetensors.numpy
 
 from lazyvic.creation import tensor as _tensor
 from lazyvic.errors import CheckpointError, DTypeError
-from lazyvic.interop.format_v1 import LoadBudget, _write_atomic, load_limit, safetensors_arrays
+from lazyvic.interop.format_v1 import LoadBudget, _describe, _read, _write_atomic, load_limit, safetensors_arrays
 from lazyvic.nn.module import Parameter
 from lazyvic.runtime.device import canonical
 from lazyvic.tensor import Tensor
@@ -468,15 +468,11 @@ def load(
             deeply for Python (``RecursionError``).
         DeviceError: ``map_location`` names an unknown device, or "cuda" without a GPU.
     """
-    if isinstance(path, (bytes, bytearray, memoryview)) or hasattr(path, "read"):
-        label = getattr(path, "name", None)
-        label = str(label) if isinstance(label, (str, os.PathLike)) else f"<{type(path).__name__} object>"
-        blob = path if isinstance(path, (bytes, bytearray, memoryview)) else path.read()
-        if not isinstance(blob, (bytes, bytearray, memoryview)):
-            raise CheckpointError(
-                f"{label}: the file object gave {type(blob).__name__}, not bytes; open it in binary mode ('rb')"
-            )
-        return _load_bytes(label, bytes(blob), map_location, as_numpy, max_bytes)
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return _load_bytes(f"<{type(path).__name__} object>", bytes(path), map_location, as_numpy, max_bytes)
+    if hasattr(path, "read"):
+        label = _describe(path)
+        return _load_bytes(label, _read(path, label), map_location, as_numpy, max_bytes)
     path = os.fspath(path)
     place = _placement(path, map_location)
     try:

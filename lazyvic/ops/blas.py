@@ -16,6 +16,8 @@ import threading
 
 import numpy as np
 
+from lazyvic.ops.gemm_choice import own_kind_of
+
 
 class _BLASThreads:
     """Sets the number of threads of the BLAS libraries loaded in this process (through
@@ -191,4 +193,27 @@ def run_products(views, bases: tuple = (), key=None) -> None:
     with their shapes, fixes the views) are for the step's runner (lowering/cpu/team.Team), which
     takes the same arguments and makes the same BLAS calls."""
     for a, b, out in views() if callable(views) else views:
-        np.matmul(a, b, out=out)
+        matmul_into(a, b, out)
+
+
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b`` as every tier runs a product (one numerics): a float32 product that
+    :func:`own_kind_of` gives a kernel runs on ops/gemm's (each matrix of a batch too: its
+    matrices share their strides), anything else is ``np.matmul``. ``out`` has the result's
+    shape; batch dimensions equal (broadcast views allowed)."""
+    if a.dtype == _F32 and b.dtype == _F32 and out.dtype == _F32 and out.ndim >= 2:
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        kind = own_kind_of(m, k, n, a.strides[-2:], b.strides[-2:], out.strides[-2:])
+        if kind:
+            from lazyvic.ops.gemm import product_2d  # (Numba: imported at the first such product)
+
+            if out.ndim == 2:
+                product_2d(a, b, out, kind)
+            else:
+                for i in np.ndindex(*out.shape[:-2]):
+                    product_2d(a[i], b[i], out[i], kind)
+            return
+    np.matmul(a, b, out=out)
+
+
+_F32 = np.dtype(np.float32)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyvic.errors import DTypeError, ShapeError
-from lazyvic.ops.blas import in_pieces, matmul_views, run_products
+from lazyvic.ops.blas import in_pieces, matmul_into, matmul_views, run_products
 from lazyvic.ops.movement import swap_last_two
 from lazyvic.ops.opdef import OpDef, onnx_node, register
 
@@ -33,15 +33,18 @@ def _swaps_last_two(t) -> bool:
 
 
 def reference(x, at) -> np.ndarray:
-    """NumPy's matmul; a 2-D float32/float64 product in the pieces of ``ops/blas.matmul_pieces``
-    (one BLAS call each, in order), as the CPU plans run it (their thread team may run the pieces
-    side by side: the same calls, so the same bits)."""
+    """``ops/blas.matmul_into`` (float32: ops/gemm's kernels where they apply, else NumPy's
+    matmul); a 2-D float32/float64 product in the pieces of ``ops/blas.matmul_pieces`` (one call
+    each, in order), as the CPU plans run it (their thread team may run the pieces side by side:
+    the same calls, so the same bits)."""
     a, b = x
-    if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype in (np.float32, np.float64):
-        if in_pieces(a.shape[0], b.shape[1], a.shape[1]):
-            out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    if a.dtype == b.dtype and a.dtype in (np.float32, np.float64):
+        out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=a.dtype)
+        if a.ndim == 2 and in_pieces(a.shape[0], b.shape[1], a.shape[1]):
             run_products(matmul_views(a, b, out))
-            return out
+        else:
+            matmul_into(a, b, out)
+        return out
     return np.matmul(a, b)
 
 

@@ -62,7 +62,7 @@ import numpy as np
 
 from lazyvic.errors import ArgumentError, DTypeError, ShapeError
 from lazyvic.ops import elementwise  # noqa: F401 - registers sigmoid and tanh, read below
-from lazyvic.ops.blas import one_thread
+from lazyvic.ops.blas import matmul_into, one_thread
 from lazyvic.ops.opdef import OPS, OpDef, register
 
 
@@ -223,7 +223,7 @@ def column_block(rows: int, cols: int, inner: int) -> int:
 def blocked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, width: int) -> None:
     """out = a @ b as products of ``width``-column blocks of b and out (:func:`column_block`)."""
     for s in range(0, out.shape[1], width):
-        np.matmul(a, b[:, s : s + width], out=out[:, s : s + width])
+        matmul_into(a, b[:, s : s + width], out[:, s : s + width])
 
 
 def step_order(steps: int, reverse: bool) -> list:

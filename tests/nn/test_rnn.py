@@ -575,9 +575,11 @@ def test_packed_batches_of_other_lengths_are_one_plan(fresh):
 @pytest.mark.parametrize("batch", [1, 4])
 def test_recurrent_loops_run_natively(batch):
     """With NumPy's OpenBLAS bound (lowering/cpu/native.py), the compiled recurrences' loops
-    make NumPy's products themselves (one native call per loop, a gemv at batch 1): no
-    fallback to the Python loop for the usual shapes."""
+    make the products themselves (one native call per loop; ops/gemm's kernel or NumPy's BLAS
+    call, a gemv at batch 1): no fallback to the Python loop for the usual shapes."""
     from lazyvic.lowering.cpu import native, recurrent_kernels
+    from lazyvic.ops import recurrent
+    from lazyvic.ops.gemm_choice import own_kind_of
 
     if not native.blas().ok:
         pytest.skip(native.blas().reason)
@@ -585,7 +587,12 @@ def test_recurrent_loops_run_natively(batch):
     y = np.zeros((5, batch, 48), np.float32)
     for w_hh in (np.zeros((32, 8), np.float32), np.zeros((24, 8), np.float32)):
         made = recurrent_kernels._forward_plan(h0, w_hh, y, False)
-        assert made is not None and made[3] == (1 if batch == 1 else 0)  # the kind: a gemv at batch 1
+        assert made is not None
+        # the kind: ops/gemm's kernel (2) where it runs the product, else a gemv at batch 1
+        wt = recurrent.recurrent_weight(w_hh, batch, made[0])
+        v = wt[:, : made[2]]
+        own = own_kind_of(batch, 8, made[2], h0.strides, v.strides, (4 * made[2], 4))
+        assert made is not None and made[3] == (2 if own else 1 if batch == 1 else 0)
         d = np.zeros((5, batch, 48), np.float32)
         assert recurrent_kernels._native_call(d[0, :, : w_hh.shape[0]], w_hh, np.empty_like(h0)) is not None
 

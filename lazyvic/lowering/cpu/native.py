@@ -12,7 +12,9 @@ kernels and products only is then one Python call and one native call per run. T
 (convolutions, pooling, scatter_add, a gather's index check, NumPy references) stay Python steps
 between the segments.
 
-Same bits: the products call the very OpenBLAS function NumPy's ``matmul`` calls (found in the
+Same bits: a float32 product that ``ops/gemm`` runs (``ops/blas.matmul_into`` in the other
+tiers) calls the same compiled kernel (``ops/gemm.product``); the others call the very OpenBLAS
+function NumPy's ``matmul`` calls (found in the
 library NumPy loaded, by threadpoolctl), with the arguments NumPy's ``matmul`` inner loop passes
 it (``numpy/_core/src/umath/matmul.c.src``: gemm for matrices, gemv for a row or column vector,
 the order, transpose flags, leading dimensions and increments from the operands' strides, one
@@ -66,11 +68,12 @@ from lazyvic.lowering.cpu.steps import KernelStep, MatmulStep
 from lazyvic.lowering.kernel_files import LIB_HASH, load_checked, without_disk_cache
 from lazyvic.lowering.reference import view
 from lazyvic.ops.blas import in_pieces
+from lazyvic.ops.gemm_choice import own_header, own_kind_of
 from lazyvic.trace import symbolic
 
 # Bumped when the generated source's meaning changes without its text changing (the products'
 # code generation below): part of every plan file's identity.
-NATIVE_VERSION = "1"
+NATIVE_VERSION = "2"
 _CBLAS_ROW_MAJOR, _CBLAS_COL_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS = 101, 102, 111, 112
 # Plans with more steps than this that could be native stay steps: their compile (~60 ms a call,
 # in a worker process that takes a core meanwhile) would outlast many processes (TinyGPT's step,
@@ -228,19 +231,33 @@ def product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the
 
 @overload(product, inline="always")
 def _product_typed(a, ao, b, bo, c, co, kind, h):
-    """c[co:] = a[ao:] @ b[bo:] as NumPy's matmul calls OpenBLAS (:func:`matmul_call`): kind
-    0 a gemm (header h of 8), 1 a gemv over b ("ba", header of 6)."""
+    """c[co:] = a[ao:] @ b[bo:] as the other tiers run it (:func:`matmul_call`): kind 0 a gemm
+    (header h of 8), 1 a gemv over b ("ba", header of 6), 2 ops/gemm's kernel (float32, its
+    header of 8: ops/gemm.header)."""
     wide, bits = a.dtype == types.float64, blas().int_bits
     gemm = globals()[f"gemm_f{64 if wide else 32}_i{bits}"]
     gemv = globals()[f"gemv_f{64 if wide else 32}_i{bits}"]
+    if wide:
 
-    def impl(a, ao, b, bo, c, co, kind, h):
+        def impl(a, ao, b, bo, c, co, kind, h):
+            if kind == 0:
+                gemm(a, ao, b, bo, c, co, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
+            else:
+                gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
+
+        return impl
+
+    from lazyvic.ops.gemm import product as own_product  # (its module compiles a kernel when imported)
+
+    def impl32(a, ao, b, bo, c, co, kind, h):
         if kind == 0:
             gemm(a, ao, b, bo, c, co, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
-        else:
+        elif kind == 1:
             gemv(b, bo, a, ao, c, co, h[0], h[1], h[2], h[3], h[4], h[5])
+        else:
+            own_product(h[0], a, ao, b, bo, c, co, h[1], h[2], h[3], h[4], h[5], h[6], h[7])
 
-    return impl
+    return impl32
 
 
 def _call_kernel():
@@ -402,11 +419,17 @@ def _product(step: MatmulStep, entries) -> _Product | None:
 
 
 def _call(m: int, n: int, p: int, sa: tuple, sb: tuple, so: tuple, sz: int) -> tuple | None:
-    """``(routine, order, header)`` of NumPy's ``matmul`` inner loop for one (m, n) @ (n, p)
-    product with byte strides ``sa``, ``sb`` and ``so`` (the output's): one gemm, or one gemv
-    (``order``: which operand is the matrix, see _Product); None when NumPy does anything else
-    (a dot, its own loop, a copy of an operand that is not blasable; syrk is the caller's)."""
+    """``(routine, order, header)`` of one (m, n) @ (n, p) product with byte strides ``sa``,
+    ``sb`` and ``so`` (the output's) as ``ops/blas.matmul_into`` runs it: "own", ops/gemm's
+    kernel (float32, where ops/gemm_choice.own_kind_of says so), else NumPy's ``matmul`` inner
+    loop: one gemm, or one gemv (``order``: which operand is the matrix, see _Product); None when NumPy
+    does anything else (a dot, its own loop, a copy of an operand that is not blasable; syrk is
+    the caller's)."""
     (is1_m, is1_n), (is2_n, is2_p), (os_m, os_p) = sa, sb, so
+    if sz == 4:
+        own = own_kind_of(m, n, p, sa, sb, so)
+        if own:
+            return "own", "ab", own_header(own, m, n, p, sa, sb, so)
     if min(m, n, p) == 0 or n == 1 or not _blasable(os_m, os_p, p, sz):
         return None
     i1 = (_blasable(is1_m, is1_n, n, sz), _blasable(is1_n, is1_m, m, sz))  # C-, F-blasable
@@ -739,12 +762,22 @@ def _segment(run: list, int_bits: int, cache_dir) -> NativeSegment:
             triples.extend(g.offsets)
             pair = {"a": (arg(st.a.base), 0), "b": (arg(st.b.base), 1)}
             (x, i), (y, j) = pair[g.order[0]], pair[g.order[1]]
-            fbits = 32 if st.a.dtype == np.float32 else 64
+            routine = (
+                g.routine
+                if g.routine == "own"
+                else f"{g.routine}_f{32 if st.a.dtype == np.float32 else 64}_i{int_bits}"
+            )
             body.append(f"    for q in range(mo[{h + 8}], mo[{h + 9}]):")
             body.append(
-                f"        {g.routine}_f{fbits}_i{int_bits}({x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], "
-                f"{arg(st.out)}, mo[t + 3 * q + 2], " + ", ".join(f"mo[{h + k}]" for k in range(len(g.header))) + ")"
+                f"        {routine}({x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], {arg(st.out)}, mo[t + 3 * q + 2], "
+                + ", ".join(f"mo[{h + k}]" for k in range(len(g.header)))
+                + ")"
             )
+            if g.routine == "own":  # ops/gemm.product(kind, a, ao, b, bo, c, co, m, n, k, ...)
+                body[-1] = (
+                    f"        own(mo[{h}], {x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], {arg(st.out)}, "
+                    f"mo[t + 3 * q + 2], " + ", ".join(f"mo[{h + k}]" for k in range(1, len(g.header))) + ")"
+                )
     t0 = _HEADER * len(headers)
     mo = np.array([v for hd in headers for v in hd] + [v for row in triples for v in row], dtype=np.int64)
     names = ["fp"] + list(positions.values()) + [f"s_{d.name}" for d in groups] + ["zs", "mo"]
@@ -758,6 +791,7 @@ def _segment(run: list, int_bits: int, cache_dir) -> NativeSegment:
             "",
             "from lazyvic.lowering.cpu.native import blas, call_kernel, "
             + ", ".join(f"{r}_f{f}_i{int_bits}" for r in ("gemm", "gemv") for f in (32, 64)),
+            *(["from lazyvic.ops.gemm import product as own"] if any(" own(" in line for line in body) else []),
             "",
             "blas()  # NumPy's OpenBLAS, bound as the symbols the products call (in any process)",
             "",

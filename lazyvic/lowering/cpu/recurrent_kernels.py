@@ -490,9 +490,9 @@ def _native_call(a, b, out):
     """(kind, header) of NumPy's ``a @ b`` into ``out`` when the loops can make it (a gemm, or a
     gemv over b), else None."""
     call = native.matmul_call(a, b, out)
-    if call is None or (call[0], call[1]) not in (("gemm", "ab"), ("gemv", "ba")):
+    if call is None or (call[0], call[1]) not in (("gemm", "ab"), ("gemv", "ba"), ("own", "ab")):
         return None
-    return 0 if call[0] == "gemm" else 1, call[2]
+    return {"gemm": 0, "gemv": 1, "own": 2}[call[0]], call[2]
 
 
 def _orders(steps: int, reverse: bool) -> tuple:

@@ -30,7 +30,7 @@ from lazyvic.lowering.cpu import im2col as kernels
 from lazyvic.lowering.cpu import random_kernels
 from lazyvic.lowering.cpu.load import shared
 from lazyvic.lowering.reference import ReferenceStep, view
-from lazyvic.ops.blas import MATMUL_PIECE_WORK, in_pieces, matmul_views, run_products
+from lazyvic.ops.blas import MATMUL_PIECE_WORK, in_pieces, matmul_into, matmul_views, run_products
 from lazyvic.ops.index import index_error
 from lazyvic.ops.recurrent import split_lengths
 from lazyvic.trace.symbolic import Sym
@@ -158,7 +158,7 @@ class MatmulStep:
                 bases = (_base(env, self.a, a), _base(env, self.b, b), out)
                 self.run(views, bases, _layout(bases, (a, b, out)))
                 return
-        np.matmul(a, b, out=out)
+        matmul_into(a, b, out)
 
 
 _PIECE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -28,8 +28,10 @@ from lazyvic.ops.blas import run_products
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops call (any process)
 
 # A table row: the BLAS call's header (8 integers, native._GEMM's or _GEMV's order), the
-# element offsets of a, b and out in their flat arrays, and the kind (0 gemm, 1 gemv over b).
+# element offsets of a, b and out in their flat arrays, and the kind (0 gemm, 1 gemv over b, 2
+# ops/gemm's kernel).
 _ROW = 12
+_KINDS = {"gemm": 0, "gemv": 1, "own": 2}  # native.product's kinds
 # Tables a kernel keeps, per shapes (a plan of symbolic sizes runs one step at many).
 MAX_TABLES = 64
 
@@ -63,7 +65,7 @@ def product_table(views: list, bases: tuple) -> np.ndarray | None:
     rows = np.zeros((len(views), _ROW), dtype=np.int64)
     for row, (a, b, out) in zip(rows, views):
         call = native.matmul_call(a, b, out)
-        if call is None or (call[0], call[1]) not in (("gemm", "ab"), ("gemv", "ba")):
+        if call is None or (call[0], call[1]) not in (("gemm", "ab"), ("gemv", "ba"), ("own", "ab")):
             return None
         offsets = [_offset(v, base) for v, base in zip((a, b, out), bases)]
         if None in offsets:
@@ -71,7 +73,7 @@ def product_table(views: list, bases: tuple) -> np.ndarray | None:
         header = call[2]
         row[: len(header)] = header
         row[8:11] = offsets
-        row[11] = 0 if call[0] == "gemm" else 1
+        row[11] = _KINDS[call[0]]
     return rows
 
 

@@ -1,0 +1,390 @@
+"""float32 matrix products of our own: register-tiled Numba kernels for the products BLAS runs slowly here.
+
+Every 2-D float32 product whose output rows are contiguous runs here when one of two layouts
+fits (``ops/gemm_choice.own_kind``, which has no Numba: importing lazyvic does not import
+it), in the NumPy reference, in a plan's steps, in its thread team's pieces and
+in its native segments alike (``ops/blas.matmul_into``, ``lowering/cpu/native.product``), so
+there is one numerics:
+
+- ``ROWS``: b's rows contiguous (``x @ w``, ``g @ w``, ``a^T @ g``): C[i, j] = sum over p of
+  A[i, p] * B[p, j], each output element summed in order p = 0, 1, ... with one fused
+  multiply-add per term (IEEE fusedMultiplyAdd, no other rounding), so a value's bits do not
+  depend on how the output is tiled, split into pieces or run on threads. Register tiles of
+  ``ROWS_MR`` x ``ROWS_NR`` outputs: each B row vector loaded once feeds ``ROWS_MR`` FMAs.
+- ``DOTS``: a's and b's columns contiguous along the inner dimension (``x @ w^T``, nn.Linear's
+  forward and an RNN's ``h @ w_hh^T``): each output is a dot product over p in ``LANES`` partial
+  sums (term p into sum p mod LANES, in order, by FMA), then the partial sums added in a fixed
+  tree (lanes 0..7 + 8..15, then 0..3 + 4..7, 0..1 + 2..3, 0 + 1). Register tiles of
+  ``DOTS_MR`` x ``DOTS_NR`` outputs.
+
+Why: NumPy's OpenBLAS runs its Haswell kernels on this machine (``OPENBLAS_CORETYPE``, set by
+its owner), 88-121 GFLOP/s on one core for (20 x 128) @ (128 x 512), (128 x 64) @ (64 x 128),
+(128 x 128)^2; LLVM's code for these tiles runs 200-260 (AVX-512), and a small product pays no
+BLAS call overhead. Products of other dtypes and layouts stay BLAS calls (NumPy's matmul).
+
+The kernels read raw pointers (an array's data plus an element offset, strides in elements):
+an ndarray's own indexing wraps negative indices, which kept LLVM from proving a row contiguous
+(it gathered element by element, 9 GFLOP/s).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from lazyvic.ops.gemm_choice import LANES, ROWS
+
+ROWS_MR, ROWS_NR = 4, 64
+DOTS_MR, DOTS_NR = 4, 4  # (DOTS_NR: _sum4x16's width)
+assert ROWS_MR * ROWS_NR == DOTS_MR * DOTS_NR * LANES == 256  # the tiles' stack size
+
+
+@intrinsic
+def _at(typingctx, arr, off):
+    """A pointer to element ``off`` of a C-contiguous 1-D array's data."""
+    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.gep(a.data, [args[1]])
+
+    return types.CPointer(arr.dtype)(arr, off), codegen
+
+
+@intrinsic
+def _stack(typingctx, n):
+    """``n`` float32 on the stack (a tile's accumulators: LLVM keeps them in registers when the
+    loops over them have constant trip counts)."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return cgutils.alloca_once(builder, ir.FloatType(), size=n.literal_value)
+
+    return types.CPointer(types.float32)(n), codegen
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma.f32``, vectorized by LLVM)."""
+    if not (a == b == c == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = ir.FloatType()
+        decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f, [f, f, f]), "llvm.fma.f32")
+        return builder.call(decl, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@intrinsic
+def _fma16(typingctx, acc, so, a, ao, b, bo):
+    """``acc[so:so+16] = fma(a[ao:ao+16], b[bo:bo+16], acc[so:so+16])`` as one 16-lane vector
+    operation (``llvm.fma.v16f32``: LLVM did not vectorize this loop written in Python)."""
+    f32p = types.CPointer(types.float32)
+    if not (acc == a == b == f32p) or not all(isinstance(x, types.Integer) for x in (so, ao, bo)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        vec = ir.VectorType(ir.FloatType(), 16)
+        ptrs = [builder.bitcast(builder.gep(args[i], [args[i + 1]]), vec.as_pointer()) for i in (0, 2, 4)]
+        s_, x, y = (builder.load(q, align=4) for q in ptrs)
+        decl = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v16f32")
+        builder.store(builder.call(decl, [x, y, s_]), ptrs[0], align=4)
+        return context.get_dummy_value()
+
+    return types.void(acc, so, a, ao, b, bo), codegen
+
+
+@intrinsic
+def _sum16(typingctx, acc, so):
+    """The sum of ``acc[so:so+16]`` in the fixed tree of the module docstring (halves added
+    lane by lane: 16 -> 8 -> 4 -> 2 -> 1), in vector registers."""
+    if acc != types.CPointer(types.float32) or not isinstance(so, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = ir.FloatType()
+        v = builder.load(builder.bitcast(builder.gep(args[0], [args[1]]), ir.VectorType(f, 16).as_pointer()), align=4)
+        width = 16
+        while width > 1:
+            half = width // 2
+            mask = ir.VectorType(ir.IntType(32), half)
+            lo = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(half))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(half, width))))
+            v, width = builder.fadd(lo, hi), half
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+    return types.float32(acc, so), codegen
+
+
+def _four_sums(builder, v: list):
+    """The sums of four 16-lane vectors as one 4-lane vector, each in the tree of :func:`_sum16`
+    (lanes l + (l + 8), then l + (l + 4), l + (l + 2), l + (l + 1)), the four side by side:
+    shuffles pair the halves of two vectors at a time."""
+    i32 = ir.IntType(32)
+
+    def pair_sum(x, y, lo, hi):
+        mask = ir.VectorType(i32, len(lo))
+        a = builder.shuffle_vector(x, y, ir.Constant(mask, lo))
+        return builder.fadd(a, builder.shuffle_vector(x, y, ir.Constant(mask, hi)))
+
+    h8 = list(range(8)) + list(range(16, 24)), list(range(8, 16)) + list(range(24, 32))
+    u01, u23 = pair_sum(v[0], v[1], *h8), pair_sum(v[2], v[3], *h8)
+    q = [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27]
+    w = pair_sum(u01, u23, q, [i + 4 for i in q])
+    x = pair_sum(w, w, [0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15])
+    return pair_sum(x, x, [0, 2, 4, 6], [1, 3, 5, 7])
+
+
+def _store4(builder, value, ptr, offset) -> None:
+    """Stores a 4-lane float vector at ``ptr[offset:]``."""
+    dst = builder.bitcast(builder.gep(ptr, [offset]), ir.VectorType(ir.FloatType(), 4).as_pointer())
+    builder.store(value, dst, align=4)
+
+
+@intrinsic
+def _sum4x16(typingctx, acc, so, out, oo):
+    """``out[oo + c] = sum of acc[so + 16c : so + 16c + 16]`` for c = 0..3 (:func:`_four_sums`)."""
+    f32p = types.CPointer(types.float32)
+    if not (acc == out == f32p) or not isinstance(so, types.Integer) or not isinstance(oo, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        vec16 = ir.VectorType(ir.FloatType(), 16)
+
+        def load(c):
+            off = builder.add(args[1], ir.Constant(args[1].type, 16 * c))
+            return builder.load(builder.bitcast(builder.gep(args[0], [off]), vec16.as_pointer()), align=4)
+
+        _store4(builder, _four_sums(builder, [load(c) for c in range(4)]), args[2], args[3])
+        return context.get_dummy_value()
+
+    return types.void(acc, so, out, oo), codegen
+
+
+@intrinsic
+def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish):
+    """The DOTS_MR x DOTS_NR tile's partial sums over p < ``kfull`` (a multiple of LANES): for
+    each (r, c), lane l sums a[ao + r*sam + p] * b[bo + c*sbn + p] over p = l (mod LANES), in
+    order, by FMA; stored to ``acc[(r*DOTS_NR + c)*LANES:]``, or, when ``finish`` (no terms left
+    past kfull), summed (:func:`_four_sums`) and stored to row r of c (``pc[co + r*scm:]``). Written as a loop whose 16
+    accumulators are SSA values (vector registers), which LLVM did not make of the same loop
+    written in Python (its accumulators went through the stack at every step)."""
+    f32p = types.CPointer(types.float32)
+    ints = (ao, sam, bo, sbn, kfull, co, scm)
+    if not (pa == pb == acc == pc == f32p) or not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    if finish != types.boolean:
+        return None
+
+    def codegen(context, builder, signature, args):
+        vpa, vao, vsam, vpb, vbo, vsbn, vk, vacc, vpc, vco, vscm, vfinish = args
+        i64 = ir.IntType(64)
+        vec = ir.VectorType(ir.FloatType(), LANES)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v16f32")
+        n_acc = DOTS_MR * DOTS_NR
+        pre = builder.block
+        head = builder.append_basic_block("dots.head")
+        body = builder.append_basic_block("dots.body")
+        done = builder.append_basic_block("dots.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        p = builder.phi(i64)
+        accs = [builder.phi(vec) for _ in range(n_acc)]
+        p.add_incoming(ir.Constant(i64, 0), pre)
+        for a in accs:
+            a.add_incoming(ir.Constant(vec, None), pre)
+        builder.cbranch(builder.icmp_signed("<", p, vk), body, done)
+        builder.position_at_end(body)
+
+        def load(ptr, base, stride, i):
+            off = builder.add(builder.add(base, builder.mul(stride, ir.Constant(i64, i))), p)
+            return builder.load(builder.bitcast(builder.gep(ptr, [off]), vec.as_pointer()), align=4)
+
+        rows = [load(vpa, vao, vsam, r) for r in range(DOTS_MR)]
+        cols = [load(vpb, vbo, vsbn, c) for c in range(DOTS_NR)]
+        new = [builder.call(fma, [rows[t // DOTS_NR], cols[t % DOTS_NR], accs[t]]) for t in range(n_acc)]
+        step = builder.block
+        p.add_incoming(builder.add(p, ir.Constant(i64, LANES)), step)
+        for a, v in zip(accs, new):
+            a.add_incoming(v, step)
+        builder.branch(head)
+        builder.position_at_end(done)
+        with builder.if_else(vfinish) as (summed, kept):
+            with summed:
+                for r in range(DOTS_MR):
+                    row = builder.add(vco, builder.mul(vscm, ir.Constant(i64, r)))
+                    _store4(builder, _four_sums(builder, accs[r * DOTS_NR : (r + 1) * DOTS_NR]), vpc, row)
+            with kept:
+                for t, a in enumerate(accs):
+                    dst = builder.bitcast(builder.gep(vacc, [ir.Constant(i64, t * LANES)]), vec.as_pointer())
+                    builder.store(a, dst, align=4)
+        return context.get_dummy_value()
+
+    return types.void(pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish), codegen
+
+
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False, "error_model": "numpy"}
+
+
+@njit(inline="always", **_OPTS)
+def _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j0, k, mr, nr, acc):
+    """C[i0:i0+mr, j0:j0+nr] of a ROWS product (mr <= ROWS_MR, nr <= ROWS_NR)."""
+    for t in range(mr * ROWS_NR):
+        acc[t] = np.float32(0.0)
+    for p in range(k):
+        bp = p * sbk + j0
+        for r in range(mr):
+            a = pa[(i0 + r) * sam + p * sak]
+            for c in range(nr):
+                acc[r * ROWS_NR + c] = _fma(a, pb[bp + c], acc[r * ROWS_NR + c])
+    for r in range(mr):
+        cp = (i0 + r) * scm + j0
+        for c in range(nr):
+            pc[cp + c] = acc[r * ROWS_NR + c]
+
+
+@njit(**_OPTS)
+def rows_product(pa, sam, sak, pb, sbk, pc, scm, m, n, k):
+    """C = A @ B with B's rows and C's rows contiguous (element strides: A (sam, sak), B (sbk, 1),
+    C (scm, 1)); A (m x k), B (k x n). Column panels outside, so a panel of B (k x ROWS_NR) stays
+    in cache while every row of A passes."""
+    acc = _stack(256)  # ROWS_MR * ROWS_NR (a literal: the alloca's size)
+    mfull = m - m % ROWS_MR
+    for j0 in range(0, n, ROWS_NR):
+        nr = min(ROWS_NR, n - j0)
+        if nr == ROWS_NR:
+            for i0 in range(0, mfull, ROWS_MR):
+                _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j0, k, ROWS_MR, ROWS_NR, acc)
+            for i in range(mfull, m):
+                _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i, j0, k, 1, ROWS_NR, acc)
+        else:  # the last panel, 16 columns at a time (n is a multiple of 16: gemm_choice.own_kind)
+            for j1 in range(j0, n, 16):
+                for i0 in range(0, mfull, ROWS_MR):
+                    _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j1, k, ROWS_MR, 16, acc)
+                for i in range(mfull, m):
+                    _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i, j1, k, 1, 16, acc)
+
+
+@njit(inline="always", **_OPTS)
+def _dots_tile(pa, sam, pb, sbn, pc, scm, i0, j0, k, mr, nr, acc):
+    """C[i0:i0+mr, j0:j0+nr] of a DOTS product (mr <= DOTS_MR, nr <= DOTS_NR)."""
+    kfull = k - k % LANES
+    if mr == DOTS_MR and nr == DOTS_NR:
+        _dots_block(pa, i0 * sam, sam, pb, j0 * sbn, sbn, kfull, acc, pc, i0 * scm + j0, scm, kfull == k)
+        if kfull == k:
+            return
+        kfull_ = 0
+    else:
+        for t in range(DOTS_MR * DOTS_NR * LANES):
+            acc[t] = np.float32(0.0)
+        kfull_ = kfull
+    for p0 in range(0, kfull_, LANES):
+        for r in range(mr):
+            ap = (i0 + r) * sam + p0
+            for c in range(nr):
+                bp = (j0 + c) * sbn + p0
+                _fma16(acc, (r * DOTS_NR + c) * LANES, pa, ap, pb, bp)
+    for r in range(mr):
+        for c in range(nr):
+            s = (r * DOTS_NR + c) * LANES
+            for p in range(kfull, k):
+                acc[s + p - kfull] = _fma(pa[(i0 + r) * sam + p], pb[(j0 + c) * sbn + p], acc[s + p - kfull])
+        if nr == DOTS_NR:
+            _sum4x16(acc, r * DOTS_NR * LANES, pc, (i0 + r) * scm + j0)
+        else:
+            for c in range(nr):
+                pc[(i0 + r) * scm + j0 + c] = _sum16(acc, (r * DOTS_NR + c) * LANES)
+
+
+@njit(**_OPTS)
+def dots_product(pa, sam, pb, sbn, pc, scm, m, n, k):
+    """C = A @ B with A's rows, B's columns and C's rows contiguous (element strides: A (sam, 1),
+    B (1, sbn), C (scm, 1)); A (m x k), B (k x n): B is a transposed row-major matrix (w^T)."""
+    acc = _stack(256)  # DOTS_MR * DOTS_NR * LANES
+    mfull, nfull = m - m % DOTS_MR, n - n % DOTS_NR
+    for i0 in range(0, mfull, DOTS_MR):
+        for j0 in range(0, nfull, DOTS_NR):
+            _dots_tile(pa, sam, pb, sbn, pc, scm, i0, j0, k, DOTS_MR, DOTS_NR, acc)
+        for j in range(nfull, n):
+            _dots_tile(pa, sam, pb, sbn, pc, scm, i0, j, k, DOTS_MR, 1, acc)
+    for i in range(mfull, m):
+        for j0 in range(0, nfull, DOTS_NR):
+            _dots_tile(pa, sam, pb, sbn, pc, scm, i, j0, k, 1, DOTS_NR, acc)
+        for j in range(nfull, n):
+            _dots_tile(pa, sam, pb, sbn, pc, scm, i, j, k, 1, 1, acc)
+
+
+@njit(inline="always", **_OPTS)
+def product(kind, a, ao, b, bo, c, co, m, n, k, sam, sak, sb, scm):
+    """``c[co:] = a[ao:] @ b[bo:]`` (flat C-contiguous float32 arrays, element offsets) by kernel
+    ``kind`` (ROWS or DOTS, as :func:`kind` chose); ``sb``: b's stride along k for ROWS, along n
+    for DOTS (its other stride is 1). Compiled code's entry (lowering/cpu/native.product)."""
+    if kind == ROWS:
+        rows_product(_at(a, ao), sam, sak, _at(b, bo), sb, _at(c, co), scm, m, n, k)
+    else:
+        dots_product(_at(a, ao), sam, _at(b, bo), sb, _at(c, co), scm, m, n, k)
+
+
+@intrinsic
+def _data(typingctx, arr):
+    """A float32 array's data pointer (its first element)."""
+    if not isinstance(arr, types.Array) or arr.dtype != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.make_array(signature.args[0])(context, builder, args[0]).data
+
+    return types.CPointer(types.float32)(arr), codegen
+
+
+_MATRIX = types.Array(types.float32, 2, "A")
+_READONLY = types.Array(types.float32, 2, "A", readonly=True)
+
+
+@njit(**_OPTS)
+def product_2d(a, b, c, kind):
+    """``c = a @ b`` for 2-D float32 arrays (any strides, writable or read-only operands: one
+    compiled signature, so a new layout never compiles) by kernel ``kind``
+    (ops/gemm_choice.own_kind_of's answer): the NumPy reference's and a plan step's entry."""
+    m, k = a.shape
+    n = b.shape[1]
+    sam, sak = a.strides[0] // 4, a.strides[1] // 4
+    sbk, sbn, scm = b.strides[0] // 4, b.strides[1] // 4, c.strides[0] // 4
+    if kind == ROWS:
+        rows_product(_data(a), sam, sak, _data(b), sbk, _data(c), scm, m, n, k)
+    else:
+        dots_product(_data(a), sam, _data(b), sbn, _data(c), scm, m, n, k)
+
+
+def _compile() -> None:
+    """Compiles :func:`product_2d`'s one signature (read-only operands take writable arrays too),
+    from Numba's disk cache when it can be read; when it cannot (a truncated or corrupt entry:
+    a crash, a full disk), in memory, after a warning, as lowering/kernel_files does for kernels."""
+    sig = types.void(_READONLY, _READONLY, _MATRIX, types.int64)
+    try:
+        product_2d.compile(sig)
+    except Exception as e:  # noqa: BLE001 - any failure of the cache: compile in memory
+        from numba.core.caching import NullCache
+
+        warnings.warn(
+            f"lazyvic: Numba's cache (NUMBA_CACHE_DIR) cannot be used for ops/gemm's kernels "
+            f"({type(e).__name__}: {e}); they are compiled in this process only.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        for d in (rows_product, dots_product, product_2d):
+            d._cache = NullCache()
+        product_2d.compile(sig)
+    product_2d.disable_compile()  # a layout of its own never compiles another signature
+
+
+_compile()

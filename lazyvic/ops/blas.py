@@ -205,13 +205,16 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         kind = own_kind_of(m, k, n, a.strides[-2:], b.strides[-2:], out.strides[-2:])
         if kind:
-            from lazyvic.ops.gemm import product_2d  # (Numba: imported at the first such product)
+            from lazyvic.ops.gemm import product_2d, product_4d  # (Numba: imported at the first such product)
 
             if out.ndim == 2:
                 product_2d(a, b, out, kind)
+            elif out.ndim <= 4:
+                lead = (None,) * (4 - out.ndim)
+                product_4d(a[lead], b[lead], out[lead], kind)
             else:
-                for i in np.ndindex(*out.shape[:-2]):
-                    product_2d(a[i], b[i], out[i], kind)
+                for i in np.ndindex(*out.shape[:-4]):
+                    product_4d(a[i], b[i], out[i], kind)
             return
     np.matmul(a, b, out=out)
 

@@ -41,7 +41,7 @@ from lazyvic.ops.gemm_choice import LANES, ROWS
 
 ROWS_MR, ROWS_NR = 4, 64
 DOTS_MR, DOTS_NR = 4, 4  # (DOTS_NR: _sum4x16's width)
-assert ROWS_MR * ROWS_NR == DOTS_MR * DOTS_NR * LANES == 256  # the tiles' stack size
+assert DOTS_MR * DOTS_NR * LANES == 256  # the DOTS tile's stack size (_stack takes a literal)
 
 
 @intrinsic
@@ -232,46 +232,97 @@ def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, fi
     return types.void(pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish), codegen
 
 
+def _rows_block_intrinsic(mr: int, nv: int):
+    """An intrinsic ``(pa, ao, sam, sak, pb, bo, sbk, k, pc, co, scm)`` computing the ``mr`` x
+    ``16 * nv`` tile of a ROWS product at a[ao:], b[bo:], c[co:] (element strides): accumulators
+    as SSA values (vector registers), term p of each output added in order by one FMA
+    (c[r, j] = fma(a[r, p], b[p, j], c[r, j]) from 0), stored once at the end."""
+
+    def typer(typingctx, pa, ao, sam, sak, pb, bo, sbk, k, pc, co, scm):
+        f32p = types.CPointer(types.float32)
+        if not (pa == pb == pc == f32p) or not all(
+            isinstance(x, types.Integer) for x in (ao, sam, sak, bo, sbk, k, co, scm)
+        ):
+            return None
+
+        def codegen(context, builder, signature, args):
+            vpa, vao, vsam, vsak, vpb, vbo, vsbk, vk, vpc, vco, vscm = args
+            i64, f = ir.IntType(64), ir.FloatType()
+            vec = ir.VectorType(f, 16)
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v16f32"
+            )
+            pre = builder.block
+            head = builder.append_basic_block("rows.head")
+            body = builder.append_basic_block("rows.body")
+            done = builder.append_basic_block("rows.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            p = builder.phi(i64)
+            accs = [builder.phi(vec) for _ in range(mr * nv)]
+            p.add_incoming(ir.Constant(i64, 0), pre)
+            for a in accs:
+                a.add_incoming(ir.Constant(vec, None), pre)
+            builder.cbranch(builder.icmp_signed("<", p, vk), body, done)
+            builder.position_at_end(body)
+            brow = builder.add(vbo, builder.mul(p, vsbk))
+            bs = [
+                builder.load(
+                    builder.bitcast(builder.gep(vpb, [builder.add(brow, ir.Constant(i64, 16 * v))]), vec.as_pointer()),
+                    align=4,
+                )
+                for v in range(nv)
+            ]
+            new = []
+            for r in range(mr):
+                at = builder.add(builder.add(vao, builder.mul(vsam, ir.Constant(i64, r))), builder.mul(p, vsak))
+                a = builder.load(builder.gep(vpa, [at]))
+                splat = builder.insert_element(ir.Constant(vec, None), a, ir.Constant(ir.IntType(32), 0))
+                splat = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
+                new += [builder.call(fma, [splat, bs[v], accs[r * nv + v]]) for v in range(nv)]
+            step = builder.block
+            p.add_incoming(builder.add(p, ir.Constant(i64, 1)), step)
+            for a, v in zip(accs, new):
+                a.add_incoming(v, step)
+            builder.branch(head)
+            builder.position_at_end(done)
+            for r in range(mr):
+                crow = builder.add(vco, builder.mul(vscm, ir.Constant(i64, r)))
+                for v in range(nv):
+                    dst = builder.gep(vpc, [builder.add(crow, ir.Constant(i64, 16 * v))])
+                    builder.store(accs[r * nv + v], builder.bitcast(dst, vec.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return types.void(pa, ao, sam, sak, pb, bo, sbk, k, pc, co, scm), codegen
+
+    typer.__name__ = f"_rows_block_{mr}x{nv}"
+    return intrinsic(typer)
+
+
+_rows_4x4, _rows_1x4, _rows_4x1, _rows_1x1 = (_rows_block_intrinsic(r, v) for r, v in ((4, 4), (1, 4), (4, 1), (1, 1)))
+
+
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False, "error_model": "numpy"}
-
-
-@njit(inline="always", **_OPTS)
-def _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j0, k, mr, nr, acc):
-    """C[i0:i0+mr, j0:j0+nr] of a ROWS product (mr <= ROWS_MR, nr <= ROWS_NR)."""
-    for t in range(mr * ROWS_NR):
-        acc[t] = np.float32(0.0)
-    for p in range(k):
-        bp = p * sbk + j0
-        for r in range(mr):
-            a = pa[(i0 + r) * sam + p * sak]
-            for c in range(nr):
-                acc[r * ROWS_NR + c] = _fma(a, pb[bp + c], acc[r * ROWS_NR + c])
-    for r in range(mr):
-        cp = (i0 + r) * scm + j0
-        for c in range(nr):
-            pc[cp + c] = acc[r * ROWS_NR + c]
 
 
 @njit(**_OPTS)
 def rows_product(pa, sam, sak, pb, sbk, pc, scm, m, n, k):
     """C = A @ B with B's rows and C's rows contiguous (element strides: A (sam, sak), B (sbk, 1),
-    C (scm, 1)); A (m x k), B (k x n). Column panels outside, so a panel of B (k x ROWS_NR) stays
-    in cache while every row of A passes."""
-    acc = _stack(256)  # ROWS_MR * ROWS_NR (a literal: the alloca's size)
+    C (scm, 1)); A (m x k), B (k x n), n a multiple of 16 (gemm_choice.own_kind). Column panels
+    of 64 (then 16) outside, so a panel of B stays in cache while every row of A passes; tiles of
+    ROWS_MR rows, then single rows."""
     mfull = m - m % ROWS_MR
-    for j0 in range(0, n, ROWS_NR):
-        nr = min(ROWS_NR, n - j0)
-        if nr == ROWS_NR:
-            for i0 in range(0, mfull, ROWS_MR):
-                _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j0, k, ROWS_MR, ROWS_NR, acc)
-            for i in range(mfull, m):
-                _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i, j0, k, 1, ROWS_NR, acc)
-        else:  # the last panel, 16 columns at a time (n is a multiple of 16: gemm_choice.own_kind)
-            for j1 in range(j0, n, 16):
-                for i0 in range(0, mfull, ROWS_MR):
-                    _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i0, j1, k, ROWS_MR, 16, acc)
-                for i in range(mfull, m):
-                    _rows_tile(pa, sam, sak, pb, sbk, pc, scm, i, j1, k, 1, 16, acc)
+    nfull = n - n % ROWS_NR
+    for j0 in range(0, nfull, ROWS_NR):
+        for i0 in range(0, mfull, ROWS_MR):
+            _rows_4x4(pa, i0 * sam, sam, sak, pb, j0, sbk, k, pc, i0 * scm + j0, scm)
+        for i in range(mfull, m):
+            _rows_1x4(pa, i * sam, sam, sak, pb, j0, sbk, k, pc, i * scm + j0, scm)
+    for j0 in range(nfull, n, 16):
+        for i0 in range(0, mfull, ROWS_MR):
+            _rows_4x1(pa, i0 * sam, sam, sak, pb, j0, sbk, k, pc, i0 * scm + j0, scm)
+        for i in range(mfull, m):
+            _rows_1x1(pa, i * sam, sam, sak, pb, j0, sbk, k, pc, i * scm + j0, scm)
 
 
 @njit(inline="always", **_OPTS)
@@ -365,13 +416,31 @@ def product_2d(a, b, c, kind):
         dots_product(_data(a), sam, _data(b), sbn, _data(c), scm, m, n, k)
 
 
+_BATCH = types.Array(types.float32, 4, "A")
+_BATCH_READONLY = types.Array(types.float32, 4, "A", readonly=True)
+
+
+@njit(**_OPTS)
+def product_4d(a, b, c, kind):
+    """``c[i, j] = a[i, j] @ b[i, j]`` for 4-D float32 arrays (batch dimensions equal or
+    broadcast, any strides) by kernel ``kind``, every matrix as :func:`product_2d` runs it: a
+    batched product in one call (a Python call per matrix cost more than attention's products)."""
+    for i in range(c.shape[0]):
+        for j in range(c.shape[1]):
+            ia, ja = min(i, a.shape[0] - 1), min(j, a.shape[1] - 1)
+            ib, jb = min(i, b.shape[0] - 1), min(j, b.shape[1] - 1)
+            product_2d(a[ia, ja], b[ib, jb], c[i, j], kind)
+
+
 def _compile() -> None:
     """Compiles :func:`product_2d`'s one signature (read-only operands take writable arrays too),
     from Numba's disk cache when it can be read; when it cannot (a truncated or corrupt entry:
     a crash, a full disk), in memory, after a warning, as lowering/kernel_files does for kernels."""
     sig = types.void(_READONLY, _READONLY, _MATRIX, types.int64)
+    sig4 = types.void(_BATCH_READONLY, _BATCH_READONLY, _BATCH, types.int64)
     try:
         product_2d.compile(sig)
+        product_4d.compile(sig4)
     except Exception as e:  # noqa: BLE001 - any failure of the cache: compile in memory
         from numba.core.caching import NullCache
 
@@ -381,10 +450,12 @@ def _compile() -> None:
             RuntimeWarning,
             stacklevel=2,
         )
-        for d in (rows_product, dots_product, product_2d):
+        for d in (rows_product, dots_product, product_2d, product_4d):
             d._cache = NullCache()
         product_2d.compile(sig)
+        product_4d.compile(sig4)
     product_2d.disable_compile()  # a layout of its own never compiles another signature
+    product_4d.disable_compile()
 
 
 _compile()

@@ -158,3 +158,16 @@ def without_disk_cache(*dispatchers) -> None:
     for d in dispatchers:
         if hasattr(d, "_cache"):
             d._cache = NullCache()
+
+
+def stamp_with(extra: str, *dispatchers) -> None:
+    """Fold ``extra`` (the hash of code these Numba functions inline from another file,
+    ops/gemm_choice.gemm_source_hash) into their disk-cache stamp: Numba reuses a cache entry
+    while the function's own file's time stamp and size are unchanged, and would keep running an
+    old copy of the other file's code. (The stamp of Numba's index file, ``_cache_file``'s
+    ``_source_stamp``; a Numba without it is left as is.)"""
+    for d in dispatchers:
+        index = getattr(getattr(d, "_cache", None), "_cache_file", None)
+        stamp = getattr(index, "_source_stamp", None)
+        if stamp is not None:
+            index._source_stamp = (stamp, extra)

@@ -4,6 +4,10 @@ No Numba here: deciding does not import it (ops/gemm compiles its kernels when i
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 # ops/gemm's kernels (see its docstring): ROWS (b's rows contiguous) and DOTS (a's rows and b's
 # columns contiguous along the inner dimension: x @ w^T), their tile widths, and their limits.
 ROWS, DOTS = 1, 2
@@ -46,3 +50,13 @@ def own_header(kind: int, m: int, k: int, n: int, sa: tuple, sb: tuple, so: tupl
     in elements."""
     ea, eb, eo = _element_strides(m, k, sa), _element_strides(k, n, sb), _element_strides(m, n, so)
     return (kind, m, n, k, ea[0], ea[1], eb[0] if kind == ROWS else eb[1], eo[0])
+
+
+@functools.cache
+def gemm_source_hash() -> str:
+    """SHA-1 (16 hex digits) of ops/gemm.py's source: part of the identity of compiled code that
+    inlines its kernels (native segments' files, and the cache entries of lowering/cpu/team.py's
+    and recurrent_kernels.py's loops: lowering/kernel_files.stamp_with). Numba's disk cache keys
+    a function by its own file's time stamp alone, so a loop compiled before gemm.py changed kept
+    the old kernels: a stale entry ran a 16-column product 10x slower than the new code."""
+    return hashlib.sha1((Path(__file__).parent / "gemm.py").read_bytes()).hexdigest()[:16]

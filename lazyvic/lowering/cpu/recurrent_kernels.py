@@ -22,13 +22,16 @@ import math
 import numba
 import numpy as np
 from numba import njit, prange, types
+from numba.core.registry import CPUDispatcher
 from numba.extending import overload
 
 from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.load import on_team
+from lazyvic.lowering.kernel_files import stamp_with
 from lazyvic.ops import recurrent
 from lazyvic.ops.blas import one_thread
+from lazyvic.ops.gemm_choice import gemm_source_hash
 
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops' products call (any process)
 
@@ -679,3 +682,7 @@ def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None
     lengths, moves = recurrent.full_lengths(lengths, *y.shape[:2]), _moves((0, hidden, hidden))
     with one_thread():
         rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, width, relu, lengths, moves)
+
+
+# The loops inline ops/gemm's kernels (native.product): their cache entries follow its source.
+stamp_with(gemm_source_hash(), *[f for f in list(globals().values()) if isinstance(f, CPUDispatcher)])

@@ -174,6 +174,44 @@ def _sum4x16(typingctx, acc, so, out, oo):
     return types.void(acc, so, out, oo), codegen
 
 
+_VEC = ir.VectorType(ir.FloatType(), 16)
+_I64 = ir.IntType(64)
+
+
+def _vector_fma(builder):
+    """``llvm.fma.v16f32`` declared in the builder's module."""
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
+
+
+def _open_loop(builder, name: str, accumulators: int, end):
+    """The head of a loop over p = 0, step, ... while p < ``end`` that carries ``accumulators``
+    16-lane float vectors (zero on entry) as SSA values (phi nodes: vector registers); leaves
+    the builder in its body. Returns (p, the accumulators, the head block, the exit block)."""
+    pre = builder.block
+    head, body, done = (builder.append_basic_block(f"{name}.{part}") for part in ("head", "body", "done"))
+    builder.branch(head)
+    builder.position_at_end(head)
+    p = builder.phi(_I64)
+    accs = [builder.phi(_VEC) for _ in range(accumulators)]
+    p.add_incoming(ir.Constant(_I64, 0), pre)
+    for a in accs:
+        a.add_incoming(ir.Constant(_VEC, None), pre)
+    builder.cbranch(builder.icmp_signed("<", p, end), body, done)
+    builder.position_at_end(body)
+    return p, accs, head, done
+
+
+def _close_loop(builder, p, accs: list, new: list, step: int, head, done) -> None:
+    """The end of :func:`_open_loop`'s body: p += step, the accumulators take ``new``; leaves the
+    builder at the loop's exit."""
+    block = builder.block
+    p.add_incoming(builder.add(p, ir.Constant(_I64, step)), block)
+    for a, v in zip(accs, new):
+        a.add_incoming(v, block)
+    builder.branch(head)
+    builder.position_at_end(done)
+
+
 @intrinsic
 def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish):
     """The DOTS_MR x DOTS_NR tile's partial sums over p < ``kfull`` (a multiple of LANES): for
@@ -191,23 +229,9 @@ def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, fi
 
     def codegen(context, builder, signature, args):
         vpa, vao, vsam, vpb, vbo, vsbn, vk, vacc, vpc, vco, vscm, vfinish = args
-        i64 = ir.IntType(64)
-        vec = ir.VectorType(ir.FloatType(), LANES)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v16f32")
+        i64, vec, fma = _I64, _VEC, _vector_fma(builder)
         n_acc = DOTS_MR * DOTS_NR
-        pre = builder.block
-        head = builder.append_basic_block("dots.head")
-        body = builder.append_basic_block("dots.body")
-        done = builder.append_basic_block("dots.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        p = builder.phi(i64)
-        accs = [builder.phi(vec) for _ in range(n_acc)]
-        p.add_incoming(ir.Constant(i64, 0), pre)
-        for a in accs:
-            a.add_incoming(ir.Constant(vec, None), pre)
-        builder.cbranch(builder.icmp_signed("<", p, vk), body, done)
-        builder.position_at_end(body)
+        p, accs, head, done = _open_loop(builder, "dots", n_acc, vk)
 
         def load(ptr, base, stride, i):
             off = builder.add(builder.add(base, builder.mul(stride, ir.Constant(i64, i))), p)
@@ -216,12 +240,7 @@ def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, fi
         rows = [load(vpa, vao, vsam, r) for r in range(DOTS_MR)]
         cols = [load(vpb, vbo, vsbn, c) for c in range(DOTS_NR)]
         new = [builder.call(fma, [rows[t // DOTS_NR], cols[t % DOTS_NR], accs[t]]) for t in range(n_acc)]
-        step = builder.block
-        p.add_incoming(builder.add(p, ir.Constant(i64, LANES)), step)
-        for a, v in zip(accs, new):
-            a.add_incoming(v, step)
-        builder.branch(head)
-        builder.position_at_end(done)
+        _close_loop(builder, p, accs, new, LANES, head, done)
         with builder.if_else(vfinish) as (summed, kept):
             with summed:
                 for r in range(DOTS_MR):
@@ -251,24 +270,8 @@ def _rows_block_intrinsic(mr: int, nv: int):
 
         def codegen(context, builder, signature, args):
             vpa, vao, vsam, vsak, vpb, vbo, vsbk, vk, vpc, vco, vscm = args
-            i64, f = ir.IntType(64), ir.FloatType()
-            vec = ir.VectorType(f, 16)
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v16f32"
-            )
-            pre = builder.block
-            head = builder.append_basic_block("rows.head")
-            body = builder.append_basic_block("rows.body")
-            done = builder.append_basic_block("rows.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            p = builder.phi(i64)
-            accs = [builder.phi(vec) for _ in range(mr * nv)]
-            p.add_incoming(ir.Constant(i64, 0), pre)
-            for a in accs:
-                a.add_incoming(ir.Constant(vec, None), pre)
-            builder.cbranch(builder.icmp_signed("<", p, vk), body, done)
-            builder.position_at_end(body)
+            i64, vec, fma = _I64, _VEC, _vector_fma(builder)
+            p, accs, head, done = _open_loop(builder, "rows", mr * nv, vk)
             brow = builder.add(vbo, builder.mul(p, vsbk))
             bs = [
                 builder.load(
@@ -284,12 +287,7 @@ def _rows_block_intrinsic(mr: int, nv: int):
                 splat = builder.insert_element(ir.Constant(vec, None), a, ir.Constant(ir.IntType(32), 0))
                 splat = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
                 new += [builder.call(fma, [splat, bs[v], accs[r * nv + v]]) for v in range(nv)]
-            step = builder.block
-            p.add_incoming(builder.add(p, ir.Constant(i64, 1)), step)
-            for a, v in zip(accs, new):
-                a.add_incoming(v, step)
-            builder.branch(head)
-            builder.position_at_end(done)
+            _close_loop(builder, p, accs, new, 1, head, done)
             for r in range(mr):
                 crow = builder.add(vco, builder.mul(vscm, ir.Constant(i64, r)))
                 for v in range(nv):

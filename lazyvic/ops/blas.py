@@ -200,8 +200,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out = a @ b`` as every tier runs a product (one numerics): a float32 product that
     :func:`own_kind_of` gives a kernel runs on ops/gemm's (each matrix of a batch too: its
     matrices share their strides), anything else is ``np.matmul``. ``out`` has the result's
-    shape; batch dimensions equal (broadcast views allowed)."""
-    if a.dtype == _F32 and b.dtype == _F32 and out.dtype == _F32 and out.ndim >= 2:
+    shape; the kernels take batch dimensions equal (broadcast views allowed), as the matmul op
+    has them (others go to NumPy)."""
+    if a.dtype == _F32 and b.dtype == _F32 and out.dtype == _F32 and a.ndim == b.ndim == out.ndim >= 2:
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         kind = own_kind_of(m, k, n, a.strides[-2:], b.strides[-2:], out.strides[-2:])
         if kind:

@@ -12,8 +12,9 @@ from pathlib import Path
 # columns contiguous along the inner dimension: x @ w^T), their tile widths, and their limits.
 ROWS, DOTS = 1, 2
 LANES = 16
-# The products they run at most (multiply-adds): larger ones are split into pieces
-# (matmul_pieces) anyway, and each piece asks again.
+# The products they run at most (multiply-adds): the kernels do not block for caches, and past
+# this OpenBLAS's packing wins (1024^3 float32 on one core: 19 against 17 ms; 512^3: 1.4 against
+# 2.1). A product split into pieces (matmul_pieces) asks for each piece.
 MAX_WORK = 1 << 26
 
 

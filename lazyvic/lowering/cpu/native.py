@@ -233,7 +233,7 @@ def product(a, ao, b, bo, c, co, kind, h):  # pragma: no cover - replaced by the
 def _product_typed(a, ao, b, bo, c, co, kind, h):
     """c[co:] = a[ao:] @ b[bo:] as the other tiers run it (:func:`matmul_call`): kind 0 a gemm
     (header h of 8), 1 a gemv over b ("ba", header of 6), 2 ops/gemm's kernel (float32, its
-    header of 8: ops/gemm.header)."""
+    header of 8: ops/gemm_choice.own_header)."""
     wide, bits = a.dtype == types.float64, blas().int_bits
     gemm = globals()[f"gemm_f{64 if wide else 32}_i{bits}"]
     gemv = globals()[f"gemv_f{64 if wide else 32}_i{bits}"]
@@ -762,22 +762,16 @@ def _segment(run: list, int_bits: int, cache_dir) -> NativeSegment:
             triples.extend(g.offsets)
             pair = {"a": (arg(st.a.base), 0), "b": (arg(st.b.base), 1)}
             (x, i), (y, j) = pair[g.order[0]], pair[g.order[1]]
-            routine = (
-                g.routine
-                if g.routine == "own"
-                else f"{g.routine}_f{32 if st.a.dtype == np.float32 else 64}_i{int_bits}"
-            )
+            if g.routine == "own":  # ops/gemm.product(kind, a, ao, b, bo, c, co, m, n, k, strides)
+                call, ints = f"own(mo[{h}], ", range(1, len(g.header))
+            else:
+                call, ints = f"{g.routine}_f{32 if st.a.dtype == np.float32 else 64}_i{int_bits}(", range(len(g.header))
             body.append(f"    for q in range(mo[{h + 8}], mo[{h + 9}]):")
             body.append(
-                f"        {routine}({x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], {arg(st.out)}, mo[t + 3 * q + 2], "
-                + ", ".join(f"mo[{h + k}]" for k in range(len(g.header)))
+                f"        {call}{x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], {arg(st.out)}, mo[t + 3 * q + 2], "
+                + ", ".join(f"mo[{h + k}]" for k in ints)
                 + ")"
             )
-            if g.routine == "own":  # ops/gemm.product(kind, a, ao, b, bo, c, co, m, n, k, ...)
-                body[-1] = (
-                    f"        own(mo[{h}], {x}, mo[t + 3 * q + {i}], {y}, mo[t + 3 * q + {j}], {arg(st.out)}, "
-                    f"mo[t + 3 * q + 2], " + ", ".join(f"mo[{h + k}]" for k in range(1, len(g.header))) + ")"
-                )
     t0 = _HEADER * len(headers)
     mo = np.array([v for hd in headers for v in hd] + [v for row in triples for v in row], dtype=np.int64)
     names = ["fp"] + list(positions.values()) + [f"s_{d.name}" for d in groups] + ["zs", "mo"]

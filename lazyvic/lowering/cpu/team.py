@@ -29,7 +29,8 @@ from lazyvic.ops.gemm_choice import gemm_source_hash
 
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops call (any process)
 
-# A table row: the BLAS call's header (8 integers, native._GEMM's or _GEMV's order), the
+# A table row: the call's header (8 integers, native._GEMM's or _GEMV's order, or
+# ops/gemm_choice.own_header's), the
 # element offsets of a, b and out in their flat arrays, and the kind (0 gemm, 1 gemv over b, 2
 # ops/gemm's kernel).
 _ROW = 12

@@ -212,47 +212,56 @@ def _close_loop(builder, p, accs: list, new: list, step: int, head, done) -> Non
     builder.position_at_end(done)
 
 
-@intrinsic
-def _dots_block(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish):
-    """The DOTS_MR x DOTS_NR tile's partial sums over p < ``kfull`` (a multiple of LANES): for
-    each (r, c), lane l sums a[ao + r*sam + p] * b[bo + c*sbn + p] over p = l (mod LANES), in
-    order, by FMA; stored to ``acc[(r*DOTS_NR + c)*LANES:]``, or, when ``finish`` (no terms left
-    past kfull), summed (:func:`_four_sums`) and stored to row r of c (``pc[co + r*scm:]``). Written as a loop whose 16
+def _dots_block_intrinsic(mr: int):
+    """An intrinsic ``(pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish)``: the ``mr`` x
+    DOTS_NR tile's partial sums over p < ``kfull`` (a multiple of LANES): for each (r, c), lane l
+    sums a[ao + r*sam + p] * b[bo + c*sbn + p] over p = l (mod LANES), in order, by FMA; stored
+    to ``acc[(r*DOTS_NR + c)*LANES:]``, or, when ``finish`` (no terms left past kfull), summed
+    (:func:`_four_sums`) and stored to row r of c (``pc[co + r*scm:]``). Written as a loop whose
     accumulators are SSA values (vector registers), which LLVM did not make of the same loop
-    written in Python (its accumulators went through the stack at every step)."""
-    f32p = types.CPointer(types.float32)
-    ints = (ao, sam, bo, sbn, kfull, co, scm)
-    if not (pa == pb == acc == pc == f32p) or not all(isinstance(x, types.Integer) for x in ints):
-        return None
-    if finish != types.boolean:
-        return None
+    written in Python (its accumulators went through the stack at every step). mr 4, and 1 for
+    the rows past the last whole tile (a vector times a matrix: an LSTM's step at batch 1)."""
 
-    def codegen(context, builder, signature, args):
-        vpa, vao, vsam, vpb, vbo, vsbn, vk, vacc, vpc, vco, vscm, vfinish = args
-        i64, vec, fma = _I64, _VEC, _vector_fma(builder)
-        n_acc = DOTS_MR * DOTS_NR
-        p, accs, head, done = _open_loop(builder, "dots", n_acc, vk)
+    def typer(typingctx, pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish):
+        f32p = types.CPointer(types.float32)
+        ints = (ao, sam, bo, sbn, kfull, co, scm)
+        if not (pa == pb == acc == pc == f32p) or not all(isinstance(x, types.Integer) for x in ints):
+            return None
+        if finish != types.boolean:
+            return None
 
-        def load(ptr, base, stride, i):
-            off = builder.add(builder.add(base, builder.mul(stride, ir.Constant(i64, i))), p)
-            return builder.load(builder.bitcast(builder.gep(ptr, [off]), vec.as_pointer()), align=4)
+        def codegen(context, builder, signature, args):
+            vpa, vao, vsam, vpb, vbo, vsbn, vk, vacc, vpc, vco, vscm, vfinish = args
+            i64, vec, fma = _I64, _VEC, _vector_fma(builder)
+            n_acc = mr * DOTS_NR
+            p, accs, head, done = _open_loop(builder, "dots", n_acc, vk)
 
-        rows = [load(vpa, vao, vsam, r) for r in range(DOTS_MR)]
-        cols = [load(vpb, vbo, vsbn, c) for c in range(DOTS_NR)]
-        new = [builder.call(fma, [rows[t // DOTS_NR], cols[t % DOTS_NR], accs[t]]) for t in range(n_acc)]
-        _close_loop(builder, p, accs, new, LANES, head, done)
-        with builder.if_else(vfinish) as (summed, kept):
-            with summed:
-                for r in range(DOTS_MR):
-                    row = builder.add(vco, builder.mul(vscm, ir.Constant(i64, r)))
-                    _store4(builder, _four_sums(builder, accs[r * DOTS_NR : (r + 1) * DOTS_NR]), vpc, row)
-            with kept:
-                for t, a in enumerate(accs):
-                    dst = builder.bitcast(builder.gep(vacc, [ir.Constant(i64, t * LANES)]), vec.as_pointer())
-                    builder.store(a, dst, align=4)
-        return context.get_dummy_value()
+            def load(ptr, base, stride, i):
+                off = builder.add(builder.add(base, builder.mul(stride, ir.Constant(i64, i))), p)
+                return builder.load(builder.bitcast(builder.gep(ptr, [off]), vec.as_pointer()), align=4)
 
-    return types.void(pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish), codegen
+            rows = [load(vpa, vao, vsam, r) for r in range(mr)]
+            cols = [load(vpb, vbo, vsbn, c) for c in range(DOTS_NR)]
+            new = [builder.call(fma, [rows[t // DOTS_NR], cols[t % DOTS_NR], accs[t]]) for t in range(n_acc)]
+            _close_loop(builder, p, accs, new, LANES, head, done)
+            with builder.if_else(vfinish) as (summed, kept):
+                with summed:
+                    for r in range(mr):
+                        row = builder.add(vco, builder.mul(vscm, ir.Constant(i64, r)))
+                        _store4(builder, _four_sums(builder, accs[r * DOTS_NR : (r + 1) * DOTS_NR]), vpc, row)
+                with kept:
+                    for t, a in enumerate(accs):
+                        dst = builder.bitcast(builder.gep(vacc, [ir.Constant(i64, t * LANES)]), vec.as_pointer())
+                        builder.store(a, dst, align=4)
+            return context.get_dummy_value()
+
+        return types.void(pa, ao, sam, pb, bo, sbn, kfull, acc, pc, co, scm, finish), codegen
+
+    typer.__name__ = f"_dots_block_{mr}"
+    return intrinsic(typer)
+
+
+_dots_block_4, _dots_block_1 = _dots_block_intrinsic(DOTS_MR), _dots_block_intrinsic(1)
 
 
 def _rows_block_intrinsic(mr: int, nv: int):
@@ -331,8 +340,11 @@ def rows_product(pa, sam, sak, pb, sbk, pc, scm, m, n, k):
 def _dots_tile(pa, sam, pb, sbn, pc, scm, i0, j0, k, mr, nr, acc):
     """C[i0:i0+mr, j0:j0+nr] of a DOTS product (mr <= DOTS_MR, nr <= DOTS_NR)."""
     kfull = k - k % LANES
-    if mr == DOTS_MR and nr == DOTS_NR:
-        _dots_block(pa, i0 * sam, sam, pb, j0 * sbn, sbn, kfull, acc, pc, i0 * scm + j0, scm, kfull == k)
+    if nr == DOTS_NR and (mr == DOTS_MR or mr == 1):
+        if mr == DOTS_MR:
+            _dots_block_4(pa, i0 * sam, sam, pb, j0 * sbn, sbn, kfull, acc, pc, i0 * scm + j0, scm, kfull == k)
+        else:
+            _dots_block_1(pa, i0 * sam, sam, pb, j0 * sbn, sbn, kfull, acc, pc, i0 * scm + j0, scm, kfull == k)
         if kfull == k:
             return
         kfull_ = 0

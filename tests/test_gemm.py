@@ -218,15 +218,18 @@ def test_a_truncated_numba_cache_of_the_kernels_compiles_in_memory(tmp_path):
 
 
 def test_compiled_code_that_inlines_the_kernels_is_keyed_by_their_source(tmp_path):
-    """Numba's disk cache keys a function by its own file: the thread team's and the recurrent
-    loops' entries (which inline ops/gemm's kernels) carry gemm.py's hash in their stamp, and
+    """Numba's disk cache keys a function by its own file: the thread team's, the recurrent and
+    the random loops' entries (which inline native.py's, gemm.py's and kernel_lib's code) carry
+    those files' hashes in their stamp, and
     a native segment's file names it, so a changed gemm.py recompiles them (a stale entry ran
     a 16-column product 10x slower than the new code)."""
-    from lazyvic.lowering.cpu import recurrent_kernels, team
+    from lazyvic.lowering.cpu import random_kernels, recurrent_kernels, team
+    from lazyvic.lowering.kernel_files import inlined_sources_hash
     from lazyvic.ops.gemm_choice import gemm_source_hash
 
-    for d in (team._run_parallel, team._run_serial, recurrent_kernels.forward_loop):
-        assert d._cache._cache_file._source_stamp[1] == gemm_source_hash()
+    assert gemm_source_hash() in inlined_sources_hash()
+    for d in (team._run_parallel, team._run_serial, recurrent_kernels.forward_loop, random_kernels.fill_parallel):
+        assert d._cache._cache_file._source_stamp[1] == inlined_sources_hash()
     rng = np.random.default_rng(5)
     x = lazyvic.tensor(rng.standard_normal((4, 32)).astype(np.float32))
     v = lazyvic.tensor(rng.standard_normal((32, 16)).astype(np.float32))

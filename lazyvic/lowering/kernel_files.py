@@ -22,6 +22,7 @@ imported from there; Numba's on-disk cache beside it lets a later process skip c
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib.util
 import os
@@ -38,6 +39,7 @@ import numpy as np
 
 from lazyvic.lowering import kernel_lib
 from lazyvic.ops import numerics  # noqa: E402 - the library's constants live there
+from lazyvic.ops.gemm_choice import gemm_source_hash
 
 LIB_HASH = hashlib.sha1(Path(kernel_lib.__file__).read_bytes() + Path(numerics.__file__).read_bytes()).hexdigest()[:16]
 
@@ -160,12 +162,22 @@ def without_disk_cache(*dispatchers) -> None:
             d._cache = NullCache()
 
 
+@functools.cache
+def inlined_sources_hash() -> str:
+    """The hashes of the files whose compiled code the lowering's cached loops inline from other
+    modules: kernel_lib and numerics (LIB_HASH: the random and recurrent loops' approximations),
+    lowering/cpu/native.py (its products' calls) and ops/gemm.py (its kernels)."""
+    native_py = Path(__file__).parent / "cpu" / "native.py"
+    return f"{LIB_HASH}-{hashlib.sha1(native_py.read_bytes()).hexdigest()[:16]}-{gemm_source_hash()}"
+
+
 def stamp_with(extra: str, *dispatchers) -> None:
-    """Fold ``extra`` (the hash of code these Numba functions inline from another file,
-    ops/gemm_choice.gemm_source_hash) into their disk-cache stamp: Numba reuses a cache entry
-    while the function's own file's time stamp and size are unchanged, and would keep running an
-    old copy of the other file's code. (The stamp of Numba's index file, ``_cache_file``'s
-    ``_source_stamp``; a Numba without it is left as is.)"""
+    """Fold ``extra`` (the hash of code these Numba functions inline from other files:
+    :func:`inlined_sources_hash`) into their disk-cache stamp: Numba reuses a cache entry while
+    the function's own file is unchanged, and would keep running an old copy of the other
+    files' code (a stale copy of ops/gemm's kernels ran ResNet-18's 16-column products 10x
+    slower; a stale approximation would give other bits than the interpreter). (The stamp of
+    Numba's index file, ``_cache_file``'s ``_source_stamp``; a Numba without it is left as is.)"""
     for d in dispatchers:
         index = getattr(getattr(d, "_cache", None), "_cache_file", None)
         stamp = getattr(index, "_source_stamp", None)

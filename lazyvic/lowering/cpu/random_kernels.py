@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from lazyvic.lowering.kernel_files import inlined_sources_hash, stamp_with
 from lazyvic.lowering.kernel_lib import philox_block, uniform_f32, uniform_f64
 
 _U64 = np.uint64
@@ -98,3 +99,7 @@ def fill_parallel(out, seed, offset, threads):
     for t in prange(threads):
         start = lo + t * per
         _fill_blocks(out, seed, offset, start, min(hi, start + per), wide)
+
+
+# The fills inline kernel_lib's Philox and uniform conversions: their cache entries follow it.
+stamp_with(inlined_sources_hash(), blocks, fill, fill_parallel)

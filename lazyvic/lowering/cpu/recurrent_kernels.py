@@ -28,10 +28,9 @@ from numba.extending import overload
 from lazyvic.lowering import kernel_lib
 from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.load import on_team
-from lazyvic.lowering.kernel_files import stamp_with
+from lazyvic.lowering.kernel_files import inlined_sources_hash, stamp_with
 from lazyvic.ops import recurrent
 from lazyvic.ops.blas import one_thread
-from lazyvic.ops.gemm_choice import gemm_source_hash
 
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops' products call (any process)
 
@@ -684,5 +683,5 @@ def rnn_backward(gy, y, w_hh, d, relu: bool, reverse: bool = False, lengths=None
         rnn_backward_loop(gy, y, w_hh, d, mm, ts, y.dtype.type(1), *call, width, relu, lengths, moves)
 
 
-# The loops inline ops/gemm's kernels (native.product): their cache entries follow its source.
-stamp_with(gemm_source_hash(), *[f for f in list(globals().values()) if isinstance(f, CPUDispatcher)])
+# The loops inline kernel_lib's approximations and native.product: their cache entries follow them.
+stamp_with(inlined_sources_hash(), *[f for f in list(globals().values()) if isinstance(f, CPUDispatcher)])

@@ -23,9 +23,8 @@ from numba import njit, prange
 
 from lazyvic.lowering.cpu import native
 from lazyvic.lowering.cpu.load import on_team
-from lazyvic.lowering.kernel_files import stamp_with
+from lazyvic.lowering.kernel_files import inlined_sources_hash, stamp_with
 from lazyvic.ops.blas import run_products
-from lazyvic.ops.gemm_choice import gemm_source_hash
 
 native.blas()  # NumPy's OpenBLAS bound as the symbols the loops call (any process)
 
@@ -53,7 +52,7 @@ def _run_serial(a, b, c, table):
         native.product(a, h[8], b, h[9], c, h[10], h[11], h)
 
 
-stamp_with(gemm_source_hash(), _run_parallel, _run_serial)  # (they inline ops/gemm's kernels)
+stamp_with(inlined_sources_hash(), _run_parallel, _run_serial)  # (they inline native.product)
 
 
 def _offset(v: np.ndarray, base: np.ndarray) -> int | None:

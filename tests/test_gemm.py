@@ -239,3 +239,51 @@ def test_compiled_code_that_inlines_the_kernels_is_keyed_by_their_source(tmp_pat
     plan.run([np.ascontiguousarray(a) for a in inputs], scalars)
     segs = [s for s in plan.native if isinstance(s, native.NativeSegment)]
     assert segs and all(f"gemm {gemm_source_hash()}" in s.source for s in segs)
+
+
+def _jitted(obj) -> bool:
+    from numba.core.extending import _Intrinsic
+    from numba.core.registry import CPUDispatcher
+
+    return isinstance(obj, (CPUDispatcher, _Intrinsic))
+
+
+# Modules that import other files' jitted code, whose cached functions call none of it (read).
+NO_FOREIGN_JIT = {"lazyvic.lowering.cpu.steps": "its cached scatter_add_2d and _in_range call no other jitted code"}
+
+
+def test_every_cached_loop_that_uses_another_files_jitted_code_is_stamped():
+    """Numba's disk cache keys a function by its own file: a module whose cached functions can
+    inline compiled code of another lazyvic module (a dispatcher or intrinsic imported by name,
+    or a module of them used by attribute) stamps them with inlined_sources_hash."""
+    import importlib
+    import pkgutil
+    import types as pytypes
+
+    import lazyvic.lowering
+    from lazyvic.lowering.kernel_files import inlined_sources_hash
+
+    checked = []
+    for info in pkgutil.walk_packages(lazyvic.lowering.__path__, "lazyvic.lowering."):
+        if ".cuda" in info.name or info.name in NO_FOREIGN_JIT:
+            continue
+        mod = importlib.import_module(info.name)
+        own = [v for v in vars(mod).values() if _jitted(v) and getattr(v, "_cache", None) is not None]
+        cached = [d for d in own if getattr(d, "__module__", None) == mod.__name__ and hasattr(d._cache, "_cache_file")]
+        if not cached:
+            continue
+        foreign = [
+            n
+            for n, v in vars(mod).items()
+            if (_jitted(v) and getattr(v, "__module__", mod.__name__) != mod.__name__)
+            or (
+                isinstance(v, pytypes.ModuleType)
+                and v.__name__.startswith("lazyvic.")
+                and any(_jitted(x) for x in vars(v).values())
+            )
+        ]
+        if foreign:
+            checked.append(mod.__name__)
+            for d in cached:
+                assert d._cache._cache_file._source_stamp[1:] == (inlined_sources_hash(),), (mod.__name__, d, foreign)
+    assert {"lazyvic.lowering.cpu.team", "lazyvic.lowering.cpu.recurrent_kernels"} <= set(checked), checked
